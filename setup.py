@@ -1,0 +1,98 @@
+"""Build the compiled core.
+
+Each hot-path module has ONE source, ``src/fastgate/_core/_<name>_py.py`` (plain Python that also runs
+uncompiled), plus C type declarations in ``_<name>_c.pxd``. At build time the source is copied next to
+its ``.pxd`` under ``build/cysrc`` as ``_<name>_c.py`` and compiled by Cython into the extension
+``fastgate._core._<name>_c``. The pure module and the compiled one therefore cannot drift apart.
+
+Environment switches (the same names are read again at import time):
+- ``FASTGATE_NO_EXTENSIONS=1``: build nothing, install the pure-Python core only.
+- ``FASTGATE_REQUIRE_EXTENSIONS=1``: a failed compile fails the build instead of falling back.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from setuptools import setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).parent
+CORE = ROOT / "src" / "fastgate" / "_core"
+CYSRC = ROOT / "build" / "cysrc"
+CORE_MODULES = ("_ready", "_gate", "_sched", "_locks")
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+def _stage_sources() -> list[str]:
+    """Copy each pure source beside its .pxd as the module the extension will be named after."""
+    target = CYSRC / "fastgate" / "_core"
+    target.mkdir(parents=True, exist_ok=True)
+    for init in (CYSRC / "fastgate" / "__init__.py", target / "__init__.py"):
+        init.write_text("")
+    sources = []
+    for name in CORE_MODULES:
+        py = target / f"{name}_c.py"
+        shutil.copyfile(CORE / f"{name}_py.py", py)
+        shutil.copyfile(CORE / f"{name}_c.pxd", target / f"{name}_c.pxd")
+        sources.append(str(py.relative_to(ROOT)))
+    return sources
+
+
+def _extensions() -> list[object]:
+    if _flag("FASTGATE_NO_EXTENSIONS"):
+        return []
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        if _flag("FASTGATE_REQUIRE_EXTENSIONS"):
+            raise
+        return []
+    from setuptools import Extension
+
+    exts = [
+        Extension(f"fastgate._core.{Path(src).stem}", [src], extra_compile_args=["-O2"])
+        for src in _stage_sources()
+    ]
+    return list(
+        cythonize(
+            exts,
+            compiler_directives={
+                "language_level": "3",
+                "annotation_typing": False,
+                "boundscheck": False,
+                "wraparound": False,
+                "initializedcheck": False,
+                "cdivision": True,
+            },
+            quiet=True,
+        )
+    )
+
+
+class OptionalBuildExt(build_ext):
+    """Fall back to the pure core when no compiler works, unless extensions are required."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception:
+            if _flag("FASTGATE_REQUIRE_EXTENSIONS"):
+                raise
+            print("fastgate: compiled core not built; the pure-Python core will be used")
+
+    def build_extension(self, ext: object) -> None:
+        try:
+            super().build_extension(ext)  # type: ignore[arg-type]
+        except Exception:
+            if _flag("FASTGATE_REQUIRE_EXTENSIONS"):
+                raise
+            print(f"fastgate: could not compile {getattr(ext, 'name', ext)}; using pure Python")
+
+
+setup(ext_modules=_extensions(), cmdclass={"build_ext": OptionalBuildExt})

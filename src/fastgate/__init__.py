@@ -1,0 +1,54 @@
+"""fastgate: the tool-execution core for LLM agent servers.
+
+The names below are the public API (SPEC). ``COMPILED`` tells whether the compiled core is in use;
+``IMPLEMENTATION`` maps each core module to ``"compiled"`` or ``"pure"``.
+"""
+
+from __future__ import annotations
+
+from fastgate._core import COMPILED as COMPILED
+from fastgate._core import IMPLEMENTATION as IMPLEMENTATION
+from fastgate.errors import AdmissionError as AdmissionError
+from fastgate.errors import FastgateError as FastgateError
+from fastgate.errors import GateClosed as GateClosed
+from fastgate.errors import OwnerCancelled as OwnerCancelled
+from fastgate.errors import ResourceExhausted as ResourceExhausted
+from fastgate.errors import SchedulerClosed as SchedulerClosed
+from fastgate.gate import GateStats as GateStats
+from fastgate.gate import ToolConcurrencyGate as ToolConcurrencyGate
+from fastgate.kinds import ToolKind as ToolKind
+from fastgate.locks import FileLockManager as FileLockManager
+from fastgate.locks import default_lock_manager as default_lock_manager
+from fastgate.locks import lock_key as lock_key
+from fastgate.runtime import install_uvloop as install_uvloop
+from fastgate.runtime import run as run
+from fastgate.scheduler import ConcurrencyScheduler as ConcurrencyScheduler
+from fastgate.scheduler import SchedulerLimits as SchedulerLimits
+from fastgate.scheduler import SchedulerStats as SchedulerStats
+from fastgate.scheduler import default_scheduler as default_scheduler
+
+__version__ = "0.1.0"
+
+__all__ = (
+    "COMPILED",
+    "IMPLEMENTATION",
+    "AdmissionError",
+    "ConcurrencyScheduler",
+    "FastgateError",
+    "FileLockManager",
+    "GateClosed",
+    "GateStats",
+    "OwnerCancelled",
+    "ResourceExhausted",
+    "SchedulerClosed",
+    "SchedulerLimits",
+    "SchedulerStats",
+    "ToolConcurrencyGate",
+    "ToolKind",
+    "__version__",
+    "default_lock_manager",
+    "default_scheduler",
+    "install_uvloop",
+    "lock_key",
+    "run",
+)

@@ -1,0 +1,3 @@
+from fastgate.cli import main
+
+raise SystemExit(main())

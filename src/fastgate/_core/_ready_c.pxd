@@ -1,0 +1,2 @@
+cdef class Ready:
+    pass

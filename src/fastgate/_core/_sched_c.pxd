@@ -1,0 +1,84 @@
+cimport cython
+
+cdef int NKINDS, QUEUED, GRANTED, FINISHED, NEW, DONE
+
+
+cdef class SessionQueue:
+    cdef public object session_id
+    cdef public list heads
+    cdef public list tails
+    cdef public Py_ssize_t queued
+    cdef public SessionQueue ring_prev
+    cdef public SessionQueue ring_next
+
+
+cdef class SlotWaiter:
+    cdef public SessionQueue queue
+    cdef public object session_id
+    cdef public int kind
+    cdef public object owner
+    cdef public Py_ssize_t seq
+    cdef public int state
+    cdef public SlotWaiter prev
+    cdef public SlotWaiter next
+    cdef public object future
+    cdef public object timer
+    cdef public double enqueued_at
+
+
+cdef class SchedulerCore:
+    cdef public object ready
+    cdef public object slow_acquire
+    cdef public object wake
+    cdef public Py_ssize_t global_limit
+    cdef public Py_ssize_t session_limit
+    cdef Py_ssize_t kind_limits[3]
+    cdef public Py_ssize_t max_queue
+    cdef public Py_ssize_t in_flight
+    cdef Py_ssize_t kind_in_flight[3]
+    cdef Py_ssize_t kind_queued[3]
+    cdef public dict session_in_flight
+    cdef public dict queues
+    cdef public SessionQueue cursor
+    cdef public Py_ssize_t queued
+    cdef public Py_ssize_t seq
+    cdef public Py_ssize_t admitted
+    cdef public Py_ssize_t rejected
+    cdef public bint closed
+
+    @cython.locals(held=Py_ssize_t, sessions=dict, kind_in_flight=cython.p_Py_ssize_t)
+    cpdef bint try_acquire(self, object session_id, int kind) except -1
+    @cython.locals(queue=SessionQueue, waiter=SlotWaiter, tail=SlotWaiter)
+    cpdef SlotWaiter enqueue(self, object session_id, int kind, object owner)
+    @cython.locals(held=Py_ssize_t, sessions=dict, kind_in_flight=cython.p_Py_ssize_t)
+    cpdef object release(self, object session_id, int kind)
+    cpdef object finish(self, SlotWaiter waiter)
+    cpdef bint remove(self, SlotWaiter waiter) except -1
+    cpdef object withdraw(self, SlotWaiter waiter)
+    @cython.locals(cursor=SessionQueue, last=SessionQueue)
+    cdef void _ring_insert(self, SessionQueue queue)
+    @cython.locals(nxt=SessionQueue, prev=SessionQueue)
+    cdef int _ring_remove(self, SessionQueue queue) except -1
+    @cython.locals(queue=SessionQueue, kind=int, prev=SlotWaiter, nxt=SlotWaiter)
+    cdef int _unlink(self, SlotWaiter waiter) except -1
+    @cython.locals(kind=int)
+    cdef bint _any_kind_open(self)
+    @cython.locals(best=SlotWaiter, head=SlotWaiter, kind=int)
+    cdef SlotWaiter _first_admissible(self, SessionQueue queue)
+    @cython.locals(start=SessionQueue, queue=SessionQueue, waiter=SlotWaiter)
+    cdef list _grant(self)
+    @cython.locals(queue=SessionQueue, waiter=SlotWaiter, kind=int)
+    cpdef list _queued_waiters(self)
+    cpdef list cancel_owner(self, object owner)
+    cpdef list close(self)
+    cpdef tuple kind_counts(self)
+    cpdef tuple session_counts(self)
+
+
+cdef class Slot:
+    cdef public SchedulerCore core
+    cdef public object session_id
+    cdef public int kind
+    cdef public object owner
+    cdef public SlotWaiter waiter
+    cdef public int state

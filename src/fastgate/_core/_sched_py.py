@@ -1,0 +1,358 @@
+"""Sans-I/O state machine of the process-wide fair scheduler (SPEC §8.2).
+
+A slot needs room in three dimensions at once: the global limit, its session's limit and its kind's
+limit. Waiters queue per session and per kind. Whenever room appears, sessions are served
+round-robin (a cursor walks a ring of sessions that have waiters; a newly waiting session joins at
+the end of the current round) and, inside a session, the earliest-arrived waiter whose kind has
+room goes first. So one flooding session cannot starve the others, and a waiter blocked only by its
+kind's limit never holds back waiters of other kinds.
+
+Invariant after every operation: no queued waiter could be admitted. That is what lets the
+uncontended path (``try_acquire``) skip the queues without ever overtaking an admissible waiter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Hashable
+from typing import Any
+
+NKINDS = 3
+KIND_INDEX = {0: 0, 1: 1, 2: 2}
+# Waiter states.
+QUEUED = 0
+GRANTED = 1
+FINISHED = 2
+# Slot states; HELD is exported for the façade, which sets it when a queued slot is granted.
+NEW = 0
+HELD = 1
+DONE = 2
+
+
+class SlotWaiter:
+    """One queued request. ``future``, ``timer`` and ``enqueued_at`` belong to the façade."""
+
+    def __init__(self, queue: SessionQueue, kind: int, owner: object, seq: int) -> None:
+        self.queue = queue
+        self.session_id = queue.session_id
+        self.kind = kind
+        self.owner = owner
+        self.seq = seq
+        self.state = QUEUED
+        self.prev: SlotWaiter | None = None
+        self.next: SlotWaiter | None = None
+        self.future: Any = None
+        self.timer: Any = None
+        self.enqueued_at = 0.0
+
+
+class SessionQueue:
+    """The waiters of one session, one FIFO per kind, plus this session's place in the ring."""
+
+    def __init__(self, session_id: Hashable) -> None:
+        self.session_id = session_id
+        self.heads: list[SlotWaiter | None] = [None, None, None]
+        self.tails: list[SlotWaiter | None] = [None, None, None]
+        self.queued = 0
+        self.ring_prev: SessionQueue = self
+        self.ring_next: SessionQueue = self
+
+
+class SchedulerCore:
+    def __init__(
+        self,
+        ready: Awaitable[None],
+        slow_acquire: Callable[[Slot], Awaitable[None]],
+        wake: Callable[[list[SlotWaiter]], None],
+        global_limit: int,
+        session_limit: int,
+        kind_limits: list[int],
+        max_queue: int,
+    ) -> None:
+        self.ready = ready
+        self.slow_acquire = slow_acquire  # (slot) -> awaitable, used when the slot must queue
+        self.wake = wake  # (granted waiters) -> None, resolves their futures
+        self.global_limit = global_limit
+        self.session_limit = session_limit
+        self.kind_limits = [kind_limits[0], kind_limits[1], kind_limits[2]]
+        self.max_queue = max_queue
+        self.in_flight = 0
+        self.kind_in_flight = [0, 0, 0]
+        self.kind_queued = [0, 0, 0]
+        self.session_in_flight: dict[Hashable, int] = {}
+        self.queues: dict[Hashable, SessionQueue] = {}
+        self.cursor: SessionQueue | None = None
+        self.queued = 0
+        self.seq = 0
+        self.admitted = 0
+        self.rejected = 0
+        self.closed = False
+
+    # -- admission ------------------------------------------------------------------------------
+
+    def try_acquire(self, session_id: Hashable, kind: int) -> bool:
+        """Take a slot now if all three dimensions have room; False means the caller must queue."""
+        if self.in_flight >= self.global_limit:
+            return False
+        kind_in_flight = self.kind_in_flight
+        if kind_in_flight[kind] >= self.kind_limits[kind]:
+            return False
+        sessions = self.session_in_flight
+        held = sessions.get(session_id, 0)
+        if held >= self.session_limit:
+            return False
+        sessions[session_id] = held + 1
+        self.in_flight += 1
+        kind_in_flight[kind] += 1
+        self.admitted += 1
+        return True
+
+    def enqueue(self, session_id: Hashable, kind: int, owner: object) -> SlotWaiter | None:
+        """Queue a request that could not be admitted; None when the queue is full."""
+        if self.queued >= self.max_queue:
+            self.rejected += 1
+            return None
+        queue = self.queues.get(session_id)
+        if queue is None:
+            queue = SessionQueue(session_id)
+            self.queues[session_id] = queue
+            self._ring_insert(queue)
+        waiter = SlotWaiter(queue, kind, owner, self.seq)
+        self.seq += 1
+        tail = queue.tails[kind]
+        if tail is None:
+            queue.heads[kind] = waiter
+        else:
+            tail.next = waiter
+            waiter.prev = tail
+        queue.tails[kind] = waiter
+        queue.queued += 1
+        self.kind_queued[kind] += 1
+        self.queued += 1
+        return waiter
+
+    def release(self, session_id: Hashable, kind: int) -> list[SlotWaiter] | None:
+        """Give a slot back; returns the waiters granted in its place (None when nobody waits)."""
+        sessions = self.session_in_flight
+        held = sessions.get(session_id, 0)
+        kind_in_flight = self.kind_in_flight
+        if held <= 0 or kind_in_flight[kind] <= 0:
+            raise RuntimeError("scheduler slot released twice")
+        if held == 1:
+            del sessions[session_id]
+        else:
+            sessions[session_id] = held - 1
+        self.in_flight -= 1
+        kind_in_flight[kind] -= 1
+        if self.queued:
+            return self._grant()
+        return None
+
+    def finish(self, waiter: SlotWaiter) -> list[SlotWaiter] | None:
+        """A granted waiter gives its slot back (after use, or unused when it was cancelled)."""
+        if waiter.state != GRANTED:
+            raise RuntimeError("scheduler slot released twice")
+        waiter.state = FINISHED
+        return self.release(waiter.session_id, waiter.kind)
+
+    def remove(self, waiter: SlotWaiter) -> bool:
+        """Withdraw a queued waiter; False when it was no longer queued (granted or dropped).
+
+        Removing never makes another waiter admissible: waiters behind it in its kind's FIFO face
+        the same three limits it faced, and other kinds were never held back by it.
+        """
+        if waiter.state != QUEUED:
+            return False
+        self._unlink(waiter)
+        waiter.state = FINISHED
+        return True
+
+    def withdraw(self, waiter: SlotWaiter) -> list[SlotWaiter] | None:
+        """The waiter's task gave up: leave the queue, or hand back a slot granted meanwhile."""
+        if waiter.state == GRANTED:
+            return self.finish(waiter)
+        self.remove(waiter)
+        return None
+
+    # -- internals ------------------------------------------------------------------------------
+
+    def _ring_insert(self, queue: SessionQueue) -> None:
+        """Join the ring just before the cursor: the end of the current round."""
+        cursor = self.cursor
+        if cursor is None:
+            queue.ring_prev = queue
+            queue.ring_next = queue
+            self.cursor = queue
+            return
+        last = cursor.ring_prev
+        last.ring_next = queue
+        queue.ring_prev = last
+        queue.ring_next = cursor
+        cursor.ring_prev = queue
+
+    def _ring_remove(self, queue: SessionQueue) -> None:
+        nxt = queue.ring_next
+        if nxt is queue:
+            self.cursor = None
+        else:
+            prev = queue.ring_prev
+            prev.ring_next = nxt
+            nxt.ring_prev = prev
+            if self.cursor is queue:
+                self.cursor = nxt
+        queue.ring_prev = queue
+        queue.ring_next = queue
+        del self.queues[queue.session_id]
+
+    def _unlink(self, waiter: SlotWaiter) -> None:
+        queue = waiter.queue
+        kind = waiter.kind
+        prev = waiter.prev
+        nxt = waiter.next
+        if prev is None:
+            queue.heads[kind] = nxt
+        else:
+            prev.next = nxt
+        if nxt is None:
+            queue.tails[kind] = prev
+        else:
+            nxt.prev = prev
+        waiter.prev = None
+        waiter.next = None
+        queue.queued -= 1
+        self.kind_queued[kind] -= 1
+        self.queued -= 1
+        if queue.queued == 0:
+            self._ring_remove(queue)
+
+    def _any_kind_open(self) -> bool:
+        for kind in range(NKINDS):
+            if self.kind_queued[kind] and self.kind_in_flight[kind] < self.kind_limits[kind]:
+                return True
+        return False
+
+    def _first_admissible(self, queue: SessionQueue) -> SlotWaiter | None:
+        """The earliest-arrived head of this session whose kind has room."""
+        best: SlotWaiter | None = None
+        for kind in range(NKINDS):
+            head = queue.heads[kind]
+            if head is not None and self.kind_in_flight[kind] < self.kind_limits[kind]:
+                if best is None or head.seq < best.seq:
+                    best = head
+        return best
+
+    def _grant(self) -> list[SlotWaiter]:
+        """Admit waiters round-robin across sessions while room remains."""
+        granted: list[SlotWaiter] = []
+        while self.queued and self.in_flight < self.global_limit and self._any_kind_open():
+            start = self.cursor
+            queue = start
+            waiter: SlotWaiter | None = None
+            while queue is not None:
+                if self.session_in_flight.get(queue.session_id, 0) < self.session_limit:
+                    waiter = self._first_admissible(queue)
+                    if waiter is not None:
+                        break
+                queue = queue.ring_next
+                if queue is start:
+                    break
+            if waiter is None or queue is None:
+                break
+            # The next round starts after the session just served.
+            self.cursor = queue.ring_next
+            self._unlink(waiter)
+            session_id = waiter.session_id
+            self.session_in_flight[session_id] = self.session_in_flight.get(session_id, 0) + 1
+            self.in_flight += 1
+            self.kind_in_flight[waiter.kind] += 1
+            self.admitted += 1
+            waiter.state = GRANTED
+            granted.append(waiter)
+        return granted
+
+    # -- owners, closing, stats -----------------------------------------------------------------
+
+    def _queued_waiters(self) -> list[SlotWaiter]:
+        found: list[SlotWaiter] = []
+        for queue in list(self.queues.values()):
+            for kind in range(NKINDS):
+                waiter = queue.heads[kind]
+                while waiter is not None:
+                    found.append(waiter)
+                    waiter = waiter.next
+        return found
+
+    def cancel_owner(self, owner: object) -> list[SlotWaiter]:
+        """Withdraw every queued waiter of ``owner``; the façade fails their futures."""
+        dropped = [w for w in self._queued_waiters() if w.owner is owner or w.owner == owner]
+        for waiter in dropped:
+            self.remove(waiter)
+        return dropped
+
+    def close(self) -> list[SlotWaiter]:
+        """Refuse new requests; withdraw and return every queued waiter."""
+        self.closed = True
+        # No room at all from now on: the fast path refuses without a separate closed check.
+        self.global_limit = 0
+        dropped = self._queued_waiters()
+        for waiter in dropped:
+            self.remove(waiter)
+        return dropped
+
+    def kind_counts(self) -> tuple[list[int], list[int]]:
+        """(in flight per kind, queued per kind), indexed by kind."""
+        return (
+            [self.kind_in_flight[0], self.kind_in_flight[1], self.kind_in_flight[2]],
+            [self.kind_queued[0], self.kind_queued[1], self.kind_queued[2]],
+        )
+
+    def session_counts(self) -> tuple[dict[Hashable, int], dict[Hashable, int]]:
+        """(in flight per session, queued per session); sessions with neither are absent."""
+        queued = {sid: queue.queued for sid, queue in self.queues.items()}
+        return dict(self.session_in_flight), queued
+
+
+class Slot:
+    """``async with`` context for one slot; not reusable.
+
+    ``state`` goes NEW -> HELD -> DONE; the façade's slow path sets HELD once the slot is granted.
+    """
+
+    __slots__ = ("core", "kind", "owner", "session_id", "state", "waiter")
+
+    def __init__(
+        self, core: SchedulerCore, session_id: Hashable, kind: int, owner: object = None
+    ) -> None:
+        try:
+            # An exact int: ToolKind members (IntEnum) are slow list indexes when interpreted.
+            self.kind = KIND_INDEX[kind]
+        except (KeyError, TypeError):
+            raise ValueError(f"unknown tool kind {kind!r}") from None
+        self.core = core
+        self.session_id = session_id
+        self.owner = owner
+        self.waiter: SlotWaiter | None = None
+        self.state = NEW
+
+    def __aenter__(self) -> Awaitable[None]:
+        core = self.core
+        if self.state != NEW:
+            raise RuntimeError("a scheduler slot can be entered only once")
+        if core.try_acquire(self.session_id, self.kind):
+            self.state = HELD
+            return core.ready
+        self.state = DONE
+        return core.slow_acquire(self)
+
+    def __aexit__(self, exc_type: object, exc: object, tb: object) -> Awaitable[None]:
+        if self.state != HELD:
+            raise RuntimeError("scheduler slot released without being held")
+        self.state = DONE
+        core = self.core
+        waiter = self.waiter
+        if waiter is None:
+            granted = core.release(self.session_id, self.kind)
+        else:
+            granted = core.finish(waiter)
+        if granted:
+            core.wake(granted)
+        return core.ready

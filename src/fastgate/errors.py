@@ -1,0 +1,36 @@
+"""Exceptions raised by fastgate's concurrency primitives (and, later, by schema compilation)."""
+
+from __future__ import annotations
+
+
+class FastgateError(Exception):
+    """Base class of every exception fastgate raises on purpose."""
+
+
+class AdmissionError(FastgateError):
+    """A request for a slot, a gate passage or a lock was refused."""
+
+
+class ResourceExhausted(AdmissionError):
+    """The scheduler's queue was full, or the request waited longer than ``queue_timeout``.
+
+    ``reason`` is ``"queue_full"`` or ``"queue_timeout"``; ``retry_after`` is a hint for the caller
+    (the executor turns it into "retry next turn").
+    """
+
+    def __init__(self, message: str, *, reason: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+class SchedulerClosed(AdmissionError):
+    """The scheduler was closed while the request was queued, or before it was made."""
+
+
+class OwnerCancelled(SchedulerClosed):
+    """``scheduler.cancel_owner(owner)`` withdrew this queued request (its executor was disposed)."""
+
+
+class GateClosed(AdmissionError):
+    """The executor's gate was closed while the entrant was queued, or before it arrived."""

@@ -1,0 +1,125 @@
+"""``FileLockManager`` and ``lock_key``: writers of one file take turns (SPEC §8.3).
+
+Keys are canonical paths, so every alias of a file (a symlink, ``a/../b``, a relative spelling)
+maps to one lock. ``acquire_many`` de-duplicates keys and takes them in sorted order, so two
+multi-path holders can never deadlock. The bookkeeping is ``fastgate._core.locks`` (compiled when
+available); this façade canonicalizes paths and owns futures and cancellation.
+
+Cancellation: a task cancelled while waiting for its n-th key releases the keys it already holds
+(and a key handed to it at the same moment), then re-raises ``CancelledError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import threading
+from collections.abc import Iterable
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, final
+
+from fastgate import _core
+
+if TYPE_CHECKING:
+    from fastgate._core._locks_py import LockWaiter, MultiLock
+
+StrPath = str | os.PathLike[str]
+
+# Case-insensitive by default there; folding too much only over-serializes, which is safe.
+_FOLD_CASE = sys.platform in ("win32", "darwin")
+
+
+def lock_key(path: StrPath) -> str:
+    """The canonical form of ``path``: absolute, symlinks resolved, ``..`` collapsed.
+
+    Raises ``ValueError`` for an empty path or one containing a NUL byte.
+    """
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise TypeError(f"path must be str or os.PathLike[str], got {type(text).__name__}")
+    if not text or "\x00" in text:
+        raise ValueError(f"not a usable path: {text!r}")
+    key = os.path.realpath(text)
+    return key.casefold() if _FOLD_CASE else key
+
+
+@final
+class FileLockManager:
+    """One FIFO lock per canonical path; entries vanish when released with nobody waiting."""
+
+    __slots__ = ("_core",)
+
+    def __init__(self) -> None:
+        self._core = _core.locks.LockTableCore(_core.READY, self._lock_slow, self._wake)
+
+    def acquire(self, path: StrPath, owner: object = None) -> AbstractAsyncContextManager[None]:
+        """``async with locks.acquire(path, owner=...)``: hold the lock of one file."""
+        return self._core.multi((lock_key(path),), owner)
+
+    def acquire_many(
+        self, paths: Iterable[StrPath], owner: object = None
+    ) -> AbstractAsyncContextManager[None]:
+        """Hold the locks of several files, taken in sorted key order (no deadlock)."""
+        return self._core.multi(tuple(sorted({lock_key(p) for p in paths})), owner)
+
+    def acquire_keys(
+        self, keys: Iterable[str], owner: object = None
+    ) -> AbstractAsyncContextManager[None]:
+        """Like ``acquire_many`` for keys already made by ``lock_key``."""
+        return self._core.multi(tuple(sorted(set(keys))), owner)
+
+    def locked(self, path: StrPath) -> bool:
+        return lock_key(path) in self._core.table
+
+    def __len__(self) -> int:
+        """How many keys are held (or waited for) right now."""
+        return len(self._core.table)
+
+    async def _lock_slow(self, multi: MultiLock) -> None:
+        core = self._core
+        loop = asyncio.get_running_loop()
+        try:
+            while not multi.take_available():
+                waiter = core.enqueue(multi.keys[multi.taken], multi.owner)
+                waiter.future = loop.create_future()
+                multi.waiter = waiter
+                try:
+                    await waiter.future
+                except BaseException:
+                    # Leave the queue, or pass on a key handed over just before the cancellation.
+                    passed = core.withdraw(waiter)
+                    if passed is not None:
+                        self._wake([passed])
+                    raise
+                finally:
+                    multi.waiter = None
+                multi.taken += 1  # the key was handed over to us
+        except BaseException:
+            self._wake(multi.release_taken())
+            raise
+        multi.held = True
+
+    def _wake(self, granted: list[LockWaiter] | None) -> None:
+        """Resolve granted waiters; one whose future is already cancelled passes the key on."""
+        pending = list(granted or ())
+        for waiter in pending:  # grows while we iterate when a key is passed on
+            if waiter.future.done():
+                passed = self._core.finish(waiter)
+                if passed is not None:
+                    pending.append(passed)
+            else:
+                waiter.future.set_result(None)
+
+
+_default_lock = threading.Lock()
+_default: FileLockManager | None = None
+
+
+def default_lock_manager() -> FileLockManager:
+    """The process-wide lock manager every executor shares unless given its own."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = FileLockManager()
+        return _default

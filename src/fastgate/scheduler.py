@@ -1,0 +1,269 @@
+"""``ConcurrencyScheduler``: process-wide, per-session and per-kind admission (SPEC §8.2).
+
+The fair round-robin state machine is ``fastgate._core.sched`` (compiled when available); this
+façade owns futures, queue timeouts, cancellation, closing and statistics.
+
+Cancellation: a task cancelled while queued is withdrawn, and no other waiter's order changes. A
+task whose slot was granted in the same loop iteration as its cancellation gives the slot back at
+once, so the grant passes to the next waiter instead of being lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from collections.abc import Callable, Hashable, Mapping
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, final
+
+import msgspec
+
+from fastgate import _core
+from fastgate.errors import OwnerCancelled, ResourceExhausted, SchedulerClosed
+from fastgate.kinds import ToolKind
+
+if TYPE_CHECKING:
+    from fastgate._core._sched_py import Slot, SlotWaiter
+
+_DEFAULT_KIND_LIMITS = MappingProxyType(
+    {ToolKind.READ_ONLY: 32, ToolKind.WRITE: 8, ToolKind.EXECUTE: 16}
+)
+_WAIT_SAMPLES = 4096  # recent queued waits kept for the percentiles of stats()
+
+
+def _positive_int(name: str, value: object, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}: expected an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name}: must be at least {minimum}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerLimits:
+    """Capacity of a ``ConcurrencyScheduler``. Invalid values raise ``ValueError`` naming the field.
+
+    ``kind_limits`` may name a subset of kinds; a kind left out is capped by ``global_limit`` only.
+    ``max_queue`` bounds the requests queued in the whole scheduler (0: never queue).
+    ``queue_timeout`` (seconds, or None for no limit) bounds how long one request may queue.
+    """
+
+    global_limit: int = 32
+    session_limit: int = 10
+    kind_limits: Mapping[ToolKind, int] = field(default_factory=lambda: _DEFAULT_KIND_LIMITS)
+    max_queue: int = 1024
+    queue_timeout: float | None = 30.0
+
+    def __post_init__(self) -> None:
+        _positive_int("global_limit", self.global_limit)
+        _positive_int("session_limit", self.session_limit)
+        _positive_int("max_queue", self.max_queue, minimum=0)
+        if not isinstance(self.kind_limits, Mapping):
+            raise ValueError(f"kind_limits: expected a mapping, got {self.kind_limits!r}")
+        parsed: dict[ToolKind, int] = {}
+        for key, limit in self.kind_limits.items():
+            kind = ToolKind.parse(key, field="kind_limits")
+            parsed[kind] = _positive_int(f"kind_limits[{kind.name}]", limit)
+        object.__setattr__(self, "kind_limits", MappingProxyType(parsed))
+        timeout = self.queue_timeout
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+                raise ValueError(f"queue_timeout: expected seconds or None, got {timeout!r}")
+            if not timeout > 0:  # also refuses NaN
+                raise ValueError(f"queue_timeout: must be positive, got {timeout!r}")
+
+    def limit_for(self, kind: ToolKind) -> int:
+        return self.kind_limits.get(kind, self.global_limit)
+
+
+class SchedulerStats(msgspec.Struct, frozen=True):
+    """A snapshot of ``ConcurrencyScheduler.stats()``; wait percentiles are over queued requests."""
+
+    in_flight: int
+    queued: int
+    in_flight_by_session: dict[str, int]
+    queued_by_session: dict[str, int]
+    in_flight_by_kind: dict[str, int]
+    queued_by_kind: dict[str, int]
+    admitted: int
+    admitted_after_wait: int
+    rejected: int
+    timed_out: int
+    wait_p50_ms: float
+    wait_p90_ms: float
+    wait_p99_ms: float
+    closed: bool
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+@final
+class ConcurrencyScheduler:
+    """Admits tool calls under a global, a per-session and a per-kind limit, fairly across sessions.
+
+    ``async with scheduler.slot(session_id, kind, owner=None):`` holds one slot. Waiters are admitted
+    round-robin across sessions and FIFO within a session; a waiter blocked only by its kind's limit
+    does not hold back other kinds.
+    """
+
+    #: ``async with scheduler.slot(session_id, kind, owner=None):`` -- one slot.
+    slot: Callable[..., AbstractAsyncContextManager[None]]
+
+    def __init__(self, limits: SchedulerLimits | None = None) -> None:
+        self.limits = limits if limits is not None else SchedulerLimits()
+        lim = self.limits
+        self._core = _core.sched.SchedulerCore(
+            _core.READY,
+            self._acquire_slow,
+            self._wake,
+            lim.global_limit,
+            lim.session_limit,
+            [lim.limit_for(kind) for kind in ToolKind],
+            lim.max_queue,
+        )
+        # Bound straight to the compiled core: no Python frame on the uncontended path.
+        self.slot = functools.partial(_core.sched.Slot, self._core)
+        self._waits: list[float] = []
+        self._wait_index = 0
+        self._admitted_after_wait = 0
+        self._timed_out = 0
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._core.closed)
+
+    # -- the contended path ---------------------------------------------------------------------
+
+    async def _acquire_slow(self, slot: Slot) -> None:
+        core = self._core
+        if core.closed:
+            raise SchedulerClosed("the scheduler is closed")
+        waiter = core.enqueue(slot.session_id, slot.kind, slot.owner)
+        if waiter is None:
+            raise ResourceExhausted(
+                f"tool queue is full ({self.limits.max_queue} calls waiting)",
+                reason="queue_full",
+                retry_after=None,
+            )
+        loop = asyncio.get_running_loop()
+        waiter.future = loop.create_future()
+        waiter.enqueued_at = loop.time()
+        if self.limits.queue_timeout is not None:
+            waiter.timer = loop.call_later(self.limits.queue_timeout, self._expire, waiter)
+        slot.waiter = waiter
+        try:
+            await waiter.future
+        except BaseException:
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            # Leave the queue, or pass on a slot granted just before the cancellation.
+            self._wake(core.withdraw(waiter))
+            raise
+        slot.state = _core.sched.HELD
+
+    def _wake(self, granted: list[SlotWaiter] | None) -> None:
+        """Resolve granted waiters; one whose future is already cancelled gives its slot back."""
+        pending = list(granted or ())
+        now = asyncio.get_running_loop().time() if pending else 0.0
+        for waiter in pending:  # grows while we iterate when a grant is passed on
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            if waiter.future.done():
+                pending.extend(self._core.finish(waiter) or ())
+                continue
+            waiter.future.set_result(None)
+            self._record_wait(now - waiter.enqueued_at)
+
+    def _expire(self, waiter: SlotWaiter) -> None:
+        if self._core.remove(waiter) and not waiter.future.done():
+            self._timed_out += 1
+            self._core.rejected += 1
+            waiter.future.set_exception(
+                ResourceExhausted(
+                    f"waited {self.limits.queue_timeout:g}s for a tool slot; retry next turn",
+                    reason="queue_timeout",
+                    retry_after=self.limits.queue_timeout,
+                )
+            )
+
+    def _record_wait(self, seconds: float) -> None:
+        self._admitted_after_wait += 1
+        if len(self._waits) < _WAIT_SAMPLES:
+            self._waits.append(seconds)
+        else:
+            self._waits[self._wait_index] = seconds
+            self._wait_index = (self._wait_index + 1) % _WAIT_SAMPLES
+
+    # -- owners, closing, stats -----------------------------------------------------------------
+
+    def cancel_owner(self, owner: object) -> int:
+        """Withdraw ``owner``'s queued requests (they raise ``OwnerCancelled``); returns how many.
+
+        Slots the owner already holds are not touched: their holders release them as usual.
+        """
+        dropped = self._core.cancel_owner(owner)
+        for waiter in dropped:
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            if not waiter.future.done():
+                waiter.future.set_exception(OwnerCancelled(f"requests of {owner!r} were cancelled"))
+        return len(dropped)
+
+    async def close(self) -> None:
+        """Refuse new requests and fail every queued one with ``SchedulerClosed``.
+
+        Slots in use stay valid until released. This is a checkpoint: the failed waiters get to
+        run before it returns.
+        """
+        for waiter in self._core.close():
+            if waiter.timer is not None:
+                waiter.timer.cancel()
+            if not waiter.future.done():
+                waiter.future.set_exception(SchedulerClosed("the scheduler is closed"))
+        await asyncio.sleep(0)
+
+    def stats(self) -> SchedulerStats:
+        core = self._core
+        kind_in_flight, kind_queued = core.kind_counts()
+        session_in_flight, session_queued = core.session_counts()
+        waits = sorted(self._waits)
+        return SchedulerStats(
+            in_flight=int(core.in_flight),
+            queued=int(core.queued),
+            in_flight_by_session={str(k): v for k, v in session_in_flight.items()},
+            queued_by_session={str(k): v for k, v in session_queued.items()},
+            in_flight_by_kind={kind.name: kind_in_flight[kind] for kind in ToolKind},
+            queued_by_kind={kind.name: kind_queued[kind] for kind in ToolKind},
+            admitted=int(core.admitted),
+            admitted_after_wait=self._admitted_after_wait,
+            rejected=int(core.rejected),
+            timed_out=self._timed_out,
+            wait_p50_ms=_percentile(waits, 0.50) * 1000.0,
+            wait_p90_ms=_percentile(waits, 0.90) * 1000.0,
+            wait_p99_ms=_percentile(waits, 0.99) * 1000.0,
+            closed=bool(core.closed),
+        )
+
+
+_default_lock = threading.Lock()
+_default: ConcurrencyScheduler | None = None
+
+
+def default_scheduler() -> ConcurrencyScheduler:
+    """The process-wide scheduler every executor shares unless given its own (default limits).
+
+    A closed default is replaced by a fresh one, so one disposal cannot poison the process.
+    """
+    global _default
+    with _default_lock:
+        if _default is None or _default.closed:
+            _default = ConcurrencyScheduler()
+        return _default
