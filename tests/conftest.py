@@ -1,0 +1,65 @@
+"""Test harness: every ``async def`` test runs once on asyncio's loop and once on uvloop.
+
+No pytest-asyncio: a small hook runs the coroutine in ``asyncio.Runner`` with the chosen loop and
+fails the test if it leaves tasks behind. Sync tests (hypothesis state machines) ask for the
+``runner`` fixture to drive async steps on the same loops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+import pytest
+
+from fastgate.runtime import loop_factory
+
+try:
+    import uvloop  # noqa: F401
+
+    LOOPS = ("asyncio", "uvloop")
+except ImportError:  # a user's machine without the extra; CI always has it
+    if os.environ.get("CI"):
+        raise
+    LOOPS = ("asyncio",)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    wants_loop = inspect.iscoroutinefunction(metafunc.function) or (
+        "runner" in metafunc.fixturenames
+    )
+    if wants_loop and "loop_name" not in metafunc.fixturenames:
+        metafunc.fixturenames.append("loop_name")
+    if "loop_name" in metafunc.fixturenames:
+        metafunc.parametrize("loop_name", LOOPS)
+
+
+@pytest.fixture
+def runner(loop_name: str) -> Iterator[asyncio.Runner]:
+    with asyncio.Runner(loop_factory=loop_factory(loop_name)) as r:
+        yield r
+
+
+async def _run_checked(test: Callable[..., Coroutine[Any, Any, None]], **kwargs: Any) -> None:
+    await test(**kwargs)
+    await asyncio.sleep(0)  # let done-callbacks of finished tasks run
+    leaked = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in leaked:
+        task.cancel()
+    assert not leaked, f"test left {len(leaked)} task(s) running: {leaked!r}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    test = pyfuncitem.obj
+    if not inspect.iscoroutinefunction(test):
+        return None
+    loop_name = pyfuncitem.callspec.params["loop_name"]
+    names = pyfuncitem._fixtureinfo.argnames
+    kwargs = {name: pyfuncitem.funcargs[name] for name in names}
+    with asyncio.Runner(loop_factory=loop_factory(loop_name)) as r:
+        r.run(_run_checked(test, **kwargs))
+    return True
