@@ -34,3 +34,19 @@ class OwnerCancelled(SchedulerClosed):
 
 class GateClosed(AdmissionError):
     """The executor's gate was closed while the entrant was queued, or before it arrived."""
+
+
+class SchemaError(FastgateError, ValueError):
+    """A schema (DSL node or raw JSON Schema) cannot be compiled.
+
+    ``pointer`` is the JSON pointer of the offending schema location (``"#/properties/x"``),
+    ``keyword`` the keyword at fault (``None`` when the location as a whole is wrong) and
+    ``reason`` what is wrong with it.
+    """
+
+    def __init__(self, reason: str, *, pointer: str = "#", keyword: str | None = None) -> None:
+        where = f"{keyword!r} at {pointer}" if keyword else pointer
+        super().__init__(f"{reason} ({where})")
+        self.reason = reason
+        self.pointer = pointer
+        self.keyword = keyword

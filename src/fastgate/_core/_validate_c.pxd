@@ -1,0 +1,121 @@
+cimport cython
+
+cdef int K_NULL, K_BOOL, K_INT, K_INTFLOAT, K_FLOAT, K_STR, K_ARR, K_OBJ, K_NONFINITE, K_OTHER, K_ANY
+cdef int C_STR, C_NUM, C_ENUM, C_CONST, C_OBJ, C_ARR, C_APPLY, C_FALSE
+cdef int S_ANY, S_ONE, S_NOT
+cdef object _HERE
+
+
+cdef class ValidationIssue:
+    cdef object _path
+    cdef object _keyword
+    cdef object _message
+
+
+cdef class Node:
+    cdef public str pointer
+    cdef public int types
+    cdef public tuple type_names
+    cdef public int checks
+    cdef public bint leaf
+    cdef public Py_ssize_t min_length
+    cdef public Py_ssize_t max_length
+    cdef public object pattern
+    cdef public str pattern_source
+    cdef public object minimum
+    cdef public object maximum
+    cdef public object exclusive_minimum
+    cdef public object exclusive_maximum
+    cdef public object multiple_of
+    cdef public object enum_keys
+    cdef public list enum_values
+    cdef public object const_key
+    cdef public object const_value
+    cdef public dict properties
+    cdef public tuple required
+    cdef public Node additional
+    cdef public bint additional_false
+    cdef public Py_ssize_t min_properties
+    cdef public Py_ssize_t max_properties
+    cdef public list prefix
+    cdef public Node items
+    cdef public bint items_false
+    cdef public Py_ssize_t min_items
+    cdef public Py_ssize_t max_items
+    cdef public bint unique
+    cdef public list all_of
+    cdef public list any_of
+    cdef public list one_of
+    cdef public Node not_
+    cdef public Node ref
+    cdef public object disc_key
+    cdef public dict disc_map
+    cdef public bint disc_required
+
+
+cdef class Sink:
+    cdef public list issues
+    cdef public Py_ssize_t count
+    cdef public Py_ssize_t limit
+    cdef public bint silent
+
+
+cdef class Step:
+    cdef public int op
+    cdef public Node node
+    cdef public object value
+    cdef public object loc
+    cdef public Sink sink
+    cdef public list branches
+    cdef public Py_ssize_t index
+    cdef public Py_ssize_t passed
+    cdef public Py_ssize_t first_passed
+    cdef public Sink sub
+
+
+cdef class Validator:
+    cdef public Node root
+    cdef public object schema
+    cdef public Py_ssize_t max_issues
+    cpdef list validate(self, object value)
+    cpdef bint is_valid(self, object value) except -1
+
+
+@cython.locals(t=object)
+cpdef int kind_of(object value) except -1
+cdef int _float_kind(double value) except -1
+@cython.locals(kind=int, child_kind=int, results=list, stack=list, n=Py_ssize_t, expanded=bint)
+cpdef object canonical(object value)
+cdef bint _is_multiple(object value, object divisor) except -1
+@cython.locals(keys=list)
+cpdef tuple materialize(object loc)
+@cython.locals(parts=list)
+cpdef str field_name(tuple path)
+cdef str _quote(str text)
+@cython.locals(kind=int)
+cpdef str describe(object value)
+@cython.locals(kind=int)
+cdef str _literal(object value)
+cdef str _choices(list values)
+@cython.locals(names=list)
+cdef str _expected_types(Node node)
+@cython.locals(path=tuple)
+cdef void add_issue(Sink sink, object loc, str keyword, str text) except *
+cdef void _fail(Sink sink, object parent, object key, str keyword, Node node, object value) except *
+cdef str _explain(str keyword, Node node, object value)
+@cython.locals(checks=int, length=Py_ssize_t)
+cdef bint check_local(Node node, object value, int kind, object parent, object key, Sink sink) except -1
+@cython.locals(sink=Sink, stack=list, node=Node, current=Sink, kind=int, step=Step, branch=Node)
+cpdef Sink run(Node root, object value, Py_ssize_t limit, bint silent)
+@cython.locals(properties=dict, additional=Node, child=Node)
+cdef void _expand_object(Node node, object value, object loc, Sink sink, list stack) except *
+@cython.locals(length=Py_ssize_t, prefix=list, n_prefix=Py_ssize_t, items=Node, index=Py_ssize_t, child=Node)
+cdef void _expand_array(Node node, object value, object loc, Sink sink, list stack) except *
+@cython.locals(seen=dict, index=Py_ssize_t, first=Py_ssize_t)
+cdef void _check_unique(object value, object loc, Sink sink) except *
+@cython.locals(step=Step, op=int, branches=list, sub=Node)
+cdef void _expand_applicators(Node node, object value, object loc, Sink sink, list stack) except *
+@cython.locals(branch=Node)
+cdef bint _discriminate(Node node, object value, object loc, Sink sink, list stack, int op) except -1
+@cython.locals(sub=Sink, branch=Node)
+cdef Node _advance(Step step, list stack)

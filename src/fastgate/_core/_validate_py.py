@@ -1,0 +1,683 @@
+"""The validation engine: a compiled schema program run by one iterative loop (SPEC §2.2, §2.3).
+
+The compiler (``fastgate.schema._compile``) turns a JSON Schema into a graph of ``Node`` records,
+one per schema location, with every keyword pre-digested into typed fields. ``run`` walks a value
+against that graph with an explicit stack: no Python (or C) recursion proportional to the depth of
+the schema or of the value. Leaf nodes (scalar checks only) are checked in place, so a typical flat
+tool call pushes no frame at all.
+
+Issues go to a ``Sink``: the top-level sink collects up to ``limit`` issues with messages; the
+sinks of ``anyOf``/``oneOf``/``not`` branches are silent and stop at the first failure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from fractions import Fraction
+from typing import Any
+
+# Value kinds: one bit each, so ``type`` keywords compile to a mask.
+K_NULL = 1
+K_BOOL = 2
+K_INT = 4
+K_INTFLOAT = 8  # a float with no fractional part: an "integer" for JSON Schema
+K_FLOAT = 16
+K_STR = 32
+K_ARR = 64
+K_OBJ = 128
+K_NONFINITE = 256  # NaN and infinities: no JSON type accepts them
+K_OTHER = 512  # anything that is not a JSON value
+K_ANY = 1023
+
+# Which keyword groups a node carries (``Node.checks``).
+C_STR = 1
+C_NUM = 2
+C_ENUM = 4
+C_CONST = 8
+C_OBJ = 16
+C_ARR = 32
+C_APPLY = 64  # allOf / anyOf / oneOf / not / $ref
+C_FALSE = 128
+
+# Combinator steps kept on the stack while their branches run.
+S_ANY = 0
+S_ONE = 1
+S_NOT = 2
+
+_HERE = object()  # "no key": the value sits at the location ``parent`` itself
+
+# Python-visible views of the constants above, for the compiler: in the compiled module the
+# constants themselves are C globals and do not appear in the module namespace.
+TYPE_KINDS = {
+    "null": K_NULL,
+    "boolean": K_BOOL,
+    "integer": K_INT | K_INTFLOAT,
+    "number": K_INT | K_INTFLOAT | K_FLOAT,
+    "string": K_STR,
+    "array": K_ARR,
+    "object": K_OBJ,
+}
+CHECK_BITS = {
+    "string": C_STR,
+    "number": C_NUM,
+    "enum": C_ENUM,
+    "const": C_CONST,
+    "object": C_OBJ,
+    "array": C_ARR,
+    "apply": C_APPLY,
+    "false": C_FALSE,
+}
+
+
+class ValidationIssue:
+    """One failed keyword: where (``path`` into the value), which keyword, and what to fix."""
+
+    __slots__ = ("_keyword", "_message", "_path")
+
+    def __init__(self, path: tuple[str | int, ...], keyword: str, message: str) -> None:
+        self._path = path
+        self._keyword = keyword
+        self._message = message
+
+    @property
+    def path(self) -> tuple[str | int, ...]:
+        return self._path
+
+    @property
+    def keyword(self) -> str:
+        return self._keyword
+
+    @property
+    def message(self) -> str:
+        return self._message
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ValidationIssue):
+            return NotImplemented
+        return (self._path, self._keyword, self._message) == (
+            other.path,
+            other.keyword,
+            other.message,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self._path, self._keyword, self._message))
+
+    def __repr__(self) -> str:
+        return (
+            f"ValidationIssue(path={self._path!r}, keyword={self._keyword!r}, "
+            f"message={self._message!r})"
+        )
+
+
+class Node:
+    """One compiled schema location. Fields are filled by the compiler, read by ``run``."""
+
+    def __init__(self, pointer: str) -> None:
+        self.pointer = pointer
+        self.types = K_ANY
+        self.type_names: tuple[str, ...] = ()
+        self.checks = 0
+        self.leaf = True
+        self.min_length = -1
+        self.max_length = -1
+        self.pattern: Any = None
+        self.pattern_source = ""
+        self.minimum: Any = None
+        self.maximum: Any = None
+        self.exclusive_minimum: Any = None
+        self.exclusive_maximum: Any = None
+        self.multiple_of: Any = None
+        self.enum_keys: Any = None  # frozenset of canonical keys
+        self.enum_values: list[Any] = []
+        self.const_key: Any = None
+        self.const_value: Any = None
+        self.properties: dict[str, Node] = {}
+        self.required: tuple[str, ...] = ()
+        self.additional: Node | None = None
+        self.additional_false = False
+        self.min_properties = -1
+        self.max_properties = -1
+        self.prefix: list[Node] = []
+        self.items: Node | None = None
+        self.items_false = False
+        self.min_items = -1
+        self.max_items = -1
+        self.unique = False
+        self.all_of: list[Node] = []
+        self.any_of: list[Node] = []
+        self.one_of: list[Node] = []
+        self.not_: Node | None = None
+        self.ref: Node | None = None
+        # A const-discriminated anyOf/oneOf: property name, const -> branch, every branch needs it.
+        self.disc_key: str | None = None
+        self.disc_map: dict[str, Node] = {}
+        self.disc_required = False
+
+
+class Sink:
+    """Where issues go. ``silent`` sinks only count (branches of anyOf/oneOf/not)."""
+
+    def __init__(self, limit: int, silent: bool) -> None:
+        self.issues: list[ValidationIssue] = []
+        self.count = 0
+        self.limit = limit
+        self.silent = silent
+
+
+class Step:
+    """An anyOf/oneOf/not waiting for its current branch (branches run one at a time)."""
+
+    def __init__(
+        self, op: int, node: Node, value: Any, loc: Any, sink: Sink, branches: list[Node]
+    ) -> None:
+        self.op = op
+        self.node = node
+        self.value = value
+        self.loc = loc
+        self.sink = sink
+        self.branches = branches
+        self.index = 0
+        self.passed = 0
+        self.first_passed = -1
+        self.sub: Sink | None = None
+
+
+# -- values -------------------------------------------------------------------------------------
+
+
+def kind_of(value: Any) -> int:
+    t = type(value)
+    if t is str:
+        return K_STR
+    if t is dict:
+        return K_OBJ
+    if t is int:
+        return K_INT
+    if t is list:
+        return K_ARR
+    if t is bool:
+        return K_BOOL
+    if value is None:
+        return K_NULL
+    if t is float:
+        return _float_kind(value)
+    # Subclasses and read-only views (a frozen snapshot of the arguments) count as what they are.
+    if isinstance(value, bool):
+        return K_BOOL
+    if isinstance(value, int):
+        return K_INT
+    if isinstance(value, float):
+        return _float_kind(value)
+    if isinstance(value, str):
+        return K_STR
+    if isinstance(value, (list, tuple)):
+        return K_ARR
+    if isinstance(value, Mapping):
+        return K_OBJ
+    return K_OTHER
+
+
+def _float_kind(value: float) -> int:
+    if not math.isfinite(value):
+        return K_NONFINITE
+    if value == math.floor(value):
+        return K_INTFLOAT
+    return K_FLOAT
+
+
+def canonical(value: Any) -> Any:
+    """A hashable key with JSON equality: 1 == 1.0, true != 1, deep for arrays and objects.
+
+    Iterative (post-order over an explicit stack), so a deeply nested value cannot recurse.
+    """
+    kind = kind_of(value)
+    if kind & (K_STR | K_INT | K_INTFLOAT | K_FLOAT | K_NULL):
+        return value
+    if kind == K_BOOL:
+        return ("b", bool(value))
+    if kind == K_NONFINITE or kind == K_OTHER:
+        return ("x", repr(value))
+    # Containers: frames of (value, kind, children done so far).
+    results: list[Any] = []
+    stack: list[Any] = [(value, kind, False)]
+    while stack:
+        item, item_kind, expanded = stack.pop()
+        if expanded:
+            if item_kind == K_ARR:
+                n = len(item)
+                children = results[len(results) - n :] if n else []
+                del results[len(results) - n :]
+                results.append(("[", tuple(children)))
+            else:
+                n = len(item)
+                children = results[len(results) - n :] if n else []
+                del results[len(results) - n :]
+                results.append(("{", frozenset(zip(item.keys(), children, strict=True))))
+            continue
+        child_kind = kind_of(item)
+        if child_kind == K_ARR:
+            stack.append((item, K_ARR, True))
+            stack.extend([(child, 0, False) for child in reversed(item)])
+        elif child_kind == K_OBJ:
+            stack.append((item, K_OBJ, True))
+            stack.extend([(child, 0, False) for child in reversed(list(item.values()))])
+        elif child_kind == K_BOOL:
+            results.append(("b", bool(item)))
+        elif child_kind == K_NONFINITE or child_kind == K_OTHER:
+            results.append(("x", repr(item)))
+        else:
+            results.append(item)
+    return results[0]
+
+
+def _is_multiple(value: Any, divisor: Any) -> bool:
+    if type(value) is int and type(divisor) is int:
+        return value % divisor == 0
+    # Exact decimal arithmetic on the shortest repr: 0.0075 is a multiple of 0.0001.
+    quotient = Fraction(repr(value)) / Fraction(repr(divisor))
+    return quotient.denominator == 1
+
+
+# -- messages -----------------------------------------------------------------------------------
+
+
+def materialize(loc: Any) -> tuple[str | int, ...]:
+    """The path tuple of a location chain ``(parent, key)`` (None is the root)."""
+    keys: list[str | int] = []
+    while loc is not None:
+        keys.append(loc[1])
+        loc = loc[0]
+    keys.reverse()
+    return tuple(keys)
+
+
+def field_name(path: tuple[str | int, ...]) -> str:
+    if not path:
+        return "the arguments"
+    parts: list[str] = []
+    for key in path:
+        if isinstance(key, int):
+            parts.append(f"[{key}]")
+        elif key.isidentifier():
+            parts.append(f".{key}" if parts else key)
+        else:
+            parts.append(f"[{_quote(key)}]")
+    return "".join(parts)
+
+
+def _quote(text: str) -> str:
+    if len(text) > 60:
+        text = text[:57] + "..."
+    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def describe(value: Any) -> str:
+    """A short, safe description of a value for a message (never a deep repr)."""
+    kind = kind_of(value)
+    if kind == K_STR:
+        return f"the string {_quote(value)}"
+    if kind == K_BOOL:
+        return "true" if value else "false"
+    if kind == K_NULL:
+        return "null"
+    if kind & (K_INT | K_INTFLOAT | K_FLOAT | K_NONFINITE):
+        return f"the number {value!r}"
+    if kind == K_ARR:
+        return f"an array of {len(value)} item{'' if len(value) == 1 else 's'}"
+    if kind == K_OBJ:
+        return "an object"
+    return f"a {type(value).__name__} (not a JSON value)"
+
+
+def _literal(value: Any) -> str:
+    kind = kind_of(value)
+    if kind == K_STR:
+        return _quote(value)
+    if kind == K_BOOL:
+        return "true" if value else "false"
+    if kind == K_NULL:
+        return "null"
+    if kind & (K_INT | K_INTFLOAT | K_FLOAT):
+        return repr(value)
+    return "an array" if kind == K_ARR else "an object"
+
+
+def _choices(values: list[Any]) -> str:
+    shown = ", ".join([_literal(v) for v in values[:20]])
+    return shown + (f" (and {len(values) - 20} more)" if len(values) > 20 else "")
+
+
+def _expected_types(node: Node) -> str:
+    names = [n if n not in ("object", "array", "integer") else f"an {n}" for n in node.type_names]
+    names = [n if n.startswith("an ") or n == "null" else f"a {n}" for n in names]
+    if len(names) == 1:
+        return names[0]
+    last = len(names) - 1  # no negative indexes: the compiled build turns off wraparound
+    return ", ".join(names[:last]) + " or " + names[last]
+
+
+def add_issue(sink: Sink, loc: Any, keyword: str, text: str) -> None:
+    path = materialize(loc)
+    sink.issues.append(ValidationIssue(path, keyword, f"{field_name(path)}: {text}"))
+
+
+def _fail(sink: Sink, parent: Any, key: Any, keyword: str, node: Node, value: Any) -> None:
+    """Record one failed keyword; messages are only built for sinks that report them."""
+    sink.count += 1
+    if sink.silent or sink.count > sink.limit:
+        return
+    loc = parent if key is _HERE else (parent, key)
+    add_issue(sink, loc, keyword, _explain(keyword, node, value))
+
+
+def _explain(keyword: str, node: Node, value: Any) -> str:
+    got = describe(value)
+    if keyword == "type":
+        return f"expected {_expected_types(node)}, got {got}"
+    if keyword == "false":
+        return f"no value is allowed here, got {got}"
+    if keyword == "minLength":
+        return f"expected a string of at least {node.min_length} characters, got {len(value)}"
+    if keyword == "maxLength":
+        return f"expected a string of at most {node.max_length} characters, got {len(value)}"
+    if keyword == "pattern":
+        return f"expected a string matching the pattern {node.pattern_source}, got {got}"
+    if keyword == "minimum":
+        return f"expected a number >= {node.minimum!r}, got {value!r}"
+    if keyword == "maximum":
+        return f"expected a number <= {node.maximum!r}, got {value!r}"
+    if keyword == "exclusiveMinimum":
+        return f"expected a number > {node.exclusive_minimum!r}, got {value!r}"
+    if keyword == "exclusiveMaximum":
+        return f"expected a number < {node.exclusive_maximum!r}, got {value!r}"
+    if keyword == "multipleOf":
+        return f"expected a multiple of {node.multiple_of!r}, got {value!r}"
+    if keyword == "enum":
+        return f"expected one of {_choices(node.enum_values)}, got {got}"
+    if keyword == "const":
+        return f"expected exactly {_literal(node.const_value)}, got {got}"
+    if keyword == "minItems":
+        return f"expected at least {node.min_items} items, got {len(value)}"
+    if keyword == "maxItems":
+        return f"expected at most {node.max_items} items, got {len(value)}"
+    if keyword == "minProperties":
+        return f"expected at least {node.min_properties} properties, got {len(value)}"
+    if keyword == "maxProperties":
+        return f"expected at most {node.max_properties} properties, got {len(value)}"
+    if keyword == "anyOf":
+        return f"expected a value matching at least one of {len(node.any_of)} variants, got {got}"
+    if keyword == "oneOf":
+        return f"expected a value matching exactly one of {len(node.one_of)} variants, got {got}"
+    if keyword == "not":
+        return f"expected a value that does not match the schema under 'not', got {got}"
+    return f"failed {keyword}"  # pragma: no cover - every keyword above has its own words
+
+
+# -- the checks ---------------------------------------------------------------------------------
+
+
+def check_local(node: Node, value: Any, kind: int, parent: Any, key: Any, sink: Sink) -> bool:
+    """Type and scalar keywords of one node; False when the type is wrong (skip the rest)."""
+    checks = node.checks
+    if checks & C_FALSE:
+        _fail(sink, parent, key, "false", node, value)
+        return False
+    if not kind & node.types:
+        _fail(sink, parent, key, "type", node, value)
+        return False
+    if checks & C_STR and kind == K_STR:
+        if node.min_length >= 0 or node.max_length >= 0:
+            length = len(value)
+            if 0 <= node.min_length and length < node.min_length:
+                _fail(sink, parent, key, "minLength", node, value)
+            if 0 <= node.max_length < length:
+                _fail(sink, parent, key, "maxLength", node, value)
+        if node.pattern is not None and node.pattern.search(value) is None:
+            _fail(sink, parent, key, "pattern", node, value)
+    if checks & C_NUM and kind & (K_INT | K_INTFLOAT | K_FLOAT):
+        if node.minimum is not None and value < node.minimum:
+            _fail(sink, parent, key, "minimum", node, value)
+        if node.maximum is not None and value > node.maximum:
+            _fail(sink, parent, key, "maximum", node, value)
+        if node.exclusive_minimum is not None and value <= node.exclusive_minimum:
+            _fail(sink, parent, key, "exclusiveMinimum", node, value)
+        if node.exclusive_maximum is not None and value >= node.exclusive_maximum:
+            _fail(sink, parent, key, "exclusiveMaximum", node, value)
+        if node.multiple_of is not None and not _is_multiple(value, node.multiple_of):
+            _fail(sink, parent, key, "multipleOf", node, value)
+    if checks & (C_ENUM | C_CONST):
+        # Numbers and strings are their own JSON-equality keys (1 == 1.0); the rest is canonical.
+        probe = value if kind & (K_STR | K_INT | K_INTFLOAT | K_FLOAT) else canonical(value)
+        if checks & C_ENUM and probe not in node.enum_keys:
+            _fail(sink, parent, key, "enum", node, value)
+        if checks & C_CONST and probe != node.const_key:
+            _fail(sink, parent, key, "const", node, value)
+    return True
+
+
+def run(root: Node, value: Any, limit: int, silent: bool) -> Sink:
+    """Validate ``value`` against ``root``; the sink holds the issues (or just their count)."""
+    sink = Sink(limit, silent)
+    stack: list[Any] = []
+    node: Node = root
+    parent: Any = None
+    key: Any = _HERE
+    current = sink
+    while True:
+        if current.count < current.limit:
+            kind = kind_of(value)
+            if check_local(node, value, kind, parent, key, current) and not node.leaf:
+                loc = parent if key is _HERE else (parent, key)
+                if kind == K_OBJ and node.checks & C_OBJ:
+                    _expand_object(node, value, loc, current, stack)
+                elif kind == K_ARR and node.checks & C_ARR:
+                    _expand_array(node, value, loc, current, stack)
+                if node.checks & C_APPLY:
+                    _expand_applicators(node, value, loc, current, stack)
+        # Next frame: an evaluation tuple, or a combinator step whose branch just finished.
+        while True:
+            if not stack or sink.count >= sink.limit:
+                return sink
+            frame = stack.pop()
+            if type(frame) is tuple:
+                node, value, parent, current = frame
+                key = _HERE
+                break
+            step: Step = frame
+            if step.sink.count >= step.sink.limit:
+                continue
+            branch = _advance(step, stack)
+            if branch is not None:
+                node = branch
+                value = step.value
+                parent = step.loc
+                key = _HERE
+                current = step.sub  # type: ignore[assignment]
+                break
+
+
+def _expand_object(node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any]) -> None:
+    for name in node.required:
+        if name not in value:
+            sink.count += 1
+            if not sink.silent and sink.count <= sink.limit:
+                add_issue(sink, loc, "required", f"missing required property {_quote(name)}")
+    if node.min_properties >= 0 and len(value) < node.min_properties:
+        _fail(sink, loc, _HERE, "minProperties", node, value)
+    if 0 <= node.max_properties < len(value):
+        _fail(sink, loc, _HERE, "maxProperties", node, value)
+    properties = node.properties
+    additional = node.additional
+    for name, item in value.items():
+        child = properties.get(name)
+        if child is None:
+            if node.additional_false:
+                sink.count += 1
+                if not sink.silent and sink.count <= sink.limit:
+                    allowed = ", ".join(properties) or "none"
+                    add_issue(
+                        sink,
+                        (loc, name),
+                        "additionalProperties",
+                        f"unexpected property (allowed properties: {allowed})",
+                    )
+                continue
+            if additional is None:
+                continue
+            child = additional
+        if child.leaf:
+            check_local(child, item, kind_of(item), loc, name, sink)
+        else:
+            stack.append((child, item, (loc, name), sink))
+
+
+def _expand_array(node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any]) -> None:
+    length = len(value)
+    if node.min_items >= 0 and length < node.min_items:
+        _fail(sink, loc, _HERE, "minItems", node, value)
+    if 0 <= node.max_items < length:
+        _fail(sink, loc, _HERE, "maxItems", node, value)
+    if node.unique and length > 1:
+        _check_unique(value, loc, sink)
+    prefix = node.prefix
+    n_prefix = len(prefix)
+    items = node.items
+    if node.items_false and length > n_prefix:
+        sink.count += 1
+        if not sink.silent and sink.count <= sink.limit:
+            add_issue(
+                sink,
+                (loc, n_prefix),
+                "items",
+                f"unexpected item: at most {n_prefix} items are allowed, got {length}",
+            )
+    # Pushed in reverse so that items are checked in order.
+    index = length - 1
+    while index >= 0:
+        child = prefix[index] if index < n_prefix else items
+        if child is not None:
+            if child.leaf:
+                check_local(child, value[index], kind_of(value[index]), loc, index, sink)
+            else:
+                stack.append((child, value[index], (loc, index), sink))
+        index -= 1
+
+
+def _check_unique(value: Any, loc: Any, sink: Sink) -> None:
+    seen: dict[Any, int] = {}
+    for index, item in enumerate(value):
+        probe = canonical(item)
+        first = seen.setdefault(probe, index)
+        if first != index:
+            sink.count += 1
+            if not sink.silent and sink.count <= sink.limit:
+                add_issue(
+                    sink,
+                    loc,
+                    "uniqueItems",
+                    f"expected unique items, but items {first} and {index} are equal",
+                )
+            return
+
+
+def _expand_applicators(node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any]) -> None:
+    if node.not_ is not None:
+        step = Step(S_NOT, node, value, loc, sink, [node.not_])
+        stack.append(step)
+    for branches, op in ((node.one_of, S_ONE), (node.any_of, S_ANY)):
+        if not branches:
+            continue
+        if node.disc_key is not None and type(value) is dict:
+            if _discriminate(node, value, loc, sink, stack, op):
+                continue
+        stack.append(Step(op, node, value, loc, sink, branches))
+    if node.ref is not None:
+        stack.append((node.ref, value, loc, sink))
+    stack.extend([(sub, value, loc, sink) for sub in reversed(node.all_of)])
+
+
+def _discriminate(
+    node: Node, value: dict[str, Any], loc: Any, sink: Sink, stack: list[Any], op: int
+) -> bool:
+    """A const discriminator picks the branch; False when it cannot decide (general path)."""
+    name = node.disc_key
+    assert name is not None
+    if name in value:
+        tag = value[name]
+        branch = node.disc_map.get(tag) if type(tag) is str else None
+        if branch is not None:
+            stack.append((branch, value, loc, sink))
+            return True
+        keyword = "oneOf" if op == S_ONE else "anyOf"
+        sink.count += 1
+        if not sink.silent and sink.count <= sink.limit:
+            add_issue(
+                sink,
+                (loc, name),
+                keyword,
+                f"expected one of {_choices(list(node.disc_map))} (it selects the variant), "
+                f"got {describe(tag)}",
+            )
+        return True
+    if node.disc_required:
+        keyword = "oneOf" if op == S_ONE else "anyOf"
+        sink.count += 1
+        if not sink.silent and sink.count <= sink.limit:
+            add_issue(
+                sink,
+                loc,
+                keyword,
+                f"missing required property {_quote(name)} "
+                f"(one of {_choices(list(node.disc_map))}, it selects the variant)",
+            )
+        return True
+    return False
+
+
+def _advance(step: Step, stack: list[Any]) -> Node | None:
+    """Account for the branch that just ran; return the next branch to run, or None when done."""
+    sub = step.sub
+    if sub is not None:
+        if sub.count == 0:
+            if step.op == S_ANY:
+                return None
+            if step.op == S_NOT:
+                _fail(step.sink, step.loc, _HERE, "not", step.node, step.value)
+                return None
+            step.passed += 1
+            if step.passed > 1:
+                _fail(step.sink, step.loc, _HERE, "oneOf", step.node, step.value)
+                return None
+        elif step.op == S_NOT:
+            return None
+    if step.index >= len(step.branches):
+        if step.op == S_ANY:
+            _fail(step.sink, step.loc, _HERE, "anyOf", step.node, step.value)
+        elif step.passed == 0:
+            _fail(step.sink, step.loc, _HERE, "oneOf", step.node, step.value)
+        return None
+    branch = step.branches[step.index]
+    step.index += 1
+    step.sub = Sink(1, True)
+    stack.append(step)
+    return branch
+
+
+class Validator:
+    """A compiled schema: ``validate(value)`` returns every issue (up to ``max_issues``)."""
+
+    def __init__(self, root: Node, schema: Any, max_issues: int) -> None:
+        self.root = root
+        self.schema = schema
+        self.max_issues = max_issues
+
+    def validate(self, value: Any) -> list[ValidationIssue]:
+        """Issues of ``value`` (empty when valid); never mutates or coerces it."""
+        return run(self.root, value, self.max_issues, False).issues
+
+    def is_valid(self, value: Any) -> bool:
+        """True when ``value`` is valid; stops at the first failure and builds no message."""
+        return run(self.root, value, 1, True).count == 0

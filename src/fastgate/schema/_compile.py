@@ -1,0 +1,459 @@
+"""Compile a raw JSON Schema (draft 2020-12 subset, SPEC §2.3) into the validation program.
+
+Compilation is a worklist over schema locations: each location (a JSON pointer) becomes one
+``Node``; subschemas are queued rather than recursed into, so a 10,000-level schema compiles with
+constant Python stack. ``$ref`` points at the node of its target location (created on demand), so
+recursive schemas are graphs. A cycle of ``$ref``/``allOf``/``anyOf``/``oneOf``/``not`` edges that
+never moves into the instance would loop forever at validation: it is a ``SchemaError``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+from urllib.parse import unquote
+
+from fastgate._core import validate as core
+from fastgate.errors import SchemaError
+from fastgate.schema._pattern import compile_pattern
+
+#: Issues reported by ``Validator.validate`` before it stops (the rest are not computed).
+DEFAULT_MAX_ISSUES = 50
+
+_TYPE_KINDS: dict[str, int] = core.TYPE_KINDS
+_BIT: dict[str, int] = core.CHECK_BITS
+C_STR, C_NUM, C_ENUM, C_CONST = _BIT["string"], _BIT["number"], _BIT["enum"], _BIT["const"]
+C_OBJ, C_ARR, C_APPLY, C_FALSE = _BIT["object"], _BIT["array"], _BIT["apply"], _BIT["false"]
+_ANNOTATIONS = frozenset(
+    (
+        "title",
+        "description",
+        "default",
+        "examples",
+        "$comment",
+        "format",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "contentMediaType",
+        "contentEncoding",
+    )
+)
+_COUNTS = {
+    "minLength": "min_length",
+    "maxLength": "max_length",
+    "minItems": "min_items",
+    "maxItems": "max_items",
+    "minProperties": "min_properties",
+    "maxProperties": "max_properties",
+}
+_BOUNDS = {
+    "minimum": "minimum",
+    "maximum": "maximum",
+    "exclusiveMinimum": "exclusive_minimum",
+    "exclusiveMaximum": "exclusive_maximum",
+}
+_SCHEMA_LISTS = {"allOf": "all_of", "anyOf": "any_of", "oneOf": "one_of"}
+_STRUCTURE = C_OBJ | C_ARR | C_APPLY
+
+
+def escape_token(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def _where(pointer: str) -> str:
+    return "#" + pointer
+
+
+def _is_number(value: object) -> bool:
+    return type(value) in (int, float) and (type(value) is int or math.isfinite(value))  # type: ignore[arg-type]
+
+
+class _Compiler:
+    def __init__(self, document: Any) -> None:
+        self.document = document
+        self.nodes: dict[str, core.Node] = {}
+        self.pending: list[tuple[core.Node, Any]] = []
+
+    def node_for(self, pointer: str, schema: Any) -> core.Node:
+        node = self.nodes.get(pointer)
+        if node is None:
+            if type(schema) is not dict and type(schema) is not bool:
+                raise SchemaError(
+                    f"a schema must be an object or a boolean, got {type(schema).__name__}",
+                    pointer=_where(pointer),
+                )
+            node = core.Node(pointer)
+            self.nodes[pointer] = node
+            self.pending.append((node, schema))
+        return node
+
+    def run(self) -> core.Node:
+        root = self.node_for("", self.document)
+        while self.pending:
+            node, schema = self.pending.pop()
+            self.fill(node, schema)
+        for node in self.nodes.values():
+            node.leaf = not node.checks & _STRUCTURE
+            _find_discriminator(node)
+        _reject_stationary_cycles(root)
+        return root
+
+    # -- one location ---------------------------------------------------------------------------
+
+    def fill(self, node: core.Node, schema: Any) -> None:
+        pointer = node.pointer
+        if schema is True:
+            return
+        if schema is False:
+            node.checks |= C_FALSE
+            return
+        for keyword, value in schema.items():
+            if keyword in _ANNOTATIONS:
+                continue
+            if keyword == "$schema":
+                _check_dialect(value, pointer)
+                continue
+            handler = _HANDLERS.get(keyword)
+            if handler is None:
+                if keyword == "$id" and pointer == "":
+                    continue
+                reason = "unknown keyword" if keyword not in _KNOWN_UNSUPPORTED else "unsupported"
+                raise SchemaError(
+                    f"{reason} keyword {keyword!r}: fastgate does not implement it, so the schema "
+                    "cannot be enforced as written",
+                    pointer=_where(pointer),
+                    keyword=keyword,
+                )
+            handler(self, node, keyword, value, f"{pointer}/{escape_token(keyword)}")
+
+    def child(self, pointer: str, schema: Any) -> core.Node:
+        return self.node_for(pointer, schema)
+
+    def resolve(self, ref: Any, at: str) -> core.Node:
+        if type(ref) is not str:
+            raise SchemaError("$ref must be a string", pointer=_where(at), keyword="$ref")
+        if ref != "#" and not ref.startswith("#/"):
+            raise SchemaError(
+                f"only local references ('#' or '#/...') are supported, got {ref!r}",
+                pointer=_where(at),
+                keyword="$ref",
+            )
+        tokens = [] if ref == "#" else unquote(ref[2:]).split("/")
+        target = self.document
+        for raw in tokens:
+            token = raw.replace("~1", "/").replace("~0", "~")
+            if type(target) is dict and token in target:
+                target = target[token]
+            elif type(target) is list and token.isdigit() and int(token) < len(target):
+                target = target[int(token)]
+            else:
+                raise SchemaError(
+                    f"$ref {ref!r} does not resolve", pointer=_where(at), keyword="$ref"
+                )
+        pointer = "".join(
+            "/" + escape_token(t.replace("~1", "/").replace("~0", "~")) for t in tokens
+        )
+        return self.node_for(pointer, target)
+
+
+# Dialects whose meaning of the supported keywords is the one implemented here (older drafts
+# spell the differing keywords, e.g. array-form ``items``, in forms that are rejected anyway).
+_DIALECT = re.compile(
+    r"https?://json-schema\.org/(draft/2020-12|draft/2019-09|draft-0[4-7])/schema#?"
+)
+
+
+def _check_dialect(value: Any, pointer: str) -> None:
+    if type(value) is not str or not _DIALECT.fullmatch(value):
+        raise SchemaError(
+            f"unknown dialect {value!r}: only the published JSON Schema meta-schemas are known",
+            pointer=_where(pointer),
+            keyword="$schema",
+        )
+
+
+def _bad(at: str, keyword: str, reason: str) -> SchemaError:
+    return SchemaError(reason, pointer=_where(at.rsplit("/", 1)[0]), keyword=keyword)
+
+
+def _type(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    names = [value] if type(value) is str else value
+    if type(names) is not list or not names:
+        raise _bad(at, keyword, "type must be a type name or a non-empty list of them")
+    mask = 0
+    for name in names:
+        if type(name) is not str or name not in _TYPE_KINDS:
+            raise _bad(at, keyword, f"unknown type {name!r}; expected one of {sorted(_TYPE_KINDS)}")
+        mask |= _TYPE_KINDS[name]
+    if len(set(names)) != len(names):
+        raise _bad(at, keyword, "type names must be unique")
+    node.types = mask
+    node.type_names = tuple(names)
+
+
+def _count(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    if type(value) is float and value.is_integer() and value >= 0:
+        value = int(value)
+    if type(value) is not int or value < 0:
+        raise _bad(at, keyword, f"{keyword} must be a non-negative integer, got {value!r}")
+    setattr(node, _COUNTS[keyword], value)
+    node.checks |= {"L": C_STR, "I": C_ARR, "P": C_OBJ}[keyword[3]]
+
+
+def _bound(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    if not _is_number(value):
+        raise _bad(at, keyword, f"{keyword} must be a finite number, got {value!r}")
+    setattr(node, _BOUNDS[keyword], value)
+    node.checks |= C_NUM
+
+
+def _multiple_of(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    if not _is_number(value) or value <= 0:
+        raise _bad(at, keyword, f"multipleOf must be a number greater than 0, got {value!r}")
+    node.multiple_of = value
+    node.checks |= C_NUM
+
+
+def _pattern(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    if type(value) is not str:
+        raise _bad(at, keyword, "pattern must be a string")
+    try:
+        node.pattern = compile_pattern(value)
+    except (ValueError, re.error) as exc:
+        raise _bad(at, keyword, f"pattern {value!r} cannot be used: {exc}") from None
+    node.pattern_source = value
+    node.checks |= C_STR
+
+
+def _enum(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    if type(value) is not list:
+        raise _bad(at, keyword, "enum must be a list of values")
+    node.enum_values = list(value)
+    node.enum_keys = frozenset(core.canonical(v) for v in value)
+    node.checks |= C_ENUM
+
+
+def _const(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    node.const_value = value
+    node.const_key = core.canonical(value)
+    node.checks |= C_CONST
+
+
+def _properties(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    if type(value) is not dict:
+        raise _bad(at, keyword, "properties must be an object mapping names to schemas")
+    node.properties = {
+        name: c.child(f"{at}/{escape_token(name)}", sub) for name, sub in value.items()
+    }
+    node.checks |= C_OBJ
+
+
+def _required(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    if type(value) is not list or any(type(name) is not str for name in value):
+        raise _bad(at, keyword, "required must be a list of property names (strings)")
+    if len(set(value)) != len(value):
+        raise _bad(at, keyword, "required must not repeat a name")
+    node.required = tuple(value)
+    node.checks |= C_OBJ
+
+
+def _additional(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    if value is False:
+        node.additional_false = True
+    else:
+        node.additional = c.child(at, value)
+    node.checks |= C_OBJ
+
+
+def _items(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    if value is False:
+        node.items_false = True
+    else:
+        node.items = c.child(at, value)
+    node.checks |= C_ARR
+
+
+def _prefix_items(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    if type(value) is not list or not value:
+        raise _bad(at, keyword, "prefixItems must be a non-empty list of schemas")
+    node.prefix = [c.child(f"{at}/{i}", sub) for i, sub in enumerate(value)]
+    node.checks |= C_ARR
+
+
+def _unique(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    if type(value) is not bool:
+        raise _bad(at, keyword, "uniqueItems must be true or false")
+    node.unique = value
+    if value:
+        node.checks |= C_ARR
+
+
+def _schema_list(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    if type(value) is not list or not value:
+        raise _bad(at, keyword, f"{keyword} must be a non-empty list of schemas")
+    setattr(node, _SCHEMA_LISTS[keyword], [c.child(f"{at}/{i}", s) for i, s in enumerate(value)])
+    node.checks |= C_APPLY
+
+
+def _not(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    node.not_ = c.child(at, value)
+    node.checks |= C_APPLY
+
+
+def _ref(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    node.ref = c.resolve(value, node.pointer)
+    node.checks |= C_APPLY
+
+
+def _defs(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+    if type(value) is not dict:
+        raise _bad(at, keyword, f"{keyword} must be an object mapping names to schemas")
+    for name, sub in value.items():
+        c.child(f"{at}/{escape_token(name)}", sub)  # compiled so that errors surface now
+
+
+_HANDLERS: dict[str, Any] = {
+    "type": _type,
+    "properties": _properties,
+    "required": _required,
+    "additionalProperties": _additional,
+    "items": _items,
+    "prefixItems": _prefix_items,
+    "enum": _enum,
+    "const": _const,
+    "allOf": _schema_list,
+    "anyOf": _schema_list,
+    "oneOf": _schema_list,
+    "not": _not,
+    "multipleOf": _multiple_of,
+    "pattern": _pattern,
+    "uniqueItems": _unique,
+    "$ref": _ref,
+    "$defs": _defs,
+    "definitions": _defs,
+    **dict.fromkeys(_COUNTS, _count),
+    **dict.fromkeys(_BOUNDS, _bound),
+}
+_KNOWN_UNSUPPORTED = frozenset(
+    (
+        "$id",
+        "$anchor",
+        "$dynamicRef",
+        "$dynamicAnchor",
+        "$recursiveRef",
+        "$recursiveAnchor",
+        "$vocabulary",
+        "if",
+        "then",
+        "else",
+        "patternProperties",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+        "contains",
+        "minContains",
+        "maxContains",
+        "dependentRequired",
+        "dependentSchemas",
+        "dependencies",
+        "propertyNames",
+        "contentSchema",
+    )
+)
+
+
+def _find_discriminator(node: core.Node) -> None:
+    """Detect ``oneOf``/``anyOf`` branches told apart by a string ``const`` on one property."""
+    if bool(node.one_of) == bool(node.any_of):
+        return
+    branches = [_through_refs(b) for b in (node.one_of or node.any_of)]
+    first = branches[0].properties
+    for name in first:
+        mapping: dict[str, core.Node] = {}
+        required = True
+        for original, branch in zip(node.one_of or node.any_of, branches, strict=True):
+            prop = branch.properties.get(name)
+            if prop is None or not prop.checks & C_CONST or type(prop.const_value) is not str:
+                break
+            if prop.const_value in mapping:
+                break
+            mapping[prop.const_value] = original
+            required = required and name in branch.required
+        else:
+            node.disc_key = name
+            node.disc_map = mapping
+            node.disc_required = required
+            return
+
+
+def _through_refs(node: core.Node) -> core.Node:
+    """A branch that is only a ``$ref`` stands for its target (bounded: cycles were rejected)."""
+    seen = 0
+    while node.ref is not None and node.checks == C_APPLY and not node.properties and seen < 64:
+        if node.all_of or node.any_of or node.one_of or node.not_ is not None:
+            break
+        node = node.ref
+        seen += 1
+    return node
+
+
+def _stationary_edges(node: core.Node) -> list[core.Node]:
+    """Subschemas applied to the same instance location as ``node``."""
+    edges = [*node.all_of, *node.any_of, *node.one_of]
+    if node.not_ is not None:
+        edges.append(node.not_)
+    if node.ref is not None:
+        edges.append(node.ref)
+    return edges
+
+
+def _reject_stationary_cycles(root: core.Node) -> None:
+    """Run a cycle search from every node reachable from the root (each node searched once)."""
+    state: dict[int, int] = {}  # id(node) -> 1 while on a DFS path, 2 when finished
+    seen = {id(root)}
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if id(node) not in state:
+            _reject_from(node, state)
+        for nxt in (
+            *_stationary_edges(node),
+            *node.properties.values(),
+            *node.prefix,
+            *(n for n in (node.items, node.additional) if n is not None),
+        ):
+            if id(nxt) not in seen:
+                seen.add(id(nxt))
+                todo.append(nxt)
+
+
+def _reject_from(start: core.Node, state: dict[int, int]) -> None:
+    """Iterative three-colour DFS over same-location edges: a back edge is a stationary cycle."""
+    state[id(start)] = 1
+    stack: list[tuple[core.Node, list[core.Node]]] = [(start, _stationary_edges(start))]
+    while stack:
+        node, edges = stack[-1]
+        if not edges:
+            state[id(node)] = 2
+            stack.pop()
+            continue
+        nxt = edges.pop()
+        mark = state.get(id(nxt), 0)
+        if mark == 1:
+            raise SchemaError(
+                "this $ref cycle never moves into the value, so validation could not terminate",
+                pointer=_where(nxt.pointer),
+                keyword="$ref",
+            )
+        if mark == 0:
+            state[id(nxt)] = 1
+            stack.append((nxt, _stationary_edges(nxt)))
+
+
+def compile_json_schema(schema: Any, max_issues: int = DEFAULT_MAX_ISSUES) -> core.Validator:
+    """Compile a raw JSON Schema (dict or bool) into a ``Validator``; ``SchemaError`` if not."""
+    if type(max_issues) is not int or max_issues < 1:
+        raise ValueError("max_issues must be a positive integer")
+    root = _Compiler(schema).run()
+    return core.Validator(root, schema, max_issues)
