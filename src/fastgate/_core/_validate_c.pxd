@@ -16,6 +16,7 @@ cdef class Node:
     cdef public str pointer
     cdef public int types
     cdef public tuple type_names
+    cdef public str expected
     cdef public int checks
     cdef public bint leaf
     cdef public Py_ssize_t min_length
@@ -33,6 +34,9 @@ cdef class Node:
     cdef public object const_value
     cdef public dict properties
     cdef public tuple required
+    cdef public dict prop_table
+    cdef public tuple required_declared
+    cdef public tuple required_undeclared
     cdef public Node additional
     cdef public bint additional_false
     cdef public Py_ssize_t min_properties
@@ -107,13 +111,15 @@ cdef str _explain(str keyword, Node node, object value)
 cdef bint check_local(Node node, object value, int kind, object parent, object key, Sink sink) except -1
 @cython.locals(sink=Sink, stack=list, node=Node, current=Sink, kind=int, step=Step, branch=Node)
 cpdef Sink run(Node root, object value, Py_ssize_t limit, bint silent)
-@cython.locals(properties=dict, additional=Node, child=Node)
+@cython.locals(table=dict, additional=Node, child=Node, slot=tuple, found=Py_ssize_t)
 cdef void _expand_object(Node node, object value, object loc, Sink sink, list stack) except *
+cdef void _report_missing(tuple names, object value, object loc, Sink sink) except *
+cpdef void finish_node(Node node, int structural) except *
 @cython.locals(length=Py_ssize_t, prefix=list, n_prefix=Py_ssize_t, items=Node, index=Py_ssize_t, child=Node)
 cdef void _expand_array(Node node, object value, object loc, Sink sink, list stack) except *
 @cython.locals(seen=dict, index=Py_ssize_t, first=Py_ssize_t)
 cdef void _check_unique(object value, object loc, Sink sink) except *
-@cython.locals(step=Step, op=int, branches=list, sub=Node)
+@cython.locals(index=Py_ssize_t)
 cdef void _expand_applicators(Node node, object value, object loc, Sink sink, list stack) except *
 @cython.locals(branch=Node)
 cdef bint _discriminate(Node node, object value, object loc, Sink sink, list stack, int op) except -1

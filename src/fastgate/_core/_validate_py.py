@@ -12,7 +12,6 @@ sinks of ``anyOf``/``oneOf``/``not`` branches are silent and stop at the first f
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
@@ -118,6 +117,7 @@ class Node:
         self.pointer = pointer
         self.types = K_ANY
         self.type_names: tuple[str, ...] = ()
+        self.expected = ""  # "an integer or null": the words for the type keyword
         self.checks = 0
         self.leaf = True
         self.min_length = -1
@@ -135,6 +135,10 @@ class Node:
         self.const_value: Any = None
         self.properties: dict[str, Node] = {}
         self.required: tuple[str, ...] = ()
+        # Filled by ``finish_node``: name -> (child, required?), and ``required`` split in two.
+        self.prop_table: dict[str, tuple[Node, bool]] = {}
+        self.required_declared: tuple[str, ...] = ()
+        self.required_undeclared: tuple[str, ...] = ()
         self.additional: Node | None = None
         self.additional_false = False
         self.min_properties = -1
@@ -154,6 +158,17 @@ class Node:
         self.disc_key: str | None = None
         self.disc_map: dict[str, Node] = {}
         self.disc_required = False
+
+
+def finish_node(node: Node, structural: int) -> None:
+    """Derive the run-time tables of a node once all its keywords are compiled."""
+    node.leaf = not node.checks & structural
+    node.expected = _expected_types(node) if node.type_names else "any value"
+    node.prop_table = {
+        name: (child, name in node.required) for name, child in node.properties.items()
+    }
+    node.required_declared = tuple([n for n in node.required if n in node.properties])
+    node.required_undeclared = tuple([n for n in node.required if n not in node.properties])
 
 
 class Sink:
@@ -220,9 +235,11 @@ def kind_of(value: Any) -> int:
 
 
 def _float_kind(value: float) -> int:
-    if not math.isfinite(value):
+    # Plain arithmetic (no math.* calls) so the compiled build stays in C:
+    # x - x is NaN exactly for NaN and the infinities.
+    if value - value != 0.0:
         return K_NONFINITE
-    if value == math.floor(value):
+    if value % 1.0 == 0.0:
         return K_INTFLOAT
     return K_FLOAT
 
@@ -310,8 +327,9 @@ def field_name(path: tuple[str | int, ...]) -> str:
 def _quote(text: str) -> str:
     if len(text) > 60:
         text = text[:57] + "..."
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return f'"{escaped}"'
+    if "\\" in text or '"' in text or "\n" in text:
+        text = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return '"' + text + '"'
 
 
 def describe(value: Any) -> str:
@@ -376,7 +394,7 @@ def _fail(sink: Sink, parent: Any, key: Any, keyword: str, node: Node, value: An
 def _explain(keyword: str, node: Node, value: Any) -> str:
     got = describe(value)
     if keyword == "type":
-        return f"expected {_expected_types(node)}, got {got}"
+        return "expected " + node.expected + ", got " + got
     if keyword == "false":
         return f"no value is allowed here, got {got}"
     if keyword == "minLength":
@@ -483,8 +501,7 @@ def run(root: Node, value: Any, limit: int, silent: bool) -> Sink:
                 return sink
             frame = stack.pop()
             if type(frame) is tuple:
-                node, value, parent, current = frame
-                key = _HERE
+                node, value, parent, key, current = frame
                 break
             step: Step = frame
             if step.sink.count >= step.sink.limit:
@@ -500,24 +517,22 @@ def run(root: Node, value: Any, limit: int, silent: bool) -> Sink:
 
 
 def _expand_object(node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any]) -> None:
-    for name in node.required:
-        if name not in value:
-            sink.count += 1
-            if not sink.silent and sink.count <= sink.limit:
-                add_issue(sink, loc, "required", f"missing required property {_quote(name)}")
     if node.min_properties >= 0 and len(value) < node.min_properties:
         _fail(sink, loc, _HERE, "minProperties", node, value)
     if 0 <= node.max_properties < len(value):
         _fail(sink, loc, _HERE, "maxProperties", node, value)
-    properties = node.properties
+    table = node.prop_table
     additional = node.additional
+    # Required properties that are also declared are counted on the way through the value:
+    # one dict lookup per key instead of an extra one per required name.
+    found = 0
     for name, item in value.items():
-        child = properties.get(name)
-        if child is None:
+        slot = table.get(name)
+        if slot is None:
             if node.additional_false:
                 sink.count += 1
                 if not sink.silent and sink.count <= sink.limit:
-                    allowed = ", ".join(properties) or "none"
+                    allowed = ", ".join(node.properties) or "none"
                     add_issue(
                         sink,
                         (loc, name),
@@ -528,10 +543,26 @@ def _expand_object(node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any
             if additional is None:
                 continue
             child = additional
+        else:
+            child = slot[0]
+            if slot[1]:
+                found += 1
         if child.leaf:
             check_local(child, item, kind_of(item), loc, name, sink)
         else:
-            stack.append((child, item, (loc, name), sink))
+            stack.append((child, item, loc, name, sink))
+    if found < len(node.required_declared):
+        _report_missing(node.required_declared, value, loc, sink)
+    if node.required_undeclared:
+        _report_missing(node.required_undeclared, value, loc, sink)
+
+
+def _report_missing(names: tuple[str, ...], value: Any, loc: Any, sink: Sink) -> None:
+    for name in names:
+        if name not in value:
+            sink.count += 1
+            if not sink.silent and sink.count <= sink.limit:
+                add_issue(sink, loc, "required", f"missing required property {_quote(name)}")
 
 
 def _expand_array(node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any]) -> None:
@@ -562,7 +593,7 @@ def _expand_array(node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any]
             if child.leaf:
                 check_local(child, value[index], kind_of(value[index]), loc, index, sink)
             else:
-                stack.append((child, value[index], (loc, index), sink))
+                stack.append((child, value[index], loc, index, sink))
         index -= 1
 
 
@@ -584,32 +615,36 @@ def _check_unique(value: Any, loc: Any, sink: Sink) -> None:
 
 
 def _expand_applicators(node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any]) -> None:
+    # Pushed in reverse of the order they run: allOf, $ref, anyOf, oneOf, not.
     if node.not_ is not None:
-        step = Step(S_NOT, node, value, loc, sink, [node.not_])
-        stack.append(step)
-    for branches, op in ((node.one_of, S_ONE), (node.any_of, S_ANY)):
-        if not branches:
-            continue
-        if node.disc_key is not None and type(value) is dict:
-            if _discriminate(node, value, loc, sink, stack, op):
-                continue
-        stack.append(Step(op, node, value, loc, sink, branches))
+        stack.append(Step(S_NOT, node, value, loc, sink, [node.not_]))
+    if node.one_of:
+        if node.disc_key is None or not _discriminate(node, value, loc, sink, stack, S_ONE):
+            stack.append(Step(S_ONE, node, value, loc, sink, node.one_of))
+    if node.any_of:
+        if node.disc_key is None or not _discriminate(node, value, loc, sink, stack, S_ANY):
+            stack.append(Step(S_ANY, node, value, loc, sink, node.any_of))
     if node.ref is not None:
-        stack.append((node.ref, value, loc, sink))
-    stack.extend([(sub, value, loc, sink) for sub in reversed(node.all_of)])
+        stack.append((node.ref, value, loc, _HERE, sink))
+    index = len(node.all_of) - 1
+    while index >= 0:
+        stack.append((node.all_of[index], value, loc, _HERE, sink))
+        index -= 1
 
 
 def _discriminate(
     node: Node, value: dict[str, Any], loc: Any, sink: Sink, stack: list[Any], op: int
 ) -> bool:
     """A const discriminator picks the branch; False when it cannot decide (general path)."""
+    if type(value) is not dict:
+        return False
     name = node.disc_key
     assert name is not None
     if name in value:
         tag = value[name]
         branch = node.disc_map.get(tag) if type(tag) is str else None
         if branch is not None:
-            stack.append((branch, value, loc, sink))
+            stack.append((branch, value, loc, _HERE, sink))
             return True
         keyword = "oneOf" if op == S_ONE else "anyOf"
         sink.count += 1

@@ -95,7 +95,7 @@ class _Compiler:
             node, schema = self.pending.pop()
             self.fill(node, schema)
         for node in self.nodes.values():
-            node.leaf = not node.checks & _STRUCTURE
+            core.finish_node(node, _STRUCTURE)
             _find_discriminator(node)
         _reject_stationary_cycles(root)
         return root
