@@ -22,7 +22,7 @@ from setuptools.command.build_ext import build_ext
 ROOT = Path(__file__).parent
 CORE = ROOT / "src" / "fastgate" / "_core"
 CYSRC = ROOT / "build" / "cysrc"
-CORE_MODULES = ("_ready", "_gate", "_sched", "_locks")
+CORE_MODULES = ("_wait", "_gate", "_sched", "_locks", "_validate")
 
 
 def _flag(name: str) -> bool:

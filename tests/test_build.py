@@ -15,7 +15,7 @@ def test_required_extensions_are_really_compiled() -> None:
         return
     assert fastgate.COMPILED is True
     assert set(fastgate.IMPLEMENTATION.values()) == {"compiled"}
-    for module in (_core.gate, _core.sched, _core.locks, _core.ready):
+    for module in (_core.gate, _core.sched, _core.locks, _core.wait):
         assert module.__name__.endswith("_c"), module
         assert not str(module.__file__).endswith(".py"), module.__file__
 

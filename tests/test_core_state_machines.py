@@ -126,8 +126,8 @@ class SchedulerMachine(RuleBasedStateMachine):
     def setup(self, global_limit: int, session_limit: int, kind_limits: list[int]) -> None:
         self.model = SchedModel(global_limit, session_limit, kind_limits)
         self.cores = [
-            impl.SchedulerCore(READY, _nothing, _nothing, global_limit, session_limit,
-                               kind_limits, 10_000)
+            impl.SchedulerCore(READY, _nothing, _nothing, _nothing, _nothing, global_limit,
+                               session_limit, kind_limits, 10_000, 0.0)
             for impl in implementations("_sched")
         ]
 
@@ -302,9 +302,8 @@ class GateMachine(RuleBasedStateMachine):
             else:
                 self.shared += 1
             return ("fast", exclusive, None, wid)
-        waiters = [core.enqueue(exclusive) for core in self.cores]
-        for w in waiters:
-            w.future = wid  # the core never touches it: a convenient id
+        # The core never touches the future on these paths: use it as an id.
+        waiters = [core.enqueue(exclusive, wid) for core in self.cores]
         self.queue.append((wid, exclusive))
         return ("queued", exclusive, waiters, wid)
 
@@ -381,7 +380,7 @@ class LockMachine(RuleBasedStateMachine):
         if free:
             self.held.add(key)
             return ("fast", key, None, wid)
-        waiters = [core.enqueue(key, wid) for core in self.cores]
+        waiters = [core.enqueue(key, wid, None) for core in self.cores]
         self.queues.setdefault(key, []).append(wid)
         return ("queued", key, waiters, wid)
 

@@ -1,7 +1,6 @@
 """``ToolConcurrencyGate``: the per-executor shared/exclusive FIFO barrier (SPEC §8.1).
 
-The state machine is ``fastgate._core.gate`` (compiled when available). This façade owns the
-asyncio side: a future per queued entrant, cancellation, and closing.
+The state machine and its waiting protocol are ``fastgate._core.gate`` (compiled when available).
 
 Cancellation: cancelling a task that waits in ``__aenter__`` removes it from the queue without
 disturbing the order of the others; if the gate had already been handed to it, the passage is
@@ -13,15 +12,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, final
+from typing import final
 
 import msgspec
 
 from fastgate import _core
 from fastgate.errors import GateClosed
-
-if TYPE_CHECKING:
-    from fastgate._core._gate_py import GateEntry, GateWaiter
 
 
 class GateStats(msgspec.Struct, frozen=True):
@@ -37,6 +33,7 @@ class ToolConcurrencyGate:
 
     Strict arrival order: a shared entrant waits behind any earlier exclusive one (queued or
     running); an exclusive entrant waits for everything before it and holds back everything after.
+    One gate serves one event loop at a time.
     """
 
     __slots__ = ("_core", "exclusive", "shared")
@@ -47,7 +44,7 @@ class ToolConcurrencyGate:
     exclusive: Callable[[], AbstractAsyncContextManager[None]]
 
     def __init__(self) -> None:
-        self._core = _core.gate.GateCore(_core.READY, self._enter_slow, self._wake)
+        self._core = _core.gate.GateCore(_core.READY, _core.WAIT, asyncio.get_running_loop)
         # Bound straight to the compiled core: no Python frame on the uncontended path.
         self.shared = self._core.shared_entry
         self.exclusive = self._core.exclusive_entry
@@ -70,27 +67,3 @@ class ToolConcurrencyGate:
             queued=int(core.queued),
             closed=bool(core.closed),
         )
-
-    async def _enter_slow(self, entry: GateEntry) -> None:
-        core = self._core
-        if core.closed:
-            raise GateClosed("the executor's gate is closed")
-        waiter = core.enqueue(entry.exclusive)
-        entry.waiter = waiter
-        waiter.future = asyncio.get_running_loop().create_future()
-        try:
-            await waiter.future
-        except BaseException:
-            # Leave the queue, or pass on a passage handed over just before the cancellation.
-            self._wake(core.withdraw(waiter))
-            raise
-        entry.held = True
-
-    def _wake(self, granted: list[GateWaiter] | None) -> None:
-        """Resolve granted waiters; a waiter whose future is already cancelled gives back at once."""
-        pending = list(granted or ())
-        for waiter in pending:  # grows while we iterate when a grant is passed on
-            if waiter.future.done():
-                pending.extend(self._core.finish(waiter) or ())
-            else:
-                waiter.future.set_result(None)

@@ -17,12 +17,10 @@ import sys
 import threading
 from collections.abc import Iterable
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, final
+from typing import final
 
 from fastgate import _core
-
-if TYPE_CHECKING:
-    from fastgate._core._locks_py import LockWaiter, MultiLock
+from fastgate.paths import canonical_path
 
 StrPath = str | os.PathLike[str]
 
@@ -40,7 +38,7 @@ def lock_key(path: StrPath) -> str:
         raise TypeError(f"path must be str or os.PathLike[str], got {type(text).__name__}")
     if not text or "\x00" in text:
         raise ValueError(f"not a usable path: {text!r}")
-    key = os.path.realpath(text)
+    key = canonical_path(text)
     return key.casefold() if _FOLD_CASE else key
 
 
@@ -51,7 +49,9 @@ class FileLockManager:
     __slots__ = ("_core",)
 
     def __init__(self) -> None:
-        self._core = _core.locks.LockTableCore(_core.READY, self._lock_slow, self._wake)
+        self._core = _core.locks.LockTableCore(
+            _core.READY, _core.WAIT, asyncio.get_running_loop
+        )
 
     def acquire(self, path: StrPath, owner: object = None) -> AbstractAsyncContextManager[None]:
         """``async with locks.acquire(path, owner=...)``: hold the lock of one file."""
@@ -75,41 +75,6 @@ class FileLockManager:
     def __len__(self) -> int:
         """How many keys are held (or waited for) right now."""
         return len(self._core.table)
-
-    async def _lock_slow(self, multi: MultiLock) -> None:
-        core = self._core
-        loop = asyncio.get_running_loop()
-        try:
-            while not multi.take_available():
-                waiter = core.enqueue(multi.keys[multi.taken], multi.owner)
-                waiter.future = loop.create_future()
-                multi.waiter = waiter
-                try:
-                    await waiter.future
-                except BaseException:
-                    # Leave the queue, or pass on a key handed over just before the cancellation.
-                    passed = core.withdraw(waiter)
-                    if passed is not None:
-                        self._wake([passed])
-                    raise
-                finally:
-                    multi.waiter = None
-                multi.taken += 1  # the key was handed over to us
-        except BaseException:
-            self._wake(multi.release_taken())
-            raise
-        multi.held = True
-
-    def _wake(self, granted: list[LockWaiter] | None) -> None:
-        """Resolve granted waiters; one whose future is already cancelled passes the key on."""
-        pending = list(granted or ())
-        for waiter in pending:  # grows while we iterate when a key is passed on
-            if waiter.future.done():
-                passed = self._core.finish(waiter)
-                if passed is not None:
-                    pending.append(passed)
-            else:
-                waiter.future.set_result(None)
 
 
 _default_lock = threading.Lock()

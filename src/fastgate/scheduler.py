@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import time
 from collections.abc import Callable, Hashable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, final
+from typing import final
 
 import msgspec
 
@@ -25,13 +26,9 @@ from fastgate import _core
 from fastgate.errors import OwnerCancelled, ResourceExhausted, SchedulerClosed
 from fastgate.kinds import ToolKind
 
-if TYPE_CHECKING:
-    from fastgate._core._sched_py import Slot, SlotWaiter
-
 _DEFAULT_KIND_LIMITS = MappingProxyType(
     {ToolKind.READ_ONLY: 32, ToolKind.WRITE: 8, ToolKind.EXECUTE: 16}
 )
-_WAIT_SAMPLES = 4096  # recent queued waits kept for the percentiles of stats()
 
 
 def _positive_int(name: str, value: object, *, minimum: int = 1) -> int:
@@ -111,7 +108,7 @@ class ConcurrencyScheduler:
 
     ``async with scheduler.slot(session_id, kind, owner=None):`` holds one slot. Waiters are admitted
     round-robin across sessions and FIFO within a session; a waiter blocked only by its kind's limit
-    does not hold back other kinds.
+    does not hold back other kinds. One scheduler serves one event loop at a time.
     """
 
     #: ``async with scheduler.slot(session_id, kind, owner=None):`` -- one slot.
@@ -122,87 +119,45 @@ class ConcurrencyScheduler:
         lim = self.limits
         self._core = _core.sched.SchedulerCore(
             _core.READY,
-            self._acquire_slow,
-            self._wake,
+            _core.WAIT,
+            asyncio.get_running_loop,
+            time.monotonic,
+            self._arm_expiry,
             lim.global_limit,
             lim.session_limit,
             [lim.limit_for(kind) for kind in ToolKind],
             lim.max_queue,
+            lim.queue_timeout or 0.0,
         )
         # Bound straight to the compiled core: no Python frame on the uncontended path.
         self.slot = functools.partial(_core.sched.Slot, self._core)
-        self._waits: list[float] = []
-        self._wait_index = 0
-        self._admitted_after_wait = 0
         self._timed_out = 0
 
     @property
     def closed(self) -> bool:
         return bool(self._core.closed)
 
-    # -- the contended path ---------------------------------------------------------------------
+    def _arm_expiry(self, deadline: float) -> None:
+        asyncio.get_running_loop().call_later(deadline - time.monotonic(), self._expire)
 
-    async def _acquire_slow(self, slot: Slot) -> None:
+    def _expire(self) -> None:
+        """Fail the requests that queued too long; re-arm for the oldest one still waiting."""
         core = self._core
-        if core.closed:
-            raise SchedulerClosed("the scheduler is closed")
-        waiter = core.enqueue(slot.session_id, slot.kind, slot.owner)
-        if waiter is None:
-            raise ResourceExhausted(
-                f"tool queue is full ({self.limits.max_queue} calls waiting)",
-                reason="queue_full",
-                retry_after=None,
-            )
-        loop = asyncio.get_running_loop()
-        waiter.future = loop.create_future()
-        waiter.enqueued_at = loop.time()
-        if self.limits.queue_timeout is not None:
-            waiter.timer = loop.call_later(self.limits.queue_timeout, self._expire, waiter)
-        slot.waiter = waiter
-        try:
-            await waiter.future
-        except BaseException:
-            if waiter.timer is not None:
-                waiter.timer.cancel()
-            # Leave the queue, or pass on a slot granted just before the cancellation.
-            self._wake(core.withdraw(waiter))
-            raise
-        slot.state = _core.sched.HELD
-
-    def _wake(self, granted: list[SlotWaiter] | None) -> None:
-        """Resolve granted waiters; one whose future is already cancelled gives its slot back."""
-        pending = list(granted or ())
-        now = asyncio.get_running_loop().time() if pending else 0.0
-        for waiter in pending:  # grows while we iterate when a grant is passed on
-            if waiter.timer is not None:
-                waiter.timer.cancel()
-            if waiter.future.done():
-                pending.extend(self._core.finish(waiter) or ())
-                continue
-            waiter.future.set_result(None)
-            self._record_wait(now - waiter.enqueued_at)
-
-    def _expire(self, waiter: SlotWaiter) -> None:
-        if self._core.remove(waiter) and not waiter.future.done():
-            self._timed_out += 1
-            self._core.rejected += 1
-            waiter.future.set_exception(
-                ResourceExhausted(
-                    f"waited {self.limits.queue_timeout:g}s for a tool slot; retry next turn",
+        core.expiry_due = 0.0
+        timeout = self.limits.queue_timeout or 0.0
+        now = time.monotonic()
+        for waiter in core.expire(now):
+            if not waiter.future.done():
+                self._timed_out += 1
+                waiter.future.set_exception(ResourceExhausted(
+                    f"waited {timeout:g}s for a tool slot; retry next turn",
                     reason="queue_timeout",
-                    retry_after=self.limits.queue_timeout,
-                )
-            )
-
-    def _record_wait(self, seconds: float) -> None:
-        self._admitted_after_wait += 1
-        if len(self._waits) < _WAIT_SAMPLES:
-            self._waits.append(seconds)
-        else:
-            self._waits[self._wait_index] = seconds
-            self._wait_index = (self._wait_index + 1) % _WAIT_SAMPLES
-
-    # -- owners, closing, stats -----------------------------------------------------------------
+                    retry_after=timeout,
+                ))
+        oldest = core.oldest_enqueued_at()
+        if oldest:
+            core.expiry_due = oldest + timeout
+            self._arm_expiry(core.expiry_due)
 
     def cancel_owner(self, owner: object) -> int:
         """Withdraw ``owner``'s queued requests (they raise ``OwnerCancelled``); returns how many.
@@ -211,8 +166,6 @@ class ConcurrencyScheduler:
         """
         dropped = self._core.cancel_owner(owner)
         for waiter in dropped:
-            if waiter.timer is not None:
-                waiter.timer.cancel()
             if not waiter.future.done():
                 waiter.future.set_exception(OwnerCancelled(f"requests of {owner!r} were cancelled"))
         return len(dropped)
@@ -224,8 +177,6 @@ class ConcurrencyScheduler:
         run before it returns.
         """
         for waiter in self._core.close():
-            if waiter.timer is not None:
-                waiter.timer.cancel()
             if not waiter.future.done():
                 waiter.future.set_exception(SchedulerClosed("the scheduler is closed"))
         await asyncio.sleep(0)
@@ -234,7 +185,7 @@ class ConcurrencyScheduler:
         core = self._core
         kind_in_flight, kind_queued = core.kind_counts()
         session_in_flight, session_queued = core.session_counts()
-        waits = sorted(self._waits)
+        waits = sorted(core.waits)
         return SchedulerStats(
             in_flight=int(core.in_flight),
             queued=int(core.queued),
@@ -243,7 +194,7 @@ class ConcurrencyScheduler:
             in_flight_by_kind={kind.name: kind_in_flight[kind] for kind in ToolKind},
             queued_by_kind={kind.name: kind_queued[kind] for kind in ToolKind},
             admitted=int(core.admitted),
-            admitted_after_wait=self._admitted_after_wait,
+            admitted_after_wait=int(core.admitted_after_wait),
             rejected=int(core.rejected),
             timed_out=self._timed_out,
             wait_p50_ms=_percentile(waits, 0.50) * 1000.0,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 NO_EXTENSIONS = os.environ.get("FASTGATE_NO_EXTENSIONS", "") not in ("", "0")
 REQUIRE_EXTENSIONS = os.environ.get("FASTGATE_REQUIRE_EXTENSIONS", "") not in ("", "0")
-MODULES = ("_ready", "_gate", "_sched", "_locks")
+MODULES = ("_wait", "_gate", "_sched", "_locks", "_validate")
 
 if NO_EXTENSIONS and REQUIRE_EXTENSIONS:
     raise ImportError("FASTGATE_NO_EXTENSIONS and FASTGATE_REQUIRE_EXTENSIONS are both set")
@@ -53,15 +53,19 @@ COMPILED = all(compiled for _, compiled in _loaded.values())
 if TYPE_CHECKING:
     from fastgate._core import _gate_py as gate
     from fastgate._core import _locks_py as locks
-    from fastgate._core import _ready_py as ready
+    from fastgate._core import _wait_py as wait
     from fastgate._core import _sched_py as sched
+    from fastgate._core import _validate_py as validate
 else:
-    ready = _loaded["_ready"][0]
+    wait = _loaded["_wait"][0]
     gate = _loaded["_gate"][0]
     sched = _loaded["_sched"][0]
     locks = _loaded["_locks"][0]
+    validate = _loaded["_validate"][0]
 
-#: The completed awaitable the admission fast paths return (see _ready_py).
-READY: object = ready.Ready() if _loaded["_ready"][1] else ready.InterpretedReady()
+#: The completed awaitable the admission fast paths return (see _wait_py).
+READY: object = wait.Ready() if _loaded["_wait"][1] else wait.InterpretedReady()
+#: The awaitable type of queued requests (see _wait_py).
+WAIT: type = wait.Wait if _loaded["_wait"][1] else wait.InterpretedWait
 
-__all__ = ("COMPILED", "IMPLEMENTATION", "READY", "gate", "locks", "ready", "sched")
+__all__ = ("COMPILED", "IMPLEMENTATION", "READY", "WAIT", "gate", "locks", "sched", "wait")

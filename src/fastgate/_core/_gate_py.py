@@ -2,9 +2,9 @@
 
 Strict arrival order: a shared entrant joins running shared holders only while nobody waits ahead
 of it; an exclusive entrant needs the gate empty and holds back everyone after it. Grants happen
-here (state first), and the façade then wakes the futures it stored on the returned waiters
-("grant, then wake"). Nothing in this module knows about asyncio: the only awaitables are the
-already-complete ``ready`` object and whatever the façade's ``slow_enter`` returns.
+here, state first, then the granted waiters' futures are resolved ("grant, then wake"). This module
+imports nothing from asyncio: futures come from the injected ``get_loop`` and are only created,
+resolved and checked through their own methods.
 """
 
 from __future__ import annotations
@@ -12,34 +12,34 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from fastgate.errors import GateClosed
+
 QUEUED = 0
 GRANTED = 1
 FINISHED = 2
 
 
 class GateWaiter:
-    """One queued entrant. ``future`` is owned by the façade; the core never touches it."""
+    """One queued entrant and the future its task awaits."""
 
-    def __init__(self, exclusive: bool) -> None:
+    def __init__(self, exclusive: bool, future: Any) -> None:
         self.exclusive = exclusive
+        self.future = future
         self.state = QUEUED
         self.prev: GateWaiter | None = None
         self.next: GateWaiter | None = None
-        self.future: Any = None
 
 
 class GateCore:
     """Counts of running holders plus a doubly linked FIFO of waiters (O(1) removal on cancel)."""
 
     def __init__(
-        self,
-        ready: Awaitable[None],
-        slow_enter: Callable[[GateEntry], Awaitable[None]],
-        wake: Callable[[list[GateWaiter]], None],
+        self, ready: Awaitable[None], wait_type: Callable[..., Awaitable[None]],
+        get_loop: Callable[[], Any],
     ) -> None:
         self.ready = ready
-        self.slow_enter = slow_enter  # (entry) -> awaitable, used when entry must queue
-        self.wake = wake  # (list[GateWaiter]) -> None, resolves the granted waiters' futures
+        self.wait_type = wait_type
+        self.get_loop = get_loop
         self.shared_running = 0
         self.exclusive_running = False
         self.queued = 0
@@ -49,7 +49,7 @@ class GateCore:
 
     def try_enter(self, exclusive: bool) -> bool:
         """Enter at once if arrival order allows it; False means the caller must queue."""
-        if self.head is not None or self.exclusive_running:
+        if self.head is not None or self.exclusive_running or self.closed:
             return False
         if exclusive:
             if self.shared_running:
@@ -59,8 +59,8 @@ class GateCore:
             self.shared_running += 1
         return True
 
-    def enqueue(self, exclusive: bool) -> GateWaiter:
-        waiter = GateWaiter(exclusive)
+    def enqueue(self, exclusive: bool, future: Any) -> GateWaiter:
+        waiter = GateWaiter(exclusive, future)
         tail = self.tail
         if tail is None:
             self.head = waiter
@@ -137,14 +137,33 @@ class GateCore:
         return None
 
     def withdraw(self, waiter: GateWaiter) -> list[GateWaiter] | None:
-        """The waiter's task gave up (cancelled or failed): undo whatever it got.
-
-        Still queued: leave the queue. Already granted (the grant and the cancellation crossed):
-        give the passage back. Returns the waiters admitted as a consequence.
-        """
+        """The waiter's task gave up: leave the queue, or give back a passage granted meanwhile."""
         if waiter.state == GRANTED:
             return self.finish(waiter)
         return self.remove(waiter)
+
+    def wake(self, granted: list[GateWaiter] | None) -> None:
+        """Resolve granted waiters' futures; one already cancelled passes its passage on."""
+        if not granted:
+            return
+        i = 0
+        while i < len(granted):
+            waiter = granted[i]
+            i += 1
+            if waiter.future.done():
+                passed_on = self.finish(waiter)
+                if passed_on:
+                    granted.extend(passed_on)
+            else:
+                waiter.future.set_result(None)
+
+    def queue(self, entry: GateEntry) -> Awaitable[None]:
+        """The entrant could not pass now: queue it and return what its task awaits."""
+        if self.closed:
+            raise GateClosed("the executor's gate is closed")
+        future = self.get_loop().create_future()
+        entry.waiter = self.enqueue(entry.exclusive, future)
+        return self.wait_type(entry, future)
 
     def close(self) -> list[GateWaiter]:
         """Refuse new entrants; return every queued waiter so the façade can fail them."""
@@ -175,18 +194,16 @@ class GateEntry:
         self.used = False
 
     def __aenter__(self) -> Awaitable[None]:
-        core = self.core
         if self.used:
             raise RuntimeError("a gate entry can be entered only once")
         self.used = True
-        if core.closed:
-            return core.slow_enter(self)  # the façade raises GateClosed
+        core = self.core
         if core.try_enter(self.exclusive):
             self.held = True
             return core.ready
-        return core.slow_enter(self)
+        return core.queue(self)
 
-    def __aexit__(self, *exc_info: object) -> Awaitable[None]:
+    def __aexit__(self, exc_type: object, exc: object, tb: object) -> Awaitable[None]:
         if not self.held:
             raise RuntimeError("gate entry released without being held")
         self.held = False
@@ -199,3 +216,11 @@ class GateEntry:
         if granted:
             core.wake(granted)
         return core.ready
+
+    # The Wait protocol (see _wait_py).
+    def granted(self) -> None:
+        self.held = True
+
+    def abandon(self) -> None:
+        if self.waiter is not None:
+            self.core.wake(self.core.withdraw(self.waiter))

@@ -3,6 +3,8 @@ cimport cython
 cdef int QUEUED, GRANTED, FINISHED
 
 
+@cython.final
+@cython.freelist(64)
 cdef class KeyLock:
     cdef public str key
     cdef public object owner
@@ -11,6 +13,8 @@ cdef class KeyLock:
     cdef public Py_ssize_t waiting
 
 
+@cython.final
+@cython.freelist(64)
 cdef class LockWaiter:
     cdef public KeyLock lock
     cdef public object owner
@@ -20,16 +24,18 @@ cdef class LockWaiter:
     cdef public object future
 
 
+@cython.final
+@cython.freelist(64)
 cdef class LockTableCore:
     cdef public object ready
-    cdef public object slow_lock
-    cdef public object wake
+    cdef public object wait_type
+    cdef public object get_loop
     cdef public dict table
 
     @cython.locals(lock=KeyLock)
     cpdef bint try_lock(self, str key, object owner) except -1
     @cython.locals(lock=KeyLock, waiter=LockWaiter, tail=LockWaiter)
-    cpdef LockWaiter enqueue(self, str key, object owner)
+    cpdef LockWaiter enqueue(self, str key, object owner, object future)
     @cython.locals(lock=KeyLock, prev=LockWaiter, nxt=LockWaiter)
     cdef void _unlink(self, LockWaiter waiter)
     @cython.locals(lock=KeyLock, waiter=LockWaiter)
@@ -37,9 +43,13 @@ cdef class LockTableCore:
     cpdef LockWaiter finish(self, LockWaiter waiter)
     cpdef bint remove(self, LockWaiter waiter) except -1
     cpdef LockWaiter withdraw(self, LockWaiter waiter)
+    @cython.locals(waiter=LockWaiter, passed_on=LockWaiter, i=Py_ssize_t)
+    cpdef wake(self, list granted)
     cpdef MultiLock multi(self, tuple keys, object owner)
 
 
+@cython.final
+@cython.freelist(64)
 cdef class MultiLock:
     cdef public LockTableCore core
     cdef public tuple keys
@@ -53,3 +63,8 @@ cdef class MultiLock:
     cpdef bint take_available(self) except -1
     @cython.locals(core=LockTableCore, granted=list, waiter=LockWaiter)
     cpdef object release_taken(self)
+    @cython.locals(core=LockTableCore, future=object)
+    cpdef object wait_for_next(self)
+    cpdef object granted(self)
+    @cython.locals(core=LockTableCore, waiter=LockWaiter, passed_on=LockWaiter)
+    cpdef abandon(self)

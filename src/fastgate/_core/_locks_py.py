@@ -18,13 +18,13 @@ FINISHED = 2
 
 
 class LockWaiter:
-    def __init__(self, lock: KeyLock, owner: object) -> None:
+    def __init__(self, lock: KeyLock, owner: object, future: Any) -> None:
         self.lock = lock
         self.owner = owner
+        self.future = future
         self.state = QUEUED
         self.prev: LockWaiter | None = None
         self.next: LockWaiter | None = None
-        self.future: Any = None
 
 
 class KeyLock:
@@ -40,14 +40,12 @@ class KeyLock:
 
 class LockTableCore:
     def __init__(
-        self,
-        ready: Awaitable[None],
-        slow_lock: Callable[[MultiLock], Awaitable[None]],
-        wake: Callable[[list[LockWaiter]], None],
+        self, ready: Awaitable[None], wait_type: Callable[..., Awaitable[None]],
+        get_loop: Callable[[], Any],
     ) -> None:
         self.ready = ready
-        self.slow_lock = slow_lock  # (multilock) -> awaitable that takes the remaining keys
-        self.wake = wake  # (granted waiters) -> None
+        self.wait_type = wait_type
+        self.get_loop = get_loop
         self.table: dict[str, KeyLock] = {}
 
     def try_lock(self, key: str, owner: object) -> bool:
@@ -59,10 +57,10 @@ class LockTableCore:
             raise RuntimeError(f"lock for {key!r} is already held by the same owner {owner!r}")
         return False
 
-    def enqueue(self, key: str, owner: object) -> LockWaiter:
+    def enqueue(self, key: str, owner: object, future: Any) -> LockWaiter:
         """Queue for a key that ``try_lock`` found held."""
         lock = self.table[key]
-        waiter = LockWaiter(lock, owner)
+        waiter = LockWaiter(lock, owner, future)
         tail = lock.tail
         if tail is None:
             lock.head = waiter
@@ -125,6 +123,21 @@ class LockTableCore:
         self.remove(waiter)
         return None
 
+    def wake(self, granted: list[LockWaiter] | None) -> None:
+        """Resolve granted waiters' futures; one already cancelled passes its key on."""
+        if not granted:
+            return
+        i = 0
+        while i < len(granted):
+            waiter = granted[i]
+            i += 1
+            if waiter.future.done():
+                passed_on = self.finish(waiter)
+                if passed_on is not None:
+                    granted.append(passed_on)
+            else:
+                waiter.future.set_result(None)
+
     def multi(self, keys: tuple[str, ...], owner: object) -> MultiLock:
         return MultiLock(self, keys, owner)
 
@@ -165,20 +178,51 @@ class MultiLock:
                 granted.append(waiter)
         return granted
 
+    def wait_for_next(self) -> Any:
+        """Queue for the first key not yet held; returns the future to await."""
+        core = self.core
+        future = core.get_loop().create_future()
+        self.waiter = core.enqueue(self.keys[self.taken], self.owner, future)
+        return future
+
     def __aenter__(self) -> Awaitable[None]:
         if self.used:
             raise RuntimeError("a lock context can be entered only once")
         self.used = True
-        if self.take_available():
-            self.held = True
-            return self.core.ready
-        return self.core.slow_lock(self)
+        core = self.core
+        try:
+            if self.take_available():
+                self.held = True
+                return core.ready
+            return core.wait_type(self, self.wait_for_next())
+        except BaseException:
+            self.abandon()
+            raise
 
-    def __aexit__(self, *exc_info: object) -> Awaitable[None]:
+    def __aexit__(self, exc_type: object, exc: object, tb: object) -> Awaitable[None]:
         if not self.held:
             raise RuntimeError("lock context released without being held")
         self.held = False
-        granted = self.release_taken()
-        if granted:
-            self.core.wake(granted)
+        self.core.wake(self.release_taken())
         return self.core.ready
+
+    # The Wait protocol (see _wait_py).
+    def granted(self) -> Any:
+        """The awaited key was handed over; take what is free next, else wait again."""
+        self.waiter = None
+        self.taken += 1
+        if self.take_available():
+            self.held = True
+            return None
+        return self.wait_for_next()
+
+    def abandon(self) -> None:
+        """Give back every key held, and the one handed over meanwhile, if any."""
+        core = self.core
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            passed_on = core.withdraw(waiter)
+            if passed_on is not None:
+                core.wake([passed_on])
+        core.wake(self.release_taken())

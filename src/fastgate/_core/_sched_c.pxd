@@ -1,8 +1,10 @@
 cimport cython
 
-cdef int NKINDS, QUEUED, GRANTED, FINISHED, NEW, DONE
+cdef int NKINDS, QUEUED, GRANTED, FINISHED, NEW, HELD, DONE, WAIT_SAMPLES
 
 
+@cython.final
+@cython.freelist(64)
 cdef class SessionQueue:
     cdef public object session_id
     cdef public list heads
@@ -12,6 +14,8 @@ cdef class SessionQueue:
     cdef public SessionQueue ring_next
 
 
+@cython.final
+@cython.freelist(64)
 cdef class SlotWaiter:
     cdef public SessionQueue queue
     cdef public object session_id
@@ -22,14 +26,22 @@ cdef class SlotWaiter:
     cdef public SlotWaiter prev
     cdef public SlotWaiter next
     cdef public object future
-    cdef public object timer
     cdef public double enqueued_at
 
 
+@cython.final
+@cython.freelist(64)
 cdef class SchedulerCore:
     cdef public object ready
-    cdef public object slow_acquire
-    cdef public object wake
+    cdef public object wait_type
+    cdef public object get_loop
+    cdef public object clock
+    cdef public object arm_expiry
+    cdef public double queue_timeout
+    cdef public double expiry_due
+    cdef public list waits
+    cdef public Py_ssize_t wait_index
+    cdef public Py_ssize_t admitted_after_wait
     cdef public Py_ssize_t global_limit
     cdef public Py_ssize_t session_limit
     cdef Py_ssize_t kind_limits[3]
@@ -55,10 +67,20 @@ cdef class SchedulerCore:
     cpdef object finish(self, SlotWaiter waiter)
     cpdef bint remove(self, SlotWaiter waiter) except -1
     cpdef object withdraw(self, SlotWaiter waiter)
+    @cython.locals(waiter=SlotWaiter, future=object, now=double, due=double)
+    cpdef object queue(self, Slot slot)
+    @cython.locals(waiter=SlotWaiter, i=Py_ssize_t, now=double)
+    cpdef wake(self, list granted)
+    @cython.locals(waiter=SlotWaiter, limit=double)
+    cpdef list expire(self, double now)
+    @cython.locals(waiter=SlotWaiter, oldest=double)
+    cpdef double oldest_enqueued_at(self)
     @cython.locals(cursor=SessionQueue, last=SessionQueue)
     cdef void _ring_insert(self, SessionQueue queue)
     @cython.locals(nxt=SessionQueue, prev=SessionQueue)
     cdef int _ring_remove(self, SessionQueue queue) except -1
+    @cython.locals(queue=SessionQueue)
+    cdef int _forget_if_idle(self, object session_id) except -1
     @cython.locals(queue=SessionQueue, kind=int, prev=SlotWaiter, nxt=SlotWaiter)
     cdef int _unlink(self, SlotWaiter waiter) except -1
     @cython.locals(kind=int)
@@ -75,6 +97,8 @@ cdef class SchedulerCore:
     cpdef tuple session_counts(self)
 
 
+@cython.final
+@cython.freelist(64)
 cdef class Slot:
     cdef public SchedulerCore core
     cdef public object session_id

@@ -9,6 +9,9 @@ kind's limit never holds back waiters of other kinds.
 
 Invariant after every operation: no queued waiter could be admitted. That is what lets the
 uncontended path (``try_acquire``) skip the queues without ever overtaking an admissible waiter.
+
+No asyncio in here: futures come from the injected ``get_loop`` and the queue timeout is enforced
+by one lazily armed timer that the façade runs (``arm_expiry``), not by a timer per waiter.
 """
 
 from __future__ import annotations
@@ -16,20 +19,23 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
+from fastgate.errors import ResourceExhausted, SchedulerClosed
+
 NKINDS = 3
 KIND_INDEX = {0: 0, 1: 1, 2: 2}
 # Waiter states.
 QUEUED = 0
 GRANTED = 1
 FINISHED = 2
-# Slot states; HELD is exported for the façade, which sets it when a queued slot is granted.
+WAIT_SAMPLES = 4096  # queued waits kept for the percentiles of stats()
+# Slot states.
 NEW = 0
 HELD = 1
 DONE = 2
 
 
 class SlotWaiter:
-    """One queued request. ``future``, ``timer`` and ``enqueued_at`` belong to the façade."""
+    """One queued request, the future its task awaits, and when it was queued."""
 
     def __init__(self, queue: SessionQueue, kind: int, owner: object, seq: int) -> None:
         self.queue = queue
@@ -41,7 +47,6 @@ class SlotWaiter:
         self.prev: SlotWaiter | None = None
         self.next: SlotWaiter | None = None
         self.future: Any = None
-        self.timer: Any = None
         self.enqueued_at = 0.0
 
 
@@ -53,28 +58,37 @@ class SessionQueue:
         self.heads: list[SlotWaiter | None] = [None, None, None]
         self.tails: list[SlotWaiter | None] = [None, None, None]
         self.queued = 0
-        self.ring_prev: SessionQueue = self
-        self.ring_next: SessionQueue = self
+        # Neighbours in the ring while the session has waiters; None otherwise, so that a queue
+        # dropped from the ring is freed by reference counting, not by the cyclic collector.
+        self.ring_prev: SessionQueue | None = None
+        self.ring_next: SessionQueue | None = None
 
 
 class SchedulerCore:
     def __init__(
         self,
         ready: Awaitable[None],
-        slow_acquire: Callable[[Slot], Awaitable[None]],
-        wake: Callable[[list[SlotWaiter]], None],
+        wait_type: Callable[..., Awaitable[None]],
+        get_loop: Callable[[], Any],
+        clock: Callable[[], float],
+        arm_expiry: Callable[[float], None],
         global_limit: int,
         session_limit: int,
         kind_limits: list[int],
         max_queue: int,
+        queue_timeout: float,
     ) -> None:
         self.ready = ready
-        self.slow_acquire = slow_acquire  # (slot) -> awaitable, used when the slot must queue
-        self.wake = wake  # (granted waiters) -> None, resolves their futures
+        self.wait_type = wait_type
+        self.get_loop = get_loop
+        self.clock = clock
+        self.arm_expiry = arm_expiry  # (deadline) -> None: run the façade's expiry at deadline
         self.global_limit = global_limit
         self.session_limit = session_limit
         self.kind_limits = [kind_limits[0], kind_limits[1], kind_limits[2]]
         self.max_queue = max_queue
+        self.queue_timeout = queue_timeout  # seconds; 0 means no limit
+        self.expiry_due = 0.0  # deadline the expiry timer is armed for; 0 when not armed
         self.in_flight = 0
         self.kind_in_flight = [0, 0, 0]
         self.kind_queued = [0, 0, 0]
@@ -86,6 +100,9 @@ class SchedulerCore:
         self.admitted = 0
         self.rejected = 0
         self.closed = False
+        self.waits: list[float] = []  # recent queued waits (seconds), a ring for stats
+        self.wait_index = 0
+        self.admitted_after_wait = 0
 
     # -- admission ------------------------------------------------------------------------------
 
@@ -115,6 +132,7 @@ class SchedulerCore:
         if queue is None:
             queue = SessionQueue(session_id)
             self.queues[session_id] = queue
+        if queue.queued == 0:
             self._ring_insert(queue)
         waiter = SlotWaiter(queue, kind, owner, self.seq)
         self.seq += 1
@@ -139,6 +157,8 @@ class SchedulerCore:
             raise RuntimeError("scheduler slot released twice")
         if held == 1:
             del sessions[session_id]
+            if self.queues:
+                self._forget_if_idle(session_id)
         else:
             sessions[session_id] = held - 1
         self.in_flight -= 1
@@ -164,6 +184,7 @@ class SchedulerCore:
             return False
         self._unlink(waiter)
         waiter.state = FINISHED
+        self._forget_if_idle(waiter.session_id)
         return True
 
     def withdraw(self, waiter: SlotWaiter) -> list[SlotWaiter] | None:
@@ -172,6 +193,68 @@ class SchedulerCore:
             return self.finish(waiter)
         self.remove(waiter)
         return None
+
+    def queue(self, slot: Slot) -> Awaitable[None]:
+        """The slot could not be taken now: queue it and return what its task awaits."""
+        if self.closed:
+            raise SchedulerClosed("the scheduler is closed")
+        waiter = self.enqueue(slot.session_id, slot.kind, slot.owner)
+        if waiter is None:
+            raise ResourceExhausted(
+                f"the tool queue is full ({self.max_queue} calls waiting); retry next turn",
+                reason="queue_full",
+            )
+        future = self.get_loop().create_future()
+        waiter.future = future
+        now = self.clock()
+        waiter.enqueued_at = now
+        slot.waiter = waiter
+        if self.queue_timeout > 0.0:
+            due = self.expiry_due
+            # Not armed, or armed in a loop that died before its timer fired.
+            if due == 0.0 or now > due + self.queue_timeout:
+                self.expiry_due = now + self.queue_timeout
+                self.arm_expiry(self.expiry_due)
+        return self.wait_type(slot, future)
+
+    def wake(self, granted: list[SlotWaiter] | None) -> None:
+        """Resolve granted waiters' futures; one already cancelled passes its slot on."""
+        if not granted:
+            return
+        now = self.clock()
+        i = 0
+        while i < len(granted):
+            waiter = granted[i]
+            i += 1
+            if waiter.future.done():
+                passed_on = self.finish(waiter)
+                if passed_on:
+                    granted.extend(passed_on)
+                continue
+            waiter.future.set_result(None)
+            self.admitted_after_wait += 1
+            if len(self.waits) < WAIT_SAMPLES:
+                self.waits.append(now - waiter.enqueued_at)
+            else:
+                self.waits[self.wait_index] = now - waiter.enqueued_at
+                self.wait_index = (self.wait_index + 1) % WAIT_SAMPLES
+
+    def expire(self, now: float) -> list[SlotWaiter]:
+        """Withdraw and return the waiters queued for ``queue_timeout`` or longer."""
+        limit = now - self.queue_timeout
+        expired = [w for w in self._queued_waiters() if w.enqueued_at <= limit]
+        for waiter in expired:
+            self.remove(waiter)
+        self.rejected += len(expired)
+        return expired
+
+    def oldest_enqueued_at(self) -> float:
+        """When the longest-waiting queued request was queued; 0.0 when nobody waits."""
+        oldest = 0.0
+        for waiter in self._queued_waiters():
+            if oldest == 0.0 or waiter.enqueued_at < oldest:
+                oldest = waiter.enqueued_at
+        return oldest
 
     # -- internals ------------------------------------------------------------------------------
 
@@ -184,6 +267,7 @@ class SchedulerCore:
             self.cursor = queue
             return
         last = cursor.ring_prev
+        assert last is not None
         last.ring_next = queue
         queue.ring_prev = last
         queue.ring_next = cursor
@@ -191,17 +275,26 @@ class SchedulerCore:
 
     def _ring_remove(self, queue: SessionQueue) -> None:
         nxt = queue.ring_next
-        if nxt is queue:
+        prev = queue.ring_prev
+        if nxt is queue or nxt is None or prev is None:
             self.cursor = None
         else:
-            prev = queue.ring_prev
             prev.ring_next = nxt
             nxt.ring_prev = prev
             if self.cursor is queue:
                 self.cursor = nxt
-        queue.ring_prev = queue
-        queue.ring_next = queue
-        del self.queues[queue.session_id]
+        queue.ring_prev = None
+        queue.ring_next = None
+
+    def _forget_if_idle(self, session_id: Hashable) -> None:
+        """Drop a session's queue once it has neither waiters nor slots.
+
+        A session that still holds slots keeps its (empty) queue: it is likely to queue again
+        soon, and rebuilding the queue each time would cost more than keeping it.
+        """
+        queue = self.queues.get(session_id)
+        if queue is not None and queue.queued == 0 and session_id not in self.session_in_flight:
+            del self.queues[session_id]
 
     def _unlink(self, waiter: SlotWaiter) -> None:
         queue = waiter.queue
@@ -259,9 +352,9 @@ class SchedulerCore:
                 break
             # The next round starts after the session just served.
             self.cursor = queue.ring_next
-            self._unlink(waiter)
             session_id = waiter.session_id
             self.session_in_flight[session_id] = self.session_in_flight.get(session_id, 0) + 1
+            self._unlink(waiter)
             self.in_flight += 1
             self.kind_in_flight[waiter.kind] += 1
             self.admitted += 1
@@ -307,14 +400,14 @@ class SchedulerCore:
 
     def session_counts(self) -> tuple[dict[Hashable, int], dict[Hashable, int]]:
         """(in flight per session, queued per session); sessions with neither are absent."""
-        queued = {sid: queue.queued for sid, queue in self.queues.items()}
+        queued = {sid: queue.queued for sid, queue in self.queues.items() if queue.queued}
         return dict(self.session_in_flight), queued
 
 
 class Slot:
     """``async with`` context for one slot; not reusable.
 
-    ``state`` goes NEW -> HELD -> DONE; the façade's slow path sets HELD once the slot is granted.
+    ``state`` goes NEW -> HELD -> DONE, or NEW -> DONE when queueing fails or is cancelled.
     """
 
     __slots__ = ("core", "kind", "owner", "session_id", "state", "waiter")
@@ -341,7 +434,7 @@ class Slot:
             self.state = HELD
             return core.ready
         self.state = DONE
-        return core.slow_acquire(self)
+        return core.queue(self)
 
     def __aexit__(self, exc_type: object, exc: object, tb: object) -> Awaitable[None]:
         if self.state != HELD:
@@ -356,3 +449,11 @@ class Slot:
         if granted:
             core.wake(granted)
         return core.ready
+
+    # The Wait protocol (see _wait_py).
+    def granted(self) -> None:
+        self.state = HELD
+
+    def abandon(self) -> None:
+        if self.waiter is not None:
+            self.core.wake(self.core.withdraw(self.waiter))

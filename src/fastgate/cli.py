@@ -1,0 +1,90 @@
+"""The ``fastgate`` command: ``info`` and ``bench`` (SPEC §17)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import platform
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+
+def _loops() -> list[str]:
+    return ["uvloop", "asyncio"] if importlib.util.find_spec("uvloop") else ["asyncio"]
+
+
+def cmd_info(_: argparse.Namespace) -> int:
+    import fastgate
+    from fastgate.runtime import loop_factory
+
+    loop = loop_factory("auto")()
+    try:
+        loop_name = "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+    finally:
+        loop.close()
+    print(f"fastgate {fastgate.__version__}")
+    print(f"core: {'compiled' if fastgate.COMPILED else 'pure'}")
+    for module, impl in sorted(fastgate.IMPLEMENTATION.items()):
+        print(f"  {module.lstrip('_')}: {impl}")
+    print(f"loop: {loop_name}")
+    print(f"python: {platform.python_implementation()} {platform.python_version()}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from fastgate.bench import runner
+
+    if args.unit:
+        core, loop, scenario = args.unit.split(":")
+        unit = runner.Unit(core, loop, scenario)
+        out = runner.run_unit_here(unit, runner.PROFILES[args.profile])
+        sys.stdout.buffer.write(msgspec.json.encode(out))
+        return 0
+
+    from fastgate.bench.report import run_and_report
+
+    profile = "full" if args.full else "smoke" if args.smoke else args.profile
+    return run_and_report(
+        profile=profile,
+        cores=args.core or ["compiled", "pure"],
+        loops=args.loop or _loops(),
+        scenarios=args.scenario or list(runner.SCENARIOS),
+        json_path=Path(args.json) if args.json else None,
+        check=args.check,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fastgate", description=__doc__)
+    parser.add_argument("--version", action="store_true", help="print version and core, then exit")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("info", help="version, compiled or pure core, event loop")
+    bench = sub.add_parser("bench", help="run the load scenarios (ratios against references)")
+    bench.add_argument("--full", action="store_true", help="more rounds (several minutes)")
+    bench.add_argument("--smoke", action="store_true", help="fewest rounds (the CI smoke run)")
+    bench.add_argument("--profile", default="quick", choices=["smoke", "quick", "full"],
+                       help=argparse.SUPPRESS)
+    bench.add_argument("--json", metavar="FILE", help="also write every measurement as JSON")
+    bench.add_argument("--check", action="store_true",
+                       help="exit 1 if a figure misses its CI bound (targets with a noise margin)")
+    bench.add_argument("--core", action="append", choices=["compiled", "pure"])
+    bench.add_argument("--loop", action="append", choices=["uvloop", "asyncio"])
+    bench.add_argument("--scenario", action="append", metavar="NAME",
+                       help="uncontended, contended, fairness, multi-lock, validators")
+    bench.add_argument("--unit", help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.version:
+        return cmd_info(args)
+    if args.command == "bench":
+        return cmd_bench(args)
+    if args.command == "info":
+        return cmd_info(args)
+    build_parser().print_help()
+    return 2

@@ -1,0 +1,47 @@
+"""canonical_path: the fast /proc route must always agree with os.path.realpath."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fastgate import paths
+from fastgate.paths import canonical_path
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    (tmp_path / "d" / "e").mkdir(parents=True)
+    (tmp_path / "d" / "e" / "f.txt").write_text("x")
+    (tmp_path / "link").symlink_to(tmp_path / "d" / "e" / "f.txt")
+    (tmp_path / "dlink").symlink_to(tmp_path / "d")
+    (tmp_path / "chain").symlink_to(tmp_path / "link")
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere" / "x")
+    os.mkfifo(tmp_path / "fifo")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "rel",
+    ["d/e/f.txt", "link", "chain", "dlink/e/f.txt", "d/../d/e/./f.txt", "missing/new.txt",
+     "dlink/e/new.txt", "loop1", "dangling", "fifo", "d/e/f.txt/", "d", "dlink/"],
+)
+def test_agrees_with_realpath(tree: Path, rel: str) -> None:
+    path = f"{tree}/{rel}"
+    assert canonical_path(path) == os.path.realpath(path)
+
+
+def test_relative_paths_resolve_against_cwd(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tree / "d")
+    assert canonical_path("e/f.txt") == os.path.realpath(tree / "d" / "e" / "f.txt")
+
+
+def test_fast_route_is_used_on_linux(tree: Path) -> None:
+    if not paths._FAST:
+        pytest.skip("no O_PATH or /proc on this platform")
+    assert paths._via_proc(str(tree / "link")) == os.path.realpath(tree / "link")
+    assert paths._via_proc(str(tree / "missing")) is None
