@@ -14,18 +14,24 @@ from fastgate.errors import GateClosed as GateClosed
 from fastgate.errors import OwnerCancelled as OwnerCancelled
 from fastgate.errors import ResourceExhausted as ResourceExhausted
 from fastgate.errors import SchedulerClosed as SchedulerClosed
+from fastgate.errors import SchemaError as SchemaError
 from fastgate.gate import GateStats as GateStats
 from fastgate.gate import ToolConcurrencyGate as ToolConcurrencyGate
 from fastgate.kinds import ToolKind as ToolKind
 from fastgate.locks import FileLockManager as FileLockManager
 from fastgate.locks import default_lock_manager as default_lock_manager
 from fastgate.locks import lock_key as lock_key
+from fastgate.registry import ToolRegistry as ToolRegistry
 from fastgate.runtime import install_uvloop as install_uvloop
 from fastgate.runtime import run as run
 from fastgate.scheduler import ConcurrencyScheduler as ConcurrencyScheduler
 from fastgate.scheduler import SchedulerLimits as SchedulerLimits
 from fastgate.scheduler import SchedulerStats as SchedulerStats
 from fastgate.scheduler import default_scheduler as default_scheduler
+from fastgate.tools import Output as Output
+from fastgate.tools import ToolDefinition as ToolDefinition
+from fastgate.tools import define_tool as define_tool
+from fastgate.tools import tool as tool
 
 __version__ = "0.1.0"
 
@@ -38,17 +44,23 @@ __all__ = (
     "FileLockManager",
     "GateClosed",
     "GateStats",
+    "Output",
     "OwnerCancelled",
     "ResourceExhausted",
     "SchedulerClosed",
     "SchedulerLimits",
     "SchedulerStats",
+    "SchemaError",
     "ToolConcurrencyGate",
+    "ToolDefinition",
     "ToolKind",
+    "ToolRegistry",
     "__version__",
     "default_lock_manager",
     "default_scheduler",
+    "define_tool",
     "install_uvloop",
     "lock_key",
     "run",
+    "tool",
 )

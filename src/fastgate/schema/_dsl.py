@@ -6,6 +6,7 @@ and ``required()`` / ``optional()``, which mark it for the ``Object`` that holds
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Mapping
 from typing import Any, Self
@@ -26,11 +27,22 @@ class SchemaNode:
 
     def required(self) -> Self:
         """This property must be present in the enclosing ``Object``."""
-        return dataclasses.replace(self, is_required=True)
+        return self.evolve(is_required=True)
 
     def optional(self) -> Self:
         """This property may be absent from the enclosing ``Object`` (overrides ``required=``)."""
-        return dataclasses.replace(self, is_required=False)
+        return self.evolve(is_required=False)
+
+    def evolve(self, **changes: Any) -> Self:
+        """A copy with some fields changed (nodes are frozen)."""
+        allowed = {f.name for f in dataclasses.fields(self)}
+        unknown = set(changes) - allowed
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field {', '.join(sorted(unknown))}")
+        new = copy.copy(self)
+        for name, value in changes.items():
+            object.__setattr__(new, name, value)
+        return new
 
     def _shallow(self) -> tuple[dict[str, Any], _Children]:
         """This node's JSON Schema without its children, and where each child goes."""
