@@ -1,9 +1,9 @@
 """Build the compiled core.
 
-Each hot-path module has ONE source, ``src/fastgate/_core/_<name>_py.py`` (plain Python that also runs
-uncompiled), plus C type declarations in ``_<name>_c.pxd``. At build time the source is copied next to
-its ``.pxd`` under ``build/cysrc`` as ``_<name>_c.py`` and compiled by Cython into the extension
-``fastgate._core._<name>_c``. The pure module and the compiled one therefore cannot drift apart.
+Each hot-path module has ONE source, ``src/fastgate/_core/_<name>_py.py`` (plain Python that
+also runs uncompiled), plus C type declarations in ``_<name>_c.pxd``. At build time the source is
+copied next to its ``.pxd`` under ``build/cysrc`` as ``_<name>_c.py`` and compiled by Cython into
+the extension ``fastgate._core._<name>_c``. Pure and compiled therefore cannot drift apart.
 
 Environment switches (the same names are read again at import time):
 - ``FASTGATE_NO_EXTENSIONS=1``: build nothing, install the pure-Python core only.
@@ -88,7 +88,7 @@ class OptionalBuildExt(build_ext):
 
     def build_extension(self, ext: object) -> None:
         try:
-            super().build_extension(ext)  # type: ignore[arg-type]
+            super().build_extension(ext)
         except Exception:
             if _flag("FASTGATE_REQUIRE_EXTENSIONS"):
                 raise

@@ -17,6 +17,7 @@ import pytest
 
 from fastgate.runtime import loop_factory
 
+LOOPS: tuple[str, ...]
 try:
     import uvloop  # noqa: F401
 
@@ -57,7 +58,7 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     test = pyfuncitem.obj
     if not inspect.iscoroutinefunction(test):
         return None
-    loop_name = pyfuncitem.callspec.params["loop_name"]
+    loop_name = str(pyfuncitem.callspec.params["loop_name"])
     names = pyfuncitem._fixtureinfo.argnames
     kwargs = {name: pyfuncitem.funcargs[name] for name in names}
     with asyncio.Runner(loop_factory=loop_factory(loop_name)) as r:

@@ -32,7 +32,9 @@ call = st.tuples(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     calls=st.lists(call, min_size=1, max_size=40),
     global_limit=st.integers(1, 6),
@@ -40,14 +42,20 @@ call = st.tuples(
     kind_limit=st.integers(1, 3),
 )
 def test_random_workload_respects_limits_and_leaks_nothing(
-    runner: asyncio.Runner, tmp_path: Path, calls: list[tuple[object, ...]], global_limit: int,
-    session_limit: int, kind_limit: int,
+    runner: asyncio.Runner,
+    tmp_path: Path,
+    calls: list[tuple[object, ...]],
+    global_limit: int,
+    session_limit: int,
+    kind_limit: int,
 ) -> None:
     limits = SchedulerLimits(global_limit, session_limit, dict.fromkeys(ToolKind, kind_limit))
     runner.run(_scenario(tmp_path, calls, limits))
 
 
-async def _scenario(tmp_path: Path, calls: list[tuple[object, ...]], limits: SchedulerLimits) -> None:
+async def _scenario(
+    tmp_path: Path, calls: list[tuple[object, ...]], limits: SchedulerLimits
+) -> None:
     sched = ConcurrencyScheduler(limits)
     gate = ToolConcurrencyGate()
     locks = FileLockManager()
@@ -57,8 +65,9 @@ async def _scenario(tmp_path: Path, calls: list[tuple[object, ...]], limits: Sch
     files: set[str] = set()
     completed = 0
 
-    async def one(session: str, kind: ToolKind, exclusive: bool, path: str | None,
-                  spin: int) -> None:
+    async def one(
+        session: str, kind: ToolKind, exclusive: bool, path: str | None, spin: int
+    ) -> None:
         nonlocal total, completed
         async with gate.exclusive() if exclusive else gate.shared():
             async with sched.slot(session, kind, owner=session):

@@ -89,21 +89,26 @@ class SchedModel:
         fits = [w for w in self.queues[session] if self.room(session, w[1])]
         return min(fits) if fits else None
 
+    def next_grant(self) -> tuple[int, Hashable, tuple[int, int]] | None:
+        """(ring position, session, waiter) of the next admission, or None."""
+        if self.in_flight >= self.global_limit:
+            return None
+        for position, session in enumerate(self.ring):
+            waiter = self.admissible(session)
+            if waiter is not None:
+                return position, session, waiter
+        return None
+
     def grant(self) -> list[int]:
         granted = []
-        while True:
-            for i, session in enumerate(self.ring):
-                waiter = self.admissible(session)
-                if waiter is not None and self.in_flight < self.global_limit:
-                    break
-            else:
-                return granted
-            seq, kind = waiter
+        while (found := self.next_grant()) is not None:
+            position, session, (seq, kind) = found
             # rotate so the session after the served one leads the next round
-            self.ring = self.ring[i + 1:] + self.ring[: i + 1]
+            self.ring = self.ring[position + 1 :] + self.ring[: position + 1]
             self.drop(session, seq)
             self.take(session, kind)
             granted.append(seq)
+        return granted
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -126,8 +131,18 @@ class SchedulerMachine(RuleBasedStateMachine):
     def setup(self, global_limit: int, session_limit: int, kind_limits: list[int]) -> None:
         self.model = SchedModel(global_limit, session_limit, kind_limits)
         self.cores = [
-            impl.SchedulerCore(READY, _nothing, _nothing, _nothing, _nothing, global_limit,
-                               session_limit, kind_limits, 10_000, 0.0)
+            impl.SchedulerCore(
+                READY,
+                _nothing,
+                _nothing,
+                _nothing,
+                _nothing,
+                global_limit,
+                session_limit,
+                kind_limits,
+                10_000,
+                0.0,
+            )
             for impl in implementations("_sched")
         ]
 
@@ -186,9 +201,11 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert all(not r for r in results)  # leaving the queue never admits anyone
             self.model.drop(session, seq)
         else:
-            session, kind, waiters = self.holding.pop(seq)
-            assert waiters is not None
-            results = [core.withdraw(w) for core, w in zip(self.cores, waiters, strict=True)]
+            session, kind, granted_waiters = self.holding.pop(seq)
+            assert granted_waiters is not None
+            results = [
+                core.withdraw(w) for core, w in zip(self.cores, granted_waiters, strict=True)
+            ]
             self._apply_grants(results, self.model.release(session, kind))
 
     @precondition(lambda self: self.queued)
@@ -318,7 +335,9 @@ class GateMachine(RuleBasedStateMachine):
     def leave(self, holder: Any) -> None:
         how, exclusive, waiters, wid = holder
         if how == "fast":
-            self._check([core.leave(exclusive) for core in self.cores], self._leave_model(exclusive))
+            self._check(
+                [core.leave(exclusive) for core in self.cores], self._leave_model(exclusive)
+            )
         elif wid in self.granted:
             self.granted.discard(wid)
             results = [core.finish(w) for core, w in zip(self.cores, waiters, strict=True)]
@@ -364,8 +383,9 @@ class LockMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.cores = [impl.LockTableCore(READY, _nothing, _nothing)
-                      for impl in implementations("_locks")]
+        self.cores = [
+            impl.LockTableCore(READY, _nothing, _nothing) for impl in implementations("_locks")
+        ]
         self.held: set[str] = set()
         self.queues: dict[str, list[int]] = {}
         self.granted: set[int] = set()

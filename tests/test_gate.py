@@ -9,8 +9,9 @@ import pytest
 from fastgate import GateClosed, ToolConcurrencyGate
 
 
-async def _enter(gate: ToolConcurrencyGate, exclusive: bool, log: list[str], name: str,
-                 release: asyncio.Event) -> None:
+async def _enter(
+    gate: ToolConcurrencyGate, exclusive: bool, log: list[str], name: str, release: asyncio.Event
+) -> None:
     ctx = gate.exclusive() if exclusive else gate.shared()
     async with ctx:
         log.append(name)

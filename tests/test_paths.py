@@ -27,8 +27,21 @@ def tree(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(
     "rel",
-    ["d/e/f.txt", "link", "chain", "dlink/e/f.txt", "d/../d/e/./f.txt", "missing/new.txt",
-     "dlink/e/new.txt", "loop1", "dangling", "fifo", "d/e/f.txt/", "d", "dlink/"],
+    [
+        "d/e/f.txt",
+        "link",
+        "chain",
+        "dlink/e/f.txt",
+        "d/../d/e/./f.txt",
+        "missing/new.txt",
+        "dlink/e/new.txt",
+        "loop1",
+        "dangling",
+        "fifo",
+        "d/e/f.txt/",
+        "d",
+        "dlink/",
+    ],
 )
 def test_agrees_with_realpath(tree: Path, rel: str) -> None:
     path = f"{tree}/{rel}"

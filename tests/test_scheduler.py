@@ -20,8 +20,14 @@ from fastgate import (
 R, W, X = ToolKind.READ_ONLY, ToolKind.WRITE, ToolKind.EXECUTE
 
 
-def limits(global_limit: int = 32, session_limit: int = 10, r: int = 32, w: int = 8,
-           x: int = 16, **kw: object) -> SchedulerLimits:
+def limits(
+    global_limit: int = 32,
+    session_limit: int = 10,
+    r: int = 32,
+    w: int = 8,
+    x: int = 16,
+    **kw: object,
+) -> SchedulerLimits:
     return SchedulerLimits(global_limit, session_limit, {R: r, W: w, X: x}, **kw)  # type: ignore[arg-type]
 
 
@@ -33,13 +39,27 @@ async def _settle() -> None:
 class Holder:
     """A task that takes a slot, logs its name, and holds the slot until released."""
 
-    def __init__(self, sched: ConcurrencyScheduler, log: list[str], name: str, session: str,
-                 kind: ToolKind = W, owner: object = None) -> None:
+    def __init__(
+        self,
+        sched: ConcurrencyScheduler,
+        log: list[str],
+        name: str,
+        session: str,
+        kind: ToolKind = W,
+        owner: object = None,
+    ) -> None:
         self.release = asyncio.Event()
         self.task = asyncio.create_task(self._run(sched, log, name, session, kind, owner))
 
-    async def _run(self, sched: ConcurrencyScheduler, log: list[str], name: str, session: str,
-                   kind: ToolKind, owner: object) -> None:
+    async def _run(
+        self,
+        sched: ConcurrencyScheduler,
+        log: list[str],
+        name: str,
+        session: str,
+        kind: ToolKind,
+        owner: object,
+    ) -> None:
         async with sched.slot(session, kind, owner):
             log.append(name)
             await self.release.wait()
@@ -52,7 +72,11 @@ class Holder:
 def test_defaults_match_the_spec() -> None:
     lim = SchedulerLimits()
     assert (lim.global_limit, lim.session_limit, lim.max_queue, lim.queue_timeout) == (
-        32, 10, 1024, 30.0)
+        32,
+        10,
+        1024,
+        30.0,
+    )
     assert dict(lim.kind_limits) == {R: 32, W: 8, X: 16}
 
 
@@ -73,14 +97,15 @@ def test_defaults_match_the_spec() -> None:
         ({"queue_timeout": "30"}, "queue_timeout"),
     ],
 )
-def test_nonsense_limits_raise_value_error_naming_the_field(kwargs: dict[str, object],
-                                                           field: str) -> None:
+def test_nonsense_limits_raise_value_error_naming_the_field(
+    kwargs: dict[str, object], field: str
+) -> None:
     with pytest.raises(ValueError, match=field.replace("[", r"\[").replace("]", r"\]")):
         SchedulerLimits(**kwargs)  # type: ignore[arg-type]
 
 
 def test_kind_limits_accept_names_and_cap_missing_kinds_by_global() -> None:
-    lim = SchedulerLimits(global_limit=5, kind_limits={"write": 2})
+    lim = SchedulerLimits(global_limit=5, kind_limits={"write": 2})  # type: ignore[dict-item]
     assert lim.limit_for(W) == 2 and lim.limit_for(R) == 5
 
 
@@ -134,8 +159,16 @@ async def test_round_robin_across_sessions_fifo_within() -> None:
 
     blocker = Holder(sched, log, "blocker", "Z")
     await _settle()
-    names = [("A0", "A"), ("A1", "A"), ("A2", "A"), ("A3", "A"),
-             ("B0", "B"), ("B1", "B"), ("C0", "C"), ("C1", "C")]
+    names = [
+        ("A0", "A"),
+        ("A1", "A"),
+        ("A2", "A"),
+        ("A3", "A"),
+        ("B0", "B"),
+        ("B1", "B"),
+        ("C0", "C"),
+        ("C1", "C"),
+    ]
     tasks = [asyncio.create_task(quick(n, s)) for n, s in names]
     await _settle()
     await blocker.finish()

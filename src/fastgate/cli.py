@@ -65,15 +65,23 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="run the load scenarios (ratios against references)")
     bench.add_argument("--full", action="store_true", help="more rounds (several minutes)")
     bench.add_argument("--smoke", action="store_true", help="fewest rounds (the CI smoke run)")
-    bench.add_argument("--profile", default="quick", choices=["smoke", "quick", "full"],
-                       help=argparse.SUPPRESS)
+    bench.add_argument(
+        "--profile", default="quick", choices=["smoke", "quick", "full"], help=argparse.SUPPRESS
+    )
     bench.add_argument("--json", metavar="FILE", help="also write every measurement as JSON")
-    bench.add_argument("--check", action="store_true",
-                       help="exit 1 if a figure misses its CI bound (targets with a noise margin)")
+    bench.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 if a figure misses its CI bound (targets with a noise margin)",
+    )
     bench.add_argument("--core", action="append", choices=["compiled", "pure"])
     bench.add_argument("--loop", action="append", choices=["uvloop", "asyncio"])
-    bench.add_argument("--scenario", action="append", metavar="NAME",
-                       help="uncontended, contended, fairness, multi-lock, validators")
+    bench.add_argument(
+        "--scenario",
+        action="append",
+        metavar="NAME",
+        help="uncontended, contended, fairness, multi-lock, validators",
+    )
     bench.add_argument("--unit", help=argparse.SUPPRESS)
     return parser
 

@@ -29,7 +29,7 @@ class SchedulerClosed(AdmissionError):
 
 
 class OwnerCancelled(SchedulerClosed):
-    """``scheduler.cancel_owner(owner)`` withdrew this queued request (its executor was disposed)."""
+    """``scheduler.cancel_owner(owner)`` withdrew this queued request (its owner was disposed)."""
 
 
 class GateClosed(AdmissionError):

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
 from typing import final
 
 import msgspec
 
 from fastgate import _core
+from fastgate._types import AsyncHold
 from fastgate.errors import GateClosed
 
 
@@ -39,9 +39,9 @@ class ToolConcurrencyGate:
     __slots__ = ("_core", "exclusive", "shared")
 
     #: ``async with gate.shared():`` -- one shared passage.
-    shared: Callable[[], AbstractAsyncContextManager[None]]
+    shared: Callable[[], AsyncHold]
     #: ``async with gate.exclusive():`` -- one exclusive passage.
-    exclusive: Callable[[], AbstractAsyncContextManager[None]]
+    exclusive: Callable[[], AsyncHold]
 
     def __init__(self) -> None:
         self._core = _core.gate.GateCore(_core.READY, _core.WAIT, asyncio.get_running_loop)

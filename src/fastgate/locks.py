@@ -16,10 +16,10 @@ import os
 import sys
 import threading
 from collections.abc import Iterable
-from contextlib import AbstractAsyncContextManager
 from typing import final
 
 from fastgate import _core
+from fastgate._types import AsyncHold
 from fastgate.paths import canonical_path
 
 StrPath = str | os.PathLike[str]
@@ -49,23 +49,17 @@ class FileLockManager:
     __slots__ = ("_core",)
 
     def __init__(self) -> None:
-        self._core = _core.locks.LockTableCore(
-            _core.READY, _core.WAIT, asyncio.get_running_loop
-        )
+        self._core = _core.locks.LockTableCore(_core.READY, _core.WAIT, asyncio.get_running_loop)
 
-    def acquire(self, path: StrPath, owner: object = None) -> AbstractAsyncContextManager[None]:
+    def acquire(self, path: StrPath, owner: object = None) -> AsyncHold:
         """``async with locks.acquire(path, owner=...)``: hold the lock of one file."""
         return self._core.multi((lock_key(path),), owner)
 
-    def acquire_many(
-        self, paths: Iterable[StrPath], owner: object = None
-    ) -> AbstractAsyncContextManager[None]:
+    def acquire_many(self, paths: Iterable[StrPath], owner: object = None) -> AsyncHold:
         """Hold the locks of several files, taken in sorted key order (no deadlock)."""
         return self._core.multi(tuple(sorted({lock_key(p) for p in paths})), owner)
 
-    def acquire_keys(
-        self, keys: Iterable[str], owner: object = None
-    ) -> AbstractAsyncContextManager[None]:
+    def acquire_keys(self, keys: Iterable[str], owner: object = None) -> AsyncHold:
         """Like ``acquire_many`` for keys already made by ``lock_key``."""
         return self._core.multi(tuple(sorted(set(keys))), owner)
 

@@ -34,7 +34,7 @@ def install_uvloop() -> bool:
         return False
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # loop policies are deprecated in 3.14
-        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())  # type: ignore[attr-defined]
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     return True
 
 

@@ -14,8 +14,7 @@ import asyncio
 import functools
 import threading
 import time
-from collections.abc import Callable, Hashable, Mapping
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import final
@@ -23,6 +22,7 @@ from typing import final
 import msgspec
 
 from fastgate import _core
+from fastgate._types import AsyncHold
 from fastgate.errors import OwnerCancelled, ResourceExhausted, SchedulerClosed
 from fastgate.kinds import ToolKind
 
@@ -106,13 +106,13 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 class ConcurrencyScheduler:
     """Admits tool calls under a global, a per-session and a per-kind limit, fairly across sessions.
 
-    ``async with scheduler.slot(session_id, kind, owner=None):`` holds one slot. Waiters are admitted
-    round-robin across sessions and FIFO within a session; a waiter blocked only by its kind's limit
-    does not hold back other kinds. One scheduler serves one event loop at a time.
+    ``async with scheduler.slot(session_id, kind, owner=None):`` holds one slot. Waiters are
+    admitted round-robin across sessions and FIFO within a session; a waiter blocked only by its
+    kind's limit does not hold back other kinds. One scheduler serves one event loop at a time.
     """
 
     #: ``async with scheduler.slot(session_id, kind, owner=None):`` -- one slot.
-    slot: Callable[..., AbstractAsyncContextManager[None]]
+    slot: Callable[..., AsyncHold]
 
     def __init__(self, limits: SchedulerLimits | None = None) -> None:
         self.limits = limits if limits is not None else SchedulerLimits()
@@ -149,11 +149,13 @@ class ConcurrencyScheduler:
         for waiter in core.expire(now):
             if not waiter.future.done():
                 self._timed_out += 1
-                waiter.future.set_exception(ResourceExhausted(
-                    f"waited {timeout:g}s for a tool slot; retry next turn",
-                    reason="queue_timeout",
-                    retry_after=timeout,
-                ))
+                waiter.future.set_exception(
+                    ResourceExhausted(
+                        f"waited {timeout:g}s for a tool slot; retry next turn",
+                        reason="queue_timeout",
+                        retry_after=timeout,
+                    )
+                )
         oldest = core.oldest_enqueued_at()
         if oldest:
             core.expiry_due = oldest + timeout

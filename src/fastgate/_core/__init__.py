@@ -1,18 +1,19 @@
 """Select the compiled or the pure-Python core, once, at import time.
 
-``FASTGATE_NO_EXTENSIONS=1`` forces the pure modules (for debugging); ``FASTGATE_REQUIRE_EXTENSIONS=1``
-turns a missing or broken compiled module into an ImportError, so a run that is meant to test the
-compiled build can never silently test the pure one. The compiled module ``_<name>_c`` is built from
-the very same source as ``_<name>_py`` (see setup.py).
+``FASTGATE_NO_EXTENSIONS=1`` forces the pure modules (for debugging);
+``FASTGATE_REQUIRE_EXTENSIONS=1`` turns a missing or broken compiled module into an ImportError,
+so a run that is meant to test the compiled build can never silently test the pure one. The
+compiled module ``_<name>_c`` is built from the very same source as ``_<name>_py`` (setup.py).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Awaitable, Callable
 from importlib.machinery import EXTENSION_SUFFIXES
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 NO_EXTENSIONS = os.environ.get("FASTGATE_NO_EXTENSIONS", "") not in ("", "0")
 REQUIRE_EXTENSIONS = os.environ.get("FASTGATE_REQUIRE_EXTENSIONS", "") not in ("", "0")
@@ -53,9 +54,9 @@ COMPILED = all(compiled for _, compiled in _loaded.values())
 if TYPE_CHECKING:
     from fastgate._core import _gate_py as gate
     from fastgate._core import _locks_py as locks
-    from fastgate._core import _wait_py as wait
     from fastgate._core import _sched_py as sched
     from fastgate._core import _validate_py as validate
+    from fastgate._core import _wait_py as wait
 else:
     wait = _loaded["_wait"][0]
     gate = _loaded["_gate"][0]
@@ -64,8 +65,10 @@ else:
     validate = _loaded["_validate"][0]
 
 #: The completed awaitable the admission fast paths return (see _wait_py).
-READY: object = wait.Ready() if _loaded["_wait"][1] else wait.InterpretedReady()
+READY: Awaitable[None] = cast(
+    "Awaitable[None]", wait.Ready() if _loaded["_wait"][1] else wait.InterpretedReady()
+)
 #: The awaitable type of queued requests (see _wait_py).
-WAIT: type = wait.Wait if _loaded["_wait"][1] else wait.InterpretedWait
+WAIT: Callable[..., Awaitable[None]] = wait.Wait if _loaded["_wait"][1] else wait.InterpretedWait
 
 __all__ = ("COMPILED", "IMPLEMENTATION", "READY", "WAIT", "gate", "locks", "sched", "wait")

@@ -34,7 +34,9 @@ class GateCore:
     """Counts of running holders plus a doubly linked FIFO of waiters (O(1) removal on cancel)."""
 
     def __init__(
-        self, ready: Awaitable[None], wait_type: Callable[..., Awaitable[None]],
+        self,
+        ready: Awaitable[None],
+        wait_type: Callable[..., Awaitable[None]],
         get_loop: Callable[[], Any],
     ) -> None:
         self.ready = ready

@@ -40,7 +40,9 @@ class KeyLock:
 
 class LockTableCore:
     def __init__(
-        self, ready: Awaitable[None], wait_type: Callable[..., Awaitable[None]],
+        self,
+        ready: Awaitable[None],
+        wait_type: Callable[..., Awaitable[None]],
         get_loop: Callable[[], Any],
     ) -> None:
         self.ready = ready

@@ -11,8 +11,8 @@ import os
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from fastgate import (
     ConcurrencyScheduler,
@@ -25,12 +25,21 @@ from fastgate.bench.model import BenchConfig, Measurement, Target
 from fastgate.bench.timing import jain_index, paired_rounds, percentile
 from fastgate.runtime import loop_factory
 
-Factory = Callable[[int], AbstractAsyncContextManager[object]]
+
+class Enterable(Protocol):
+    """Anything ``async with`` accepts: our holds and ``asyncio.Semaphore`` alike."""
+
+    def __aenter__(self) -> Awaitable[object]: ...
+
+    def __aexit__(self, exc_type: Any, exc: Any, tb: Any, /) -> Awaitable[object]: ...
+
+
+Factory = Callable[[int], Enterable]
 
 
 def _run(loop: str, coro_fn: Callable[[], object]) -> list[Measurement]:
     with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
-        result = runner.run(coro_fn())  # type: ignore[arg-type]
+        result: object = runner.run(coro_fn())  # type: ignore[arg-type]
     assert isinstance(result, list)
     return result
 
@@ -47,11 +56,26 @@ def _ratio_target(compiled: float, pure: float | None) -> Target | None:
     return None if bound is None else Target("<=", bound, ci_bound=round(bound * 1.3, 2))
 
 
-async def _loop_with(cm_factory: Callable[[], AbstractAsyncContextManager[object]],
-                     n: int) -> None:
+async def _loop_with(cm_factory: Callable[[], Enterable], n: int) -> None:
     for _ in range(n):
         async with cm_factory():
             pass
+
+
+def _slot_per_task(sched: ConcurrencyScheduler, sessions: list[str], kind: ToolKind) -> Factory:
+    slot = sched.slot
+    return lambda i: slot(sessions[i], kind)
+
+
+def _slot_per_session(sched: ConcurrencyScheduler, kind: ToolKind) -> Callable[[str], Enterable]:
+    slot = sched.slot
+    return lambda session: slot(session, kind)
+
+
+def _same(
+    cm: Enterable,
+) -> Callable[[object], Enterable]:
+    return lambda _: cm
 
 
 def run_uncontended(config: BenchConfig, loop: str) -> list[Measurement]:
@@ -81,15 +105,27 @@ def run_uncontended(config: BenchConfig, loop: str) -> list[Measurement]:
 
         out = []
         ratio, ns, ref_ns = await paired_rounds(ours_slot, ref, config.ops, config.rounds)
-        out.append(Measurement(
-            "uncontended", "slot / Semaphore", ratio, reference="asyncio.Semaphore",
-            target=_ratio_target(0.8, 1.5),
-            detail=f"{ns:.0f} ns vs {ref_ns:.0f} ns per async-with"))
+        out.append(
+            Measurement(
+                "uncontended",
+                "slot / Semaphore",
+                ratio,
+                reference="asyncio.Semaphore",
+                target=_ratio_target(0.8, 1.5),
+                detail=f"{ns:.0f} ns vs {ref_ns:.0f} ns per async-with",
+            )
+        )
         ratio, ns, ref_ns = await paired_rounds(ours_gate, ref, config.ops, config.rounds)
-        out.append(Measurement(
-            "uncontended", "gate.shared / Semaphore", ratio, reference="asyncio.Semaphore",
-            target=_ratio_target(0.6, None),
-            detail=f"{ns:.0f} ns vs {ref_ns:.0f} ns per async-with"))
+        out.append(
+            Measurement(
+                "uncontended",
+                "gate.shared / Semaphore",
+                ratio,
+                reference="asyncio.Semaphore",
+                target=_ratio_target(0.6, None),
+                detail=f"{ns:.0f} ns vs {ref_ns:.0f} ns per async-with",
+            )
+        )
         return out
 
     return _run(loop, main)
@@ -123,27 +159,36 @@ def run_contended(config: BenchConfig, loop: str) -> list[Measurement]:
         ours_tput = ref_tput = 0.0
         for _ in range(config.rounds):
             sem = asyncio.Semaphore(slots)
-            sched = ConcurrencyScheduler(SchedulerLimits(
-                global_limit=slots, session_limit=slots, kind_limits={ToolKind.WRITE: slots}))
+            sched = ConcurrencyScheduler(
+                SchedulerLimits(
+                    global_limit=slots, session_limit=slots, kind_limits={ToolKind.WRITE: slots}
+                )
+            )
             sessions = [f"session-{i % 4}" for i in range(tasks)]
-            write = ToolKind.WRITE
             ours_tput, ours_p99 = await _contended_run(
-                lambda i: sched.slot(sessions[i], write), tasks, iterations)
-            ref_tput, ref_p99 = await _contended_run(lambda i: sem, tasks, iterations)
+                _slot_per_task(sched, sessions, ToolKind.WRITE), tasks, iterations
+            )
+            ref_tput, ref_p99 = await _contended_run(_same(sem), tasks, iterations)
             tput_ratios.append(ours_tput / ref_tput)
             wait_ratios.append(ours_p99 / ref_p99)
         compiled = _compiled()
         return [
             Measurement(
-                "contended", "throughput / Semaphore", statistics.median(tput_ratios),
+                "contended",
+                "throughput / Semaphore",
+                statistics.median(tput_ratios),
                 reference="asyncio.Semaphore",
                 target=Target(">=", 1.0, ci_bound=0.8) if compiled else None,
-                detail=f"{ours_tput:,.0f} vs {ref_tput:,.0f} acquisitions/s (last round)"),
+                detail=f"{ours_tput:,.0f} vs {ref_tput:,.0f} acquisitions/s (last round)",
+            ),
             Measurement(
-                "contended", "p99 wait / Semaphore", statistics.median(wait_ratios),
+                "contended",
+                "p99 wait / Semaphore",
+                statistics.median(wait_ratios),
                 reference="asyncio.Semaphore",
                 target=Target("<=", 1.2, ci_bound=1.5) if compiled else None,
-                detail=f"{tasks} tasks, {slots} slots, {iterations} acquisitions each"),
+                detail=f"{tasks} tasks, {slots} slots, {iterations} acquisitions each",
+            ),
         ]
 
     return _run(loop, main)
@@ -152,8 +197,9 @@ def run_contended(config: BenchConfig, loop: str) -> list[Measurement]:
 FLOOD_BIG, FLOOD_SMALL, FLOOD_SLOTS, SERVICE = 1000, 10, 4, 0.001
 
 
-async def _flood_once(factory: Callable[[str], AbstractAsyncContextManager[object]]) -> dict[
-        str, float]:
+async def _flood_once(
+    factory: Callable[[str], Enterable],
+) -> dict[str, float]:
     """Session A queues 1000 calls, then B, C, D queue 10 each; 4 slots, 1 ms of service."""
     records: list[tuple[str, float, float, float]] = []
     clock = time.perf_counter
@@ -193,31 +239,53 @@ def run_fairness(config: BenchConfig, loop: str) -> list[Measurement]:
     async def main() -> list[Measurement]:
         fair_runs, fifo_runs = [], []
         for _ in range(config.fairness_runs):
-            sched = ConcurrencyScheduler(SchedulerLimits(
-                global_limit=FLOOD_SLOTS, session_limit=FLOOD_SLOTS,
-                kind_limits={ToolKind.EXECUTE: FLOOD_SLOTS}, max_queue=2048))
-            execute = ToolKind.EXECUTE
-            fair_runs.append(await _flood_once(lambda s: sched.slot(s, execute)))
-            sem = asyncio.Semaphore(FLOOD_SLOTS)
-            fifo_runs.append(await _flood_once(lambda s: sem))
+            sched = ConcurrencyScheduler(
+                SchedulerLimits(
+                    global_limit=FLOOD_SLOTS,
+                    session_limit=FLOOD_SLOTS,
+                    kind_limits={ToolKind.EXECUTE: FLOOD_SLOTS},
+                    max_queue=2048,
+                )
+            )
+            fair_runs.append(await _flood_once(_slot_per_session(sched, ToolKind.EXECUTE)))
+            fifo_runs.append(await _flood_once(_same(asyncio.Semaphore(FLOOD_SLOTS))))
 
         def med(runs: list[dict[str, float]], key: str) -> float:
             return statistics.median(r[key] for r in runs)
 
         makespan_ratio = statistics.median(
-            f["makespan"] / g["makespan"] for f, g in zip(fair_runs, fifo_runs, strict=True))
-        detail = (f"FIFO p99 {med(fifo_runs, 'p99_small_wait'):.0f} service times; "
-                  f"service {med(fair_runs, 'service_ms'):.2f} ms")
+            f["makespan"] / g["makespan"] for f, g in zip(fair_runs, fifo_runs, strict=True)
+        )
+        detail = (
+            f"FIFO p99 {med(fifo_runs, 'p99_small_wait'):.0f} service times; "
+            f"service {med(fair_runs, 'service_ms'):.2f} ms"
+        )
         return [
-            Measurement("fairness", "small sessions p99 wait", med(fair_runs, "p99_small_wait"),
-                        unit="service", reference="FIFO Semaphore",
-                        target=Target("<=", 12.0, ci_bound=14.0), detail=detail),
-            Measurement("fairness", "Jain's index (backlogged)", med(fair_runs, "jain"),
-                        unit="", target=Target(">=", 0.95, ci_bound=0.93),
-                        detail=f"FIFO {med(fifo_runs, 'jain'):.2f}"),
-            Measurement("fairness", "makespan / FIFO", makespan_ratio,
-                        reference="FIFO Semaphore", target=Target("<=", 1.05, ci_bound=1.1),
-                        detail="work-conserving: no slot idles while work waits"),
+            Measurement(
+                "fairness",
+                "small sessions p99 wait",
+                med(fair_runs, "p99_small_wait"),
+                unit="service",
+                reference="FIFO Semaphore",
+                target=Target("<=", 12.0, ci_bound=14.0),
+                detail=detail,
+            ),
+            Measurement(
+                "fairness",
+                "Jain's index (backlogged)",
+                med(fair_runs, "jain"),
+                unit="",
+                target=Target(">=", 0.95, ci_bound=0.93),
+                detail=f"FIFO {med(fifo_runs, 'jain'):.2f}",
+            ),
+            Measurement(
+                "fairness",
+                "makespan / FIFO",
+                makespan_ratio,
+                reference="FIFO Semaphore",
+                target=Target("<=", 1.05, ci_bound=1.1),
+                detail="work-conserving: no slot idles while work waits",
+            ),
         ]
 
     return _run(loop, main)
@@ -230,7 +298,8 @@ class _NaiveLocks:
         self.locks: dict[str, asyncio.Lock] = {}
 
     async def hold(self, paths: list[str]) -> None:
-        keys = sorted({os.path.realpath(p) for p in paths})
+        # Blocking realpath inside a coroutine: what the naive reference really does.
+        keys = sorted({os.path.realpath(p) for p in paths})  # noqa: ASYNC240
         held = []
         for key in keys:
             lock = self.locks.get(key)
@@ -242,36 +311,46 @@ class _NaiveLocks:
             lock.release()
 
 
+def _make_files(root: str) -> list[str]:
+    paths = []
+    for name in ("src/app/models.py", "src/app/views.py", "tests/test_app.py"):
+        full = os.path.join(root, name)
+        os.makedirs(os.path.dirname(full), exist_ok=True)
+        with open(full, "w") as fh:
+            fh.write("x")
+        paths.append(full)
+    return paths
+
+
 def run_multilock(config: BenchConfig, loop: str) -> list[Measurement]:
     """``acquire_many`` of 3 existing paths vs the naive approach, uncontended."""
 
-    async def main() -> list[Measurement]:
-        with tempfile.TemporaryDirectory(prefix="fastgate-bench-") as root:
-            paths = []
-            for name in ("src/app/models.py", "src/app/views.py", "tests/test_app.py"):
-                full = os.path.join(root, name)
-                os.makedirs(os.path.dirname(full), exist_ok=True)
-                with open(full, "w") as fh:
-                    fh.write("x")
-                paths.append(full)
-            manager = FileLockManager()
-            naive = _NaiveLocks()
+    async def main(paths: list[str]) -> list[Measurement]:
+        manager = FileLockManager()
+        naive = _NaiveLocks()
 
-            async def ours(n: int) -> None:
-                for _ in range(n):
-                    async with manager.acquire_many(paths):
-                        pass
+        async def ours(n: int) -> None:
+            for _ in range(n):
+                async with manager.acquire_many(paths):
+                    pass
 
-            async def ref(n: int) -> None:
-                for _ in range(n):
-                    await naive.hold(paths)
+        async def ref(n: int) -> None:
+            for _ in range(n):
+                await naive.hold(paths)
 
-            ops = max(200, config.ops // 20)
-            ratio, ns, ref_ns = await paired_rounds(ours, ref, ops, config.rounds)
-        return [Measurement(
-            "multi-lock", "acquire_many(3) / naive", ratio,
-            reference="realpath + sorted + asyncio.Lock",
-            target=Target("<=", 1.0, ci_bound=1.2) if _compiled() else None,
-            detail=f"{ns / 1000:.1f} us vs {ref_ns / 1000:.1f} us per 3-path hold")]
+        ops = max(200, config.ops // 20)
+        ratio, ns, ref_ns = await paired_rounds(ours, ref, ops, config.rounds)
+        return [
+            Measurement(
+                "multi-lock",
+                "acquire_many(3) / naive",
+                ratio,
+                reference="realpath + sorted + asyncio.Lock",
+                target=Target("<=", 1.0, ci_bound=1.2) if _compiled() else None,
+                detail=f"{ns / 1000:.1f} us vs {ref_ns / 1000:.1f} us per 3-path hold",
+            )
+        ]
 
-    return _run(loop, main)
+    with tempfile.TemporaryDirectory(prefix="fastgate-bench-") as root:
+        paths = _make_files(root)
+        return _run(loop, lambda: main(paths))

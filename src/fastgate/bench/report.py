@@ -32,7 +32,7 @@ def _verdict(m: Measurement) -> str:
 
 
 def _value(m: Measurement) -> str:
-    unit = {"x": "×", "service": " svc", "": ""}.get(m.unit, f" {m.unit}")
+    unit = {"x": "x", "service": " svc", "": ""}.get(m.unit, f" {m.unit}")
     return f"{m.value:.3f}{unit}" if m.unit in ("", "x") else f"{m.value:.2f}{unit}"
 
 
@@ -42,13 +42,28 @@ def render(measurements: list[Measurement], console: Console) -> None:
         table.add_column(column, no_wrap=column not in ("detail", "figure"))
     ordered = sorted(measurements, key=lambda m: (m.scenario, m.metric, m.core, m.loop))
     for m in ordered:
-        table.add_row(m.scenario, m.metric, m.core, m.loop, _value(m),
-                      str(m.target) if m.target else "", _verdict(m), m.detail)
+        table.add_row(
+            m.scenario,
+            m.metric,
+            m.core,
+            m.loop,
+            _value(m),
+            str(m.target) if m.target else "",
+            _verdict(m),
+            m.detail,
+        )
     console.print(table)
 
 
-def run_and_report(*, profile: str, cores: list[str], loops: list[str], scenarios: list[str],
-                   json_path: Path | None, check: bool) -> int:
+def run_and_report(
+    *,
+    profile: str,
+    cores: list[str],
+    loops: list[str],
+    scenarios: list[str],
+    json_path: Path | None,
+    check: bool,
+) -> int:
     import fastgate
 
     console = Console()
@@ -65,8 +80,14 @@ def run_and_report(*, profile: str, cores: list[str], loops: list[str], scenario
     measurements: list[Measurement] = []
     failures: list[str] = []
     start = time.perf_counter()
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/"
-                  "{task.total}"), TimeElapsedColumn(), console=console, transient=True) as bar:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
         task = bar.add_task("starting", total=len(units))
         for unit in units:
             bar.update(task, description=unit.label)
@@ -77,8 +98,10 @@ def run_and_report(*, profile: str, cores: list[str], loops: list[str], scenario
             bar.advance(task)
     seconds = time.perf_counter() - start
     render(measurements, console)
-    console.print(f"profile {profile}: {len(units)} runs in {seconds:.0f} s "
-                  f"(each in a fresh interpreter; pure = FASTGATE_NO_EXTENSIONS=1)")
+    console.print(
+        f"profile {profile}: {len(units)} runs in {seconds:.0f} s "
+        f"(each in a fresh interpreter; pure = FASTGATE_NO_EXTENSIONS=1)"
+    )
     for failure in failures:
         console.print(f"[red]{failure}[/red]")
     if json_path is not None:
@@ -88,9 +111,11 @@ def run_and_report(*, profile: str, cores: list[str], loops: list[str], scenario
     missed = [m for m in measurements if m.passed(ci=True) is False]
     if check:
         for m in missed:
-            console.print(f"[red]CI bound missed: {m.scenario} / {m.metric} ({m.core}, {m.loop}):"
-                          f" {m.value:.3f} vs {m.target.op if m.target else ''} "
-                          f"{m.target.ci_bound if m.target else ''}[/red]")
+            console.print(
+                f"[red]CI bound missed: {m.scenario} / {m.metric} ({m.core}, {m.loop}):"
+                f" {m.value:.3f} vs {m.target.op if m.target else ''} "
+                f"{m.target.ci_bound if m.target else ''}[/red]"
+            )
         if missed or failures:
             return 1
     return 1 if failures else 0

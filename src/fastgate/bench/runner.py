@@ -56,14 +56,13 @@ def scenario_function(name: str) -> Callable[[BenchConfig, str], list[Measuremen
 
 
 def plan(cores: Iterable[str], loops: Iterable[str], scenarios: Iterable[str]) -> list[Unit]:
-    units = []
     loops = list(loops)
-    for core in cores:
-        for name in scenarios:
-            per_loop = SCENARIOS[name][2]
-            for loop in loops if per_loop else loops[:1]:
-                units.append(Unit(core, loop, name))
-    return units
+    return [
+        Unit(core, loop, name)
+        for core in cores
+        for name in scenarios
+        for loop in (loops if SCENARIOS[name][2] else loops[:1])
+    ]
 
 
 def run_unit_here(unit: Unit, config: BenchConfig) -> list[Measurement]:
@@ -84,8 +83,16 @@ def run_unit(unit: Unit, profile: str) -> list[Measurement]:
     """Run one unit in a fresh interpreter with the environment its core needs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FASTGATE_")}
     env["FASTGATE_NO_EXTENSIONS" if unit.core == "pure" else "FASTGATE_REQUIRE_EXTENSIONS"] = "1"
-    cmd = [sys.executable, "-m", "fastgate", "bench", "--unit",
-           f"{unit.core}:{unit.loop}:{unit.scenario}", "--profile", profile]
+    cmd = [
+        sys.executable,
+        "-m",
+        "fastgate",
+        "bench",
+        "--unit",
+        f"{unit.core}:{unit.loop}:{unit.scenario}",
+        "--profile",
+        profile,
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, timeout=600)
     if proc.returncode != 0:
         raise UnitFailed(f"{unit.label} failed:\n{proc.stderr.decode(errors='replace')[-2000:]}")

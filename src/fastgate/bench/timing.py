@@ -54,7 +54,7 @@ def percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, int(round(q * len(ordered) + 0.5)) - 1))
+    index = min(len(ordered) - 1, max(0, round(q * len(ordered) + 0.5) - 1))
     return ordered[index]
 
 
