@@ -88,8 +88,10 @@ cdef class Validator:
 @cython.locals(t=object)
 cpdef int kind_of(object value) except -1
 cdef int _float_kind(double value) except -1
-@cython.locals(kind=int, child_kind=int, results=list, stack=list, n=Py_ssize_t, expanded=bint)
+@cython.locals(kind=int, item_kind=int, out=list, stack=list, index=Py_ssize_t, is_token=bint, pairs=list)
 cpdef object canonical(object value)
+cdef str _json_string(str text)
+cdef str _scalar_token(object item, int kind)
 cdef bint _is_multiple(object value, object divisor) except -1
 @cython.locals(keys=list)
 cpdef tuple materialize(object loc)

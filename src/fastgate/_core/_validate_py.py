@@ -247,7 +247,9 @@ def _float_kind(value: float) -> int:
 def canonical(value: Any) -> Any:
     """A hashable key with JSON equality: 1 == 1.0, true != 1, deep for arrays and objects.
 
-    Iterative (post-order over an explicit stack), so a deeply nested value cannot recurse.
+    Strings and numbers are their own keys. A container becomes ``("c", text)`` where ``text``
+    is one flat canonical serialization (object keys sorted): flat, so hashing and comparing it
+    never recurse, and it is built by one iterative walk, so deep values are safe too.
     """
     kind = kind_of(value)
     if kind & (K_STR | K_INT | K_INTFLOAT | K_FLOAT | K_NULL):
@@ -256,37 +258,59 @@ def canonical(value: Any) -> Any:
         return ("b", bool(value))
     if kind == K_NONFINITE or kind == K_OTHER:
         return ("x", repr(value))
-    # Containers: frames of (value, kind, children done so far).
-    results: list[Any] = []
-    stack: list[Any] = [(value, kind, False)]
+    out: list[str] = []
+    stack: list[Any] = [(False, value)]  # (is_token, value-or-token)
     while stack:
-        item, item_kind, expanded = stack.pop()
-        if expanded:
-            if item_kind == K_ARR:
-                n = len(item)
-                children = results[len(results) - n :] if n else []
-                del results[len(results) - n :]
-                results.append(("[", tuple(children)))
-            else:
-                n = len(item)
-                children = results[len(results) - n :] if n else []
-                del results[len(results) - n :]
-                results.append(("{", frozenset(zip(item.keys(), children, strict=True))))
+        is_token, item = stack.pop()
+        if is_token:
+            out.append(item)
             continue
-        child_kind = kind_of(item)
-        if child_kind == K_ARR:
-            stack.append((item, K_ARR, True))
-            stack.extend([(child, 0, False) for child in reversed(item)])
-        elif child_kind == K_OBJ:
-            stack.append((item, K_OBJ, True))
-            stack.extend([(child, 0, False) for child in reversed(list(item.values()))])
-        elif child_kind == K_BOOL:
-            results.append(("b", bool(item)))
-        elif child_kind == K_NONFINITE or child_kind == K_OTHER:
-            results.append(("x", repr(item)))
+        item_kind = kind_of(item)
+        if item_kind == K_ARR:
+            out.append("[")
+            stack.append((True, "]"))
+            index = len(item) - 1
+            while index >= 0:
+                stack.append((False, item[index]))
+                if index:
+                    stack.append((True, ","))
+                index -= 1
+        elif item_kind == K_OBJ:
+            out.append("{")
+            stack.append((True, "}"))
+            pairs = sorted(item.items(), key=_first)
+            index = len(pairs) - 1
+            while index >= 0:
+                stack.append((False, pairs[index][1]))
+                stack.append((True, _json_string(str(pairs[index][0])) + ":"))
+                if index:
+                    stack.append((True, ","))
+                index -= 1
         else:
-            results.append(item)
-    return results[0]
+            out.append(_scalar_token(item, item_kind))
+    return ("c", "".join(out))
+
+
+def _first(pair: tuple[Any, Any]) -> Any:
+    return pair[0]
+
+
+def _json_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _scalar_token(item: Any, kind: int) -> str:
+    if kind == K_STR:
+        return _json_string(item)
+    if kind == K_BOOL:
+        return "true" if item else "false"
+    if kind == K_NULL:
+        return "null"
+    if kind == K_INTFLOAT:
+        return repr(int(item))
+    if kind == K_INT or kind == K_FLOAT:
+        return repr(item)
+    return "?" + repr(item)
 
 
 def _is_multiple(value: Any, divisor: Any) -> bool:

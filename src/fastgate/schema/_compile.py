@@ -71,8 +71,9 @@ def _is_number(value: object) -> bool:
 
 
 class _Compiler:
-    def __init__(self, document: Any) -> None:
+    def __init__(self, document: Any, engine: Any) -> None:
         self.document = document
+        self.engine = engine
         self.nodes: dict[str, core.Node] = {}
         self.pending: list[tuple[core.Node, Any]] = []
 
@@ -84,7 +85,7 @@ class _Compiler:
                     f"a schema must be an object or a boolean, got {type(schema).__name__}",
                     pointer=_where(pointer),
                 )
-            node = core.Node(pointer)
+            node = self.engine.Node(pointer)
             self.nodes[pointer] = node
             self.pending.append((node, schema))
         return node
@@ -95,7 +96,7 @@ class _Compiler:
             node, schema = self.pending.pop()
             self.fill(node, schema)
         for node in self.nodes.values():
-            core.finish_node(node, _STRUCTURE)
+            self.engine.finish_node(node, _STRUCTURE)
             _find_discriminator(node)
         _reject_stationary_cycles(root)
         return root
@@ -231,13 +232,13 @@ def _enum(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> N
     if type(value) is not list:
         raise _bad(at, keyword, "enum must be a list of values")
     node.enum_values = list(value)
-    node.enum_keys = frozenset(core.canonical(v) for v in value)
+    node.enum_keys = frozenset(c.engine.canonical(v) for v in value)
     node.checks |= C_ENUM
 
 
 def _const(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
     node.const_value = value
-    node.const_key = core.canonical(value)
+    node.const_key = c.engine.canonical(value)
     node.checks |= C_CONST
 
 
@@ -451,9 +452,16 @@ def _reject_from(start: core.Node, state: dict[int, int]) -> None:
             stack.append((nxt, _stationary_edges(nxt)))
 
 
-def compile_json_schema(schema: Any, max_issues: int = DEFAULT_MAX_ISSUES) -> core.Validator:
-    """Compile a raw JSON Schema (dict or bool) into a ``Validator``; ``SchemaError`` if not."""
+def compile_json_schema(
+    schema: Any, max_issues: int = DEFAULT_MAX_ISSUES, engine: Any = None
+) -> core.Validator:
+    """Compile a raw JSON Schema (dict or bool) into a ``Validator``; ``SchemaError`` if not.
+
+    ``engine`` picks the core module explicitly (the tests compare the pure and compiled ones);
+    by default it is the one ``fastgate._core`` selected.
+    """
     if type(max_issues) is not int or max_issues < 1:
         raise ValueError("max_issues must be a positive integer")
-    root = _Compiler(schema).run()
-    return core.Validator(root, schema, max_issues)
+    module = core if engine is None else engine
+    root = _Compiler(schema, module).run()
+    return module.Validator(root, schema, max_issues)  # type: ignore[no-any-return]
