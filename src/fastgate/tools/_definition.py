@@ -13,7 +13,7 @@ import math
 import re
 import types
 from collections.abc import Callable
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, Union, get_args, get_origin, get_type_hints, overload
 
 import msgspec
 
@@ -167,9 +167,19 @@ def define_tool(
     return ToolDefinition(name, description, parameters, execute, **options)
 
 
+@overload
+def tool(fn: Callable[..., Any], /) -> ToolDefinition: ...
+
+
+@overload
+def tool(
+    *, name: str | None = None, **options: Any
+) -> Callable[[Callable[..., Any]], ToolDefinition]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None, /, *, name: str | None = None, **options: Any
-) -> Any:
+) -> ToolDefinition | Callable[[Callable[..., Any]], ToolDefinition]:
     """Decorator: a ``ToolDefinition`` from an annotated function (SPEC §2.1).
 
     Parameters come from the signature (a ``ctx: RunContext`` parameter is injected, never
@@ -190,7 +200,10 @@ def _from_function(func: Callable[..., Any], name: str, options: dict[str, Any])
         raise TypeError(f"@tool needs a function, got {type(func).__name__}")
     summary, param_docs = parse_docstring(func.__doc__)
     description = options.pop("description", None) or summary
-    hints = get_type_hints(func, include_extras=True)
+    try:
+        hints = get_type_hints(func, include_extras=True)
+    except Exception as exc:  # a NameError from a forward reference, typically
+        raise TypeError(f"tool {name}: cannot resolve the annotations: {exc}") from exc
     properties: dict[str, SchemaNode] = {}
     required: list[str] = []
     ctx_name: str | None = None
