@@ -1,11 +1,120 @@
-"""``RunContext``: what a tool body receives besides its arguments (SPEC §9).
-
-A placeholder for the pipeline: ``@tool`` recognises a parameter annotated ``RunContext`` and
-injects the context instead of asking the model for it. The pipeline fleshes the class out.
-"""
+"""Contexts: ``ExecutionContext`` (what the caller says about a call), ``RunContext`` (what the tool
+body gets) and ``ToolCall`` (one call of a batch). SPEC §7, §9, §11, §13."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from fastgate.cancel import CancelToken
+
+if TYPE_CHECKING:
+    from fastgate.approvals import ApprovalRequest, ApprovalResponse
+
+Approver = Callable[["ApprovalRequest"], Awaitable["ApprovalResponse"]]
+
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ExecutionContext:
+    """Who is calling and under which conditions. ``None`` fields are filled from the executor's
+    ``context_defaults`` (see ``merged``)."""
+
+    session_id: str | None = None
+    workspace_root: str | None = None
+    cancel: CancelToken | None = None
+    approver: Approver | None = None
+    agent_scope: str | None = None
+    turn_id: str | None = None
+    trusted: bool | None = None
+    metadata: Mapping[str, Any] = dataclasses.field(default_factory=lambda: _EMPTY)
+
+    def merged(self, defaults: Mapping[str, Any]) -> ExecutionContext:
+        """This context with every unset field taken from ``defaults`` (unknown keys rejected)."""
+        if not defaults:
+            return self
+        changes = {
+            name: value
+            for name, value in defaults.items()
+            if getattr(self, name) is None or (name == "metadata" and not self.metadata)
+        }
+        return dataclasses.replace(self, **changes) if changes else self
+
+    @staticmethod
+    def check_defaults(defaults: Mapping[str, Any]) -> dict[str, Any]:
+        fields = {f.name for f in dataclasses.fields(ExecutionContext)}
+        unknown = set(defaults) - fields
+        if unknown:
+            raise ValueError(
+                f"context_defaults: unknown field(s) {', '.join(sorted(unknown))} "
+                f"(known: {', '.join(sorted(fields))})"
+            )
+        return dict(defaults)
+
+
+class ToolCall(msgspec.Struct, frozen=True):
+    """One tool call as the model emitted it."""
+
+    id: str
+    name: str
+    args: Any
+
 
 class RunContext:
-    """The per-call context handed to a tool's ``execute(args, ctx)``."""
+    """Handed to ``execute(args, ctx)``. Tools declare ``ctx: RunContext`` to receive it.
+
+    ``signal`` is cancelled when the caller cancels or the deadline passes; a sync tool (run in a
+    worker thread) can only poll it: Python cannot stop a thread. ``lock_paths`` takes the file
+    locks of a multi-path tool for the rest of the invocation; ``report_progress`` feeds
+    ``executor.progress()``.
+    """
+
+    __slots__ = (
+        "_lock_paths",
+        "_progress",
+        "attempt",
+        "context",
+        "execution_id",
+        "session_id",
+        "signal",
+        "tool_name",
+        "workspace_root",
+    )
+
+    def __init__(
+        self,
+        *,
+        execution_id: str = "",
+        tool_name: str = "",
+        context: ExecutionContext | None = None,
+        signal: CancelToken | None = None,
+        progress: Callable[[Any], None] | None = None,
+        lock_paths: Callable[[Iterable[str]], Awaitable[None]] | None = None,
+    ) -> None:
+        """Every argument is optional, so a tool can be called directly in a unit test."""
+        context = context if context is not None else ExecutionContext()
+        self.execution_id = execution_id
+        self.tool_name = tool_name
+        self.context = context
+        self.session_id = context.session_id
+        self.workspace_root = context.workspace_root
+        self.signal = signal if signal is not None else CancelToken()
+        self.attempt = 1
+        self._progress = progress
+        self._lock_paths = lock_paths
+
+    def report_progress(self, data: Any) -> None:
+        """Publish progress (bounded: the oldest entries are dropped past 256)."""
+        if self._progress is not None:
+            self._progress(data)
+
+    async def lock_paths(self, paths: Iterable[str]) -> None:
+        """Take the file locks of ``paths`` (sorted, de-duplicated) until the invocation ends."""
+        if self._lock_paths is None:
+            raise RuntimeError("lock_paths is only available inside an executor invocation")
+        await self._lock_paths(paths)

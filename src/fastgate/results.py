@@ -1,0 +1,88 @@
+"""Results of a tool call: ``ToolResult``, ``ToolError``, ``ResultMeta``, ``ErrorCode``, ``Failure``
+
+A result is frozen. Only ``content``, ``error`` and ``meta`` ever leave the process (persisted or
+sent elsewhere, msgspec-encoded); ``value``, the tool's canonical value, lives in memory only.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+import msgspec
+
+
+class ErrorCode(StrEnum):
+    """Why a call did not succeed; values are the names (``ErrorCode.TIMEOUT == "TIMEOUT"``)."""
+
+    UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    INVALID_ARGS = "INVALID_ARGS"
+    WORKTREE_VIOLATION = "WORKTREE_VIOLATION"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    USER_REJECTED = "USER_REJECTED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    ABORTED_BEFORE_DISPATCH = "ABORTED_BEFORE_DISPATCH"
+    ABORTED = "ABORTED"
+    TIMEOUT = "TIMEOUT"
+    TOOL_ERROR = "TOOL_ERROR"
+    TOOL_FAILURE = "TOOL_FAILURE"
+    BLOCKED_BY_HOOK = "BLOCKED_BY_HOOK"
+    OUTPUT_INVALID = "OUTPUT_INVALID"
+    DISPOSED = "DISPOSED"
+    PERSISTENCE_FAILED = "PERSISTENCE_FAILED"
+
+
+class ToolError(msgspec.Struct, frozen=True):
+    """``message`` is written for the model: it says what to change to succeed next time."""
+
+    code: ErrorCode
+    message: str
+    retryable: bool = False
+    retry_after: str | float | None = None
+    details: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ResultMeta(msgspec.Struct, frozen=True):
+    execution_id: str
+    call_id: str | None
+    tool_name: str
+    session_id: str | None
+    started_at: float  # wall clock, seconds since the epoch
+    completed_at: float
+    duration_ms: float
+    attempts: int = 0
+    aborted_before_launch: bool = False
+    decision_source: str | None = None
+    additional_context: tuple[str, ...] = ()
+
+
+class ToolResult(msgspec.Struct, frozen=True):
+    """The one canonical outcome of a call. ``content`` is ``str`` or a tuple of content blocks."""
+
+    ok: bool
+    content: Any
+    error: ToolError | None
+    meta: ResultMeta
+    value: Any = None
+
+    def durable(self) -> DurableResult:
+        """What may be persisted or sent to another process: never the canonical value."""
+        return DurableResult(self.ok, self.content, self.error, self.meta)
+
+
+class DurableResult(msgspec.Struct, frozen=True):
+    ok: bool
+    content: Any
+    error: ToolError | None
+    meta: ResultMeta
+
+
+class Failure(msgspec.Struct, frozen=True):
+    """Returned (not raised) by a tool for an expected failure: result ``TOOL_FAILURE``.
+
+    ``code`` is the tool's own code, kept in ``error.details["code"]``. Never retried.
+    """
+
+    message: str
+    code: str | None = None
+    details: dict[str, Any] | None = None
