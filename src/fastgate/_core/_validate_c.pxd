@@ -4,6 +4,7 @@ cdef int K_NULL, K_BOOL, K_INT, K_INTFLOAT, K_FLOAT, K_STR, K_ARR, K_OBJ, K_NONF
 cdef int C_STR, C_NUM, C_ENUM, C_CONST, C_OBJ, C_ARR, C_APPLY, C_FALSE
 cdef int S_ANY, S_ONE, S_NOT
 cdef object _HERE
+cdef int INLINE_DEPTH
 
 
 cdef class ValidationIssue:
@@ -86,7 +87,7 @@ cdef class Validator:
 
 
 @cython.locals(t=object)
-cpdef int kind_of(object value) except -1
+cdef inline int _kind(object value) except -1
 cdef int _float_kind(double value) except -1
 @cython.locals(kind=int, item_kind=int, out=list, stack=list, index=Py_ssize_t, is_token=bint, pairs=list)
 cpdef object canonical(object value)
@@ -111,19 +112,22 @@ cdef void _fail(Sink sink, object parent, object key, str keyword, Node node, ob
 cdef str _explain(str keyword, Node node, object value)
 @cython.locals(checks=int, length=Py_ssize_t)
 cdef bint check_local(Node node, object value, int kind, object parent, object key, Sink sink) except -1
-@cython.locals(sink=Sink, stack=list, node=Node, current=Sink, kind=int, step=Step, branch=Node)
+@cython.locals(sink=Sink, stack=list, node=Node, current=Sink, step=Step, branch=Node)
 cpdef Sink run(Node root, object value, Py_ssize_t limit, bint silent)
-@cython.locals(table=dict, additional=Node, child=Node, slot=tuple, found=Py_ssize_t)
-cdef void _expand_object(Node node, object value, object loc, Sink sink, list stack) except *
+@cython.locals(kind=int)
+cdef void _walk(Node node, object value, object parent, object key, Sink sink, list stack, int depth) except *
+cdef void _visit(Node node, object value, object parent, object key, Sink sink, list stack, int depth) except *
+@cython.locals(table=dict, additional=Node, child=Node, slot=tuple, found=Py_ssize_t, kind=int)
+cdef void _expand_object(Node node, object value, object loc, Sink sink, list stack, int depth) except *
 cdef void _report_missing(tuple names, object value, object loc, Sink sink) except *
 cpdef void finish_node(Node node, int structural) except *
-@cython.locals(length=Py_ssize_t, prefix=list, n_prefix=Py_ssize_t, items=Node, index=Py_ssize_t, child=Node)
-cdef void _expand_array(Node node, object value, object loc, Sink sink, list stack) except *
+@cython.locals(length=Py_ssize_t, prefix=list, n_prefix=Py_ssize_t, items=Node, index=Py_ssize_t, child=Node, kind=int)
+cdef void _expand_array(Node node, object value, object loc, Sink sink, list stack, int depth) except *
 @cython.locals(seen=dict, index=Py_ssize_t, first=Py_ssize_t)
 cdef void _check_unique(object value, object loc, Sink sink) except *
-@cython.locals(index=Py_ssize_t)
-cdef void _expand_applicators(Node node, object value, object loc, Sink sink, list stack) except *
+@cython.locals(sub=Node)
+cdef void _expand_applicators(Node node, object value, object loc, Sink sink, list stack, int depth) except *
 @cython.locals(branch=Node)
-cdef bint _discriminate(Node node, object value, object loc, Sink sink, list stack, int op) except -1
+cdef bint _discriminate(Node node, object value, object loc, Sink sink, list stack, int op, int depth) except -1
 @cython.locals(sub=Sink, branch=Node)
 cdef Node _advance(Step step, list stack)

@@ -45,6 +45,9 @@ S_ONE = 1
 S_NOT = 2
 
 _HERE = object()  # "no key": the value sits at the location ``parent`` itself
+# Nesting walked by bounded recursion before work goes to the explicit stack: small enough
+# for any C or Python stack, large enough that typical tool arguments never use a frame.
+INLINE_DEPTH = 16
 
 # Python-visible views of the constants above, for the compiler: in the compiled module the
 # constants themselves are C globals and do not appear in the module namespace.
@@ -203,6 +206,11 @@ class Step:
 
 
 def kind_of(value: Any) -> int:
+    """The kind bit of a value (one of the ``K_*`` constants)."""
+    return _kind(value)
+
+
+def _kind(value: Any) -> int:
     t = type(value)
     if t is str:
         return K_STR
@@ -251,7 +259,7 @@ def canonical(value: Any) -> Any:
     is one flat canonical serialization (object keys sorted): flat, so hashing and comparing it
     never recurse, and it is built by one iterative walk, so deep values are safe too.
     """
-    kind = kind_of(value)
+    kind = _kind(value)
     if kind & (K_STR | K_INT | K_INTFLOAT | K_FLOAT | K_NULL):
         return value
     if kind == K_BOOL:
@@ -265,7 +273,7 @@ def canonical(value: Any) -> Any:
         if is_token:
             out.append(item)
             continue
-        item_kind = kind_of(item)
+        item_kind = _kind(item)
         if item_kind == K_ARR:
             out.append("[")
             stack.append((True, "]"))
@@ -358,7 +366,7 @@ def _quote(text: str) -> str:
 
 def describe(value: Any) -> str:
     """A short, safe description of a value for a message (never a deep repr)."""
-    kind = kind_of(value)
+    kind = _kind(value)
     if kind == K_STR:
         return f"the string {_quote(value)}"
     if kind == K_BOOL:
@@ -375,7 +383,7 @@ def describe(value: Any) -> str:
 
 
 def _literal(value: Any) -> str:
-    kind = kind_of(value)
+    kind = _kind(value)
     if kind == K_STR:
         return _quote(value)
     if kind == K_BOOL:
@@ -504,43 +512,53 @@ def run(root: Node, value: Any, limit: int, silent: bool) -> Sink:
     """Validate ``value`` against ``root``; the sink holds the issues (or just their count)."""
     sink = Sink(limit, silent)
     stack: list[Any] = []
-    node: Node = root
-    parent: Any = None
-    key: Any = _HERE
-    current = sink
-    while True:
-        if current.count < current.limit:
-            kind = kind_of(value)
-            if check_local(node, value, kind, parent, key, current) and not node.leaf:
-                loc = parent if key is _HERE else (parent, key)
-                if kind == K_OBJ and node.checks & C_OBJ:
-                    _expand_object(node, value, loc, current, stack)
-                elif kind == K_ARR and node.checks & C_ARR:
-                    _expand_array(node, value, loc, current, stack)
-                if node.checks & C_APPLY:
-                    _expand_applicators(node, value, loc, current, stack)
-        # Next frame: an evaluation tuple, or a combinator step whose branch just finished.
-        while True:
-            if not stack or sink.count >= sink.limit:
-                return sink
-            frame = stack.pop()
-            if type(frame) is tuple:
-                node, value, parent, key, current = frame
-                break
-            step: Step = frame
-            if step.sink.count >= step.sink.limit:
-                continue
-            branch = _advance(step, stack)
-            if branch is not None:
-                node = branch
-                value = step.value
-                parent = step.loc
-                key = _HERE
-                current = step.sub  # type: ignore[assignment]
-                break
+    _walk(root, value, None, _HERE, sink, stack, 0)
+    while stack and sink.count < sink.limit:
+        frame = stack.pop()
+        if type(frame) is tuple:
+            node, item, parent, key, current = frame
+            _walk(node, item, parent, key, current, stack, 0)
+            continue
+        # A combinator step whose branch just finished: account for it, maybe run the next one.
+        step: Step = frame
+        if step.sink.count >= step.sink.limit:
+            continue
+        branch = _advance(step, stack)
+        if branch is not None:
+            _walk(branch, step.value, step.loc, _HERE, step.sub, stack, 0)  # type: ignore[arg-type]
+    return sink
 
 
-def _expand_object(node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any]) -> None:
+def _walk(
+    node: Node, value: Any, parent: Any, key: Any, sink: Sink, stack: list[Any], depth: int
+) -> None:
+    """Check one (node, value) pair; nested work is walked in place up to ``INLINE_DEPTH``
+    levels (bounded recursion, cheaper than a frame), deeper work goes on the stack."""
+    if sink.count >= sink.limit:
+        return
+    kind = _kind(value)
+    if check_local(node, value, kind, parent, key, sink) and not node.leaf:
+        loc = parent if key is _HERE else (parent, key)
+        if kind == K_OBJ and node.checks & C_OBJ:
+            _expand_object(node, value, loc, sink, stack, depth)
+        elif kind == K_ARR and node.checks & C_ARR:
+            _expand_array(node, value, loc, sink, stack, depth)
+        if node.checks & C_APPLY:
+            _expand_applicators(node, value, loc, sink, stack, depth)
+
+
+def _visit(
+    node: Node, value: Any, parent: Any, key: Any, sink: Sink, stack: list[Any], depth: int
+) -> None:
+    if depth < INLINE_DEPTH:
+        _walk(node, value, parent, key, sink, stack, depth + 1)
+    else:
+        stack.append((node, value, parent, key, sink))
+
+
+def _expand_object(
+    node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any], depth: int
+) -> None:
     if node.min_properties >= 0 and len(value) < node.min_properties:
         _fail(sink, loc, _HERE, "minProperties", node, value)
     if 0 <= node.max_properties < len(value):
@@ -572,9 +590,12 @@ def _expand_object(node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any
             if slot[1]:
                 found += 1
         if child.leaf:
-            check_local(child, item, kind_of(item), loc, name, sink)
+            kind = _kind(item)
+            # A type-only leaf whose type matches (the common case) needs no further call.
+            if child.checks or not kind & child.types:
+                check_local(child, item, kind, loc, name, sink)
         else:
-            stack.append((child, item, loc, name, sink))
+            _visit(child, item, loc, name, sink, stack, depth)
     if found < len(node.required_declared):
         _report_missing(node.required_declared, value, loc, sink)
     if node.required_undeclared:
@@ -589,7 +610,9 @@ def _report_missing(names: tuple[str, ...], value: Any, loc: Any, sink: Sink) ->
                 add_issue(sink, loc, "required", f"missing required property {_quote(name)}")
 
 
-def _expand_array(node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any]) -> None:
+def _expand_array(
+    node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any], depth: int
+) -> None:
     length = len(value)
     if node.min_items >= 0 and length < node.min_items:
         _fail(sink, loc, _HERE, "minItems", node, value)
@@ -609,16 +632,18 @@ def _expand_array(node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any]
                 "items",
                 f"unexpected item: at most {n_prefix} items are allowed, got {length}",
             )
-    # Pushed in reverse so that items are checked in order.
-    index = length - 1
-    while index >= 0:
+    index = 0
+    while index < length:
         child = prefix[index] if index < n_prefix else items
         if child is not None:
+            item = value[index]
             if child.leaf:
-                check_local(child, value[index], kind_of(value[index]), loc, index, sink)
+                kind = _kind(item)
+                if child.checks or not kind & child.types:
+                    check_local(child, item, kind, loc, index, sink)
             else:
-                stack.append((child, value[index], loc, index, sink))
-        index -= 1
+                _visit(child, item, loc, index, sink, stack, depth)
+        index += 1
 
 
 def _check_unique(value: Any, loc: Any, sink: Sink) -> None:
@@ -638,26 +663,26 @@ def _check_unique(value: Any, loc: Any, sink: Sink) -> None:
             return
 
 
-def _expand_applicators(node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any]) -> None:
-    # Pushed in reverse of the order they run: allOf, $ref, anyOf, oneOf, not.
+def _expand_applicators(
+    node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any], depth: int
+) -> None:
+    # allOf and $ref are walked at once; anyOf/oneOf/not become steps on the stack.
+    for sub in node.all_of:
+        _visit(sub, value, loc, _HERE, sink, stack, depth)
+    if node.ref is not None:
+        _visit(node.ref, value, loc, _HERE, sink, stack, depth)
     if node.not_ is not None:
         stack.append(Step(S_NOT, node, value, loc, sink, [node.not_]))
     if node.one_of:
-        if node.disc_key is None or not _discriminate(node, value, loc, sink, stack, S_ONE):
+        if node.disc_key is None or not _discriminate(node, value, loc, sink, stack, S_ONE, depth):
             stack.append(Step(S_ONE, node, value, loc, sink, node.one_of))
     if node.any_of:
-        if node.disc_key is None or not _discriminate(node, value, loc, sink, stack, S_ANY):
+        if node.disc_key is None or not _discriminate(node, value, loc, sink, stack, S_ANY, depth):
             stack.append(Step(S_ANY, node, value, loc, sink, node.any_of))
-    if node.ref is not None:
-        stack.append((node.ref, value, loc, _HERE, sink))
-    index = len(node.all_of) - 1
-    while index >= 0:
-        stack.append((node.all_of[index], value, loc, _HERE, sink))
-        index -= 1
 
 
 def _discriminate(
-    node: Node, value: dict[str, Any], loc: Any, sink: Sink, stack: list[Any], op: int
+    node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any], op: int, depth: int
 ) -> bool:
     """A const discriminator picks the branch; False when it cannot decide (general path)."""
     if type(value) is not dict:
@@ -668,7 +693,7 @@ def _discriminate(
         tag = value[name]
         branch = node.disc_map.get(tag) if type(tag) is str else None
         if branch is not None:
-            stack.append((branch, value, loc, _HERE, sink))
+            _visit(branch, value, loc, _HERE, sink, stack, depth)
             return True
         keyword = "oneOf" if op == S_ONE else "anyOf"
         sink.count += 1
