@@ -1,0 +1,119 @@
+"""Snapshots of tool arguments that nobody can mutate (SPEC §4 stage 1).
+
+``freeze(value)`` copies a JSON-like value into ``FrozenDict`` / ``FrozenList``: subclasses of
+``dict`` and ``list`` (so ``json.dumps``, ``isinstance`` and the validators see what they expect)
+whose mutating methods raise ``TypeError``. The copy is iterative, so a 100,000-deep value
+neither overflows the C stack nor raises ``RecursionError``; the caller's object is never touched,
+and the tool and the hooks get the snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NoReturn
+
+
+def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise TypeError(f"tool arguments are read-only ({type(self).__name__})")
+
+
+class FrozenDict(dict[str, Any]):
+    """A ``dict`` that refuses mutation; ``copy()`` returns a plain, mutable ``dict``."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = _refuse
+    clear = pop = popitem = setdefault = update = __ior__ = _refuse
+
+    def copy(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __copy__(self) -> dict[str, Any]:
+        return dict(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, Any]:
+        return thaw(self)  # type: ignore[no-any-return]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (dict, (dict(self),))
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        raise TypeError("unhashable type: 'FrozenDict'")
+
+
+class FrozenList(list[Any]):
+    """A ``list`` that refuses mutation; ``copy()`` returns a plain, mutable ``list``."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+
+    def copy(self) -> list[Any]:
+        return list(self)
+
+    def __copy__(self) -> list[Any]:
+        return list(self)
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> list[Any]:
+        return thaw(self)  # type: ignore[no-any-return]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (list, (list(self),))
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+class NotJSON(TypeError):
+    """A value that is not JSON-like (a set, bytes, an arbitrary object, a non-string key)."""
+
+
+def freeze(value: Any) -> Any:
+    """Deep, iterative copy of a JSON-like value into frozen containers (scalars are shared)."""
+    if type(value) is dict and _flat(value):
+        return FrozenDict(value)  # the common case: an object of scalars
+    return _convert(value, FrozenDict, FrozenList)
+
+
+def thaw(value: Any) -> Any:
+    """Deep, iterative copy into plain ``dict``/``list`` (for code that wants to mutate)."""
+    return _convert(value, dict, list)
+
+
+def _flat(value: dict[Any, Any]) -> bool:
+    for key, item in value.items():
+        if type(key) is not str or not isinstance(item, _SCALARS):
+            return False
+    return True
+
+
+def _convert(value: Any, make_dict: type, make_list: type) -> Any:
+    if isinstance(value, _SCALARS):
+        return value
+    # Explicit stack of (source, destination list, index). Containers are found parents first
+    # and built children first, so each is made once from finished children.
+    root: list[Any] = [None]
+    stack: list[tuple[Any, list[Any], int]] = [(value, root, 0)]
+    found: list[tuple[list[Any], list[str] | None, list[Any], int]] = []
+    while stack:
+        source, into, index = stack.pop()
+        if isinstance(source, _SCALARS):
+            into[index] = source
+        elif isinstance(source, Mapping):
+            keys = list(source.keys())
+            for key in keys:
+                if type(key) is not str:
+                    raise NotJSON(f"object keys must be strings, got {type(key).__name__} {key!r}")
+            children: list[Any] = [None] * len(keys)
+            found.append((children, keys, into, index))
+            stack.extend((source[key], children, i) for i, key in enumerate(keys))
+        elif isinstance(source, (list, tuple)):
+            children = [None] * len(source)
+            found.append((children, None, into, index))
+            stack.extend((item, children, i) for i, item in enumerate(source))
+        else:
+            raise NotJSON(f"not a JSON value: {type(source).__name__}")
+    for children, keys, into, index in reversed(found):
+        into[index] = (
+            make_list(children) if keys is None else make_dict(zip(keys, children, strict=True))
+        )
+    return root[0]

@@ -1,0 +1,230 @@
+"""Invocation: run a tool body in its own task with a deadline, cancellation and safe retries
+(SPEC §9).
+
+The body's signal (``RunContext.signal``) is the caller's token fused with the deadline. When
+either fires, the body task is cancelled and given ``cancel_grace`` seconds to settle. A body
+that ignores cancellation past that is reported as still running: the caller gets its
+``TIMEOUT``/``ABORTED`` result, and whatever the call holds (slot, locks, gate) is released only
+when the body really ends (``Outcome.runaway``).
+
+Sync tools run in a worker thread. Python cannot stop a thread, so they can only observe
+``signal``; the caller still gets its result after the grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import functools
+import inspect
+from typing import Any, Final
+
+from fastgate.cancel import CancelToken
+from fastgate.context import RunContext
+from fastgate.results import Failure
+from fastgate.tools import ToolDefinition
+
+RETRY_ERRNOS: Final = frozenset({errno.EBUSY, errno.EAGAIN, errno.EMFILE, errno.ENFILE})
+BACKOFF: Final = (0.2, 0.4)  # seconds before the 2nd and 3rd attempt
+
+
+class _Deadline:
+    """The reason a signal carries when the deadline fired."""
+
+    def __repr__(self) -> str:
+        return "deadline"
+
+
+DEADLINE: Final = _Deadline()
+
+# Outcome kinds
+VALUE, FAILURE, ERROR, TIMEOUT, ABORTED = "value", "failure", "error", "timeout", "aborted"
+
+
+class Outcome:
+    """What happened to the body. ``runaway`` is the still-running body (a task or a future) when
+    it ignored cancellation; ``error`` is the exception for ``ERROR``."""
+
+    __slots__ = ("attempts", "error", "failure", "kind", "runaway", "value")
+
+    def __init__(
+        self,
+        kind: str,
+        attempts: int,
+        *,
+        value: Any = None,
+        failure: Failure | None = None,
+        error: BaseException | None = None,
+        runaway: asyncio.Future[Any] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.attempts = attempts
+        self.value = value
+        self.failure = failure
+        self.error = error
+        self.runaway = runaway
+
+
+class _Attempts:
+    """The body task: attempts with retries; never raises for a tool's own exception."""
+
+    __slots__ = ("attempts", "ended_before_cancel")
+
+    def __init__(self) -> None:
+        self.attempts = 0
+        self.ended_before_cancel = False
+
+    async def run(
+        self, tool: ToolDefinition, args: Any, ctx: RunContext, is_async: bool
+    ) -> tuple[str, Any]:
+        signal = ctx.signal
+        while True:
+            self.attempts += 1
+            ctx.attempt = self.attempts
+            try:
+                if is_async:
+                    value = await tool.execute(args, ctx)
+                else:
+                    value = await _in_thread(functools.partial(tool.execute, args, ctx))
+                    if inspect.isawaitable(value):  # a sync function handing back a coroutine
+                        value = await value
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not self._should_retry(tool, exc, signal):
+                    self.ended_before_cancel = not signal.cancelled
+                    return ERROR, exc
+                await _backoff(BACKOFF[self.attempts - 1], signal)
+                if signal.cancelled:  # a cancel during backoff starts no further attempt
+                    self.ended_before_cancel = True
+                    return ERROR, exc
+                continue
+            self.ended_before_cancel = not signal.cancelled
+            if isinstance(value, Failure):
+                return FAILURE, value
+            return VALUE, value
+
+    def _should_retry(self, tool: ToolDefinition, exc: Exception, signal: CancelToken) -> bool:
+        return (
+            tool.retry_safe
+            and self.attempts <= len(BACKOFF)
+            and isinstance(exc, OSError)
+            and exc.errno in RETRY_ERRNOS
+            and not signal.cancelled
+        )
+
+
+async def _in_thread(call: functools.partial[Any]) -> Any:
+    """Run ``call`` in a worker thread. A thread cannot be stopped, so a cancellation is held
+    back until the thread ends (the body stays "running" meanwhile) and re-raised then."""
+    thread = asyncio.get_running_loop().run_in_executor(None, call)
+    interrupted = False
+    while True:
+        try:
+            result = await asyncio.shield(thread)
+            break
+        except asyncio.CancelledError:
+            if thread.done():
+                break
+            interrupted = True
+    if interrupted:
+        raise asyncio.CancelledError
+    return result
+
+
+async def _backoff(delay: float, signal: CancelToken) -> None:
+    """Sleep ``delay`` seconds, or less if ``signal`` is cancelled meanwhile."""
+    try:
+        async with asyncio.timeout(delay):
+            await signal.wait()
+    except TimeoutError:
+        pass
+
+
+def is_async_tool(tool: ToolDefinition) -> bool:
+    execute = tool.execute
+    return inspect.iscoroutinefunction(execute) or inspect.iscoroutinefunction(
+        getattr(execute, "__call__", None)  # noqa: B004 -- an object with an async __call__
+    )
+
+
+async def invoke(
+    tool: ToolDefinition,
+    args: Any,
+    ctx: RunContext,
+    *,
+    is_async: bool,
+    time_budget: float | None,
+    cancel: CancelToken | None,
+    cancel_grace: float,
+) -> Outcome:
+    """Run the body to an ``Outcome``. Raises ``CancelledError`` only when the awaiting task itself
+    is cancelled (the body is cancelled too; a runaway body keeps ``runaway`` semantics)."""
+    loop = asyncio.get_running_loop()
+    attempts = _Attempts()
+    body: asyncio.Future[tuple[str, Any]] = loop.create_task(
+        attempts.run(tool, args, ctx, is_async)
+    )
+    signal = ctx.signal
+    if time_budget is None and cancel is None:
+        # Nothing but our own caller can stop the body: await it directly (the fast path).
+        kind, payload = await body
+        return _settled(kind, payload, attempts, signal)
+
+    settled: asyncio.Future[None] = loop.create_future()
+    grace_timer: list[asyncio.TimerHandle] = []
+
+    def on_settle(_: object) -> None:
+        if not settled.done():
+            settled.set_result(None)
+
+    def on_signal(_: CancelToken) -> None:
+        # May run in another thread (a token cancelled from a worker): hop onto the loop.
+        loop.call_soon_threadsafe(stop_body)
+
+    def stop_body() -> None:
+        body.cancel()
+        if not settled.done() and not grace_timer:
+            grace_timer.append(loop.call_later(cancel_grace, on_settle, None))
+
+    body.add_done_callback(on_settle)
+    link = signal.add_callback(on_signal)
+    deadline = (
+        loop.call_later(time_budget, signal.cancel, DEADLINE) if time_budget is not None else None
+    )
+    try:
+        await settled
+    except asyncio.CancelledError:
+        body.cancel()
+        raise
+    finally:
+        link.remove()
+        if deadline is not None:
+            deadline.cancel()
+        for timer in grace_timer:
+            timer.cancel()
+    if not body.done():
+        return Outcome(_stopped_kind(signal), attempts.attempts, runaway=body)
+    if body.cancelled():
+        return Outcome(_stopped_kind(signal), attempts.attempts)
+    exc = body.exception()
+    if exc is not None:
+        raise exc  # not a tool error (those are returned): a BaseException such as SystemExit
+    kind, payload = body.result()
+    return _settled(kind, payload, attempts, signal)
+
+
+def _stopped_kind(signal: CancelToken) -> str:
+    return TIMEOUT if signal.reason is DEADLINE else ABORTED
+
+
+def _settled(kind: str, payload: Any, attempts: _Attempts, signal: CancelToken) -> Outcome:
+    if signal.cancelled and not (kind in (ERROR, FAILURE) and attempts.ended_before_cancel):
+        # Cancelled after the body started: a side effect may have happened, whatever it
+        # returned. A body that had already failed keeps its own error.
+        return Outcome(_stopped_kind(signal), attempts.attempts)
+    if kind == VALUE:
+        return Outcome(VALUE, attempts.attempts, value=payload)
+    if kind == FAILURE:
+        return Outcome(FAILURE, attempts.attempts, failure=payload)
+    return Outcome(ERROR, attempts.attempts, error=payload)
