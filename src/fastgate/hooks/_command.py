@@ -1,0 +1,339 @@
+"""``CommandHook``: a hook that is an external command speaking JSON on stdin and stdout.
+
+Protocol (docs/hooks.md has the full shapes): the event is written to the command's stdin as one
+JSON object and stdin is closed; the command answers with at most one JSON object on stdout.
+Exit 0 with empty (or whitespace-only) stdout is "no opinion". A non-zero exit, a timeout, more
+than ``max_output_bytes`` of output, or stdout that is not exactly one valid reply object raises
+``HookFailed`` (the runner turns that into a deny for PreToolUse).
+
+The command runs in its own session (``start_new_session=True``), so its pid is also the id of a
+process group holding everything it spawned. Whatever happens (reply, failure, timeout,
+cancellation of the awaiting task) the whole group gets SIGKILL once the hook is over and the
+command is reaped before the call returns: a hook leaves no process and no zombie behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from typing import Any, Final, cast, final, overload
+
+import msgspec
+
+from fastgate.hooks._types import (
+    PostToolUseEvent,
+    PostToolUseFailureEvent,
+    PostToolUseResult,
+    PreToolUseEvent,
+    PreToolUseResult,
+)
+
+DEFAULT_COMMAND_TIMEOUT: Final = 30.0
+MAX_OUTPUT_BYTES: Final = 1 << 20
+_STDERR_TAIL: Final = 500  # characters of stderr quoted in a failure message
+
+
+class HookFailed(Exception):
+    """A hook did not produce a usable reply; the message says why, for the model and the log."""
+
+
+def _to_json_default(value: Any) -> Any:
+    # Frozen arguments are read-only mappings; everything else non-JSON is an error.
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"{type(value).__name__} cannot be sent to a command hook as JSON")
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_to_json_default)
+
+
+def event_payload(event: PreToolUseEvent | PostToolUseEvent | PostToolUseFailureEvent) -> bytes:
+    """The JSON document a command hook reads on stdin."""
+    ctx = event.context
+    payload: dict[str, Any] = {
+        "hook_event_name": _event_name(event),
+        "tool_name": event.tool_name,
+        "tool_input": event.args,
+        "session_id": ctx.session_id,
+        "cwd": ctx.workspace_root,
+        "turn_id": ctx.turn_id,
+        "agent_scope": ctx.agent_scope,
+    }
+    if isinstance(event, PostToolUseEvent):
+        # The canonical value never leaves the process (SPEC §10): only the content is sent.
+        payload["tool_response"] = {"ok": event.result.ok, "content": event.result.content}
+    elif isinstance(event, PostToolUseFailureEvent):
+        err = event.error
+        payload["error"] = {
+            "code": str(err.code),
+            "message": err.message,
+            "retryable": err.retryable,
+            "details": err.details,
+        }
+    return _encoder.encode(payload) + b"\n"
+
+
+def _event_name(event: object) -> str:
+    if isinstance(event, PreToolUseEvent):
+        return "PreToolUse"
+    if isinstance(event, PostToolUseEvent):
+        return "PostToolUse"
+    return "PostToolUseFailure"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        # {"decision": "deny", "decision": "allow"} must not quietly mean "allow".
+        raise ValueError("duplicate key in a JSON object")
+    return result
+
+
+def parse_reply_object(stdout: bytes) -> dict[str, Any] | None:
+    """``None`` for empty stdout, else exactly one JSON object (strict: no NaN, no duplicate keys,
+    nothing after it). Raises ``HookFailed``."""
+    text = stdout.strip()
+    if not text:
+        return None
+    try:
+        reply = json.loads(
+            text, object_pairs_hook=_no_duplicate_keys, parse_constant=_reject_constant
+        )
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
+        raise HookFailed(f"stdout is not one JSON object ({exc})") from None
+    if not isinstance(reply, dict):
+        raise HookFailed(f"stdout must be a JSON object, got a JSON {type(reply).__name__}")
+    return reply
+
+
+_PRE_KEYS: Final = frozenset({"decision", "reason", "updated_args", "additional_context"})
+_POST_KEYS: Final = frozenset({"value", "content", "block", "additional_context"})
+_FAILURE_KEYS: Final = frozenset({"additional_context"})
+
+
+def _check_keys(reply: Mapping[str, Any], allowed: frozenset[str], event_name: str) -> None:
+    # Unknown keys fail closed: a reply in another dialect may have meant "deny".
+    unknown = sorted(set(reply) - allowed)
+    if unknown:
+        raise HookFailed(
+            f"unknown key(s) {', '.join(map(repr, unknown))} in a {event_name} reply "
+            f"(allowed: {', '.join(sorted(allowed))})"
+        )
+
+
+def pre_reply(reply: dict[str, Any] | None) -> PreToolUseResult | None:
+    if reply is None:
+        return None
+    _check_keys(reply, _PRE_KEYS, "PreToolUse")
+    try:
+        return PreToolUseResult(**reply)
+    except (TypeError, ValueError) as exc:
+        raise HookFailed(f"invalid PreToolUse reply: {exc}") from None
+
+
+def post_reply(reply: dict[str, Any] | None) -> PostToolUseResult | None:
+    if reply is None:
+        return None
+    _check_keys(reply, _POST_KEYS, "PostToolUse")
+    try:
+        return PostToolUseResult(**reply)
+    except (TypeError, ValueError) as exc:
+        raise HookFailed(f"invalid PostToolUse reply: {exc}") from None
+
+
+def failure_reply(reply: dict[str, Any] | None) -> str | None:
+    if reply is None:
+        return None
+    _check_keys(reply, _FAILURE_KEYS, "PostToolUseFailure")
+    context = reply.get("additional_context")
+    if context is not None and not isinstance(context, str):
+        raise HookFailed("invalid PostToolUseFailure reply: additional_context must be a string")
+    return context
+
+
+class _Collector(asyncio.SubprocessProtocol):
+    """Collects stdout and stderr up to a byte limit; ``done`` resolves when the process has
+    exited and both pipes are closed, or as soon as stdout overflows."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, limit: int) -> None:
+        self.limit = limit
+        self.stdout = bytearray()
+        self.stderr = bytearray()
+        self.stdout_overflow = False
+        self.exited = loop.create_future()
+        self.done = loop.create_future()
+        self._open_pipes = {1, 2}
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        buffer = self.stdout if fd == 1 else self.stderr
+        room = self.limit - len(buffer)
+        if len(data) <= room:
+            buffer += data
+            return
+        buffer += data[:room]
+        if fd == 1:  # a reply that large is not a reply: stop at once
+            self.stdout_overflow = True
+            self._finish()
+        # stderr beyond the limit is dropped; reading on keeps the command from blocking.
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        self._open_pipes.discard(fd)
+        self._maybe_finish()
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+        self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        if not self._open_pipes and self.exited.done():
+            self._finish()
+
+    def _finish(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+@final
+class CommandHook:
+    """An external command as a hook: ``CommandHook(["python3", "check.py"], timeout=10)``.
+
+    ``argv`` is run without a shell (use ``["sh", "-c", "..."]`` explicitly for one). ``cwd``
+    defaults to the call's ``workspace_root`` (the server's working directory when unset); ``env``
+    defaults to the server's environment. Awaiting the hook is cancellation-safe: the process
+    group is killed and reaped before ``CancelledError`` propagates.
+    """
+
+    __slots__ = ("argv", "cwd", "env", "max_output_bytes", "timeout")
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float = DEFAULT_COMMAND_TIMEOUT,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        max_output_bytes: int = MAX_OUTPUT_BYTES,
+    ) -> None:
+        if isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence):
+            raise TypeError(
+                "CommandHook: argv must be a list of strings (no shell is involved; "
+                'use ["sh", "-c", "..."] explicitly if you need one)'
+            )
+        if not argv or not all(isinstance(a, str) for a in argv):
+            raise TypeError("CommandHook: argv must be a non-empty list of strings")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise TypeError("CommandHook: timeout must be a number of seconds")
+        if not (math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"CommandHook: timeout must be positive and finite, got {timeout}")
+        if isinstance(max_output_bytes, bool) or not isinstance(max_output_bytes, int):
+            raise TypeError("CommandHook: max_output_bytes must be an int")
+        if max_output_bytes <= 0:
+            raise ValueError("CommandHook: max_output_bytes must be positive")
+        self.argv: tuple[str, ...] = tuple(argv)
+        self.timeout = float(timeout)
+        self.cwd = cwd
+        self.env = dict(env) if env is not None else None
+        self.max_output_bytes = max_output_bytes
+
+    def __repr__(self) -> str:
+        return f"CommandHook({list(self.argv)!r}, timeout={self.timeout})"
+
+    @overload
+    async def __call__(self, event: PreToolUseEvent) -> PreToolUseResult | None: ...
+    @overload
+    async def __call__(self, event: PostToolUseEvent) -> PostToolUseResult | None: ...
+    @overload
+    async def __call__(self, event: PostToolUseFailureEvent) -> str | None: ...
+
+    async def __call__(
+        self, event: PreToolUseEvent | PostToolUseEvent | PostToolUseFailureEvent
+    ) -> PreToolUseResult | PostToolUseResult | str | None:
+        """Run the command for ``event`` and return its typed reply. Raises ``HookFailed``."""
+        try:
+            payload = event_payload(event)
+        except (TypeError, ValueError) as exc:
+            raise HookFailed(f"the event cannot be encoded as JSON: {exc}") from None
+        cwd = self.cwd if self.cwd is not None else event.context.workspace_root
+        reply = parse_reply_object(await self.run(payload, cwd=cwd))
+        if isinstance(event, PreToolUseEvent):
+            return pre_reply(reply)
+        if isinstance(event, PostToolUseEvent):
+            return post_reply(reply)
+        return failure_reply(reply)
+
+    async def run(self, stdin: bytes, *, cwd: str | None = None) -> bytes:
+        """Run the command with ``stdin``; the stdout of a clean exit, else ``HookFailed``."""
+        loop = asyncio.get_running_loop()
+        try:
+            transport, collector = await loop.subprocess_exec(
+                lambda: _Collector(loop, self.max_output_bytes),
+                *self.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=cwd,
+                env=self.env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise HookFailed(f"cannot start {self.argv[0]!r}: {exc}") from None
+        try:
+            _write_stdin(transport, stdin)
+            try:
+                async with asyncio.timeout(self.timeout):
+                    await collector.done
+            except TimeoutError:
+                raise HookFailed(
+                    f"timed out after {self.timeout:g} s (its process group was killed)"
+                ) from None
+            if collector.stdout_overflow:
+                raise HookFailed(f"wrote more than {self.max_output_bytes} bytes to stdout")
+            code = transport.get_returncode()
+            if code != 0:
+                raise HookFailed(f"exited with status {code}{_stderr_note(collector.stderr)}")
+            return bytes(collector.stdout)
+        finally:
+            await _kill_and_reap(transport, collector)
+
+
+def _write_stdin(transport: asyncio.SubprocessTransport, data: bytes) -> None:
+    stdin = cast("asyncio.WriteTransport | None", transport.get_pipe_transport(0))
+    if stdin is None:
+        return
+    # Buffered by the transport: a command that never reads stdin cannot block us, and one that
+    # exits early only makes the write fail quietly (EPIPE is reported to the ignored fd 0).
+    with suppress(OSError):
+        stdin.write(data)
+        stdin.close()
+
+
+async def _kill_and_reap(transport: asyncio.SubprocessTransport, collector: _Collector) -> None:
+    """SIGKILL the command's process group (stragglers included), wait until the command is
+    reaped, close the transport. Survives a second cancellation: the kill is already sent."""
+    pid = transport.get_pid()
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    try:
+        if not collector.exited.done():
+            await asyncio.shield(collector.exited)
+    finally:
+        transport.close()
+
+
+def _stderr_note(stderr: bytearray) -> str:
+    text = stderr.decode("utf-8", "replace").strip()
+    if not text:
+        return ""
+    if len(text) > _STDERR_TAIL:
+        text = "..." + text[-_STDERR_TAIL:]
+    return f": {text}"

@@ -1,0 +1,208 @@
+"""The runners the executor calls at stages 7 and 13 (SPEC §4, §6).
+
+Matching hooks of an event run one after another in registration order; each sees what the hooks
+before it changed. A hook "fails" when it raises, exceeds its timeout, or returns something that
+is not a valid reply; what a failure means depends on the event (see each runner).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from typing import Any
+
+from msgspec.structs import replace
+
+from fastgate.decision import Decision
+from fastgate.hooks._command import HookFailed
+from fastgate.hooks._registry import HookEntry, Hooks
+from fastgate.hooks._snapshot import NotJSONError, freeze_json_object
+from fastgate.hooks._types import (
+    NO_POST_OUTCOME,
+    NO_PRE_OUTCOME,
+    UNSET,
+    PostHookOutcome,
+    PostToolUseEvent,
+    PostToolUseFailureEvent,
+    PostToolUseResult,
+    PreHookOutcome,
+    PreToolUseEvent,
+    PreToolUseResult,
+)
+
+log = logging.getLogger("fastgate.hooks")
+
+
+async def _invoke(entry: HookEntry, event: object) -> Any:
+    """Call one hook and return its raw reply; every way it can go wrong becomes ``HookFailed``.
+
+    Cancellation of the awaiting task propagates as ``CancelledError``; a hook that raises
+    ``CancelledError`` on its own (the task was not being cancelled) has failed.
+    """
+    deadline: asyncio.Timeout | None = None
+    try:
+        reply = entry.fn(event)
+        if inspect.isawaitable(reply):
+            async with asyncio.timeout(entry.timeout) as deadline:
+                reply = await reply
+        return reply
+    except HookFailed:
+        raise
+    except TimeoutError as exc:
+        if deadline is not None and deadline.expired():
+            raise HookFailed(f"timed out after {entry.timeout:g} s") from None
+        raise HookFailed(f"raised TimeoutError: {exc}") from None
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise
+        raise HookFailed("raised CancelledError") from None
+    except Exception as exc:
+        raise HookFailed(f"raised {type(exc).__name__}: {exc}") from None
+
+
+async def run_pre_tool_use(hooks: Hooks, event: PreToolUseEvent) -> PreHookOutcome:
+    """Run the PreToolUse hooks matching ``event.tool_name``; never raises (but cancellation).
+
+    Decisions merge to the strictest (a hook can tighten, never loosen); the reason kept is the
+    first one given with that decision. A hook's ``updated_args`` is snapshotted (frozen deep
+    copy) at once and is what the next hook sees. The chain stops at the first DENY.
+    Errors: a hook that raises, times out, or returns anything but ``PreToolUseResult | None``
+    (including ``updated_args`` that is not a JSON object) denies the call with a reason naming
+    it; registered with ``on_error="ignore"`` it is skipped instead. Both are listed in
+    ``failures``.
+    """
+    entries = hooks.pre_tool_use(event.tool_name)
+    if not entries:
+        return NO_PRE_OUTCOME
+    decision: Decision | None = None
+    reason: str | None = None
+    updated: Any = None
+    contexts: list[str] = []
+    failures: list[str] = []
+    current = event
+    for entry in entries:
+        try:
+            reply = await _invoke(entry, current)
+            if reply is not None and not isinstance(reply, PreToolUseResult):
+                raise HookFailed(
+                    f"returned {type(reply).__name__}; expected PreToolUseResult or None"
+                )
+            new_args = None
+            if reply is not None and reply.updated_args is not None:
+                try:
+                    new_args = freeze_json_object(reply.updated_args)
+                except NotJSONError as exc:
+                    raise HookFailed(f"updated_args is not a JSON object: {exc}") from None
+        except HookFailed as failure:
+            if entry.on_error == "ignore":
+                note = f"PreToolUse hook {entry.name!r} failed and was ignored: {failure}"
+                log.warning("%s (tool %s)", note, event.tool_name)
+                failures.append(note)
+                continue
+            note = f"PreToolUse hook {entry.name!r} failed: {failure}"
+            log.warning("%s (tool %s); the call is denied", note, event.tool_name)
+            failures.append(note)
+            return PreHookOutcome(
+                Decision.DENY,
+                f"{note}. The call is denied because a failing hook fails closed.",
+                updated,
+                tuple(contexts),
+                tuple(failures),
+            )
+        if reply is None:
+            continue
+        if reply.decision is not None:
+            if decision is None or reply.decision.strictness > decision.strictness:
+                decision, reason = reply.decision, reply.reason
+            elif reply.decision is decision and reason is None:
+                reason = reply.reason
+        if reply.additional_context:
+            contexts.append(reply.additional_context)
+        if new_args is not None:
+            updated = new_args
+            current = PreToolUseEvent(event.tool_name, new_args, event.context)
+        if decision is Decision.DENY:
+            break
+    return PreHookOutcome(decision, reason, updated, tuple(contexts), tuple(failures))
+
+
+async def run_post_tool_use(hooks: Hooks, event: PostToolUseEvent) -> PostHookOutcome:
+    """Run the PostToolUse hooks matching ``event.tool_name``; never raises (but cancellation).
+
+    Each hook sees ``event.result`` as changed by the hooks before it: a new ``value`` (with the
+    content it had: the executor renders the final value once) or new ``content``. A later value
+    resets an earlier content change and the other way round keeps both. ``block`` stops the
+    chain. Errors: a hook that raises, times out or returns anything but
+    ``PostToolUseResult | None`` blocks the result with a reason naming it (the model does not see
+    output a filter failed on); registered with ``on_error="ignore"`` it is logged and skipped.
+    """
+    entries = hooks.post_tool_use(event.tool_name)
+    if not entries:
+        return NO_POST_OUTCOME
+    value: Any = UNSET
+    content: Any = UNSET
+    contexts: list[str] = []
+    current = event
+    for entry in entries:
+        try:
+            reply = await _invoke(entry, current)
+            if reply is not None and not isinstance(reply, PostToolUseResult):
+                raise HookFailed(
+                    f"returned {type(reply).__name__}; expected PostToolUseResult or None"
+                )
+        except HookFailed as failure:
+            note = f"PostToolUse hook {entry.name!r} failed: {failure}"
+            if entry.on_error == "ignore":
+                log.warning("%s (tool %s); ignored", note, event.tool_name)
+                continue
+            log.warning("%s (tool %s); the result is blocked", note, event.tool_name)
+            return PostHookOutcome(
+                value, content, f"{note}. The result is withheld.", tuple(contexts)
+            )
+        if reply is None:
+            continue
+        if reply.additional_context:
+            contexts.append(reply.additional_context)
+        if reply.block is not None:
+            feedback = reply.block or f"The result was blocked by PostToolUse hook {entry.name!r}."
+            return PostHookOutcome(value, content, feedback, tuple(contexts))
+        if reply.value is not UNSET:
+            value, content = reply.value, UNSET
+            result = replace(current.result, value=value)
+        elif reply.content is not UNSET:
+            content = reply.content
+            result = replace(current.result, content=content)
+        else:
+            continue
+        current = PostToolUseEvent(event.tool_name, event.args, event.context, result)
+    return PostHookOutcome(value, content, None, tuple(contexts))
+
+
+async def run_post_tool_use_failure(
+    hooks: Hooks, event: PostToolUseFailureEvent
+) -> tuple[str, ...]:
+    """Run the PostToolUseFailure hooks; returns the context strings they added, in order.
+
+    Errors: the call has already failed, so a hook that raises, times out or returns anything but
+    ``str | None`` is logged and ignored. Never raises (but cancellation).
+    """
+    entries = hooks.post_tool_use_failure(event.tool_name)
+    contexts: list[str] = []
+    for entry in entries:
+        try:
+            reply = await _invoke(entry, event)
+            if reply is not None and not isinstance(reply, str):
+                raise HookFailed(f"returned {type(reply).__name__}; expected str or None")
+        except HookFailed as failure:
+            log.warning(
+                "PostToolUseFailure hook %r failed: %s (tool %s); ignored",
+                entry.name,
+                failure,
+                event.tool_name,
+            )
+            continue
+        if reply:
+            contexts.append(reply)
+    return tuple(contexts)
