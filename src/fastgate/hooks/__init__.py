@@ -17,8 +17,6 @@ from fastgate.hooks._registry import Hooks as Hooks
 from fastgate.hooks._runners import run_post_tool_use as run_post_tool_use
 from fastgate.hooks._runners import run_post_tool_use_failure as run_post_tool_use_failure
 from fastgate.hooks._runners import run_pre_tool_use as run_pre_tool_use
-from fastgate.hooks._snapshot import NotJSONError as NotJSONError
-from fastgate.hooks._snapshot import freeze_json_object as freeze_json_object
 from fastgate.hooks._types import UNSET as UNSET
 from fastgate.hooks._types import PostHookOutcome as PostHookOutcome
 from fastgate.hooks._types import PostToolUseEvent as PostToolUseEvent
@@ -38,7 +36,6 @@ __all__ = (
     "HookEntry",
     "HookFailed",
     "Hooks",
-    "NotJSONError",
     "PostHookOutcome",
     "PostToolUseEvent",
     "PostToolUseFailureEvent",
@@ -47,7 +44,6 @@ __all__ = (
     "PreToolUseEvent",
     "PreToolUseResult",
     "UnsetType",
-    "freeze_json_object",
     "run_post_tool_use",
     "run_post_tool_use_failure",
     "run_pre_tool_use",

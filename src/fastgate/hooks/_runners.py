@@ -15,9 +15,9 @@ from typing import Any
 from msgspec.structs import replace
 
 from fastgate.decision import Decision
+from fastgate.freeze import NotJSON, freeze
 from fastgate.hooks._command import HookFailed
 from fastgate.hooks._registry import HookEntry, Hooks
-from fastgate.hooks._snapshot import NotJSONError, freeze_json_object
 from fastgate.hooks._types import (
     NO_POST_OUTCOME,
     NO_PRE_OUTCOME,
@@ -66,8 +66,9 @@ async def run_pre_tool_use(hooks: Hooks, event: PreToolUseEvent) -> PreHookOutco
     """Run the PreToolUse hooks matching ``event.tool_name``; never raises (but cancellation).
 
     Decisions merge to the strictest (a hook can tighten, never loosen); the reason kept is the
-    first one given with that decision. A hook's ``updated_args`` is snapshotted (frozen deep
-    copy) at once and is what the next hook sees. The chain stops at the first DENY.
+    first one given with that decision. A hook's ``updated_args`` is snapshotted at once
+    (``fastgate.freeze.freeze``: a frozen deep copy) and is what the next hook sees. The chain
+    stops at the first DENY.
     Errors: a hook that raises, times out, or returns anything but ``PreToolUseResult | None``
     (including ``updated_args`` that is not a JSON object) denies the call with a reason naming
     it; registered with ``on_error="ignore"`` it is skipped instead. Both are listed in
@@ -92,8 +93,8 @@ async def run_pre_tool_use(hooks: Hooks, event: PreToolUseEvent) -> PreHookOutco
             new_args = None
             if reply is not None and reply.updated_args is not None:
                 try:
-                    new_args = freeze_json_object(reply.updated_args)
-                except NotJSONError as exc:
+                    new_args = freeze(reply.updated_args)
+                except NotJSON as exc:
                     raise HookFailed(f"updated_args is not a JSON object: {exc}") from None
         except HookFailed as failure:
             if entry.on_error == "ignore":

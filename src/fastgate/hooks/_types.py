@@ -19,7 +19,7 @@ UnsetType = msgspec.UnsetType
 
 
 class PreToolUseEvent(msgspec.Struct, frozen=True):
-    """Before a call runs. ``args`` are the frozen arguments (read-only mappings and tuples)."""
+    """Before a call runs. ``args`` are the frozen arguments (``fastgate.freeze`` snapshot)."""
 
     tool_name: str
     args: Any
