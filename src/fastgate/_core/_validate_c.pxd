@@ -96,8 +96,11 @@ cdef str _scalar_token(object item, int kind)
 cdef bint _is_multiple(object value, object divisor) except -1
 @cython.locals(keys=list)
 cpdef tuple materialize(object loc)
-@cython.locals(parts=list)
+@cython.locals(index=Py_ssize_t, text=str)
 cpdef str field_name(tuple path)
+cdef dict _SEGMENTS
+@cython.locals(text=object)
+cdef str _segment(object key)
 cdef str _quote(str text)
 @cython.locals(kind=int)
 cpdef str describe(object value)

@@ -334,6 +334,10 @@ def _is_multiple(value: Any, divisor: Any) -> bool:
 
 def materialize(loc: Any) -> tuple[str | int, ...]:
     """The path tuple of a location chain ``(parent, key)`` (None is the root)."""
+    if loc is None:
+        return ()
+    if loc[0] is None:
+        return (loc[1],)
     keys: list[str | int] = []
     while loc is not None:
         keys.append(loc[1])
@@ -343,17 +347,38 @@ def materialize(loc: Any) -> tuple[str | int, ...]:
 
 
 def field_name(path: tuple[str | int, ...]) -> str:
+    """``spec.items[2].name``: how messages name a field (``the arguments`` for the root)."""
     if not path:
         return "the arguments"
-    parts: list[str] = []
-    for key in path:
-        if isinstance(key, int):
-            parts.append(f"[{key}]")
-        elif key.isidentifier():
-            parts.append(f".{key}" if parts else key)
-        else:
-            parts.append(f"[{_quote(key)}]")
-    return "".join(parts)
+    first = path[0]
+    text = _segment(first)
+    if type(first) is str and text[0] == ".":
+        text = first  # no leading dot
+    index = 1
+    while index < len(path):
+        text += _segment(path[index])
+        index += 1
+    return text
+
+
+_SEGMENTS: dict[Any, str] = {}
+
+
+def _segment(key: Any) -> str:
+    """``.name``, ``[3]`` or ``["odd key"]``; cached, as the same field names recur."""
+    text = _SEGMENTS.get(key)
+    if text is not None and type(key) is not bool:
+        return text
+    if isinstance(key, int):
+        text = "[" + str(key) + "]"
+    elif key.isidentifier():
+        text = "." + key
+    else:
+        text = "[" + _quote(key) + "]"
+    if len(_SEGMENTS) >= 4096:
+        _SEGMENTS.clear()  # bounded: arbitrary keys from values must not grow it forever
+    _SEGMENTS[key] = text
+    return text
 
 
 def _quote(text: str) -> str:
@@ -368,7 +393,7 @@ def describe(value: Any) -> str:
     """A short, safe description of a value for a message (never a deep repr)."""
     kind = _kind(value)
     if kind == K_STR:
-        return f"the string {_quote(value)}"
+        return "the string " + _quote(value)
     if kind == K_BOOL:
         return "true" if value else "false"
     if kind == K_NULL:
@@ -411,7 +436,7 @@ def _expected_types(node: Node) -> str:
 
 def add_issue(sink: Sink, loc: Any, keyword: str, text: str) -> None:
     path = materialize(loc)
-    sink.issues.append(ValidationIssue(path, keyword, f"{field_name(path)}: {text}"))
+    sink.issues.append(ValidationIssue(path, keyword, field_name(path) + ": " + text))
 
 
 def _fail(sink: Sink, parent: Any, key: Any, keyword: str, node: Node, value: Any) -> None:
@@ -424,6 +449,10 @@ def _fail(sink: Sink, parent: Any, key: Any, keyword: str, node: Node, value: An
 
 
 def _explain(keyword: str, node: Node, value: Any) -> str:
+    if keyword == "minimum":
+        return "expected a number >= " + repr(node.minimum) + ", got " + repr(value)
+    if keyword == "maximum":
+        return "expected a number <= " + repr(node.maximum) + ", got " + repr(value)
     got = describe(value)
     if keyword == "type":
         return "expected " + node.expected + ", got " + got
@@ -435,10 +464,6 @@ def _explain(keyword: str, node: Node, value: Any) -> str:
         return f"expected a string of at most {node.max_length} characters, got {len(value)}"
     if keyword == "pattern":
         return f"expected a string matching the pattern {node.pattern_source}, got {got}"
-    if keyword == "minimum":
-        return f"expected a number >= {node.minimum!r}, got {value!r}"
-    if keyword == "maximum":
-        return f"expected a number <= {node.maximum!r}, got {value!r}"
     if keyword == "exclusiveMinimum":
         return f"expected a number > {node.exclusive_minimum!r}, got {value!r}"
     if keyword == "exclusiveMaximum":
