@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -64,11 +65,11 @@ def test_bad_registrations_are_refused() -> None:
 
 def test_command_hook_arguments_are_validated() -> None:
     with pytest.raises(TypeError, match="list of strings"):
-        CommandHook("python3 hook.py")  # type: ignore[arg-type]
+        CommandHook("python3 hook.py")
     with pytest.raises(TypeError, match="non-empty"):
         CommandHook([])
     with pytest.raises(TypeError, match="non-empty"):
-        CommandHook(["python3", 1])  # type: ignore[list-item]
+        CommandHook(["python3", 1])  # type: ignore[list-item,unused-ignore]
     with pytest.raises(ValueError, match="timeout"):
         CommandHook(["true"], timeout=0)
     with pytest.raises(ValueError, match="max_output_bytes"):
@@ -102,8 +103,12 @@ def test_many_tool_names_keep_the_cache_bounded() -> None:
 async def test_hooks_added_later_run_in_registration_order() -> None:
     order: list[str] = []
     hooks = Hooks()
+
+    def recorder(name: str) -> Callable[[Any], None]:
+        return lambda event: order.append(name)
+
     for name in ("a", "b", "c"):
-        hooks.add_pre_tool_use(lambda e, name=name: order.append(name), matcher="Bash")
+        hooks.add_pre_tool_use(recorder(name), matcher="Bash")
         hooks.add_pre_tool_use(lambda e: order.append("never"), matcher="Read")
     event = PreToolUseEvent("Bash", freeze({}), ExecutionContext())
     await run_pre_tool_use(hooks, event)

@@ -162,7 +162,8 @@ async def test_rewrites_chain_and_are_snapshotted() -> None:
         seen.append(event.args)
         kept[0]["command"] = "rm -rf /"  # the first hook goes on mutating what it returned
         kept[0]["opts"]["depth"].append(2)
-        return PreToolUseResult(updated_args={**event.args, "command": event.args["command"] + " /"})
+        command = event.args["command"] + " /"
+        return PreToolUseResult(updated_args={**event.args, "command": command})
 
     hooks = Hooks()
     hooks.add_pre_tool_use(first)

@@ -115,9 +115,10 @@ async def run_pre_tool_use(hooks: Hooks, event: PreToolUseEvent) -> PreHookOutco
         if reply is None:
             continue
         if reply.decision is not None:
-            if decision is None or reply.decision.strictness > decision.strictness:
-                decision, reason = reply.decision, reply.reason
-            elif reply.decision is decision and reason is None:
+            said = Decision.parse(reply.decision)  # already a Decision: an isinstance check
+            if decision is None or said.strictness > decision.strictness:
+                decision, reason = said, reply.reason
+            elif said is decision and reason is None:
                 reason = reply.reason
         if reply.additional_context:
             contexts.append(reply.additional_context)

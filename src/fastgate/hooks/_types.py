@@ -57,7 +57,7 @@ class PreToolUseResult(msgspec.Struct, frozen=True):
     it as soon as the hook returns. Bad values raise at construction.
     """
 
-    decision: Decision | None = None
+    decision: Decision | str | None = None  # always a Decision (or None) once constructed
     reason: str | None = None
     updated_args: Mapping[str, Any] | None = None
     additional_context: str | None = None
