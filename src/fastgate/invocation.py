@@ -17,6 +17,7 @@ import asyncio
 import errno
 import functools
 import inspect
+from collections.abc import Callable
 from typing import Any, Final
 
 from fastgate.cancel import CancelToken
@@ -157,9 +158,14 @@ async def invoke(
     time_budget: float | None,
     cancel: CancelToken | None,
     cancel_grace: float,
+    on_runaway: Callable[[asyncio.Future[Any]], None],
 ) -> Outcome:
-    """Run the body to an ``Outcome``. Raises ``CancelledError`` only when the awaiting task itself
-    is cancelled (the body is cancelled too; a runaway body keeps ``runaway`` semantics)."""
+    """Run the body to an ``Outcome``.
+
+    Raises ``CancelledError`` only when the awaiting task itself is cancelled; the body is then
+    cancelled too. Whenever the body may still be running as we return or raise,
+    ``on_runaway(body)`` is called so the caller can keep its resources until the body ends.
+    """
     loop = asyncio.get_running_loop()
     attempts = _Attempts()
     body: asyncio.Future[tuple[str, Any]] = loop.create_task(
@@ -168,7 +174,11 @@ async def invoke(
     signal = ctx.signal
     if time_budget is None and cancel is None:
         # Nothing but our own caller can stop the body: await it directly (the fast path).
+        # Cancelling us cancels the body, and we resume only once it has settled.
         kind, payload = await body
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            raise asyncio.CancelledError  # the body swallowed our caller's cancellation
         return _settled(kind, payload, attempts, signal)
 
     settled: asyncio.Future[None] = loop.create_future()
@@ -196,6 +206,7 @@ async def invoke(
         await settled
     except asyncio.CancelledError:
         body.cancel()
+        on_runaway(body)
         raise
     finally:
         link.remove()
@@ -204,6 +215,7 @@ async def invoke(
         for timer in grace_timer:
             timer.cancel()
     if not body.done():
+        on_runaway(body)
         return Outcome(_stopped_kind(signal), attempts.attempts, runaway=body)
     if body.cancelled():
         return Outcome(_stopped_kind(signal), attempts.attempts)

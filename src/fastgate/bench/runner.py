@@ -25,6 +25,7 @@ SCENARIOS: dict[str, tuple[str, str, bool]] = {
     "fairness": ("fastgate.bench.admission", "run_fairness", True),
     "multi-lock": ("fastgate.bench.admission", "run_multilock", True),
     "validators": ("fastgate.bench.validators", "run_validators", False),
+    "pipeline": ("fastgate.bench.pipeline", "run_pipeline", True),
 }
 
 PROFILES = {

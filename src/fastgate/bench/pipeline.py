@@ -1,0 +1,193 @@
+"""The "pipeline" scenario: ``ToolExecutor.execute`` of a no-op tool against running the same body
+directly in its own task (``await asyncio.create_task(tool(...))``), in the same run.
+
+Cases: a no-op READ_ONLY tool with two string arguments, and a WRITE tool with one path argument
+(worktree check, sensitive-path check, file lock), each uncontended and with 32 sessions x 8
+concurrent callers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastgate import (
+    ConcurrencyScheduler,
+    ExecutionContext,
+    FileLockManager,
+    PermissionConfig,
+    SchedulerLimits,
+    ToolExecutor,
+    ToolKind,
+    ToolRegistry,
+    define_tool,
+    schema,
+)
+from fastgate.bench.model import BenchConfig, Measurement, Target
+from fastgate.runtime import loop_factory
+
+SESSIONS, CALLERS = 32, 8
+
+
+async def concat(a: str, b: str) -> str:
+    return a + b
+
+
+async def touch(file_path: str) -> str:
+    return file_path
+
+
+def _executor(workspace: str) -> ToolExecutor:
+    registry = ToolRegistry()
+    registry.register(
+        define_tool(
+            "concat",
+            "Join two strings.",
+            schema.Object({"a": schema.String(), "b": schema.String()}, required=("a", "b")),
+            lambda args, ctx: concat(args["a"], args["b"]),
+            kind=ToolKind.READ_ONLY,
+            parallelism="shared",
+            is_concurrency_safe=True,
+        )
+    )
+    registry.register(
+        define_tool(
+            "touch",
+            "Pretend to write a file.",
+            schema.Object({"file_path": schema.String()}, required=("file_path",)),
+            lambda args, ctx: touch(args["file_path"]),
+            kind=ToolKind.WRITE,
+            parallelism="shared",
+        )
+    )
+    # Private scheduler and locks: the figures do not depend on what else runs in the process.
+    limits = SchedulerLimits(
+        global_limit=256,
+        session_limit=CALLERS,
+        kind_limits={ToolKind.READ_ONLY: 256, ToolKind.WRITE: 256},
+        max_queue=4096,
+    )
+    return ToolExecutor(
+        registry,
+        permissions=PermissionConfig(allow=("touch",)),
+        scheduler=ConcurrencyScheduler(limits),
+        locks=FileLockManager(),
+        context_defaults={"workspace_root": workspace},
+    )
+
+
+def _cases(
+    executor: ToolExecutor, workspace: str
+) -> dict[str, tuple[Callable[[int], Awaitable[Any]], Callable[[int], Awaitable[Any]]]]:
+    contexts = [ExecutionContext(session_id=f"session-{i}") for i in range(SESSIONS)]
+    noop_args = {"a": "hello", "b": "world"}
+    paths = [os.path.join(workspace, f"src/file_{i}.py") for i in range(SESSIONS * CALLERS)]
+
+    def noop(i: int) -> Awaitable[Any]:
+        return executor.execute("concat", noop_args, contexts[i % SESSIONS])
+
+    def write(i: int) -> Awaitable[Any]:
+        return executor.execute("touch", {"file_path": paths[i]}, contexts[i % SESSIONS])
+
+    def direct_noop(i: int) -> Awaitable[Any]:
+        return asyncio.create_task(concat("hello", "world"))
+
+    def direct_write(i: int) -> Awaitable[Any]:
+        return asyncio.create_task(touch(paths[i]))
+
+    return {"no-op READ_ONLY": (noop, direct_noop), "WRITE with a path": (write, direct_write)}
+
+
+async def _serial(fn: Callable[[int], Awaitable[Any]], n: int) -> float:
+    start = time.perf_counter()
+    for i in range(n):
+        await fn(i % (SESSIONS * CALLERS))
+    return time.perf_counter() - start
+
+
+async def _concurrent(fn: Callable[[int], Awaitable[Any]], per_caller: int) -> float:
+    async def caller(slot: int) -> None:
+        for _ in range(per_caller):
+            await fn(slot)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(caller(i) for i in range(SESSIONS * CALLERS)))
+    return time.perf_counter() - start
+
+
+def run_pipeline(config: BenchConfig, loop: str) -> list[Measurement]:
+    from fastgate import COMPILED
+
+    with tempfile.TemporaryDirectory(prefix="fastgate-bench-") as workspace:
+        os.makedirs(os.path.join(workspace, "src"))
+        with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
+            return runner.run(_measure(config, workspace, COMPILED))
+
+
+async def _measure(config: BenchConfig, workspace: str, compiled: bool) -> list[Measurement]:
+    executor = _executor(workspace)
+    cases = _cases(executor, workspace)
+    serial_n = max(500, config.ops // 10)
+    per_caller = max(2, config.ops // 5000)
+    out: list[Measurement] = []
+    noop_cost = 0.0
+    for name, (ours, direct) in cases.items():
+        await _serial(ours, serial_n // 5)  # warm up
+        await _serial(direct, serial_n // 5)
+        ratios, ours_us, direct_us, conc_ratios, conc_rate = [], [], [], [], []
+        for _ in range(config.rounds):
+            a = await _serial(ours, serial_n)
+            b = await _serial(direct, serial_n)
+            ratios.append(a / b)
+            ours_us.append(a / serial_n * 1e6)
+            direct_us.append(b / serial_n * 1e6)
+        for _ in range(max(1, config.rounds // 3)):
+            a = await _concurrent(ours, per_caller)
+            b = await _concurrent(direct, per_caller)
+            conc_ratios.append(a / b)
+            conc_rate.append(SESSIONS * CALLERS * per_caller / a)
+        bad = [r for r in executor.history()[-50:] if not r.ok]
+        if bad:
+            raise RuntimeError(f"benchmark calls failed: {bad[0].error}")
+        per_call = statistics.median(ours_us)
+        if name.startswith("no-op"):
+            noop_cost = per_call
+        out.append(
+            Measurement(
+                "pipeline",
+                f"{name}: execute / direct task",
+                statistics.median(ratios),
+                reference="await create_task(tool(...))",
+                target=Target("<=", 3.0, ci_bound=4.0)
+                if compiled and name.startswith("no-op")
+                else None,
+                detail=f"{per_call:.1f} us vs {statistics.median(direct_us):.1f} us per call",
+            )
+        )
+        out.append(
+            Measurement(
+                "pipeline",
+                f"{name}: {SESSIONS}x{CALLERS} concurrent / direct",
+                statistics.median(conc_ratios),
+                reference="await create_task(tool(...))",
+                detail=f"{statistics.median(conc_rate):,.0f} calls/s through execute()",
+            )
+        )
+        if not name.startswith("no-op"):
+            out.append(
+                Measurement(
+                    "pipeline",
+                    "WRITE / no-op per call",
+                    per_call / noop_cost,
+                    reference="no-op READ_ONLY execute()",
+                    target=Target("<=", 2.0, ci_bound=2.5) if compiled else None,
+                    detail="worktree + sensitive-path checks + file lock",
+                )
+            )
+    executor.dispose()
+    return out

@@ -1,0 +1,813 @@
+"""``ToolExecutor``: a model's tool call becomes a controlled side effect (SPEC §4).
+
+``_pipeline`` is the whole story, in the fixed stage order, as one function. Each stage either
+passes the call on or ends it with a ``ToolResult``; every result, refusal or not, goes through
+stage 15 (``_finalize``). ``execute`` raises only for the caller's programming errors (wrong
+types) and for ``CancelledError`` when the awaiting task itself is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+import uuid
+import weakref
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from fastgate import _refusals
+from fastgate._holds import Aborted, Holds, until_cancelled
+from fastgate.approvals import ApprovalRequest, ApprovalResponse, ApprovalStore
+from fastgate.cancel import CancelToken
+from fastgate.context import ExecutionContext, RunContext, ToolCall
+from fastgate.decision import Decision, DecisionSource, PermissionMode
+from fastgate.errors import GateClosed, ResourceExhausted, SchedulerClosed
+from fastgate.freeze import NotJSON, freeze
+from fastgate.gate import ToolConcurrencyGate
+from fastgate.guards import Guard, ToolCallView, run_guards
+from fastgate.history import History, ToolStats
+from fastgate.hooks import (
+    UNSET,
+    Hooks,
+    PostToolUseEvent,
+    PostToolUseFailureEvent,
+    PreToolUseEvent,
+    run_post_tool_use,
+    run_post_tool_use_failure,
+    run_pre_tool_use,
+)
+from fastgate.invocation import ABORTED, ERROR, FAILURE, TIMEOUT, Outcome, invoke, is_async_tool
+from fastgate.locks import FileLockManager, default_lock_manager, lock_key
+from fastgate.permissions import (
+    AuditEvent,
+    AuditSink,
+    PermissionConfig,
+    PermissionResolver,
+    RuleDecision,
+)
+from fastgate.progress import ProgressEvent, ProgressHub
+from fastgate.registry import ToolRegistry
+from fastgate.rendering import DEFAULT_MAX_CONTENT_CHARS, RenderError, render
+from fastgate.results import ErrorCode, ResultMeta, ToolError, ToolResult
+from fastgate.scheduler import ConcurrencyScheduler, default_scheduler
+from fastgate.schema import compile as compile_schema
+from fastgate.store import ToolUseRecord, ToolUseStore
+from fastgate.tools import ToolDefinition
+from fastgate.worktree import check_worktree
+
+log = logging.getLogger("fastgate.executor")
+
+TURN_LIMIT = 64
+_TRACKED_TURNS = 4096  # turns whose call counts are remembered (oldest forgotten first)
+_RUN_ID = uuid.uuid4().hex[:8]
+
+
+class _Call:
+    """The state of one execution as it moves through the stages."""
+
+    __slots__ = (
+        "aborted_before_launch",
+        "additional_context",
+        "args",
+        "attempts",
+        "call_id",
+        "ctx",
+        "decision_source",
+        "execution_id",
+        "lock_keys",
+        "name",
+        "recorded",
+        "started_at",
+        "t0",
+        "tool",
+    )
+
+    def __init__(
+        self, execution_id: str, name: str, call_id: str | None, ctx: ExecutionContext
+    ) -> None:
+        self.execution_id = execution_id
+        self.name = name
+        self.call_id = call_id
+        self.ctx = ctx
+        self.started_at = time.time()
+        self.t0 = time.perf_counter()
+        self.tool: ToolDefinition | None = None
+        self.args: Any = None
+        self.attempts = 0
+        self.aborted_before_launch = False
+        self.decision_source: str | None = None
+        self.additional_context: list[str] = []
+        self.lock_keys: tuple[str, ...] = ()
+        self.recorded = False  # its tool-use record is in the store
+
+
+class ToolExecutor:
+    """Runs tool calls through validation, policy, fair admission, invocation and hooks."""
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        permissions: PermissionConfig | None = None,
+        mode: PermissionMode | str = PermissionMode.DEFAULT,
+        approval_store: ApprovalStore | None = None,
+        hooks: Hooks | None = None,
+        guards: Iterable[Guard] = (),
+        scheduler: ConcurrencyScheduler | None = None,
+        locks: FileLockManager | None = None,
+        store: ToolUseStore | None = None,
+        auto_verify: object = None,
+        context_defaults: Mapping[str, Any] | None = None,
+        history_limit: int = 1000,
+        *,
+        audit: AuditSink | None = None,
+        require_persistence: bool = False,
+        cancel_grace: float = 5.0,
+        max_content_chars: int = DEFAULT_MAX_CONTENT_CHARS,
+    ) -> None:
+        if not isinstance(registry, ToolRegistry):
+            raise TypeError(f"registry: expected a ToolRegistry, got {type(registry).__name__}")
+        if auto_verify is not None:
+            raise NotImplementedError("auto_verify= is not supported by this executor yet")
+        if store is not None and not isinstance(store, ToolUseStore):
+            raise TypeError(f"store: expected a ToolUseStore, got {type(store).__name__}")
+        self.registry = registry
+        self.permissions = permissions if permissions is not None else PermissionConfig()
+        self.mode = PermissionMode.parse(mode)
+        self.approvals = approval_store if approval_store is not None else ApprovalStore()
+        self.hooks = hooks if hooks is not None else Hooks()
+        self.guards = tuple(guards)
+        for guard in self.guards:
+            if not callable(guard):
+                raise TypeError(f"guards: {guard!r} is not callable")
+        self.scheduler = scheduler if scheduler is not None else default_scheduler()
+        self.locks = locks if locks is not None else default_lock_manager()
+        self._defaults = ExecutionContext.check_defaults(context_defaults or {})
+        self._history = History(history_limit)
+        self._audit = audit
+        self.store = store
+        self._require_persistence = require_persistence
+        self._store_seq = itertools.count()
+        self._cancel_grace = cancel_grace
+        self._max_content_chars = max_content_chars
+        self._resolver = PermissionResolver(self.permissions, self.mode, self.approvals)
+        self._gate = ToolConcurrencyGate()
+        self._progress = ProgressHub()
+        self._ids = itertools.count(1)
+        self._turns: OrderedDict[str, int] = OrderedDict()
+        self._result_observers: list[Callable[[ToolResult], Any]] = []
+        self._file_observers: list[Callable[[tuple[str, ...]], Any]] = []
+        # Per definition: (is the body async, compiled output validator or None).
+        self._tool_info: weakref.WeakKeyDictionary[ToolDefinition, tuple[bool, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._disposed = False
+
+    # -- public API -----------------------------------------------------------------------------
+
+    async def execute(
+        self,
+        name: str,
+        args: Any,
+        ctx: ExecutionContext | None = None,
+        *,
+        call_id: str | None = None,
+    ) -> ToolResult:
+        """Run one call through every stage; see the module docstring for what raises."""
+        if not isinstance(name, str):
+            raise TypeError(f"name: expected the tool name as str, got {type(name).__name__}")
+        if ctx is None:
+            ctx = ExecutionContext()
+        elif not isinstance(ctx, ExecutionContext):
+            raise TypeError(f"ctx: expected an ExecutionContext, got {type(ctx).__name__}")
+        call = _Call(f"{_RUN_ID}-{next(self._ids)}", name, call_id, ctx.merged(self._defaults))
+        try:
+            result = await self._pipeline(call, args)
+        except asyncio.CancelledError:
+            aborted = self._result(call, ErrorCode.ABORTED, "the caller cancelled the call")
+            self._history.add(aborted)
+            if call.recorded:
+                asyncio.ensure_future(self._record_result(call, aborted))
+            raise
+        if call.recorded:
+            await self._record_result(call, result)
+        return result
+
+    async def execute_all(
+        self, calls: Iterable[ToolCall], ctx: ExecutionContext | None = None
+    ) -> list[ToolResult]:
+        """One call after another; results in input order."""
+        return [await self.execute(c.name, c.args, ctx, call_id=c.id) for c in calls]
+
+    async def execute_parallel(
+        self,
+        calls: Sequence[ToolCall],
+        ctx: ExecutionContext | None = None,
+        max_parallel: int = 10,
+        on_commit: Callable[[ToolResult], Any] | None = None,
+    ) -> list[ToolResult]:
+        """Shared calls in a rolling pool, exclusive calls as barriers, commits in model order."""
+        from fastgate.batches import run_parallel
+
+        return await run_parallel(self, list(calls), ctx, max_parallel, on_commit)
+
+    def history(self) -> list[ToolResult]:
+        return self._history.results()
+
+    def stats(self) -> dict[str, ToolStats]:
+        return self._history.stats()
+
+    def progress(self, execution_id: str | None = None) -> AsyncIterator[ProgressEvent]:
+        """Progress reports of one execution (until it ends) or of all (until disposal)."""
+        return self._progress.subscribe(execution_id)
+
+    def on_result(self, callback: Callable[[ToolResult], Any]) -> None:
+        """Call ``callback(result)`` synchronously with every final, frozen result."""
+        self._result_observers.append(callback)
+
+    def on_files_changed(self, callback: Callable[[tuple[str, ...]], Any]) -> None:
+        """Call ``callback(paths)`` after a successful call that may have written ``paths``."""
+        self._file_observers.append(callback)
+
+    def classify(self, name: str, args: Any, ctx: ExecutionContext | None = None) -> str:
+        """``"shared"`` or ``"exclusive"`` for this call now (unknown tools are exclusive)."""
+        scope = (ctx or ExecutionContext()).merged(self._defaults).agent_scope
+        tool = self.registry.resolve(name, scope) if isinstance(name, str) else None
+        return "exclusive" if tool is None else tool.classify_parallelism(args)
+
+    def dispose(self) -> None:
+        """Close the gate, withdraw this executor's queued scheduler requests, refuse new calls
+        (``DISPOSED``). Calls already running finish normally. Idempotent."""
+        if self._disposed:
+            return
+        self._disposed = True
+        self._gate.close()
+        self.scheduler.cancel_owner(self)
+        self._progress.close()
+
+    @property
+    def disposed(self) -> bool:
+        return self._disposed
+
+    # -- the pipeline ---------------------------------------------------------------------------
+
+    async def _pipeline(self, call: _Call, raw_args: Any) -> ToolResult:
+        ctx = call.ctx
+        cancel = ctx.cancel
+        holds = Holds()
+        try:
+            # 1. identity: snapshot and freeze the arguments; a cancelled caller stops here.
+            if self._disposed:
+                return self._finalize(call, ErrorCode.DISPOSED, "this executor has been disposed")
+            try:
+                args = call.args = freeze(raw_args)
+            except NotJSON as exc:
+                return self._finalize(
+                    call, ErrorCode.INVALID_ARGS, f"Tool arguments must be JSON values: {exc}."
+                )
+            if cancel is not None and cancel.cancelled:
+                return self._aborted_before_launch(call)
+            if not self._admit_turn(ctx.turn_id):
+                return self._finalize(
+                    call,
+                    ErrorCode.RESOURCE_EXHAUSTED,
+                    f"This turn already made {TURN_LIMIT} tool calls; retry in the next turn.",
+                    retryable=True,
+                    retry_after="next_turn",
+                    details={"reason": "turn_limit"},
+                )
+
+            # 2. lookup in the registry, as the calling agent's scope sees it.
+            tool = call.tool = self.registry.resolve(call.name, ctx.agent_scope)
+            if tool is None:
+                message, details = _refusals.unknown_tool(
+                    call.name, self.registry.visible(ctx.agent_scope)
+                )
+                return self._finalize(call, ErrorCode.UNKNOWN_TOOL, message, details=details)
+
+            # 3. validation against the tool's schema (every issue reported).
+            refusal = self._validate(call, tool, args)
+            if refusal is not None:
+                return refusal
+
+            # 4. the executor's gate: shared calls overlap, exclusive ones are barriers.
+            passage = (
+                self._gate.shared()
+                if tool.classify_parallelism(args) == "shared"
+                else self._gate.exclusive()
+            )
+            try:
+                await holds.enter(passage, cancel)
+            except GateClosed:
+                return self._finalize(call, ErrorCode.DISPOSED, "this executor has been disposed")
+
+            # 5. worktree isolation: every path argument must stay inside the allowed roots.
+            refusal = self._check_paths(call, tool, args)
+            if refusal is not None:
+                return refusal
+
+            # 6. rule permission: rules, mode, session approvals, sensitive paths.
+            rule = self._resolver.decide(tool, args, ctx)
+
+            # 7. PreToolUse hooks; rewritten arguments are validated and checked all over again,
+            #    and the rule decision becomes the stricter of old and new (a deny stands).
+            hook_decision: Decision | None = None
+            hook_reason: str | None = None
+            if self.hooks.has_pre(tool.name):
+                outcome = (
+                    await until_cancelled(
+                        run_pre_tool_use(self.hooks, PreToolUseEvent(tool.name, args, ctx)), cancel
+                    )
+                    if cancel is not None
+                    else await run_pre_tool_use(self.hooks, PreToolUseEvent(tool.name, args, ctx))
+                )
+                hook_decision, hook_reason = outcome.decision, outcome.reason
+                call.additional_context.extend(outcome.additional_context)
+                if outcome.updated_args is not None:
+                    try:
+                        args = call.args = freeze(outcome.updated_args)
+                    except NotJSON as exc:
+                        return self._finalize(
+                            call,
+                            ErrorCode.INVALID_ARGS,
+                            f"A hook rewrote the arguments into non-JSON: {exc}.",
+                        )
+                    refusal = self._validate(call, tool, args) or self._check_paths(
+                        call, tool, args
+                    )
+                    if refusal is not None:
+                        return refusal
+                    rewritten = self._resolver.decide(tool, args, ctx)
+                    if rewritten.decision.strictness > rule.decision.strictness:
+                        rule = rewritten
+
+            # 8. decision merge: the strictest of rule and hook; a hook tightens, never loosens.
+            decision, source, reason = _merge(rule, hook_decision, hook_reason)
+            call.decision_source = source
+            self._audit_decision(call, decision, source, reason, rule.signature)
+            if decision is Decision.DENY:
+                return self._finalize(
+                    call,
+                    ErrorCode.PERMISSION_DENIED,
+                    f"Not permitted: {reason}",
+                    details={"source": source},
+                )
+
+            # 9. guards: deny-only owner policy, order-free.
+            if self.guards:
+                reason_denied = run_guards(self.guards, ToolCallView(tool.name, args, ctx))
+                if reason_denied is not None:
+                    call.decision_source = DecisionSource.GUARD
+                    self._audit_decision(
+                        call, Decision.DENY, DecisionSource.GUARD, reason_denied, rule.signature
+                    )
+                    return self._finalize(
+                        call,
+                        ErrorCode.PERMISSION_DENIED,
+                        f"Not permitted: {reason_denied}",
+                        details={"source": DecisionSource.GUARD},
+                    )
+
+            # 10. approval, when the merged decision is ASK.
+            if decision is Decision.ASK:
+                refusal = await self._approve(call, tool, args, rule, reason)
+                if refusal is not None:
+                    return refusal
+
+            # 11. admission: a scheduler slot, then the file locks of a non-concurrency-safe tool.
+            if cancel is not None and cancel.cancelled:
+                return self._aborted_before_launch(call)
+            try:
+                await holds.enter(self.scheduler.slot(ctx.session_id, tool.kind, self), cancel)
+                if call.lock_keys and not tool.concurrency_safe(args):
+                    await holds.enter(
+                        self.locks.acquire_keys(call.lock_keys, call.execution_id), cancel
+                    )
+            except ResourceExhausted as exc:
+                return self._finalize(
+                    call,
+                    ErrorCode.RESOURCE_EXHAUSTED,
+                    f"The tool is busy ({exc}); retry in the next turn.",
+                    retryable=True,
+                    retry_after="next_turn",
+                    details={"reason": "tool_busy", "cause": exc.reason},
+                )
+            except SchedulerClosed:
+                return self._finalize(call, ErrorCode.DISPOSED, "the scheduler has been closed")
+
+            # 11b. the durable tool-use record, before any side effect.
+            if self.store is not None:
+                refusal = await self._record_tool_use(call, tool, args)
+                if refusal is not None:
+                    return refusal
+
+            # 12. invocation: its own task, deadline, cancellation, safe retries.
+            outcome_ = await self._invoke(call, tool, args, holds)
+
+            # 13-15. hooks after the call, file-change observers, then the final result.
+            return await self._conclude(call, tool, args, outcome_)
+        except Aborted:
+            return self._aborted_before_launch(call)
+        finally:
+            holds.release()
+
+    # -- stages in detail -----------------------------------------------------------------------
+
+    def _validate(self, call: _Call, tool: ToolDefinition, args: Any) -> ToolResult | None:
+        if not isinstance(args, Mapping):
+            return self._finalize(call, ErrorCode.INVALID_ARGS, _refusals.not_an_object(args))
+        issues = tool.validator.validate(args)
+        if issues:
+            message, details = _refusals.invalid_args(tool.name, issues)
+            return self._finalize(call, ErrorCode.INVALID_ARGS, message, details=details)
+        return None
+
+    def _check_paths(self, call: _Call, tool: ToolDefinition, args: Any) -> ToolResult | None:
+        """Stage 5, and the lock keys of the path arguments for stage 11."""
+        if not any(name in args for name in tool.path_args):
+            call.lock_keys = ()
+            return None
+        ctx = call.ctx
+        violation = check_worktree(tool, args, ctx.workspace_root, self.permissions.additional_dirs)
+        if violation is not None:
+            return self._finalize(
+                call, ErrorCode.WORKTREE_VIOLATION, str(violation), details=_details_of(violation)
+            )
+        root = ctx.workspace_root or os.getcwd()
+        call.lock_keys = tuple(
+            sorted(
+                {
+                    lock_key(os.path.join(root, args[name]))
+                    for name in tool.path_args
+                    if isinstance(args.get(name), str)
+                }
+            )
+        )
+        return None
+
+    async def _approve(
+        self, call: _Call, tool: ToolDefinition, args: Any, rule: RuleDecision, reason: str
+    ) -> ToolResult | None:
+        """Stage 10: one prompt at a time per approval store; calls approved go on in parallel."""
+        ctx = call.ctx
+        approver = ctx.approver
+        if approver is None:
+            return self._finalize(
+                call,
+                ErrorCode.PERMISSION_DENIED,
+                f"This call needs approval ({reason}), and no approver is available.",
+                details={"reason": "no_approver"},
+            )
+        request = ApprovalRequest(
+            tool.name,
+            args,
+            rule.signature,
+            reason,
+            str(call.decision_source),
+            ctx.session_id,
+            call.execution_id,
+        )
+        lock = self.approvals.prompt_lock
+        await (
+            until_cancelled(lock.acquire(), ctx.cancel, undo=lambda _: lock.release())
+            if ctx.cancel is not None
+            else lock.acquire()
+        )
+        try:
+            if not rule.sensitive and self.approvals.is_approved(rule.signature):
+                response = ApprovalResponse(True, "session")  # granted while we queued
+            else:
+                try:
+                    pending = approver(request)
+                    response = await (
+                        until_cancelled(pending, ctx.cancel) if ctx.cancel is not None else pending
+                    )
+                except Aborted:
+                    raise
+                except Exception as exc:
+                    return self._finalize(
+                        call,
+                        ErrorCode.PERMISSION_DENIED,
+                        f"The approver failed ({type(exc).__name__}: {exc}); the call was not run.",
+                        details={"reason": "approver_error"},
+                    )
+        finally:
+            lock.release()
+        if not isinstance(response, ApprovalResponse):
+            return self._finalize(
+                call,
+                ErrorCode.PERMISSION_DENIED,
+                "The approver gave no valid answer; the call was not run.",
+                details={"reason": "approver_error"},
+            )
+        call.decision_source = DecisionSource.USER
+        self._audit_decision(
+            call,
+            Decision.ALLOW if response.approved else Decision.DENY,
+            DecisionSource.USER,
+            response.feedback or "",
+            rule.signature,
+        )
+        if not response.approved:
+            feedback = response.feedback or "The user rejected this call."
+            return self._finalize(call, ErrorCode.USER_REJECTED, feedback, content=feedback)
+        if response.scope == "session" and not rule.sensitive:
+            self.approvals.approve(rule.signature)
+        elif response.scope == "project":
+            try:
+                self._resolver.record_project_approval(tool, args, ctx)
+            except Exception as exc:  # the call was approved; only remembering it failed
+                log.warning("could not record the project approval: %s", exc)
+                call.additional_context.append(f"(the approval could not be saved: {exc})")
+        return None
+
+    async def _invoke(self, call: _Call, tool: ToolDefinition, args: Any, holds: Holds) -> Outcome:
+        """Stage 12."""
+        ctx = call.ctx
+        info = self._info(tool)
+        signal = CancelToken.any(ctx.cancel) if ctx.cancel is not None else CancelToken()
+        self._progress.start(call.execution_id)
+
+        async def lock_paths(paths: Iterable[str]) -> None:
+            root = ctx.workspace_root or os.getcwd()
+            keys = {lock_key(os.path.join(root, p)) for p in paths} - set(call.lock_keys)
+            if keys:
+                await holds.enter(self.locks.acquire_keys(keys, call.execution_id), None)
+
+        run_ctx = RunContext(
+            execution_id=call.execution_id,
+            tool_name=tool.name,
+            context=ctx,
+            signal=signal,
+            progress=lambda data: self._progress.report(call.execution_id, tool.name, data),
+            lock_paths=lock_paths,
+        )
+        try:
+            outcome = await invoke(
+                tool,
+                args,
+                run_ctx,
+                is_async=info[0],
+                time_budget=tool.timeout,
+                cancel=ctx.cancel,
+                cancel_grace=self._cancel_grace,
+                on_runaway=holds.release_when_done,
+            )
+        finally:
+            signal.detach()
+            self._progress.finish(call.execution_id)
+        call.attempts = outcome.attempts
+        return outcome
+
+    async def _conclude(
+        self, call: _Call, tool: ToolDefinition, args: Any, outcome: Outcome
+    ) -> ToolResult:
+        """Stages 13 to 15 for a call whose body ran."""
+        ctx = call.ctx
+        if outcome.kind == FAILURE:
+            failure = outcome.failure
+            assert failure is not None
+            details = dict(failure.details or {})
+            if failure.code is not None:
+                details["code"] = failure.code
+            return self._finalize(call, ErrorCode.TOOL_FAILURE, failure.message, details=details)
+        if outcome.kind in (ERROR, TIMEOUT, ABORTED):
+            code, message, details = _failure_of(tool, outcome)
+            error = ToolError(code, message, retryable=False, details=details)
+            if self.hooks.has_post_failure(tool.name):
+                extra = await run_post_tool_use_failure(
+                    self.hooks, PostToolUseFailureEvent(tool.name, args, ctx, error)
+                )
+                call.additional_context.extend(extra)
+            return self._finalize(call, code, message, details=details)
+        value = outcome.value
+        refusal = self._check_output(call, tool, value)
+        if refusal is not None:
+            return refusal
+        try:
+            content = render(tool, value, self._max_content_chars)
+        except RenderError as exc:
+            return self._finalize(call, ErrorCode.OUTPUT_INVALID, str(exc))
+        # 13. PostToolUse hooks: accept, replace the value (re-checked, re-rendered), replace the
+        #     content, or block.
+        if self.hooks.has_post(tool.name):
+            provisional = self._result(call, None, "", content=content, value=value)
+            post = await run_post_tool_use(
+                self.hooks, PostToolUseEvent(tool.name, args, ctx, provisional)
+            )
+            call.additional_context.extend(post.additional_context)
+            if post.block is not None:
+                return self._finalize(
+                    call, ErrorCode.BLOCKED_BY_HOOK, post.block, content=post.block
+                )
+            if post.value is not UNSET:
+                value = post.value
+                refusal = self._check_output(call, tool, value)
+                if refusal is not None:
+                    return refusal
+                try:
+                    content = render(tool, value, self._max_content_chars)
+                except RenderError as exc:
+                    return self._finalize(call, ErrorCode.OUTPUT_INVALID, str(exc))
+            elif post.content is not UNSET:
+                content = post.content
+        # 14. file-change observers (the LSP seam) for calls that may have written files.
+        if call.lock_keys and self._file_observers and not tool.concurrency_safe(args):
+            for observer in self._file_observers:
+                _isolated(observer, call.lock_keys, "file-change observer")
+        # 15. finalize.
+        return self._finalize(call, None, "", content=content, value=value)
+
+    async def _record_tool_use(
+        self, call: _Call, tool: ToolDefinition, args: Any
+    ) -> ToolResult | None:
+        assert self.store is not None
+        ctx = call.ctx
+        record = ToolUseRecord(
+            call.execution_id,
+            call.call_id,
+            ctx.session_id,
+            ctx.turn_id,
+            0,
+            next(self._store_seq),
+            tool.name,
+            args,
+        )
+        try:
+            await self.store.record_tool_use(record)
+        except Exception as exc:
+            if self._require_persistence:
+                return self._finalize(
+                    call,
+                    ErrorCode.PERSISTENCE_FAILED,
+                    f"The call was not run: its record could not be saved ({exc}).",
+                    retryable=True,
+                )
+            log.warning("tool-use record of %s not saved: %s", call.execution_id, exc)
+            return None
+        call.recorded = True
+        return None
+
+    async def _record_result(self, call: _Call, result: ToolResult) -> None:
+        assert self.store is not None
+        try:
+            await self.store.record_result(call.execution_id, result.durable())
+        except Exception as exc:
+            log.warning("result record of %s not saved: %s", call.execution_id, exc)
+
+    def _check_output(self, call: _Call, tool: ToolDefinition, value: Any) -> ToolResult | None:
+        checker = self._info(tool)[1]
+        if checker is None:
+            return None
+        issues = checker.validate(value)
+        if not issues:
+            return None
+        listed = "; ".join(issue.message for issue in issues)
+        return self._finalize(
+            call,
+            ErrorCode.OUTPUT_INVALID,
+            f"The tool returned a value that does not match its output schema: {listed}",
+        )
+
+    # -- results ----------------------------------------------------------------------------------
+
+    def _aborted_before_launch(self, call: _Call) -> ToolResult:
+        call.aborted_before_launch = True
+        return self._finalize(
+            call,
+            ErrorCode.ABORTED_BEFORE_DISPATCH,
+            "The call was cancelled before it started; nothing was run.",
+        )
+
+    def _result(
+        self,
+        call: _Call,
+        code: ErrorCode | None,
+        message: str,
+        *,
+        content: Any = None,
+        value: Any = None,
+        retryable: bool = False,
+        retry_after: Any = None,
+        details: dict[str, Any] | None = None,
+    ) -> ToolResult:
+        now = time.time()
+        meta = ResultMeta(
+            execution_id=call.execution_id,
+            call_id=call.call_id,
+            tool_name=call.name,
+            session_id=call.ctx.session_id,
+            started_at=call.started_at,
+            completed_at=now,
+            duration_ms=(time.perf_counter() - call.t0) * 1000.0,
+            attempts=call.attempts,
+            aborted_before_launch=call.aborted_before_launch,
+            decision_source=call.decision_source,
+            additional_context=tuple(call.additional_context),
+        )
+        if code is None:
+            return ToolResult(True, content, None, meta, value)
+        error = ToolError(code, message, retryable, retry_after, details or {})
+        return ToolResult(False, message if content is None else content, error, meta)
+
+    def _finalize(self, call: _Call, code: ErrorCode | None, message: str, **kw: Any) -> ToolResult:
+        """Stage 15: finalize_content (once), freeze, record, notify. Every result passes here."""
+        result = self._result(call, code, message, **kw)
+        tool = call.tool
+        if tool is not None and tool.finalize_content is not None:
+            try:
+                changed = tool.finalize_content(result)
+            except Exception as exc:
+                log.warning("finalize_content of %s failed: %s", tool.name, exc)
+                changed = None
+            if changed is not None:
+                result = ToolResult(result.ok, changed, result.error, result.meta, result.value)
+        self._history.add(result)
+        for observer in self._result_observers:
+            _isolated(observer, result, "result observer")
+        return result
+
+    # -- small helpers --------------------------------------------------------------------------
+
+    def _info(self, tool: ToolDefinition) -> tuple[bool, Any]:
+        """(is the body async, compiled output validator or None), cached per definition."""
+        info = self._tool_info.get(tool)
+        if info is None:
+            checker = compile_schema(tool.output.schema) if tool.output.schema is not None else None
+            info = self._tool_info[tool] = (is_async_tool(tool), checker)
+        return info
+
+    def _admit_turn(self, turn_id: str | None) -> bool:
+        if turn_id is None:
+            return True
+        count = self._turns.pop(turn_id, 0) + 1
+        self._turns[turn_id] = count
+        if len(self._turns) > _TRACKED_TURNS:
+            self._turns.popitem(last=False)
+        return count <= TURN_LIMIT
+
+    def _audit_decision(
+        self, call: _Call, decision: Decision, source: str, reason: str, signature: str
+    ) -> None:
+        if self._audit is None:
+            return
+        event = AuditEvent(
+            execution_id=call.execution_id,
+            session_id=call.ctx.session_id,
+            tool_name=call.name,
+            decision=decision,
+            source=source,
+            reason=reason,
+            signature=signature,
+            time=time.time(),
+        )
+        _isolated(self._audit.record, event, "audit sink")
+
+
+def _merge(
+    rule: RuleDecision, hook: Decision | None, hook_reason: str | None
+) -> tuple[Decision, str, str]:
+    """Strictest wins; with no decision at all the answer is ASK."""
+    if hook is not None and hook.strictness > rule.decision.strictness:
+        return hook, DecisionSource.HOOK, hook_reason or f"a PreToolUse hook said {hook}"
+    return rule.decision, rule.source, rule.reason
+
+
+def _failure_of(tool: ToolDefinition, outcome: Outcome) -> tuple[ErrorCode, str, dict[str, Any]]:
+    details: dict[str, Any] = {}
+    if outcome.runaway is not None:
+        details["still_running"] = True
+        details["holds"] = "its slot, gate passage and file locks until it ends"
+    if outcome.kind == TIMEOUT:
+        return (
+            ErrorCode.TIMEOUT,
+            f"{tool.name} did not finish within {tool.timeout:g}s and was stopped.",
+            details,
+        )
+    if outcome.kind == ABORTED:
+        return (
+            ErrorCode.ABORTED,
+            "The call was cancelled while running; it may have had side effects.",
+            details,
+        )
+    exc = outcome.error
+    assert exc is not None
+    details["type"] = type(exc).__name__
+    return ErrorCode.TOOL_ERROR, f"{tool.name} raised {type(exc).__name__}: {exc}", details
+
+
+def _details_of(violation: object) -> dict[str, Any]:
+    to_dict = getattr(violation, "details", None)
+    if callable(to_dict):
+        return dict(to_dict())
+    return dict(to_dict) if isinstance(to_dict, Mapping) else {}
+
+
+def _isolated(callback: Callable[..., Any], argument: Any, what: str) -> None:
+    try:
+        callback(argument)
+    except Exception:
+        log.exception("%s %r failed; the result is unchanged", what, callback)
