@@ -164,6 +164,7 @@ class ToolExecutor:
         self._tool_info: weakref.WeakKeyDictionary[ToolDefinition, tuple[bool, Any]] = (
             weakref.WeakKeyDictionary()
         )
+        self._background: set[asyncio.Future[None]] = set()
         self._disposed = False
 
     # -- public API -----------------------------------------------------------------------------
@@ -189,8 +190,10 @@ class ToolExecutor:
         except asyncio.CancelledError:
             aborted = self._result(call, ErrorCode.ABORTED, "the caller cancelled the call")
             self._history.add(aborted)
-            if call.recorded:
-                asyncio.ensure_future(self._record_result(call, aborted))
+            if call.recorded:  # we cannot await here: record it in the background
+                task = asyncio.ensure_future(self._record_result(call, aborted))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
             raise
         if call.recorded:
             await self._record_result(call, result)
