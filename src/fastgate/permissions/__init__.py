@@ -1,0 +1,37 @@
+"""Permissions (SPEC §5, §7): rules, sensitive paths, modes, approvals and the audit trail."""
+
+from __future__ import annotations
+
+from fastgate.approvals import ApprovalRequest as ApprovalRequest
+from fastgate.approvals import ApprovalResponse as ApprovalResponse
+from fastgate.approvals import ApprovalStore as ApprovalStore
+from fastgate.decision import Decision as Decision
+from fastgate.decision import DecisionSource as DecisionSource
+from fastgate.decision import PermissionMode as PermissionMode
+from fastgate.permissions.audit import AuditEvent as AuditEvent
+from fastgate.permissions.audit import AuditSink as AuditSink
+from fastgate.permissions.config import PermissionConfig as PermissionConfig
+from fastgate.permissions.resolver import MODE_DEFAULTS as MODE_DEFAULTS
+from fastgate.permissions.resolver import PermissionResolver as PermissionResolver
+from fastgate.permissions.resolver import RuleDecision as RuleDecision
+from fastgate.permissions.resolver import permission_signature as permission_signature
+from fastgate.permissions.rules import DEFAULT_SENSITIVE as DEFAULT_SENSITIVE
+from fastgate.permissions.settings import settings_path as settings_path
+
+__all__ = (
+    "DEFAULT_SENSITIVE",
+    "MODE_DEFAULTS",
+    "ApprovalRequest",
+    "ApprovalResponse",
+    "ApprovalStore",
+    "AuditEvent",
+    "AuditSink",
+    "Decision",
+    "DecisionSource",
+    "PermissionConfig",
+    "PermissionMode",
+    "PermissionResolver",
+    "RuleDecision",
+    "permission_signature",
+    "settings_path",
+)

@@ -1,0 +1,132 @@
+"""Matching rules against commands and permission keys, and the rules a project approval writes.
+
+DENY and ASK rules *may* match: any form of any sub-command (wrappers unwrapped), the program
+compared by basename, and a word whose value is unknown (``$x``, a glob) matches anything from
+there on. ALLOW rules *must* match: every sub-command needs an allow rule that matches one of its
+allow forms word for word, and nothing else about it (redirections, assignments to ``PATH``…)
+may be unaccounted for.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from typing import TYPE_CHECKING
+
+from fastgate.permissions.commands import CommandAnalysis, CommandFacts, program_name
+from fastgate.permissions.rules import Rule, parse_rule
+from fastgate.permissions.shell import Word
+
+if TYPE_CHECKING:
+    from fastgate.permissions.subjects import Subject
+
+_GLOB_SPECIALS = re.compile(r"([*?\[\]\\])")
+
+
+def command_matches(rule: Rule, analysis: CommandAnalysis) -> bool:
+    """Whether a DENY/ASK rule may apply to any sub-command of ``analysis``."""
+    if rule.specifier is None:
+        return True
+    tokens = rule.tokens
+    if tokens is None:
+        return False
+    return any(
+        _may_match(tokens, rule.prefix, form) for facts in analysis.commands for form in facts.forms
+    )
+
+
+def _may_match(tokens: tuple[Word, ...], prefix: bool, form: tuple[Word, ...]) -> bool:
+    for i, token in enumerate(tokens):
+        if i >= len(form):
+            return False
+        word = form[i]
+        if word.dynamic:
+            return True  # could expand to the rule's words
+        if i == 0:
+            if word.value != token.value and program_name(word) != program_name(token):
+                return False
+        elif word.value != token.value:
+            return False
+    if prefix or len(form) == len(tokens):
+        return True
+    return any(w.dynamic for w in form[len(tokens) :])
+
+
+def _must_match(tokens: tuple[Word, ...], prefix: bool, form: tuple[Word, ...]) -> bool:
+    if len(form) < len(tokens) or (not prefix and len(form) != len(tokens)):
+        return False
+    return all(form[i].text == token.text for i, token in enumerate(tokens))
+
+
+def _facts_allowed_by(rules: list[Rule], facts: CommandFacts) -> str | None:
+    if not facts.allowable or facts.unknown:
+        return None
+    if facts.delegated:
+        return ""  # its nested commands are checked on their own
+    for rule in rules:
+        tokens = rule.tokens
+        if tokens is not None and any(
+            _must_match(tokens, rule.prefix, f) for f in facts.allow_forms
+        ):
+            return rule.text
+    return None
+
+
+def command_allowed_by(rules: list[Rule], analysis: CommandAnalysis) -> str | None:
+    """The allow rules covering every sub-command (comma-separated), or None."""
+    if analysis.error is not None or not analysis.commands:
+        return None
+    used: list[str] = []
+    for facts in analysis.commands:
+        rule = _facts_allowed_by(rules, facts)
+        if rule is None:
+            return None
+        if rule:
+            used.append(rule)
+    return ", ".join(dict.fromkeys(used)) or None
+
+
+def key_matches(rule: Rule, key: str) -> bool:
+    if rule.specifier is None:
+        return True
+    return key.startswith(rule.specifier) if rule.prefix else key == rule.specifier
+
+
+def project_rules_for(tool_name: str, subject: Subject) -> list[str]:
+    """Allow rules that cover exactly this call; ``ValueError`` if it cannot be expressed."""
+    if subject.invalid:
+        raise ValueError(f"cannot write a rule for this call: {subject.invalid}")
+    if subject.kind == "command":
+        analysis = subject.command
+        assert analysis is not None
+        if analysis.error is not None:
+            raise ValueError(f"cannot write a rule for an unparseable command: {analysis.error}")
+        rules: list[str] = []
+        for facts in analysis.commands:
+            if facts.delegated:
+                continue
+            if facts.unknown or not facts.allowable or not facts.allow_forms:
+                why = facts.why_not_allowable or "it runs a program not known in advance"
+                raise ValueError(f"cannot write an allow rule for this command: {why}")
+            rules.append(f"{tool_name}({_spell(facts.allow_forms[0])})")
+        if not rules:
+            raise ValueError("the command runs nothing a rule could describe")
+    elif subject.kind == "paths":
+        rules = [f"{tool_name}({_escape_glob(p.canonical)})" for p in subject.paths]
+    elif subject.kind == "key":
+        rules = [f"{tool_name}({subject.key})"]
+    else:
+        rules = [tool_name]
+    rules = list(dict.fromkeys(rules))
+    for text in rules:  # never write what the reader would refuse or read differently
+        parse_rule(text, "allow")
+    return rules
+
+
+def _spell(form: tuple[Word, ...]) -> str:
+    return " ".join(w.raw if w.dynamic else shlex.quote(w.value) for w in form)
+
+
+def _escape_glob(path: str) -> str:
+    return _GLOB_SPECIALS.sub(r"\\\1", path) if os.sep == "/" else path

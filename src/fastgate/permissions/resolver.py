@@ -1,0 +1,372 @@
+"""``PermissionResolver``: rules, sensitive paths, session approvals and the mode (SPEC §5).
+
+Order of a decision, first that applies wins:
+
+1. a DENY rule matches → DENY (also: the command cannot be read, or names a program we cannot
+   know, and the tool has DENY rules: fail closed);
+2. an ASK rule matches → ASK (YOLO: allowed, unless sensitive);
+3. the call touches a sensitive path → ASK (every mode; allow rules and session approvals do
+   not cover it);
+4. ALLOW rules cover the call (every sub-command, every path) → ALLOW;
+5. the mode default (ALLOW/ASK/DENY by tool kind); an ASK becomes ALLOW when the session
+   approved this permission signature.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import weakref
+from collections.abc import Mapping
+from typing import Any, final
+
+import msgspec
+import xxhash
+
+from fastgate.approvals import ApprovalStore
+from fastgate.context import ExecutionContext
+from fastgate.decision import Decision, DecisionSource, PermissionMode
+from fastgate.kinds import ToolKind
+from fastgate.paths import canonical_path
+from fastgate.permissions.commands import CommandAnalysis, analyze_command
+from fastgate.permissions.config import PermissionConfig
+from fastgate.permissions.globs import PathPattern, compile_path_pattern
+from fastgate.permissions.matching import (
+    command_allowed_by,
+    command_matches,
+    key_matches,
+    project_rules_for,
+)
+from fastgate.permissions.rules import Rule
+from fastgate.permissions.settings import SettingsCache, append_rules
+from fastgate.permissions.subjects import (
+    ResolvedPath,
+    Subject,
+    command_paths,
+    key_subject,
+    none_subject,
+    path_subject,
+)
+from fastgate.tools import ToolDefinition
+
+MODE_DEFAULTS: dict[PermissionMode, tuple[Decision, Decision, Decision]] = {
+    PermissionMode.DEFAULT: (Decision.ALLOW, Decision.ASK, Decision.ASK),
+    PermissionMode.ACCEPT_EDITS: (Decision.ALLOW, Decision.ALLOW, Decision.ASK),
+    PermissionMode.PLAN: (Decision.ALLOW, Decision.DENY, Decision.DENY),
+    PermissionMode.YOLO: (Decision.ALLOW, Decision.ALLOW, Decision.ALLOW),
+}
+# The resolver's own settings can never be edited without asking: a model that could write
+# them could allow itself anything.
+PROTECTED_PATTERNS: tuple[PathPattern, ...] = (compile_path_pattern("**/.fastgate/**"),)
+_CACHE_LIMIT = 4096
+
+
+class RuleDecision(msgspec.Struct, frozen=True):
+    decision: Decision
+    source: DecisionSource
+    reason: str
+    signature: str
+    matched_rule: str | None = None
+    sensitive: bool = False
+
+
+def permission_signature(tool_name: str, key: str) -> str:
+    """xxh3-64 (hex) of the tool name and the normalized key: what session approvals store."""
+    return xxhash.xxh3_64_hexdigest(f"{tool_name}\x00{key}".encode("utf-8", "surrogatepass"))
+
+
+@final
+class PermissionResolver:
+    """Decides calls for one executor. Thread-safe for concurrent ``decide`` calls."""
+
+    __slots__ = (
+        "_analyses",
+        "_has_command",
+        "_regexes",
+        "_sensitive",
+        "_settings",
+        "approvals",
+        "config",
+        "mode",
+    )
+
+    def __init__(
+        self, config: PermissionConfig, mode: PermissionMode, approvals: ApprovalStore
+    ) -> None:
+        if not isinstance(config, PermissionConfig):
+            raise TypeError(f"config must be a PermissionConfig, got {type(config).__name__}")
+        self.config = config
+        self.mode = PermissionMode.parse(mode)
+        self.approvals = approvals
+        self._settings = SettingsCache()
+        self._analyses: dict[str, CommandAnalysis] = {}
+        self._regexes: dict[tuple[str, str], re.Pattern[str]] = {}
+        self._has_command: weakref.WeakKeyDictionary[ToolDefinition, bool] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._sensitive = (*config.sensitive_patterns, *PROTECTED_PATTERNS)
+
+    # -- the decision --------------------------------------------------------------------------
+
+    def decide(
+        self, tool: ToolDefinition, args: Mapping[str, Any], ctx: ExecutionContext
+    ) -> RuleDecision:
+        root = ctx.workspace_root or os.getcwd()
+        rules = self._rules_for(tool.name, root)
+        subject = self._subject(tool, args, root)
+        signature = permission_signature(tool.name, subject.key)
+        shown = _shorten(subject.key)
+
+        deny = [r for r in rules if r.kind == "deny"]
+        hit = self._first_match(deny, subject, root)
+        if hit is not None:
+            return RuleDecision(
+                Decision.DENY,
+                DecisionSource.RULE,
+                f"rule {hit.text} denies {shown}",
+                signature,
+                hit.text,
+            )
+        unreadable = _unreadable(subject)
+        if unreadable and any(r.specifier is not None for r in deny):
+            return RuleDecision(
+                Decision.DENY,
+                DecisionSource.RULE,
+                f"{unreadable}, and {tool.name} has deny rules: refused (fail closed); "
+                "rewrite it so every program is named literally",
+                signature,
+            )
+        sensitive_path = self._sensitive_path(subject, root)
+        ask = self._first_match([r for r in rules if r.kind == "ask"], subject, root)
+        if ask is not None and (self.mode is not PermissionMode.YOLO or sensitive_path):
+            return RuleDecision(
+                Decision.ASK,
+                DecisionSource.RULE,
+                f"rule {ask.text} asks before {shown}",
+                signature,
+                ask.text,
+                sensitive_path is not None,
+            )
+        if sensitive_path is not None:
+            return RuleDecision(
+                Decision.ASK,
+                DecisionSource.SENSITIVE,
+                f"touches sensitive file {sensitive_path}",
+                signature,
+                None,
+                True,
+            )
+        if ask is not None:
+            return RuleDecision(
+                Decision.ALLOW,
+                DecisionSource.MODE,
+                f"YOLO mode allows {shown} (rule {ask.text} would ask)",
+                signature,
+                ask.text,
+            )
+        allowed_by = self._allowed_by([r for r in rules if r.kind == "allow"], subject, root)
+        if allowed_by is not None:
+            return RuleDecision(
+                Decision.ALLOW,
+                DecisionSource.RULE,
+                f"rule {allowed_by} allows {shown}",
+                signature,
+                allowed_by,
+            )
+        default = MODE_DEFAULTS[self.mode][tool.kind]
+        if default is Decision.ASK and self.approvals.is_approved(signature):
+            return RuleDecision(
+                Decision.ALLOW,
+                DecisionSource.SESSION,
+                f"approved for this session: {shown}",
+                signature,
+            )
+        return RuleDecision(default, DecisionSource.MODE, _mode_reason(self.mode, tool), signature)
+
+    # -- project approvals ---------------------------------------------------------------------
+
+    def record_project_approval(
+        self, tool: ToolDefinition, args: Mapping[str, Any], ctx: ExecutionContext
+    ) -> str:
+        """Append allow rules covering exactly this call to the project settings file and return
+        them (comma-separated). ``ValueError`` when the call cannot be expressed as rules (an
+        unreadable command, an output redirection) or touches a sensitive path: approve it for
+        the session instead."""
+        root = ctx.workspace_root or os.getcwd()
+        subject = self._subject(tool, args, root)
+        if self._sensitive_path(subject, root) is not None:
+            raise ValueError("a call touching a sensitive file cannot be approved for the project")
+        new_rules = project_rules_for(tool.name, subject)
+        append_rules(root, "allow", new_rules)
+        return ", ".join(new_rules)
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _rules_for(self, name: str, root: str) -> tuple[Rule, ...]:
+        own = self.config.rules.for_tool(name)
+        project = self._settings.rules(root)
+        if project is None:
+            return own
+        extra = project.for_tool(name)
+        return own + extra if extra else own
+
+    def _subject(self, tool: ToolDefinition, args: Mapping[str, Any], root: str) -> Subject:
+        if self._tool_has_command(tool) and "command" in args:
+            command = args["command"]
+            if not isinstance(command, str):
+                return Subject("command", repr(command), invalid="the command is not a string")
+            analysis = self._analysis(command)
+            paths = command_paths(analysis, root)
+            if paths is None:
+                return Subject(
+                    "command", analysis.normalized, analysis, invalid="too many words to check"
+                )
+            return Subject("command", analysis.normalized, analysis, paths)
+        found = path_subject(tool, args, root)
+        if found is not None:
+            return found
+        if tool.permission_key is not None:
+            return key_subject(tool, args)
+        return none_subject(args)
+
+    def _tool_has_command(self, tool: ToolDefinition) -> bool:
+        known = self._has_command.get(tool)
+        if known is None:
+            properties = tool.input_schema.get("properties")
+            known = isinstance(properties, dict) and "command" in properties
+            self._has_command[tool] = known
+        return known
+
+    def _analysis(self, command: str) -> CommandAnalysis:
+        cached = self._analyses.get(command)
+        if cached is None:
+            cached = analyze_command(command)
+            if len(self._analyses) >= _CACHE_LIMIT:
+                self._analyses.clear()
+            self._analyses[command] = cached
+        return cached
+
+    def _regex(self, pattern: PathPattern, root: str) -> re.Pattern[str]:
+        key = (pattern.text, root if pattern.anchor == "root" else "")
+        compiled = self._regexes.get(key)
+        if compiled is None:
+            compiled = re.compile(pattern.regex(root), re.DOTALL)
+            if len(self._regexes) >= _CACHE_LIMIT:
+                self._regexes.clear()
+            self._regexes[key] = compiled
+        return compiled
+
+    def _path_matches(
+        self, pattern: PathPattern, path: ResolvedPath, roots: _Roots, allow: bool
+    ) -> bool:
+        """Allow rules must match the canonical path; deny/ask rules match either spelling, and
+        root-anchored ones the root as given or canonical."""
+        forms = (path.canonical,) if allow else path.forms
+        for root in roots.get(pattern, allow):
+            regex = self._regex(pattern, root)
+            if any(regex.fullmatch(form) for form in forms):
+                return True
+        return False
+
+    def _first_match(self, rules: list[Rule], subject: Subject, root: str) -> Rule | None:
+        roots = _Roots(root)
+        for rule in rules:
+            if rule.specifier is None:
+                return rule
+            if subject.kind == "command" and subject.command is not None:
+                if command_matches(rule, subject.command):
+                    return rule
+            elif subject.kind == "paths":
+                if rule.path is not None and any(
+                    self._path_matches(rule.path, p, roots, allow=False) for p in subject.paths
+                ):
+                    return rule
+            elif subject.kind == "key" and not subject.invalid and key_matches(rule, subject.key):
+                return rule
+        return None
+
+    def _allowed_by(self, rules: list[Rule], subject: Subject, root: str) -> str | None:
+        if not rules:
+            return None
+        bare = next((r for r in rules if r.specifier is None), None)
+        if bare is not None:
+            return bare.text
+        if subject.invalid:
+            return None
+        if subject.kind == "command" and subject.command is not None:
+            return command_allowed_by(rules, subject.command)
+        if subject.kind == "paths":
+            roots = _Roots(root)
+            used: list[str] = []
+            for path in subject.paths:
+                rule = next(
+                    (
+                        r
+                        for r in rules
+                        if r.path is not None and self._path_matches(r.path, path, roots, True)
+                    ),
+                    None,
+                )
+                if rule is None:
+                    return None
+                used.append(rule.text)
+            return ", ".join(dict.fromkeys(used)) or None
+        if subject.kind == "key":
+            return next((r.text for r in rules if key_matches(r, subject.key)), None)
+        return None
+
+    def _sensitive_path(self, subject: Subject, root: str) -> str | None:
+        if subject.invalid == "too many words to check":
+            return "(a command with too many words to check)"
+        roots = _Roots(root)
+        for path in subject.paths:
+            for pattern in self._sensitive:
+                if self._path_matches(pattern, path, roots, allow=False):
+                    return path.canonical
+        return None
+
+
+class _Roots:
+    """The workspace root as given and canonical, computed at most once per decision."""
+
+    __slots__ = ("_canonical", "given")
+
+    def __init__(self, given: str) -> None:
+        self.given = given
+        self._canonical: str | None = None
+
+    def get(self, pattern: PathPattern, allow: bool) -> tuple[str, ...]:
+        if pattern.anchor != "root":
+            return ("",)
+        if self._canonical is None:
+            try:
+                self._canonical = canonical_path(self.given)
+            except (OSError, ValueError):
+                self._canonical = os.path.normpath(self.given)
+        if allow or self._canonical == self.given:
+            return (self._canonical,)
+        return (self._canonical, os.path.normpath(self.given))
+
+
+def _unreadable(subject: Subject) -> str:
+    if subject.invalid:
+        return subject.invalid
+    analysis = subject.command
+    if analysis is None:
+        return ""
+    if analysis.error is not None:
+        return f"the command cannot be parsed ({analysis.error})"
+    if any(c.unknown for c in analysis.commands):
+        return "the command runs a program that cannot be known before it runs"
+    return ""
+
+
+def _mode_reason(mode: PermissionMode, tool: ToolDefinition) -> str:
+    decision = MODE_DEFAULTS[mode][tool.kind]
+    verb = {Decision.ALLOW: "allows", Decision.ASK: "asks before", Decision.DENY: "does not allow"}
+    return f"{mode.name} mode {verb[decision]} {ToolKind(tool.kind).name} tools"
+
+
+def _shorten(key: str, limit: int = 200) -> str:
+    text = key if len(key) <= limit else key[: limit - 1] + "…"
+    return f"`{text}`"

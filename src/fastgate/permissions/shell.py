@@ -1,0 +1,487 @@
+"""A conservative POSIX/bash command lexer for permission matching.
+
+It splits a command line into simple commands the way bash would for everything that decides
+*which programs run*: quoting (``'…'``, ``"…"``, ``$'…'``, backslashes), operators (``;`` ``&``
+``&&`` ``||`` ``|`` ``|&`` newlines, subshell parentheses), command and process substitution
+(``$(…)``, backticks, ``<(…)``, ``>(…)``, also inside ``"…"``, ``${…}``, ``$((…))`` and unquoted
+heredoc bodies), redirections and heredocs. Every substitution becomes a simple command of its own.
+
+It is not a full bash parser: constructs it does not model (``case``, function definitions,
+``coproc``, arrays, ``;;``) raise ``ShellSyntaxError``, and callers treat such a command as one
+that can never match an allow rule (fail closed).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_METACHARS = frozenset(" \t\n;&|()<>")
+_REDIRECT = re.compile(r"(\d+|\{[A-Za-z_][A-Za-z0-9_]*\})?(<<<|<<-|<<|<>|<&|>&|>>|>\||&>>|&>|<|>)")
+_NAME_START = re.compile(r"[A-Za-z_]")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SPECIAL_PARAM = frozenset("@*#?-$!0123456789")
+_BRACE_EXPANSION = re.compile(r"\{[^{}]*(?:,|\.\.)[^{}]*\}")
+_UNSUPPORTED_WORDS = frozenset({"case", "esac", "function", "coproc", "select"})
+# Reserved words that only introduce or close a compound command: the command after them is
+# what runs.
+_LEADING_KEYWORDS = frozenset(
+    {"!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until"}
+)
+_MAX_DEPTH = 32
+
+
+class ShellSyntaxError(ValueError):
+    """The command uses syntax this lexer does not model, or is malformed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    """One shell word. ``value`` is the unquoted text (expansions kept as written); ``dynamic``
+    means its runtime value is unknown (parameter/command/arithmetic expansion, globs, braces)."""
+
+    value: str
+    raw: str
+    dynamic: bool = False
+
+    @property
+    def text(self) -> str:
+        """What allow rules compare: the unquoted value, or the spelling when it is dynamic."""
+        return self.raw if self.dynamic else self.value
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    op: str
+    target: Word | None  # None for heredocs (their text is ``body``)
+    body: str | None = None
+
+
+@dataclass(slots=True)
+class SimpleCommand:
+    assignments: list[Word] = field(default_factory=list)
+    words: list[Word] = field(default_factory=list)
+    redirects: list[Redirect] = field(default_factory=list)
+    piped_in: bool = False
+
+
+@dataclass(slots=True)
+class _PendingHeredoc:
+    delimiter: str
+    strip_tabs: bool
+    expand: bool
+    command: SimpleCommand
+    index: int
+
+
+def parse_command(text: str) -> tuple[list[SimpleCommand], str]:
+    """Every simple command of ``text`` (substitutions included) and a whitespace-normalized
+    spelling of the whole line. Raises ``ShellSyntaxError``."""
+    if "\x00" in text:
+        raise ShellSyntaxError("NUL byte in command")
+    out: list[SimpleCommand] = []
+    lexer = _Lexer(text, out, 0)
+    lexer.parse_list(None)
+    return out, " ".join(lexer.canon)
+
+
+class _Lexer:
+    __slots__ = ("canon", "depth", "i", "out", "pending", "s")
+
+    def __init__(self, text: str, out: list[SimpleCommand], depth: int) -> None:
+        if depth > _MAX_DEPTH:
+            raise ShellSyntaxError("nesting too deep")
+        self.s = text
+        self.i = 0
+        self.out = out
+        self.depth = depth
+        self.pending: list[_PendingHeredoc] = []
+        self.canon: list[str] = []
+
+    # -- command lists -------------------------------------------------------------------------
+
+    def parse_list(self, end: str | None) -> None:
+        """Parse commands until ``end`` (``")"``) or the end of the text."""
+        s = self.s
+        cmd = SimpleCommand()
+        dangling: str | None = None  # an operator still waiting for its right-hand command
+        while True:
+            self._skip_blanks()
+            if self.i >= len(s) or s[self.i] == end:
+                if dangling is not None:
+                    raise ShellSyntaxError(f"{dangling!r} without a command after it")
+            if self.i >= len(s):
+                if end is not None:
+                    raise ShellSyntaxError(f"missing {end!r}")
+                if self.pending:
+                    raise ShellSyntaxError(f"heredoc {self.pending[0].delimiter!r} not closed")
+                self._finish(cmd)
+                return
+            c = s[self.i]
+            if c == end:
+                self.i += 1
+                if self.pending:
+                    raise ShellSyntaxError("heredoc inside a substitution is not closed")
+                self._finish(cmd)
+                return
+            if c == "#" and self._at_word_start():
+                while self.i < len(s) and s[self.i] != "\n":
+                    self.i += 1
+                continue
+            if c == "\n":
+                self.i += 1
+                if dangling is not None:  # ``a &&<newline>b`` continues the list
+                    continue
+                self._finish(cmd)
+                cmd = SimpleCommand()
+                self._read_heredoc_bodies()
+                self.canon.append(";")
+                continue
+            op = self._operator()
+            if op is not None:
+                if op == ";;":
+                    raise ShellSyntaxError("';;' (case) is not supported")
+                if not (cmd.words or cmd.assignments or cmd.redirects) and op != ";":
+                    raise ShellSyntaxError(f"{op!r} without a command before it")
+                self._finish(cmd)
+                cmd = SimpleCommand(piped_in=op in ("|", "|&"))
+                self.canon.append(op)
+                dangling = op if op in ("&&", "||", "|", "|&") else None
+                continue
+            dangling = None
+            if c == "(":
+                if cmd.words or cmd.assignments:
+                    raise ShellSyntaxError("'(' after a word (function definitions, arrays)")
+                self.i += 1
+                self.canon.append("(")
+                self.parse_list(")")
+                self.canon.append(")")
+                continue
+            if c == ")":
+                raise ShellSyntaxError("unbalanced ')'")
+            if (c == "<" or c == ">") and s.startswith("(", self.i + 1):
+                cmd.words.append(self._process_substitution())
+                continue
+            m = _REDIRECT.match(s, self.i)
+            if m is not None:
+                self.i = m.end()
+                self._redirect(cmd, m.group(2), m.group(0))
+                continue
+            word = self._read_word()
+            self.canon.append(word.raw)
+            if not cmd.words and _is_assignment(word):
+                cmd.assignments.append(word)
+            elif not cmd.words and not word.dynamic and word.value in _UNSUPPORTED_WORDS:
+                raise ShellSyntaxError(f"{word.value!r} is not supported")
+            else:
+                cmd.words.append(word)
+
+    def _finish(self, cmd: SimpleCommand) -> None:
+        while cmd.words and not cmd.words[0].dynamic and cmd.words[0].value in _LEADING_KEYWORDS:
+            del cmd.words[0]
+        if cmd.words and cmd.words[0].value == "for" and not cmd.words[0].dynamic:
+            # ``for NAME in WORDS``: no program runs; substitutions inside the words were
+            # already recorded as commands of their own.
+            cmd.words.clear()
+        if cmd.words or cmd.assignments or cmd.redirects:
+            self.out.append(cmd)
+
+    def _operator(self) -> str | None:
+        s, i = self.s, self.i
+        for op in (";;", "&&", "||", "|&", ";", "|", "&"):
+            if s.startswith(op, i):
+                if op == "&" and s.startswith(("&>",), i):
+                    return None
+                self.i = i + len(op)
+                return op
+        return None
+
+    def _at_word_start(self) -> bool:
+        return self.i == 0 or self.s[self.i - 1] in _METACHARS
+
+    def _skip_blanks(self) -> None:
+        s = self.s
+        while self.i < len(s):
+            c = s[self.i]
+            if c == " " or c == "\t":
+                self.i += 1
+            elif c == "\\" and s.startswith("\n", self.i + 1):
+                self.i += 2
+            else:
+                return
+
+    # -- redirections and heredocs ------------------------------------------------------------
+
+    def _redirect(self, cmd: SimpleCommand, op: str, spelled: str) -> None:
+        self._skip_blanks()
+        if self.i >= len(self.s) or self.s[self.i] in _METACHARS:
+            raise ShellSyntaxError(f"redirection {op!r} without a target")
+        target = self._read_word()
+        self.canon.append(spelled + target.raw)
+        if op in ("<<", "<<-"):
+            quoted = any(q in target.raw for q in "'\"\\")
+            cmd.redirects.append(Redirect(op, None, ""))
+            self.pending.append(
+                _PendingHeredoc(target.value, op == "<<-", not quoted, cmd, len(cmd.redirects) - 1)
+            )
+        else:
+            cmd.redirects.append(Redirect(op, target))
+
+    def _read_heredoc_bodies(self) -> None:
+        s = self.s
+        for doc in self.pending:
+            lines: list[str] = []
+            while True:
+                if self.i >= len(s):
+                    raise ShellSyntaxError(f"heredoc {doc.delimiter!r} not closed")
+                nl = s.find("\n", self.i)
+                line = s[self.i :] if nl < 0 else s[self.i : nl]
+                self.i = len(s) if nl < 0 else nl + 1
+                if (line.lstrip("\t") if doc.strip_tabs else line) == doc.delimiter:
+                    break
+                lines.append(line)
+            body = "\n".join(lines)
+            if doc.expand:
+                _Lexer(body, self.out, self.depth + 1).scan_expansions()
+            self.canon.append(f"\n{body}\n{doc.delimiter}\n")
+            old = doc.command.redirects[doc.index]
+            doc.command.redirects[doc.index] = Redirect(old.op, None, body)
+        self.pending.clear()
+
+    # -- words ---------------------------------------------------------------------------------
+
+    def _read_word(self) -> Word:
+        s = self.s
+        start = self.i
+        value: list[str] = []
+        unquoted: list[str] = []  # unquoted characters only, for glob and brace detection
+        dynamic = False
+        while self.i < len(s):
+            c = s[self.i]
+            if c in _METACHARS:
+                break
+            if c == "\\":
+                if s.startswith("\n", self.i + 1):
+                    self.i += 2
+                    continue
+                value.append(s[self.i + 1 : self.i + 2])
+                unquoted.append("_")
+                self.i += 2
+            elif c == "'":
+                end = s.find("'", self.i + 1)
+                if end < 0:
+                    raise ShellSyntaxError("unterminated single quote")
+                value.append(s[self.i + 1 : end])
+                unquoted.append("_")
+                self.i = end + 1
+            elif c == '"':
+                dynamic |= self._double_quoted(value)
+                unquoted.append("_")
+            elif c == "$" and s.startswith("'", self.i + 1):
+                value.append(self._ansi_c_quoted())
+                unquoted.append("_")
+            elif c == "$" and s.startswith('"', self.i + 1):
+                self.i += 1
+                dynamic |= self._double_quoted(value)
+                unquoted.append("_")
+            elif c == "$" or c == "`":
+                if self._expansion(value):
+                    dynamic = True
+                unquoted.append("_")
+            else:
+                value.append(c)
+                unquoted.append(c)
+                self.i += 1
+        raw = s[start : self.i]
+        plain = "".join(unquoted)
+        if any(g in plain for g in "*?[") or _BRACE_EXPANSION.search(plain):
+            dynamic = True
+        return Word("".join(value), raw, dynamic)
+
+    def _double_quoted(self, value: list[str]) -> bool:
+        s = self.s
+        self.i += 1
+        dynamic = False
+        while True:
+            if self.i >= len(s):
+                raise ShellSyntaxError("unterminated double quote")
+            c = s[self.i]
+            if c == '"':
+                self.i += 1
+                return dynamic
+            if c == "\\":
+                nxt = s[self.i + 1 : self.i + 2]
+                if nxt == "\n":
+                    self.i += 2
+                elif nxt in ("$", "`", '"', "\\"):
+                    value.append(nxt)
+                    self.i += 2
+                else:
+                    value.append(c)
+                    self.i += 1
+            elif c == "$" or c == "`":
+                if self._expansion(value):
+                    dynamic = True
+            else:
+                value.append(c)
+                self.i += 1
+
+    def _expansion(self, value: list[str]) -> bool:
+        """At ``$`` or a backtick: consume the expansion, append its spelling to ``value``,
+        record any command inside; return whether the value is dynamic."""
+        s, start = self.s, self.i
+        if s[start] == "`":
+            self._backticks()
+        elif s.startswith("$((", start):
+            self.i = _matching_close(s, start + 3, "(", ")", 2, "arithmetic expansion")
+            _Lexer(s[start + 3 : self.i - 2], self.out, self.depth + 1).scan_expansions()
+        elif s.startswith("$(", start):
+            self.i = start + 2
+            inner = _Lexer(s, self.out, self.depth + 1)
+            inner.i = self.i
+            inner.parse_list(")")
+            self.i = inner.i
+        elif s.startswith("${", start):
+            self.i = _matching_close(s, start + 2, "{", "}", 1, "parameter expansion")
+            _Lexer(s[start + 2 : self.i - 1], self.out, self.depth + 1).scan_expansions()
+        else:
+            m = _NAME.match(s, start + 1)
+            if m is not None:
+                self.i = m.end()
+            elif start + 1 < len(s) and s[start + 1] in _SPECIAL_PARAM:
+                self.i = start + 2
+            else:  # a lone "$" is a literal dollar sign
+                value.append("$")
+                self.i = start + 1
+                return False
+        value.append(s[start : self.i])
+        return True
+
+    def _backticks(self) -> None:
+        s = self.s
+        i = self.i + 1
+        inner: list[str] = []
+        while True:
+            if i >= len(s):
+                raise ShellSyntaxError("unterminated backquote")
+            c = s[i]
+            if c == "`":
+                break
+            if c == "\\" and i + 1 < len(s) and s[i + 1] in "`$\\":
+                inner.append(s[i + 1])
+                i += 2
+                continue
+            inner.append(c)
+            i += 1
+        self.i = i + 1
+        _Lexer("".join(inner), self.out, self.depth + 1).parse_list(None)
+
+    def _process_substitution(self) -> Word:
+        start = self.i
+        inner = _Lexer(self.s, self.out, self.depth + 1)
+        inner.i = self.i + 2
+        inner.parse_list(")")
+        self.i = inner.i
+        raw = self.s[start : self.i]
+        self.canon.append(raw)
+        return Word(raw, raw, dynamic=True)
+
+    def _ansi_c_quoted(self) -> str:
+        s = self.s
+        i = self.i + 2
+        out: list[str] = []
+        while True:
+            if i >= len(s):
+                raise ShellSyntaxError("unterminated $'...' quote")
+            c = s[i]
+            if c == "'":
+                self.i = i + 1
+                return "".join(out)
+            if c != "\\":
+                out.append(c)
+                i += 1
+                continue
+            i = _ansi_escape(s, i + 1, out)
+
+    def scan_expansions(self) -> None:
+        """Record the commands of every substitution in free text (a heredoc body, the inside
+        of ``${...}`` or ``$((...))``); everything else is data."""
+        s = self.s
+        sink: list[str] = []
+        while self.i < len(s):
+            c = s[self.i]
+            if c == "\\":
+                self.i += 2
+            elif c == "$" or c == "`":
+                self._expansion(sink)
+            else:
+                self.i += 1
+
+
+_SIMPLE_ESCAPES = {
+    "a": "\a",
+    "b": "\b",
+    "e": "\x1b",
+    "E": "\x1b",
+    "f": "\f",
+    "n": "\n",
+    "r": "\r",
+    "t": "\t",
+    "v": "\v",
+    "\\": "\\",
+    "'": "'",
+    '"': '"',
+    "?": "?",
+}
+
+
+def _ansi_escape(s: str, i: int, out: list[str]) -> int:
+    """Decode one ``$'...'`` escape starting after the backslash; return the next index."""
+    c = s[i : i + 1]
+    if c in _SIMPLE_ESCAPES:
+        out.append(_SIMPLE_ESCAPES[c])
+        return i + 1
+    for prefix, width, base in (("x", 2, 16), ("u", 4, 16), ("U", 8, 16)):
+        if c == prefix:
+            digits = re.match(f"[0-9A-Fa-f]{{1,{width}}}", s[i + 1 : i + 1 + width])
+            if digits is None:
+                out.append("\\" + c)
+                return i + 1
+            out.append(chr(min(int(digits.group(0), base), 0x10FFFF)))
+            return i + 1 + len(digits.group(0))
+    octal = re.match(r"[0-7]{1,3}", s[i : i + 3])
+    if octal is not None:
+        out.append(chr(int(octal.group(0), 8) & 0xFF))
+        return i + len(octal.group(0))
+    if c == "c" and i + 1 < len(s):  # control character: \cX
+        out.append(chr(ord(s[i + 1]) & 0x1F))
+        return i + 2
+    out.append("\\" + c)
+    return i + 1
+
+
+def _matching_close(s: str, i: int, opener: str, closer: str, depth: int, what: str) -> int:
+    """Index just past the ``closer`` that brings ``depth`` open brackets back to zero."""
+    while i < len(s):
+        c = s[i]
+        if c == "\\":
+            i += 2
+            continue
+        i += 1
+        if c == opener:
+            depth += 1
+        elif c == closer:
+            depth -= 1
+            if depth == 0:
+                return i
+    raise ShellSyntaxError(f"unterminated {what}")
+
+
+def _is_assignment(word: Word) -> bool:
+    raw = word.raw
+    if not _NAME_START.match(raw):
+        return False
+    m = _NAME.match(raw)
+    assert m is not None
+    rest = raw[m.end() :]
+    return rest.startswith("=") or rest.startswith("+=")

@@ -1,0 +1,161 @@
+"""What a call is about: its command, its canonical paths, or its permission key.
+
+``Subject`` is built fresh for every decision (paths are canonicalized at decision time, never
+cached, so a symlink swapped in later is seen); only the pure-text command analysis is cached.
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import msgspec
+
+from fastgate.paths import canonical_path
+from fastgate.permissions.commands import CommandAnalysis
+from fastgate.permissions.shell import Word
+from fastgate.tools import ToolDefinition
+
+SubjectKind = Literal["command", "paths", "key", "none"]
+_MAX_PATH_WORDS = 512
+_MAX_GLOB_MATCHES = 256
+_GLOB_CHARS = frozenset("*?[")
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedPath:
+    given: str
+    lexical: str  # absolute, ``..`` collapsed, symlinks not followed
+    canonical: str  # symlinks followed
+
+    @property
+    def forms(self) -> tuple[str, ...]:
+        return (
+            (self.canonical,) if self.canonical == self.lexical else (self.canonical, self.lexical)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Subject:
+    kind: SubjectKind
+    key: str  # the normalized key of the permission signature
+    command: CommandAnalysis | None = None
+    paths: tuple[ResolvedPath, ...] = ()
+    invalid: str = ""  # why the subject could not be read (fail closed)
+
+
+def resolve_path(value: str, root: str) -> ResolvedPath:
+    absolute = value if os.path.isabs(value) else os.path.join(root, value)
+    lexical = os.path.normpath(absolute)
+    if lexical.startswith("//"):
+        lexical = "/" + lexical.lstrip("/")
+    try:
+        canonical = canonical_path(absolute)
+    except (OSError, ValueError):
+        canonical = lexical
+    return ResolvedPath(value, lexical, canonical)
+
+
+def path_subject(tool: ToolDefinition, args: Mapping[str, Any], root: str) -> Subject | None:
+    """The canonical paths of the call's path arguments; None when it has none."""
+    resolved: list[ResolvedPath] = []
+    invalid = ""
+    for name in tool.path_args:
+        value = args.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value or "\x00" in value:
+            invalid = f"path argument {name!r} is not a usable path: {value!r}"
+            continue
+        resolved.append(resolve_path(value, root))
+    if not resolved and not invalid:
+        return None
+    key = "\n".join(p.canonical for p in resolved) + ("\n" + invalid if invalid else "")
+    return Subject("paths", key, paths=tuple(resolved), invalid=invalid)
+
+
+def key_subject(tool: ToolDefinition, args: Mapping[str, Any]) -> Subject:
+    assert tool.permission_key is not None
+    try:
+        key: object = tool.permission_key(args)
+    except Exception as exc:
+        return Subject("key", _args_key(args), invalid=f"permission_key failed: {exc!r}")
+    if not isinstance(key, str):
+        return Subject("key", _args_key(args), invalid="permission_key did not return a string")
+    return Subject("key", key)
+
+
+def none_subject(args: Mapping[str, Any]) -> Subject:
+    return Subject("none", _args_key(args))
+
+
+def _args_key(args: Mapping[str, Any]) -> str:
+    try:
+        return msgspec.json.encode(args, enc_hook=_plain, order="sorted").decode()
+    except (TypeError, ValueError, OverflowError):
+        return repr(args)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    raise TypeError(f"unsupported {type(value).__name__}")
+
+
+def command_paths(analysis: CommandAnalysis, root: str) -> tuple[ResolvedPath, ...] | None:
+    """Every word of every command that may name a file, resolved now; None when there are too
+    many to check (callers fail closed)."""
+    words: list[Word] = []
+    for facts in analysis.commands:
+        words.extend(facts.path_words)
+        for form in facts.forms[1:]:
+            words.extend(form[1:])
+    if len(words) > _MAX_PATH_WORDS:
+        return None
+    out: list[ResolvedPath] = []
+    seen: set[str] = set()
+    for word in words:
+        for candidate in _candidates(word, root):
+            if candidate in seen:
+                continue
+            seen.add(candidate)
+            out.append(_resolve_word(candidate, root))
+    return tuple(out)
+
+
+def _candidates(word: Word, root: str) -> list[str]:
+    value = word.value
+    if value.startswith("-"):
+        _, eq, value = value.partition("=")
+        if not eq:
+            return []
+    if not value or "\x00" in value or len(value) > 4096:
+        return []
+    if value.startswith("~"):
+        value = os.path.expanduser(value)
+    if not word.dynamic:
+        return [value]
+    value = os.path.expandvars(value)  # best effort: the environment of this process
+    if not any(c in _GLOB_CHARS for c in value):
+        return [value]
+    pattern = value if os.path.isabs(value) else os.path.join(root, value)
+    try:
+        matches = glob.iglob(pattern, recursive=False, include_hidden=True)
+        return [value, *itertools.islice(matches, _MAX_GLOB_MATCHES)]
+    except (OSError, ValueError):
+        return [value]
+
+
+def _resolve_word(value: str, root: str) -> ResolvedPath:
+    absolute = value if os.path.isabs(value) else os.path.join(root, value)
+    lexical = os.path.normpath(absolute)
+    # A word that names nothing on disk cannot be a symlink; only its directories may be.
+    if os.path.lexists(absolute) or "/" in value:
+        return resolve_path(value, root)
+    return ResolvedPath(value, lexical, lexical)

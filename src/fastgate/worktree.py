@@ -1,0 +1,181 @@
+"""Worktree isolation (SPEC §4 stage 5): every path argument must resolve inside the workspace
+root or one of ``PermissionConfig.additional_dirs``.
+
+``check_worktree`` returns a ``WorktreeViolation`` (never raises for bad input) so the executor can
+turn it into ``WORKTREE_VIOLATION``. Resolution follows symlinks (also dangling ones: a write
+would create their target), collapses ``..``, takes relative paths against the workspace root,
+and compares by path components. It refuses NUL bytes, empty or non-string paths, paths longer
+than ``PATH_MAX`` or with a component longer than ``NAME_MAX`` (``realpath`` silently stops
+resolving there), and symlink loops (at most 40 links are followed, like the kernel).
+
+This is a check at decision time. A tool that opens the path later must still open it safely
+(``O_NOFOLLOW`` on the last component, or re-check the opened descriptor): a directory swapped
+for a symlink in between is the tool's race to close.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import msgspec
+
+from fastgate.paths import canonical_path
+from fastgate.tools import ToolDefinition
+
+try:
+    PATH_MAX = os.pathconf("/", "PC_PATH_MAX")
+    NAME_MAX = os.pathconf("/", "PC_NAME_MAX")
+except (OSError, ValueError, AttributeError):  # pragma: no cover - platforms without pathconf
+    PATH_MAX, NAME_MAX = 4096, 255
+MAX_SYMLINKS = 40
+
+
+class WorktreeViolation(msgspec.Struct, frozen=True):
+    """Why a path argument was refused. ``message`` is written for the model."""
+
+    argument: str
+    path: Any
+    resolved: str | None
+    allowed_roots: tuple[str, ...]
+    reason: str
+    message: str
+
+
+def check_worktree(
+    tool: ToolDefinition,
+    args: Mapping[str, Any],
+    workspace_root: str,
+    additional_dirs: Iterable[str] = (),
+) -> WorktreeViolation | None:
+    """The first path argument of ``args`` that escapes the allowed roots, or None."""
+    names = [n for n in tool.path_args if n in args and args[n] is not None]
+    if not names:
+        return None
+    roots = _roots(workspace_root, additional_dirs)
+    for name in names:
+        violation = check_path(name, args[name], workspace_root, roots)
+        if violation is not None:
+            return violation
+    return None
+
+
+def check_path(
+    argument: str, value: Any, workspace_root: str, roots: tuple[str, ...]
+) -> WorktreeViolation | None:
+    def refuse(reason: str, resolved: str | None = None) -> WorktreeViolation:
+        where = f" (resolves to {resolved})" if resolved is not None else ""
+        message = (
+            f"path argument {argument!r} = {_show(value)}{where} is refused: {reason}. "
+            f"Use a path inside {_or(roots)}."
+        )
+        return WorktreeViolation(argument, value, resolved, roots, reason, message)
+
+    if not isinstance(value, str):
+        return refuse(f"a path must be a string, not {type(value).__name__}")
+    if not value:
+        return refuse("the path is empty")
+    if "\x00" in value:
+        return refuse("the path contains a NUL byte")
+    absolute = value if os.path.isabs(value) else os.path.join(workspace_root, value)
+    try:
+        encoded = os.fsencode(absolute)
+    except UnicodeError:
+        return refuse("the path is not encodable")
+    if len(encoded) >= PATH_MAX:
+        return refuse(f"the path is longer than PATH_MAX ({PATH_MAX} bytes)")
+    if any(len(part) > NAME_MAX for part in encoded.split(b"/")):
+        return refuse(f"a path component is longer than NAME_MAX ({NAME_MAX} bytes)")
+    try:
+        resolved = resolve(absolute)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return refuse("the path goes through a symlink loop (or too many symlinks)")
+        return refuse(f"the path cannot be resolved ({os.strerror(exc.errno or 0)})")
+    if len(os.fsencode(resolved)) >= PATH_MAX:
+        return refuse("the resolved path is longer than PATH_MAX", resolved)
+    if not any(is_within(resolved, root) for root in roots):
+        return refuse("it is outside the workspace", resolved)
+    return None
+
+
+def resolve(path: str) -> str:
+    """The absolute path with every symlink followed, including a dangling last one (its
+    target is where a write would land). ``OSError(ELOOP)`` for loops."""
+    fast = canonical_path(path)
+    try:
+        if not stat.S_ISLNK(os.lstat(fast).st_mode):
+            return fast  # it exists and is not a symlink: the kernel resolved it
+    except OSError:
+        pass
+    return _walk(path)
+
+
+def _walk(path: str) -> str:
+    """Component-by-component resolution, like the kernel's, counting symlinks."""
+    pending = [p for p in path.split("/") if p][::-1]
+    parts: list[str] = []
+    links = 0
+    while pending:
+        part = pending.pop()
+        if part == ".":
+            continue
+        if part == "..":
+            if parts:
+                parts.pop()
+            continue
+        candidate = "/" + "/".join([*parts, part])
+        try:
+            st = os.lstat(candidate)
+        except FileNotFoundError:
+            parts.append(part)  # does not exist (yet): nothing more to follow here
+            continue
+        except NotADirectoryError:
+            parts.append(part)
+            continue
+        if not stat.S_ISLNK(st.st_mode):
+            parts.append(part)
+            continue
+        links += 1
+        if links > MAX_SYMLINKS:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+        target = os.readlink(candidate)
+        if target.startswith("/"):
+            parts = []
+        pending.extend([p for p in target.split("/") if p][::-1])
+    return "/" + "/".join(parts)
+
+
+def is_within(path: str, root: str) -> bool:
+    """Component-wise containment of canonical absolute paths (``/ab`` is not inside ``/a``)."""
+    if root == "/":
+        return path.startswith("/")
+    path_parts = path.rstrip("/").split("/")
+    root_parts = root.rstrip("/").split("/")
+    return path_parts[: len(root_parts)] == root_parts
+
+
+def _roots(workspace_root: str, additional_dirs: Iterable[str]) -> tuple[str, ...]:
+    roots: list[str] = []
+    for root in (workspace_root, *additional_dirs):
+        try:
+            resolved = resolve(os.path.abspath(root))
+        except OSError:
+            continue  # a root we cannot resolve admits nothing
+        if resolved not in roots:
+            roots.append(resolved)
+    return tuple(roots)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _or(roots: tuple[str, ...]) -> str:
+    if not roots:
+        return "the workspace (no root could be resolved)"
+    return " or ".join(roots)
