@@ -6,10 +6,10 @@ Exit 0 with empty (or whitespace-only) stdout is "no opinion". A non-zero exit, 
 than ``max_output_bytes`` of output, or stdout that is not exactly one valid reply object raises
 ``HookFailed`` (the runner turns that into a deny for PreToolUse).
 
-The command runs in its own session (``start_new_session=True``), so its pid is also the id of a
-process group holding everything it spawned. Whatever happens (reply, failure, timeout,
-cancellation of the awaiting task) the whole group gets SIGKILL once the hook is over and the
-command is reaped before the call returns: a hook leaves no process and no zombie behind.
+The command runs in its own session, so its pid is also the id of a process group holding
+everything it spawned. Whatever happens (reply, failure, timeout, cancellation of the awaiting
+task) the whole group gets SIGKILL once the hook is over and the command is reaped before the call
+returns: a hook leaves no process and no zombie behind (``_process.py``).
 """
 
 from __future__ import annotations
@@ -17,14 +17,12 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
-import signal
 from collections.abc import Mapping, Sequence
-from contextlib import suppress
-from typing import Any, Final, cast, final, overload
+from typing import Any, Final, final, overload
 
 import msgspec
 
+from fastgate.hooks._process import run_bounded
 from fastgate.hooks._types import (
     PostToolUseEvent,
     PostToolUseFailureEvent,
@@ -160,49 +158,6 @@ def failure_reply(reply: dict[str, Any] | None) -> str | None:
     return context
 
 
-class _Collector(asyncio.SubprocessProtocol):
-    """Collects stdout and stderr up to a byte limit; ``done`` resolves when the process has
-    exited and both pipes are closed, or as soon as stdout overflows."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, limit: int) -> None:
-        self.limit = limit
-        self.stdout = bytearray()
-        self.stderr = bytearray()
-        self.stdout_overflow = False
-        self.exited = loop.create_future()
-        self.done = loop.create_future()
-        self._open_pipes = {1, 2}
-
-    def pipe_data_received(self, fd: int, data: bytes) -> None:
-        buffer = self.stdout if fd == 1 else self.stderr
-        room = self.limit - len(buffer)
-        if len(data) <= room:
-            buffer += data
-            return
-        buffer += data[:room]
-        if fd == 1:  # a reply that large is not a reply: stop at once
-            self.stdout_overflow = True
-            self._finish()
-        # stderr beyond the limit is dropped; reading on keeps the command from blocking.
-
-    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        self._open_pipes.discard(fd)
-        self._maybe_finish()
-
-    def process_exited(self) -> None:
-        if not self.exited.done():
-            self.exited.set_result(None)
-        self._maybe_finish()
-
-    def _maybe_finish(self) -> None:
-        if not self._open_pipes and self.exited.done():
-            self._finish()
-
-    def _finish(self) -> None:
-        if not self.done.done():
-            self.done.set_result(None)
-
-
 @final
 class CommandHook:
     """An external command as a hook: ``CommandHook(["python3", "check.py"], timeout=10)``.
@@ -273,61 +228,22 @@ class CommandHook:
 
     async def run(self, stdin: bytes, *, cwd: str | None = None) -> bytes:
         """Run the command with ``stdin``; the stdout of a clean exit, else ``HookFailed``."""
-        loop = asyncio.get_running_loop()
         try:
-            transport, collector = await loop.subprocess_exec(
-                lambda: _Collector(loop, self.max_output_bytes),
-                *self.argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=cwd,
-                env=self.env,
-                start_new_session=True,
-            )
+            async with asyncio.timeout(self.timeout):
+                out = await run_bounded(
+                    self.argv, stdin, limit=self.max_output_bytes, cwd=cwd, env=self.env
+                )
+        except TimeoutError:
+            raise HookFailed(
+                f"timed out after {self.timeout:g} s (its process group was killed)"
+            ) from None
         except OSError as exc:
             raise HookFailed(f"cannot start {self.argv[0]!r}: {exc}") from None
-        try:
-            _write_stdin(transport, stdin)
-            try:
-                async with asyncio.timeout(self.timeout):
-                    await collector.done
-            except TimeoutError:
-                raise HookFailed(
-                    f"timed out after {self.timeout:g} s (its process group was killed)"
-                ) from None
-            if collector.stdout_overflow:
-                raise HookFailed(f"wrote more than {self.max_output_bytes} bytes to stdout")
-            code = transport.get_returncode()
-            if code != 0:
-                raise HookFailed(f"exited with status {code}{_stderr_note(collector.stderr)}")
-            return bytes(collector.stdout)
-        finally:
-            await _kill_and_reap(transport, collector)
-
-
-def _write_stdin(transport: asyncio.SubprocessTransport, data: bytes) -> None:
-    stdin = cast("asyncio.WriteTransport | None", transport.get_pipe_transport(0))
-    if stdin is None:
-        return
-    # Buffered by the transport: a command that never reads stdin cannot block us, and one that
-    # exits early only makes the write fail quietly (EPIPE is reported to the ignored fd 0).
-    with suppress(OSError):
-        stdin.write(data)
-        stdin.close()
-
-
-async def _kill_and_reap(transport: asyncio.SubprocessTransport, collector: _Collector) -> None:
-    """SIGKILL the command's process group (stragglers included), wait until the command is
-    reaped, close the transport. Survives a second cancellation: the kill is already sent."""
-    pid = transport.get_pid()
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
-    try:
-        if not collector.exited.done():
-            await asyncio.shield(collector.exited)
-    finally:
-        transport.close()
+        if out.stdout_overflow:
+            raise HookFailed(f"wrote more than {self.max_output_bytes} bytes to stdout")
+        if out.returncode != 0:
+            raise HookFailed(f"exited with status {out.returncode}{_stderr_note(out.stderr)}")
+        return bytes(out.stdout)
 
 
 def _stderr_note(stderr: bytearray) -> str:
