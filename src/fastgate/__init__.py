@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from fastgate._core import COMPILED as COMPILED
 from fastgate._core import IMPLEMENTATION as IMPLEMENTATION
+from fastgate.approvals import ApprovalRequest as ApprovalRequest
+from fastgate.approvals import ApprovalResponse as ApprovalResponse
+from fastgate.approvals import ApprovalStore as ApprovalStore
+from fastgate.decision import Decision as Decision
+from fastgate.decision import DecisionSource as DecisionSource
+from fastgate.decision import PermissionMode as PermissionMode
 from fastgate.errors import AdmissionError as AdmissionError
 from fastgate.errors import FastgateError as FastgateError
 from fastgate.errors import GateClosed as GateClosed
@@ -21,6 +27,12 @@ from fastgate.kinds import ToolKind as ToolKind
 from fastgate.locks import FileLockManager as FileLockManager
 from fastgate.locks import default_lock_manager as default_lock_manager
 from fastgate.locks import lock_key as lock_key
+from fastgate.permissions import DEFAULT_SENSITIVE as DEFAULT_SENSITIVE
+from fastgate.permissions import AuditEvent as AuditEvent
+from fastgate.permissions import AuditSink as AuditSink
+from fastgate.permissions import PermissionConfig as PermissionConfig
+from fastgate.permissions import PermissionResolver as PermissionResolver
+from fastgate.permissions import RuleDecision as RuleDecision
 from fastgate.registry import ToolRegistry as ToolRegistry
 from fastgate.runtime import install_uvloop as install_uvloop
 from fastgate.runtime import run as run
@@ -37,16 +49,28 @@ __version__ = "0.1.0"
 
 __all__ = (
     "COMPILED",
+    "DEFAULT_SENSITIVE",
     "IMPLEMENTATION",
     "AdmissionError",
+    "ApprovalRequest",
+    "ApprovalResponse",
+    "ApprovalStore",
+    "AuditEvent",
+    "AuditSink",
     "ConcurrencyScheduler",
+    "Decision",
+    "DecisionSource",
     "FastgateError",
     "FileLockManager",
     "GateClosed",
     "GateStats",
     "Output",
     "OwnerCancelled",
+    "PermissionConfig",
+    "PermissionMode",
+    "PermissionResolver",
     "ResourceExhausted",
+    "RuleDecision",
     "SchedulerClosed",
     "SchedulerLimits",
     "SchedulerStats",

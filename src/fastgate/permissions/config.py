@@ -50,7 +50,9 @@ class PermissionConfig:
 
     @property
     def all_rules(self) -> tuple[Rule, ...]:
-        return tuple(r for rules in self.rules.by_tool.values() for r in rules)
+        return tuple(
+            r for rules in self.rules.by_tool.values() for r in rules.deny + rules.ask + rules.allow
+        )
 
 
 def _parse_dirs(dirs: Iterable[object]) -> tuple[str, ...]:

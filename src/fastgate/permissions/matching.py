@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from fastgate.permissions.commands import CommandAnalysis, CommandFacts, program_name
@@ -59,7 +60,7 @@ def _must_match(tokens: tuple[Word, ...], prefix: bool, form: tuple[Word, ...]) 
     return all(form[i].text == token.text for i, token in enumerate(tokens))
 
 
-def _facts_allowed_by(rules: list[Rule], facts: CommandFacts) -> str | None:
+def _facts_allowed_by(rules: Sequence[Rule], facts: CommandFacts) -> str | None:
     if not facts.allowable or facts.unknown:
         return None
     if facts.delegated:
@@ -73,7 +74,7 @@ def _facts_allowed_by(rules: list[Rule], facts: CommandFacts) -> str | None:
     return None
 
 
-def command_allowed_by(rules: list[Rule], analysis: CommandAnalysis) -> str | None:
+def command_allowed_by(rules: Sequence[Rule], analysis: CommandAnalysis) -> str | None:
     """The allow rules covering every sub-command (comma-separated), or None."""
     if analysis.error is not None or not analysis.commands:
         return None

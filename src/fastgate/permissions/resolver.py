@@ -37,7 +37,7 @@ from fastgate.permissions.matching import (
     key_matches,
     project_rules_for,
 )
-from fastgate.permissions.rules import Rule
+from fastgate.permissions.rules import NO_RULES, Rule, ToolRules
 from fastgate.permissions.settings import SettingsCache, append_rules
 from fastgate.permissions.subjects import (
     ResolvedPath,
@@ -84,6 +84,7 @@ class PermissionResolver:
         "_has_command",
         "_regexes",
         "_sensitive",
+        "_sensitive_rooted",
         "_settings",
         "approvals",
         "config",
@@ -105,6 +106,7 @@ class PermissionResolver:
             weakref.WeakKeyDictionary()
         )
         self._sensitive = (*config.sensitive_patterns, *PROTECTED_PATTERNS)
+        self._sensitive_rooted = any(p.anchor == "root" for p in self._sensitive)
 
     # -- the decision --------------------------------------------------------------------------
 
@@ -115,9 +117,11 @@ class PermissionResolver:
         rules = self._rules_for(tool.name, root)
         subject = self._subject(tool, args, root)
         signature = permission_signature(tool.name, subject.key)
+        if rules is NO_RULES and not subject.paths and not subject.invalid:
+            # Nothing to match and nothing sensitive: the mode decides (the common fast path).
+            return self._mode_decision(tool, signature, subject)
         shown = _shorten(subject.key)
-
-        deny = [r for r in rules if r.kind == "deny"]
+        deny = rules.deny
         hit = self._first_match(deny, subject, root)
         if hit is not None:
             return RuleDecision(
@@ -137,7 +141,7 @@ class PermissionResolver:
                 signature,
             )
         sensitive_path = self._sensitive_path(subject, root)
-        ask = self._first_match([r for r in rules if r.kind == "ask"], subject, root)
+        ask = self._first_match(rules.ask, subject, root)
         if ask is not None and (self.mode is not PermissionMode.YOLO or sensitive_path):
             return RuleDecision(
                 Decision.ASK,
@@ -164,24 +168,30 @@ class PermissionResolver:
                 signature,
                 ask.text,
             )
-        allowed_by = self._allowed_by([r for r in rules if r.kind == "allow"], subject, root)
+        allowed_by = self._allowed_by(rules.allow, subject, root)
         if allowed_by is not None:
+            verb = "rules {} allow" if ", " in allowed_by else "rule {} allows"
             return RuleDecision(
                 Decision.ALLOW,
                 DecisionSource.RULE,
-                f"rule {allowed_by} allows {shown}",
+                f"{verb.format(allowed_by)} {shown}",
                 signature,
                 allowed_by,
             )
-        default = MODE_DEFAULTS[self.mode][tool.kind]
+        return self._mode_decision(tool, signature, subject)
+
+    def _mode_decision(
+        self, tool: ToolDefinition, signature: str, subject: Subject
+    ) -> RuleDecision:
+        default, reason = _MODE_REASONS[self.mode, tool.kind]
         if default is Decision.ASK and self.approvals.is_approved(signature):
             return RuleDecision(
                 Decision.ALLOW,
                 DecisionSource.SESSION,
-                f"approved for this session: {shown}",
+                f"approved for this session: {_shorten(subject.key)}",
                 signature,
             )
-        return RuleDecision(default, DecisionSource.MODE, _mode_reason(self.mode, tool), signature)
+        return RuleDecision(default, DecisionSource.MODE, reason, signature)
 
     # -- project approvals ---------------------------------------------------------------------
 
@@ -202,13 +212,15 @@ class PermissionResolver:
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _rules_for(self, name: str, root: str) -> tuple[Rule, ...]:
+    def _rules_for(self, name: str, root: str) -> ToolRules:
         own = self.config.rules.for_tool(name)
         project = self._settings.rules(root)
         if project is None:
             return own
         extra = project.for_tool(name)
-        return own + extra if extra else own
+        if extra is NO_RULES:
+            return own
+        return extra if own is NO_RULES else own + extra
 
     def _subject(self, tool: ToolDefinition, args: Mapping[str, Any], root: str) -> Subject:
         if self._tool_has_command(tool) and "command" in args:
@@ -268,7 +280,7 @@ class PermissionResolver:
                 return True
         return False
 
-    def _first_match(self, rules: list[Rule], subject: Subject, root: str) -> Rule | None:
+    def _first_match(self, rules: tuple[Rule, ...], subject: Subject, root: str) -> Rule | None:
         roots = _Roots(root)
         for rule in rules:
             if rule.specifier is None:
@@ -285,7 +297,7 @@ class PermissionResolver:
                 return rule
         return None
 
-    def _allowed_by(self, rules: list[Rule], subject: Subject, root: str) -> str | None:
+    def _allowed_by(self, rules: tuple[Rule, ...], subject: Subject, root: str) -> str | None:
         if not rules:
             return None
         bare = next((r for r in rules if r.specifier is None), None)
@@ -318,12 +330,29 @@ class PermissionResolver:
     def _sensitive_path(self, subject: Subject, root: str) -> str | None:
         if subject.invalid == "too many words to check":
             return "(a command with too many words to check)"
+        if not subject.paths:
+            return None
         roots = _Roots(root)
+        regexes = [self._sensitive_regex("")]
+        if self._sensitive_rooted:
+            regexes.extend(self._sensitive_regex(r) for r in roots.get_root())
         for path in subject.paths:
-            for pattern in self._sensitive:
-                if self._path_matches(pattern, path, roots, allow=False):
+            for form in path.forms:
+                if any(regex.fullmatch(form) for regex in regexes):
                     return path.canonical
         return None
+
+    def _sensitive_regex(self, root: str) -> re.Pattern[str]:
+        """One alternation of every sensitive pattern: ``root`` for the root-anchored ones,
+        ``""`` for all others."""
+        key = ("\x00sensitive", root)
+        compiled = self._regexes.get(key)
+        if compiled is None:
+            patterns = [p for p in self._sensitive if (p.anchor == "root") == bool(root)]
+            body = "|".join(f"(?:{p.regex(root)})" for p in patterns) or "(?!)"
+            compiled = re.compile(body, re.DOTALL)
+            self._regexes[key] = compiled
+        return compiled
 
 
 class _Roots:
@@ -338,6 +367,9 @@ class _Roots:
     def get(self, pattern: PathPattern, allow: bool) -> tuple[str, ...]:
         if pattern.anchor != "root":
             return ("",)
+        return self.get_root(allow)
+
+    def get_root(self, allow: bool = False) -> tuple[str, ...]:
         if self._canonical is None:
             try:
                 self._canonical = canonical_path(self.given)
@@ -361,10 +393,15 @@ def _unreadable(subject: Subject) -> str:
     return ""
 
 
-def _mode_reason(mode: PermissionMode, tool: ToolDefinition) -> str:
-    decision = MODE_DEFAULTS[mode][tool.kind]
-    verb = {Decision.ALLOW: "allows", Decision.ASK: "asks before", Decision.DENY: "does not allow"}
-    return f"{mode.name} mode {verb[decision]} {ToolKind(tool.kind).name} tools"
+_VERBS = {Decision.ALLOW: "allows", Decision.ASK: "asks before", Decision.DENY: "does not allow"}
+_MODE_REASONS: dict[tuple[PermissionMode, ToolKind], tuple[Decision, str]] = {
+    (mode, kind): (
+        defaults[kind],
+        f"{mode.name} mode {_VERBS[defaults[kind]]} {kind.name} tools",
+    )
+    for mode, defaults in MODE_DEFAULTS.items()
+    for kind in ToolKind
+}
 
 
 def _shorten(key: str, limit: int = 200) -> str:

@@ -174,18 +174,37 @@ def parse_patterns(patterns: Iterable[object], field_name: str) -> tuple[PathPat
 
 
 @dataclass(frozen=True, slots=True)
-class RuleSet:
-    """Rules grouped by tool name (one dict lookup per decision)."""
+class ToolRules:
+    deny: tuple[Rule, ...] = ()
+    ask: tuple[Rule, ...] = ()
+    allow: tuple[Rule, ...] = ()
 
-    by_tool: dict[str, tuple[Rule, ...]] = field(default_factory=dict)
+    def __add__(self, other: ToolRules) -> ToolRules:
+        return ToolRules(self.deny + other.deny, self.ask + other.ask, self.allow + other.allow)
+
+
+NO_RULES = ToolRules()
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSet:
+    """Rules grouped by tool name and kind (one dict lookup per decision)."""
+
+    by_tool: dict[str, ToolRules] = field(default_factory=dict)
 
     @staticmethod
     def of(*groups: tuple[Rule, ...]) -> RuleSet:
-        by_tool: dict[str, list[Rule]] = {}
+        by_tool: dict[str, dict[str, list[Rule]]] = {}
         for group in groups:
             for rule in group:
-                by_tool.setdefault(rule.tool, []).append(rule)
-        return RuleSet({name: tuple(rules) for name, rules in by_tool.items()})
+                kinds = by_tool.setdefault(rule.tool, {"deny": [], "ask": [], "allow": []})
+                kinds[rule.kind].append(rule)
+        return RuleSet(
+            {
+                name: ToolRules(tuple(k["deny"]), tuple(k["ask"]), tuple(k["allow"]))
+                for name, k in by_tool.items()
+            }
+        )
 
-    def for_tool(self, name: str) -> tuple[Rule, ...]:
-        return self.by_tool.get(name, ())
+    def for_tool(self, name: str) -> ToolRules:
+        return self.by_tool.get(name, NO_RULES)

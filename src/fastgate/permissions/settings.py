@@ -69,20 +69,24 @@ def _rules_of(document: Any) -> RuleSet:
 class SettingsCache:
     """The parsed rules of each workspace's settings file, reloaded when the file changes."""
 
-    __slots__ = ("_entries", "_lock")
+    __slots__ = ("_entries", "_lock", "_paths")
 
     def __init__(self) -> None:
         self._entries: dict[str, tuple[tuple[int, ...], RuleSet]] = {}
+        self._paths: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def rules(self, workspace_root: str) -> RuleSet | None:
         """None when there is no settings file; ``ValueError`` when it is malformed."""
-        path = settings_path(workspace_root)
+        path = self._paths.get(workspace_root)
+        if path is None:
+            path = settings_path(workspace_root)
+            if len(self._paths) > 1024:
+                self._paths.clear()
+            self._paths[workspace_root] = path
         try:
             st = os.stat(path)
-        except FileNotFoundError:
-            return None
-        except NotADirectoryError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         identity = (st.st_ino, st.st_dev, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         entry = self._entries.get(path)
