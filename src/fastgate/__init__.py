@@ -23,6 +23,16 @@ from fastgate.errors import SchedulerClosed as SchedulerClosed
 from fastgate.errors import SchemaError as SchemaError
 from fastgate.gate import GateStats as GateStats
 from fastgate.gate import ToolConcurrencyGate as ToolConcurrencyGate
+from fastgate.guards import Guard as Guard
+from fastgate.guards import ToolCallView as ToolCallView
+from fastgate.hooks import UNSET as UNSET
+from fastgate.hooks import CommandHook as CommandHook
+from fastgate.hooks import Hooks as Hooks
+from fastgate.hooks import PostToolUseEvent as PostToolUseEvent
+from fastgate.hooks import PostToolUseFailureEvent as PostToolUseFailureEvent
+from fastgate.hooks import PostToolUseResult as PostToolUseResult
+from fastgate.hooks import PreToolUseEvent as PreToolUseEvent
+from fastgate.hooks import PreToolUseResult as PreToolUseResult
 from fastgate.kinds import ToolKind as ToolKind
 from fastgate.locks import FileLockManager as FileLockManager
 from fastgate.locks import default_lock_manager as default_lock_manager
@@ -51,12 +61,14 @@ __all__ = (
     "COMPILED",
     "DEFAULT_SENSITIVE",
     "IMPLEMENTATION",
+    "UNSET",
     "AdmissionError",
     "ApprovalRequest",
     "ApprovalResponse",
     "ApprovalStore",
     "AuditEvent",
     "AuditSink",
+    "CommandHook",
     "ConcurrencyScheduler",
     "Decision",
     "DecisionSource",
@@ -64,17 +76,25 @@ __all__ = (
     "FileLockManager",
     "GateClosed",
     "GateStats",
+    "Guard",
+    "Hooks",
     "Output",
     "OwnerCancelled",
     "PermissionConfig",
     "PermissionMode",
     "PermissionResolver",
+    "PostToolUseEvent",
+    "PostToolUseFailureEvent",
+    "PostToolUseResult",
+    "PreToolUseEvent",
+    "PreToolUseResult",
     "ResourceExhausted",
     "RuleDecision",
     "SchedulerClosed",
     "SchedulerLimits",
     "SchedulerStats",
     "SchemaError",
+    "ToolCallView",
     "ToolConcurrencyGate",
     "ToolDefinition",
     "ToolKind",
