@@ -1,0 +1,477 @@
+"""Per-call cost of one no-op tool through peer frameworks and through fastgate, in one run.
+
+The tool is ``concat(a: str, b: str) -> str`` returning ``a + b``. It is called through:
+
+- ``openai-agents``: the ``FunctionTool`` built by ``@function_tool``, via ``on_invoke_tool``;
+- ``pydantic-ai``: ``ToolManager.handle_call`` for a ``FunctionToolset`` holding the function;
+- ``langgraph``: ``ToolNode.ainvoke`` on a state holding one ``AIMessage`` with one tool call;
+- ``fastgate``: ``ToolExecutor.execute``, the full pipeline;
+- ``direct``: ``await asyncio.create_task(concat(a="x", b="y"))``, the reference.
+
+Every path is measured in this process, in alternating rounds, and reported as the median
+per-call time and as ratios to fastgate and to the direct reference. Absolute times only mean
+something next to each other, on this machine, in this run (docs/decisions.md, "Benchmarks").
+
+Before a path is timed it must prove that it validates arguments: a call with a missing
+argument, and one whose arguments have the wrong type but would still work in the body
+(``["x"] + ["y"]``), must both come back as errors through that same path. A path that fails
+the check is not measured.
+
+The peers are optional (``pip install -e '.[peers]'``); a missing one is skipped with a message.
+Neither the library nor the tests import this script::
+
+    python benchmarks/peers.py [--loop asyncio|uvloop] [--rounds N] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import importlib
+import importlib.metadata
+import json
+import logging
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any
+
+import fastgate
+
+GOOD: dict[str, Any] = {"a": "x", "b": "y"}
+EXPECTED = "xy"
+# Both must be rejected by validation. The wrong types would not fail in the body (a list plus a
+# list is a list), so an error here can only come from argument validation.
+PROBES: dict[str, dict[str, Any]] = {
+    "missing argument": {"a": "x"},
+    "wrong types": {"a": ["x"], "b": ["y"]},
+}
+
+
+async def concat(a: str, b: str) -> str:
+    """Concatenate two strings.
+
+    Args:
+        a: The first string.
+        b: The second string.
+    """
+    return a + b
+
+
+Call = Callable[[], Awaitable[object]]
+Outcome = tuple[bool, str]  # (succeeded, the value or the error as text)
+
+
+@dataclass
+class Path:
+    """One way of calling the tool. ``call`` is what is timed: the same precomputed input on
+    every call. ``outcome`` runs the same path with any arguments and says how it ended."""
+
+    name: str
+    how: str
+    call: Call
+    outcome: Callable[[dict[str, Any]], Awaitable[Outcome]] | None = None
+    samples: list[float] = field(default_factory=list)  # seconds per call, one per round
+
+
+class Unavailable(Exception):
+    """The path cannot be built in this environment (a peer not installed, ...)."""
+
+
+def _import(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise Unavailable(f"{name} is not importable ({exc})") from exc
+
+
+def _short(error: BaseException) -> str:
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text[:160]}"
+
+
+# -- the paths ------------------------------------------------------------------------------------
+
+
+def direct_path() -> Path:
+    return Path(
+        "direct",
+        "await asyncio.create_task(concat(a=..., b=...))",
+        lambda: asyncio.create_task(concat(a="x", b="y")),
+    )
+
+
+def fastgate_path() -> Path:
+    try:
+        executor_class = fastgate.ToolExecutor  # type: ignore[attr-defined,unused-ignore]
+        context_class = fastgate.ExecutionContext  # type: ignore[attr-defined,unused-ignore]
+    except AttributeError:
+        try:
+            executor_class = _import("fastgate.executor").ToolExecutor
+            context_class = _import("fastgate.context").ExecutionContext
+        except (Unavailable, AttributeError) as exc:
+            raise Unavailable(f"fastgate.ToolExecutor is not available yet ({exc})") from exc
+    definition = fastgate.tool(
+        kind=fastgate.ToolKind.READ_ONLY, parallelism="shared", is_concurrency_safe=True
+    )(concat)
+    registry = fastgate.ToolRegistry()
+    registry.register(definition)
+    executor = executor_class(registry)
+    ctx = context_class(session_id="s1")
+    args = dict(GOOD)
+
+    async def outcome(arguments: dict[str, Any]) -> Outcome:
+        result = await executor.execute("concat", arguments, ctx)
+        if result.ok:
+            return True, str(result.value if result.value is not None else result.content)
+        return False, f"{result.error.code}: {result.error.message}"
+
+    return Path(
+        f"fastgate{'' if fastgate.COMPILED else ' (pure)'}",
+        "ToolExecutor.execute (full pipeline), @fastgate.tool READ_ONLY shared",
+        lambda: executor.execute("concat", args, ctx),
+        outcome,
+    )
+
+
+def _agents_error_text(ctx: Any, error: Exception) -> str:
+    return f"error: {_short(error)}"
+
+
+def openai_agents_path() -> Path:
+    agents = _import("agents")
+    tool_context = _import("agents.tool_context")
+    # The SDK logs a tool error without an active trace as a warning; the probes make a few.
+    logging.getLogger("openai.agents").setLevel(logging.ERROR)
+    # Failures come back as the failure_error_function's text. The default one hides the cause;
+    # this one names it, so the probes can show the error is a validation error. Only a failure
+    # calls it: the timed call runs exactly the default path.
+    tool = agents.function_tool(concat, failure_error_function=_agents_error_text)
+    payload = json.dumps(GOOD)
+    ctx = tool_context.ToolContext(
+        context=None, tool_name=tool.name, tool_call_id="call_1", tool_arguments=payload
+    )
+
+    async def outcome(arguments: dict[str, Any]) -> Outcome:
+        text = json.dumps(arguments)
+        probe_ctx = tool_context.ToolContext(
+            context=None, tool_name=tool.name, tool_call_id="call_2", tool_arguments=text
+        )
+        value = await tool.on_invoke_tool(probe_ctx, text)
+        if value == EXPECTED:
+            return True, str(value)
+        return False, str(value)
+
+    return Path(
+        "openai-agents",
+        "@function_tool -> FunctionTool.on_invoke_tool(ToolContext, json)",
+        lambda: tool.on_invoke_tool(ctx, payload),
+        outcome,
+    )
+
+
+async def _pydantic_ai_manager() -> Any:
+    pai = _import("pydantic_ai")
+    toolsets = _import("pydantic_ai.toolsets")
+    tool_manager = _import("pydantic_ai.tool_manager")
+    test_model = _import("pydantic_ai.models.test")
+    usage = _import("pydantic_ai.usage")
+    # max_retries=1 is an Agent's default: a validation error becomes a retry prompt.
+    toolset = toolsets.FunctionToolset([concat], max_retries=1)
+    run_ctx = pai.RunContext(deps=None, model=test_model.TestModel(), usage=usage.RunUsage())
+    return await tool_manager.ToolManager(toolset).for_run_step(run_ctx)
+
+
+async def pydantic_ai_path() -> Path:
+    messages = _import("pydantic_ai.messages")
+    manager = await _pydantic_ai_manager()
+    part = messages.ToolCallPart("concat", json.dumps(GOOD), "call_1")
+
+    async def outcome(arguments: dict[str, Any]) -> Outcome:
+        # A fresh manager: a failed call is counted against the step's retry budget.
+        probe_manager = await _pydantic_ai_manager()
+        probe = messages.ToolCallPart("concat", json.dumps(arguments), "call_2")
+        try:
+            return True, str(await probe_manager.handle_call(probe))
+        except Exception as exc:
+            return False, _short(exc)
+
+    return Path(
+        "pydantic-ai",
+        "ToolManager(FunctionToolset).for_run_step(RunContext).handle_call(ToolCallPart)",
+        lambda: manager.handle_call(part),
+        outcome,
+    )
+
+
+def langgraph_path() -> Path:
+    prebuilt = _import("langgraph.prebuilt")
+    runtime_module = _import("langgraph.runtime")
+    lc_messages = _import("langchain_core.messages")
+    lc_tools = _import("langchain_core.tools")
+    node = prebuilt.ToolNode([lc_tools.tool(concat)])
+    # Outside a graph ToolNode needs the runtime a graph would inject; an empty one is enough.
+    runtime = runtime_module.Runtime()
+
+    def state(arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
+        call = {"name": "concat", "args": arguments, "id": call_id, "type": "tool_call"}
+        return {"messages": [lc_messages.AIMessage(content="", tool_calls=[call])]}
+
+    good = state(dict(GOOD), "call_1")
+
+    async def outcome(arguments: dict[str, Any]) -> Outcome:
+        try:
+            reply = await node.ainvoke(state(arguments, "call_2"), runtime=runtime)
+        except Exception as exc:
+            return False, _short(exc)
+        message = reply["messages"][0]
+        ok = getattr(message, "status", "success") != "error"
+        return ok, str(message.content)
+
+    return Path(
+        "langgraph",
+        "ToolNode([tool]).ainvoke({'messages': [AIMessage(tool_calls=[...])]})",
+        lambda: node.ainvoke(good, runtime=runtime),
+        outcome,
+    )
+
+
+async def build_paths() -> tuple[list[Path], list[str]]:
+    """Every path that can be built and passes its checks, and a note for each one that can't."""
+    builders: list[tuple[str, Callable[[], Path | Coroutine[Any, Any, Path]]]] = [
+        ("fastgate", fastgate_path),
+        ("openai-agents", openai_agents_path),
+        ("pydantic-ai", pydantic_ai_path),
+        ("langgraph", langgraph_path),
+        ("direct", direct_path),
+    ]
+    paths: list[Path] = []
+    notes: list[str] = []
+    for label, build in builders:
+        try:
+            built = build()
+            path = await built if asyncio.iscoroutine(built) else built
+            assert isinstance(path, Path)
+            problem = await check(path)
+        except Unavailable as exc:
+            notes.append(f"{label}: skipped, {exc}")
+            continue
+        except Exception as exc:
+            notes.append(f"{label}: skipped, building or checking it failed: {_short(exc)}")
+            continue
+        if problem is not None:
+            notes.append(f"{label}: NOT MEASURED, {problem}")
+            continue
+        paths.append(path)
+    return paths, notes
+
+
+async def check(path: Path) -> str | None:
+    """``None`` when the path returns the right value and rejects every probe."""
+    value = await path.call()
+    if value is None:
+        return "the timed call returned nothing"
+    if path.outcome is None:  # the direct reference: nothing to validate
+        return None if value == EXPECTED else f"returned {value!r}"
+    ok, text = await path.outcome(dict(GOOD))
+    if not ok or EXPECTED not in text:
+        return f"a good call did not return {EXPECTED!r}: {text}"
+    for probe, arguments in PROBES.items():
+        ok, text = await path.outcome(arguments)
+        if ok:
+            return f"it does not validate arguments ({probe} gave {text!r})"
+        print(f"  check {path.name:<14} {probe:<17} -> {' '.join(text.split())[:90]}")
+    return None
+
+
+# -- measurement ----------------------------------------------------------------------------------
+
+
+async def timed(call: Call, n: int) -> float:
+    """Seconds per call over ``n`` back-to-back calls."""
+    start = time.perf_counter()
+    for _ in range(n):
+        await call()
+    return (time.perf_counter() - start) / n
+
+
+async def calibrate(call: Call, seconds: float) -> float:
+    """Warm the path up for about ``seconds``; the per-call time of the last stretch."""
+    per_call = await timed(call, 10)
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        n = max(10, int(min(seconds / 4, 0.05) / max(per_call, 1e-7)))
+        per_call = await timed(call, n)
+    return per_call
+
+
+async def measure(paths: list[Path], rounds: int, round_seconds: float, warmup: float) -> None:
+    counts: dict[str, int] = {}
+    for path in paths:
+        per_call = await calibrate(path.call, warmup)
+        counts[path.name] = max(20, int(round_seconds / per_call))
+    # Everything built so far (the peers' imports are large) is left out of later collections,
+    # so the collection between two batches only walks the garbage the batches made.
+    gc.collect()
+    gc.freeze()
+    for index in range(rounds):
+        shift = index % len(paths)  # rotate the order so no path always runs first or last
+        for path in paths[shift:] + paths[:shift]:
+            gc.collect()  # nobody pays for another path's garbage
+            path.samples.append(await timed(path.call, counts[path.name]))
+
+
+# -- report ---------------------------------------------------------------------------------------
+
+
+def _quartiles(samples: list[float]) -> tuple[float, float, float]:
+    if len(samples) < 2:
+        return samples[0], samples[0], samples[0]
+    q1, q2, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def report(paths: list[Path], notes: list[str], loop_name: str) -> dict[str, Any]:
+    medians = {p.name: _quartiles(p.samples)[1] for p in paths}
+    fg = next((m for name, m in medians.items() if name.startswith("fastgate")), None)
+    direct = medians.get("direct")
+    rows: list[dict[str, Any]] = []
+    for path in sorted(paths, key=lambda p: medians[p.name]):
+        q1, q2, q3 = _quartiles(path.samples)
+        rows.append(
+            {
+                "path": path.name,
+                "how": path.how,
+                "median_us": q2 * 1e6,
+                "iqr_us": [q1 * 1e6, q3 * 1e6],
+                "vs_fastgate": q2 / fg if fg else None,
+                "vs_direct": q2 / direct if direct else None,
+                "rounds": len(path.samples),
+            }
+        )
+    versions = {
+        d: _version(d)
+        for d in ("fastgate", "openai-agents", "pydantic-ai-slim", "langgraph", "langchain-core")
+    }
+    print()
+    print(
+        f"Python {platform.python_version()}, loop {loop_name}, fastgate "
+        f"{'compiled' if fastgate.COMPILED else 'pure'}; "
+        + ", ".join(f"{d} {v}" for d, v in versions.items() if d != "fastgate")
+    )
+    print(f"{'path':<16}{'us/call':>10}{'IQR (us)':>18}{'/ fastgate':>12}{'/ direct':>10}")
+
+    def ratio(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}x"
+
+    for row in rows:
+        low, high = row["iqr_us"]
+        print(
+            f"{row['path']:<16}{row['median_us']:>10.2f}{f'{low:.2f}-{high:.2f}':>18}"
+            f"{ratio(row['vs_fastgate']):>12}{ratio(row['vs_direct']):>10}"
+        )
+    print("(medians over alternating rounds; absolute times only compare within this run)")
+    for row in rows:
+        print(f"  {row['path']:<14}{row['how']}")
+    targets = _targets(medians, fg)
+    for line in targets:
+        print(line)
+    for note in notes:
+        print(note)
+    return {
+        "python": platform.python_version(),
+        "loop": loop_name,
+        "fastgate_compiled": fastgate.COMPILED,
+        "versions": versions,
+        "rows": rows,
+        "targets": targets,
+        "notes": notes,
+    }
+
+
+def _targets(medians: dict[str, float], fg: float | None) -> list[str]:
+    """The peer targets of issue 4, point 9, read off this run."""
+    peers = {n: m for n, m in medians.items() if not n.startswith("fastgate") and n != "direct"}
+    if fg is None or not peers:
+        return []
+    fastest = min(peers, key=peers.__getitem__)
+    lines = [
+        f"target: fastgate <= fastest peer ({fastest}): "
+        f"{'met' if fg <= peers[fastest] else 'NOT met'} ({fg * 1e6:.2f} vs "
+        f"{peers[fastest] * 1e6:.2f} us)"
+    ]
+    if "langgraph" in peers:
+        factor = peers["langgraph"] / fg
+        lines.append(
+            f"target: langgraph >= 20x fastgate: {'met' if factor >= 20 else 'NOT met'} "
+            f"({factor:.1f}x)"
+        )
+    return lines
+
+
+# -- entry point ----------------------------------------------------------------------------------
+
+
+def _loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    if name == "asyncio":
+        return None
+    import uvloop
+
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def _default_loop() -> str:
+    try:
+        importlib.import_module("uvloop")
+    except ImportError:
+        return "asyncio"
+    return "uvloop"
+
+
+async def run(args: argparse.Namespace) -> tuple[dict[str, Any], bool]:
+    print("checking that every path validates its arguments:")
+    paths, notes = await build_paths()
+    if not paths:
+        print("\n".join(notes))
+        return {"notes": notes}, False
+    await measure(paths, args.rounds, args.round_ms / 1000, args.warmup_ms / 1000)
+    data = report(paths, notes, args.loop)
+    return data, not any("NOT MEASURED" in note for note in notes)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default=_default_loop())
+    parser.add_argument("--rounds", type=int, default=20, help="alternating rounds (20)")
+    parser.add_argument("--round-ms", type=float, default=25.0, help="time per path per round")
+    parser.add_argument("--warmup-ms", type=float, default=200.0, help="warm-up per path")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+    if args.rounds < 1 or args.round_ms <= 0 or args.warmup_ms < 0:
+        parser.error("--rounds must be >= 1, --round-ms > 0 and --warmup-ms >= 0")
+    if args.loop == "uvloop" and _default_loop() != "uvloop":
+        parser.error("uvloop is not installed")
+    with asyncio.Runner(loop_factory=_loop_factory(args.loop)) as runner:
+        data, clean = runner.run(run(args))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(data, out, indent=2)
+            out.write("\n")
+    return 0 if clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
