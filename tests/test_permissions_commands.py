@@ -40,9 +40,7 @@ def decide(
     deny: tuple[str, ...] = DENY,
     mode: PermissionMode = PermissionMode.DEFAULT,
 ) -> Decision:
-    resolver = PermissionResolver(
-        PermissionConfig(allow=allow, deny=deny), mode, ApprovalStore()
-    )
+    resolver = PermissionResolver(PermissionConfig(allow=allow, deny=deny), mode, ApprovalStore())
     ctx = ExecutionContext(session_id="s", workspace_root=str(tmp_path))
     return resolver.decide(BASH, {"command": command}, ctx).decision
 
@@ -76,7 +74,7 @@ def test_allowed_commands(command: str, tmp_path: Path) -> None:
         "npm test >(whoami)",
         "echo ${x:-$(whoami)}",
         "echo $((1 + $(whoami)))",
-        "echo \"a `whoami` b\"",
+        'echo "a `whoami` b"',
         # redirections to files
         "npm test > out.txt",
         "npm test >> ~/.bashrc",
@@ -116,7 +114,7 @@ def test_allowed_commands(command: str, tmp_path: Path) -> None:
         # programs that cannot be known statically
         "$X test",
         "$(echo npm) test",
-        "eval \"$cmd\"",
+        'eval "$cmd"',
         "echo npm test | sh",
         "",
     ],
@@ -183,7 +181,7 @@ def test_nothing_rides_on_an_allowed_prefix(command: str, tmp_path: Path) -> Non
         "busybox rm x",
         "sudo env nice -n 5 timeout 3 /bin/rm x",
         "bash -c 'rm x'",
-        "sh -c \"rm x\"",
+        'sh -c "rm x"',
         "zsh -c 'ls; rm x'",
         "bash -lc 'rm x'",
         "bash -x -c 'rm x'",
@@ -202,8 +200,8 @@ def test_nothing_rides_on_an_allowed_prefix(command: str, tmp_path: Path) -> Non
         # unknown programs: fail closed when the tool has deny rules
         "$X -rf /",
         "$(echo rm) x",
-        "eval \"$x\"",
-        "bash -c \"$x\"",
+        'eval "$x"',
+        'bash -c "$x"',
         "echo rm x | sh",
         "echo rm x | bash -s",
         "sudo --unknown-flag rm x",
@@ -276,7 +274,7 @@ def test_reason_names_the_rule_and_command(tmp_path: Path) -> None:
 
 
 def test_parser_reports_every_substitution() -> None:
-    commands, _ = parse_command("a $(b `c`) \"$(d)\" <(e) ${x:-$(f)} $((1+$(g)))")
+    commands, _ = parse_command('a $(b `c`) "$(d)" <(e) ${x:-$(f)} $((1+$(g)))')
     programs = sorted(c.words[0].value for c in commands)
     assert programs == ["a", "b", "c", "d", "e", "f", "g"]
 

@@ -294,9 +294,9 @@ def test_sensitive_words_in_commands(tmp_path: Path) -> None:
         result = resolve(BASH, {"command": command}, tmp_path, mode=PermissionMode.YOLO)
         assert result.decision is Decision.ASK, command
         assert result.sensitive, command
-    assert resolve(BASH, {"command": "cat README"}, tmp_path, mode=PermissionMode.YOLO).decision is (
-        Decision.ALLOW
-    )
+    assert resolve(
+        BASH, {"command": "cat README"}, tmp_path, mode=PermissionMode.YOLO
+    ).decision is (Decision.ALLOW)
 
 
 def test_deny_rules_beat_sensitive(tmp_path: Path) -> None:
@@ -334,7 +334,11 @@ def test_mode_table(tmp_path: Path, mode: PermissionMode) -> None:
 
 def test_precedence_deny_ask_allow(tmp_path: Path) -> None:
     args = {"command": "npm test"}
-    every = {"allow": ["Bash(npm:*)"], "ask": ["Bash(npm test)"], "deny": ["Bash(npm test:*)"]}
+    every: dict[str, Any] = {
+        "allow": ["Bash(npm:*)"],
+        "ask": ["Bash(npm test)"],
+        "deny": ["Bash(npm test:*)"],
+    }
     assert resolve(BASH, args, tmp_path, **every).decision is Decision.DENY
     del every["deny"]
     assert resolve(BASH, args, tmp_path, **every).decision is Decision.ASK
