@@ -11,6 +11,10 @@ from fastgate._core import IMPLEMENTATION as IMPLEMENTATION
 from fastgate.approvals import ApprovalRequest as ApprovalRequest
 from fastgate.approvals import ApprovalResponse as ApprovalResponse
 from fastgate.approvals import ApprovalStore as ApprovalStore
+from fastgate.cancel import CancelToken as CancelToken
+from fastgate.context import ExecutionContext as ExecutionContext
+from fastgate.context import RunContext as RunContext
+from fastgate.context import ToolCall as ToolCall
 from fastgate.decision import Decision as Decision
 from fastgate.decision import DecisionSource as DecisionSource
 from fastgate.decision import PermissionMode as PermissionMode
@@ -21,6 +25,7 @@ from fastgate.errors import OwnerCancelled as OwnerCancelled
 from fastgate.errors import ResourceExhausted as ResourceExhausted
 from fastgate.errors import SchedulerClosed as SchedulerClosed
 from fastgate.errors import SchemaError as SchemaError
+from fastgate.executor import ToolExecutor as ToolExecutor
 from fastgate.gate import GateStats as GateStats
 from fastgate.gate import ToolConcurrencyGate as ToolConcurrencyGate
 from fastgate.guards import Guard as Guard
@@ -44,6 +49,11 @@ from fastgate.permissions import PermissionConfig as PermissionConfig
 from fastgate.permissions import PermissionResolver as PermissionResolver
 from fastgate.permissions import RuleDecision as RuleDecision
 from fastgate.registry import ToolRegistry as ToolRegistry
+from fastgate.results import ErrorCode as ErrorCode
+from fastgate.results import Failure as Failure
+from fastgate.results import ResultMeta as ResultMeta
+from fastgate.results import ToolError as ToolError
+from fastgate.results import ToolResult as ToolResult
 from fastgate.runtime import install_uvloop as install_uvloop
 from fastgate.runtime import run as run
 from fastgate.scheduler import ConcurrencyScheduler as ConcurrencyScheduler
@@ -68,10 +78,14 @@ __all__ = (
     "ApprovalStore",
     "AuditEvent",
     "AuditSink",
+    "CancelToken",
     "CommandHook",
     "ConcurrencyScheduler",
     "Decision",
     "DecisionSource",
+    "ErrorCode",
+    "ExecutionContext",
+    "Failure",
     "FastgateError",
     "FileLockManager",
     "GateClosed",
@@ -89,16 +103,22 @@ __all__ = (
     "PreToolUseEvent",
     "PreToolUseResult",
     "ResourceExhausted",
+    "ResultMeta",
     "RuleDecision",
+    "RunContext",
     "SchedulerClosed",
     "SchedulerLimits",
     "SchedulerStats",
     "SchemaError",
+    "ToolCall",
     "ToolCallView",
     "ToolConcurrencyGate",
     "ToolDefinition",
+    "ToolError",
+    "ToolExecutor",
     "ToolKind",
     "ToolRegistry",
+    "ToolResult",
     "__version__",
     "default_lock_manager",
     "default_scheduler",

@@ -47,7 +47,12 @@ class Holds:
     def release_when_done(self, body: asyncio.Future[Any]) -> None:
         """Keep everything until ``body`` (a task that ignored cancellation) really ends."""
         held, self._held = self._held, []
-        body.add_done_callback(lambda _: [_exit(h) for h in reversed(held)])
+
+        def release(_: object) -> None:
+            for hold in reversed(held):
+                _exit(hold)
+
+        body.add_done_callback(release)
 
     def __len__(self) -> int:
         return len(self._held)

@@ -43,19 +43,19 @@ async def run_parallel(
     running: set[asyncio.Task[None]] = set()
     try:
         for index, call in enumerate(calls):
-            if batch.failure is not None:
+            if batch.failed():
                 break
             if executor.classify(call.name, call.args, ctx) == "shared":
                 while len(running) >= max_parallel:
                     _, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-                if batch.failure is not None:
+                if batch.failed():
                     break
                 running.add(asyncio.create_task(batch.run(index)))
             else:
                 if running:  # a barrier: everything started before it finishes first
                     await asyncio.wait(running)
                     running.clear()
-                if batch.failure is not None:
+                if batch.failed():
                     break
                 await batch.run(index)
         if running:
@@ -101,6 +101,9 @@ class _Batch:
             return
         self.results[index] = result
         self._commit_ready()
+
+    def failed(self) -> bool:
+        return self.failure is not None
 
     def _commit_ready(self) -> None:
         results = self.results

@@ -433,13 +433,18 @@ class ToolExecutor:
         if not any(name in args for name in tool.path_args):
             call.lock_keys = ()
             return None
-        ctx = call.ctx
-        violation = check_worktree(tool, args, ctx.workspace_root, self.permissions.additional_dirs)
+        root = call.ctx.workspace_root or os.getcwd()
+        violation = check_worktree(tool, args, root, self.permissions.additional_dirs)
         if violation is not None:
+            details = {
+                "argument": violation.argument,
+                "resolved": violation.resolved,
+                "reason": violation.reason,
+                "allowed_roots": list(violation.allowed_roots),
+            }
             return self._finalize(
-                call, ErrorCode.WORKTREE_VIOLATION, str(violation), details=_details_of(violation)
+                call, ErrorCode.WORKTREE_VIOLATION, violation.message, details=details
             )
-        root = ctx.workspace_root or os.getcwd()
         call.lock_keys = tuple(
             sorted(
                 {
@@ -499,7 +504,8 @@ class ToolExecutor:
                     )
         finally:
             lock.release()
-        if not isinstance(response, ApprovalResponse):
+        answer: object = response  # an approver is user code: check what it really returned
+        if not isinstance(answer, ApprovalResponse):
             return self._finalize(
                 call,
                 ErrorCode.PERMISSION_DENIED,
@@ -753,7 +759,12 @@ class ToolExecutor:
         return count <= TURN_LIMIT
 
     def _audit_decision(
-        self, call: _Call, decision: Decision, source: str, reason: str, signature: str
+        self,
+        call: _Call,
+        decision: Decision,
+        source: DecisionSource,
+        reason: str,
+        signature: str,
     ) -> None:
         if self._audit is None:
             return
@@ -772,7 +783,7 @@ class ToolExecutor:
 
 def _merge(
     rule: RuleDecision, hook: Decision | None, hook_reason: str | None
-) -> tuple[Decision, str, str]:
+) -> tuple[Decision, DecisionSource, str]:
     """Strictest wins; with no decision at all the answer is ASK."""
     if hook is not None and hook.strictness > rule.decision.strictness:
         return hook, DecisionSource.HOOK, hook_reason or f"a PreToolUse hook said {hook}"
@@ -800,13 +811,6 @@ def _failure_of(tool: ToolDefinition, outcome: Outcome) -> tuple[ErrorCode, str,
     assert exc is not None
     details["type"] = type(exc).__name__
     return ErrorCode.TOOL_ERROR, f"{tool.name} raised {type(exc).__name__}: {exc}", details
-
-
-def _details_of(violation: object) -> dict[str, Any]:
-    to_dict = getattr(violation, "details", None)
-    if callable(to_dict):
-        return dict(to_dict())
-    return dict(to_dict) if isinstance(to_dict, Mapping) else {}
 
 
 def _isolated(callback: Callable[..., Any], argument: Any, what: str) -> None:

@@ -95,7 +95,11 @@ class _Attempts:
                 if not self._should_retry(tool, exc, signal):
                     self.ended_before_cancel = not signal.cancelled
                     return ERROR, exc
-                await _backoff(BACKOFF[self.attempts - 1], signal)
+                try:
+                    await _backoff(BACKOFF[self.attempts - 1], signal)
+                except asyncio.CancelledError:
+                    if not signal.cancelled:
+                        raise
                 if signal.cancelled:  # a cancel during backoff starts no further attempt
                     self.ended_before_cancel = True
                     return ERROR, exc

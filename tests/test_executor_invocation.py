@@ -1,0 +1,255 @@
+"""Invocation (SPEC §9): deadlines, cancellation fusion, retries, worker threads, runaways."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from fastgate import (
+    CancelToken,
+    ConcurrencyScheduler,
+    ErrorCode,
+    ExecutionContext,
+    RunContext,
+    SchedulerLimits,
+    ToolKind,
+    define_tool,
+)
+from tests.pipeline_kit import NOTHING, assert_idle, executor, tool
+
+
+async def test_signal_fuses_caller_cancel_and_deadline() -> None:
+    seen: list[object] = []
+
+    async def watch(args: Any, ctx: RunContext) -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:  # the task is cancelled and the signal says why
+            seen.append(ctx.signal.reason)
+            raise
+        return "late"
+
+    ex = executor(tool("watch", watch, NOTHING, timeout=0.05))
+    result = await ex.execute("watch", {})
+    assert result.error is not None and result.error.code is ErrorCode.TIMEOUT
+    assert repr(seen[0]) == "deadline"
+    token = CancelToken()
+    ex2 = executor(tool("watch", watch, NOTHING))
+    task = asyncio.create_task(ex2.execute("watch", {}, ExecutionContext(cancel=token)))
+    await asyncio.sleep(0.01)
+    token.cancel("stop please")
+    result = await task
+    assert result.error is not None and result.error.code is ErrorCode.ABORTED
+    assert seen[1] == "stop please"
+
+
+async def test_body_that_swallows_cancellation_still_times_out_and_keeps_its_holds() -> None:
+    release = asyncio.Event()
+    finished = asyncio.Event()
+
+    async def stubborn(args: Any, ctx: Any) -> str:
+        while True:
+            try:
+                await release.wait()
+                break
+            except asyncio.CancelledError:
+                continue  # ignores cancellation
+        finished.set()
+        return "done anyway"
+
+    limits = SchedulerLimits(global_limit=1)
+    ex = executor(
+        tool("stubborn", stubborn, NOTHING, timeout=0.05),
+        scheduler=ConcurrencyScheduler(limits),
+        cancel_grace=0.05,
+    )
+    result = await ex.execute("stubborn", {})
+    assert result.error is not None and result.error.code is ErrorCode.TIMEOUT
+    assert result.error.details["still_running"] is True
+    assert ex.scheduler.stats().in_flight == 1  # its slot stays taken while it runs
+    release.set()
+    await finished.wait()
+    await asyncio.sleep(0)
+    assert_idle(ex)
+
+
+async def test_cancel_before_the_body_starts_is_aborted_before_dispatch() -> None:
+    started: list[int] = []
+    hold = asyncio.Event()
+
+    async def blocker(args: Any, ctx: Any) -> str:
+        await hold.wait()
+        return "x"
+
+    async def body(args: Any, ctx: Any) -> str:
+        started.append(1)
+        return "x"
+
+    limits = SchedulerLimits(global_limit=1)
+    ex = executor(
+        tool("blocker", blocker, NOTHING, parallelism="shared"),
+        tool("body", body, NOTHING, parallelism="shared"),
+        scheduler=ConcurrencyScheduler(limits),
+    )
+    first = asyncio.create_task(ex.execute("blocker", {}))
+    await asyncio.sleep(0.01)
+    token = CancelToken()
+    queued = asyncio.create_task(ex.execute("body", {}, ExecutionContext(cancel=token)))
+    await asyncio.sleep(0.01)
+    assert ex.scheduler.stats().queued == 1
+    token.cancel()
+    result = await queued
+    assert result.error is not None and result.error.code is ErrorCode.ABORTED_BEFORE_DISPATCH
+    assert result.meta.aborted_before_launch and started == []
+    hold.set()
+    await first
+    assert_idle(ex)
+
+
+async def test_cancelling_the_awaiting_task_propagates_and_releases() -> None:
+    entered = asyncio.Event()
+    cancelled: list[int] = []
+
+    async def slow(args: Any, ctx: Any) -> str:
+        entered.set()
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            cancelled.append(1)
+            raise
+        return "x"
+
+    ex = executor(tool("slow", slow, NOTHING))
+    task = asyncio.create_task(ex.execute("slow", {}))
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cancelled == [1]
+    last_error = ex.history()[-1].error
+    assert last_error is not None and last_error.code is ErrorCode.ABORTED
+    assert_idle(ex)
+
+
+class Flaky:
+    def __init__(self, failures: int, err: int = errno.EBUSY) -> None:
+        self.failures = failures
+        self.err = err
+        self.calls: list[float] = []
+        self.first_call = asyncio.Event()
+
+    async def __call__(self, args: Any, ctx: Any) -> str:
+        self.calls.append(time.monotonic())
+        self.first_call.set()
+        if len(self.calls) <= self.failures:
+            raise OSError(self.err, "resource busy")
+        return "ok"
+
+
+async def test_retry_safe_tool_retries_transient_errno_with_linear_backoff() -> None:
+    flaky = Flaky(2)
+    ex = executor(
+        define_tool("flaky", "f", NOTHING, flaky, retry_safe=True, kind=ToolKind.READ_ONLY)
+    )
+    result = await ex.execute("flaky", {})
+    assert result.ok and result.meta.attempts == 3
+    gaps = [b - a for a, b in zip(flaky.calls, flaky.calls[1:], strict=False)]
+    assert gaps[0] >= 0.19 and gaps[1] >= 0.39
+
+
+@pytest.mark.parametrize(
+    ("retry_safe", "err", "attempts"),
+    [(False, errno.EBUSY, 1), (True, errno.ENOENT, 1), (True, errno.EAGAIN, 3)],
+)
+async def test_retries_only_for_retry_safe_tools_and_the_errno_list(
+    retry_safe: bool, err: int, attempts: int
+) -> None:
+    flaky = Flaky(5, err)
+    ex = executor(
+        define_tool("flaky", "f", NOTHING, flaky, retry_safe=retry_safe, kind=ToolKind.READ_ONLY)
+    )
+    result = await ex.execute("flaky", {})
+    assert result.error is not None and result.error.code is ErrorCode.TOOL_ERROR
+    assert result.meta.attempts == attempts == len(flaky.calls)
+
+
+async def test_cancel_during_backoff_starts_no_further_attempt() -> None:
+    flaky = Flaky(5)
+    ex = executor(
+        define_tool("flaky", "f", NOTHING, flaky, retry_safe=True, kind=ToolKind.READ_ONLY)
+    )
+    token = CancelToken()
+    task = asyncio.create_task(ex.execute("flaky", {}, ExecutionContext(cancel=token)))
+    await flaky.first_call.wait()
+    token.cancel()
+    result = await task
+    assert len(flaky.calls) == 1 and result.meta.attempts == 1
+    assert result.error is not None and result.error.code is ErrorCode.TOOL_ERROR  # its own
+
+
+async def test_a_failure_is_never_retried() -> None:
+    from fastgate import Failure
+
+    calls: list[int] = []
+
+    async def fails(args: Any, ctx: Any) -> Failure:
+        calls.append(1)
+        return Failure("nope")
+
+    ex = executor(define_tool("f", "f", NOTHING, fails, retry_safe=True, kind=ToolKind.READ_ONLY))
+    result = await ex.execute("f", {})
+    assert result.error is not None and result.error.code is ErrorCode.TOOL_FAILURE
+    assert calls == [1]
+
+
+async def test_sync_tools_run_in_a_worker_thread_and_see_the_signal() -> None:
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+
+    def blocking(args: Any, ctx: RunContext) -> str:
+        seen.append(threading.get_ident())
+        while not ctx.signal.cancelled:  # a well-behaved sync tool polls its signal
+            time.sleep(0.005)
+        return "stopped"
+
+    ex = executor(
+        define_tool("blocking", "b", NOTHING, blocking, timeout=0.05, kind=ToolKind.READ_ONLY)
+    )
+    result = await ex.execute("blocking", {})
+    assert seen and seen[0] != loop_thread
+    assert result.error is not None and result.error.code is ErrorCode.TIMEOUT
+    assert "still_running" not in result.error.details  # it stopped within the grace period
+    assert_idle(ex)
+
+
+async def test_progress_is_bounded_and_streamed() -> None:
+    go = asyncio.Event()
+
+    async def chatty(args: Any, ctx: RunContext) -> str:
+        for i in range(300):
+            ctx.report_progress(i)
+        await go.wait()
+        ctx.report_progress("last")
+        return "done"
+
+    ex = executor(tool("chatty", chatty, NOTHING))
+    task = asyncio.create_task(ex.execute("chatty", {}))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    execution_id = next(iter(ex._progress._buffers))
+    received: list[Any] = []
+
+    async def consume() -> None:
+        received.extend([event.data async for event in ex.progress(execution_id)])
+
+    consumer = asyncio.create_task(consume())
+    await asyncio.sleep(0)
+    go.set()
+    await task
+    await consumer
+    assert len(received) == 257 and received[0] == 44 and received[-1] == "last"
