@@ -1,18 +1,21 @@
 cimport cython
 
 cdef int K_NULL, K_BOOL, K_INT, K_INTFLOAT, K_FLOAT, K_STR, K_ARR, K_OBJ, K_NONFINITE, K_OTHER, K_ANY
-cdef int C_STR, C_NUM, C_ENUM, C_CONST, C_OBJ, C_ARR, C_APPLY, C_FALSE
+cdef int C_STR, C_NUM, C_ENUM, C_CONST, C_OBJ, C_ARR, C_APPLY, C_FALSE, _LOCAL_CHECKS
 cdef int S_ANY, S_ONE, S_NOT
 cdef object _HERE
 cdef int INLINE_DEPTH
 
 
+@cython.final
+@cython.freelist(8)
 cdef class ValidationIssue:
     cdef object _path
     cdef object _keyword
     cdef object _message
 
 
+@cython.final
 cdef class Node:
     cdef public str pointer
     cdef public int types
@@ -58,6 +61,8 @@ cdef class Node:
     cdef public bint disc_required
 
 
+@cython.final
+@cython.freelist(8)
 cdef class Sink:
     cdef public list issues
     cdef public Py_ssize_t count
@@ -65,6 +70,8 @@ cdef class Sink:
     cdef public bint silent
 
 
+@cython.final
+@cython.freelist(8)
 cdef class Step:
     cdef public int op
     cdef public Node node
@@ -78,6 +85,7 @@ cdef class Step:
     cdef public Sink sub
 
 
+@cython.final
 cdef class Validator:
     cdef public Node root
     cdef public object schema
@@ -101,7 +109,12 @@ cpdef str field_name(tuple path)
 cdef dict _SEGMENTS
 @cython.locals(text=object)
 cdef str _segment(object key)
+@cython.locals(parts=list)
+cdef list _segments(tuple path)
+@cython.locals(parts=list)
+cdef str _message(tuple path, str text)
 cdef str _quote(str text)
+cdef str _escape(str text)
 @cython.locals(kind=int)
 cpdef str describe(object value)
 @cython.locals(kind=int)
@@ -109,28 +122,33 @@ cdef str _literal(object value)
 cdef str _choices(list values)
 @cython.locals(names=list)
 cdef str _expected_types(Node node)
-@cython.locals(path=tuple)
-cdef void add_issue(Sink sink, object loc, str keyword, str text) except *
-cdef void _fail(Sink sink, object parent, object key, str keyword, Node node, object value) except *
+cdef int add_issue(Sink sink, object loc, str keyword, str text) except -1
+@cython.locals(path=tuple, issue=ValidationIssue)
+cdef int _add(Sink sink, object parent, object key, str keyword, str text) except -1
+@cython.locals(keys=list)
+cdef tuple _path_to(object parent, object key)
+cdef int _fail(Sink sink, object parent, object key, str keyword, Node node, object value) except -1
 cdef str _explain(str keyword, Node node, object value)
 @cython.locals(checks=int, length=Py_ssize_t)
 cdef bint check_local(Node node, object value, int kind, object parent, object key, Sink sink) except -1
 @cython.locals(sink=Sink, stack=list, node=Node, current=Sink, step=Step, branch=Node)
 cpdef Sink run(Node root, object value, Py_ssize_t limit, bint silent)
-@cython.locals(kind=int)
-cdef void _walk(Node node, object value, object parent, object key, Sink sink, list stack, int depth) except *
-cdef void _visit(Node node, object value, object parent, object key, Sink sink, list stack, int depth) except *
+@cython.locals(kind=int, checks=int)
+cdef int _walk(Node node, object value, object parent, object key, Sink sink, list stack, int depth) except -1
+cdef int _visit(Node node, object value, object parent, object key, Sink sink, list stack, int depth) except -1
 @cython.locals(table=dict, additional=Node, child=Node, slot=tuple, found=Py_ssize_t, kind=int)
-cdef void _expand_object(Node node, object value, object loc, Sink sink, list stack, int depth) except *
-cdef void _report_missing(tuple names, object value, object loc, Sink sink) except *
+cdef int _expand_object(Node node, object value, object loc, Sink sink, list stack, int depth) except -1
+cdef int _report_missing(tuple names, object value, object loc, Sink sink) except -1
 cpdef void finish_node(Node node, int structural) except *
 @cython.locals(length=Py_ssize_t, prefix=list, n_prefix=Py_ssize_t, items=Node, index=Py_ssize_t, child=Node, kind=int)
-cdef void _expand_array(Node node, object value, object loc, Sink sink, list stack, int depth) except *
+cdef int _expand_array(Node node, object value, object loc, Sink sink, list stack, int depth) except -1
 @cython.locals(seen=dict, index=Py_ssize_t, first=Py_ssize_t)
-cdef void _check_unique(object value, object loc, Sink sink) except *
+cdef int _check_unique(object value, object loc, Sink sink) except -1
 @cython.locals(sub=Node)
-cdef void _expand_applicators(Node node, object value, object loc, Sink sink, list stack, int depth) except *
-@cython.locals(branch=Node)
+cdef int _expand_applicators(Node node, object value, object loc, Sink sink, list stack, int depth) except -1
+@cython.locals(branch=Node, obj=dict)
 cdef bint _discriminate(Node node, object value, object loc, Sink sink, list stack, int op, int depth) except -1
 @cython.locals(sub=Sink, branch=Node)
 cdef Node _advance(Step step, list stack)
+@cython.locals(sink=Sink)
+cdef Sink _new_sink(Py_ssize_t limit, bint silent)

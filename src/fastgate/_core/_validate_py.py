@@ -38,6 +38,8 @@ C_OBJ = 16
 C_ARR = 32
 C_APPLY = 64  # allOf / anyOf / oneOf / not / $ref
 C_FALSE = 128
+# Keyword groups checked by ``check_local`` (beyond the type).
+_LOCAL_CHECKS = C_STR | C_NUM | C_ENUM | C_CONST | C_FALSE
 
 # Combinator steps kept on the stack while their branches run.
 S_ANY = 0
@@ -182,6 +184,16 @@ class Sink:
         self.count = 0
         self.limit = limit
         self.silent = silent
+
+
+def _new_sink(limit: int, silent: bool) -> Sink:
+    """``Sink(limit, silent)`` without the generic call (the compiled build allocates directly)."""
+    sink = Sink.__new__(Sink)
+    sink.issues = []
+    sink.count = 0
+    sink.limit = limit
+    sink.silent = silent
+    return sink
 
 
 class Step:
@@ -350,15 +362,25 @@ def field_name(path: tuple[str | int, ...]) -> str:
     """``spec.items[2].name``: how messages name a field (``the arguments`` for the root)."""
     if not path:
         return "the arguments"
+    return "".join(_segments(path))
+
+
+def _segments(path: tuple[str | int, ...]) -> list[str]:
+    parts = [_segment(key) for key in path]
     first = path[0]
-    text = _segment(first)
-    if type(first) is str and text[0] == ".":
-        text = first  # no leading dot
-    index = 1
-    while index < len(path):
-        text += _segment(path[index])
-        index += 1
-    return text
+    if type(first) is str and parts[0][0] == ".":
+        parts[0] = first  # no leading dot
+    return parts
+
+
+def _message(path: tuple[str | int, ...], text: str) -> str:
+    """``field: text``, joined once (messages are built only for issues that are reported)."""
+    if not path:
+        return "the arguments: " + text
+    parts = _segments(path)
+    parts.append(": ")
+    parts.append(text)
+    return "".join(parts)
 
 
 _SEGMENTS: dict[Any, str] = {}
@@ -382,18 +404,23 @@ def _segment(key: Any) -> str:
 
 
 def _quote(text: str) -> str:
+    return f'"{_escape(text)}"'
+
+
+def _escape(text: str) -> str:
+    """The inside of a quoted string in a message: at most 60 characters, escaped."""
     if len(text) > 60:
         text = text[:57] + "..."
     if "\\" in text or '"' in text or "\n" in text:
         text = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-    return '"' + text + '"'
+    return text
 
 
 def describe(value: Any) -> str:
     """A short, safe description of a value for a message (never a deep repr)."""
     kind = _kind(value)
     if kind == K_STR:
-        return "the string " + _quote(value)
+        return f'the string "{_escape(value)}"'
     if kind == K_BOOL:
         return "true" if value else "false"
     if kind == K_NULL:
@@ -435,27 +462,46 @@ def _expected_types(node: Node) -> str:
 
 
 def add_issue(sink: Sink, loc: Any, keyword: str, text: str) -> None:
-    path = materialize(loc)
-    sink.issues.append(ValidationIssue(path, keyword, field_name(path) + ": " + text))
+    _add(sink, loc, _HERE, keyword, text)
+
+
+def _add(sink: Sink, parent: Any, key: Any, keyword: str, text: str) -> None:
+    """Append one issue at ``parent`` (+ ``key`` unless it is ``_HERE``)."""
+    path = materialize(parent) if key is _HERE else _path_to(parent, key)
+    issue = ValidationIssue.__new__(ValidationIssue)
+    issue._path = path
+    issue._keyword = keyword
+    issue._message = _message(path, text)
+    sink.issues.append(issue)
+
+
+def _path_to(parent: Any, key: Any) -> tuple[str | int, ...]:
+    if parent is None:
+        return (key,)
+    keys: list[str | int] = [key]
+    loc = parent
+    while loc is not None:
+        keys.append(loc[1])
+        loc = loc[0]
+    keys.reverse()
+    return tuple(keys)
 
 
 def _fail(sink: Sink, parent: Any, key: Any, keyword: str, node: Node, value: Any) -> None:
     """Record one failed keyword; messages are only built for sinks that report them."""
     sink.count += 1
-    if sink.silent or sink.count > sink.limit:
-        return
-    loc = parent if key is _HERE else (parent, key)
-    add_issue(sink, loc, keyword, _explain(keyword, node, value))
+    if not sink.silent and sink.count <= sink.limit:
+        _add(sink, parent, key, keyword, _explain(keyword, node, value))
 
 
 def _explain(keyword: str, node: Node, value: Any) -> str:
-    if keyword == "minimum":
-        return "expected a number >= " + repr(node.minimum) + ", got " + repr(value)
-    if keyword == "maximum":
-        return "expected a number <= " + repr(node.maximum) + ", got " + repr(value)
-    got = describe(value)
     if keyword == "type":
-        return "expected " + node.expected + ", got " + got
+        return f"expected {node.expected}, got {describe(value)}"
+    if keyword == "minimum":
+        return f"expected a number >= {node.minimum!r}, got {value!r}"
+    if keyword == "maximum":
+        return f"expected a number <= {node.maximum!r}, got {value!r}"
+    got = describe(value)
     if keyword == "false":
         return f"no value is allowed here, got {got}"
     if keyword == "minLength":
@@ -535,7 +581,7 @@ def check_local(node: Node, value: Any, kind: int, parent: Any, key: Any, sink: 
 
 def run(root: Node, value: Any, limit: int, silent: bool) -> Sink:
     """Validate ``value`` against ``root``; the sink holds the issues (or just their count)."""
-    sink = Sink(limit, silent)
+    sink = _new_sink(limit, silent)
     stack: list[Any] = []
     _walk(root, value, None, _HERE, sink, stack, 0)
     while stack and sink.count < sink.limit:
@@ -559,17 +605,21 @@ def _walk(
 ) -> None:
     """Check one (node, value) pair; nested work is walked in place up to ``INLINE_DEPTH``
     levels (bounded recursion, cheaper than a frame), deeper work goes on the stack."""
-    if sink.count >= sink.limit:
-        return
-    kind = _kind(value)
-    if check_local(node, value, kind, parent, key, sink) and not node.leaf:
-        loc = parent if key is _HERE else (parent, key)
-        if kind == K_OBJ and node.checks & C_OBJ:
-            _expand_object(node, value, loc, sink, stack, depth)
-        elif kind == K_ARR and node.checks & C_ARR:
-            _expand_array(node, value, loc, sink, stack, depth)
-        if node.checks & C_APPLY:
-            _expand_applicators(node, value, loc, sink, stack, depth)
+    if sink.count < sink.limit:
+        kind = _kind(value)
+        checks = node.checks
+        # Only a node with scalar keywords, or a value of the wrong type, needs ``check_local``.
+        if (
+            not (checks & _LOCAL_CHECKS or not kind & node.types)
+            or check_local(node, value, kind, parent, key, sink)
+        ) and not node.leaf:
+            loc = parent if key is _HERE else (parent, key)
+            if kind == K_OBJ and checks & C_OBJ:
+                _expand_object(node, value, loc, sink, stack, depth)
+            elif kind == K_ARR and checks & C_ARR:
+                _expand_array(node, value, loc, sink, stack, depth)
+            if checks & C_APPLY:
+                _expand_applicators(node, value, loc, sink, stack, depth)
 
 
 def _visit(
@@ -600,9 +650,10 @@ def _expand_object(
                 sink.count += 1
                 if not sink.silent and sink.count <= sink.limit:
                     allowed = ", ".join(node.properties) or "none"
-                    add_issue(
+                    _add(
                         sink,
-                        (loc, name),
+                        loc,
+                        name,
                         "additionalProperties",
                         f"unexpected property (allowed properties: {allowed})",
                     )
@@ -651,9 +702,10 @@ def _expand_array(
     if node.items_false and length > n_prefix:
         sink.count += 1
         if not sink.silent and sink.count <= sink.limit:
-            add_issue(
+            _add(
                 sink,
-                (loc, n_prefix),
+                loc,
+                n_prefix,
                 "items",
                 f"unexpected item: at most {n_prefix} items are allowed, got {length}",
             )
@@ -685,15 +737,16 @@ def _check_unique(value: Any, loc: Any, sink: Sink) -> None:
                     "uniqueItems",
                     f"expected unique items, but items {first} and {index} are equal",
                 )
-            return
+            break
 
 
 def _expand_applicators(
     node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any], depth: int
 ) -> None:
     # allOf and $ref are walked at once; anyOf/oneOf/not become steps on the stack.
-    for sub in node.all_of:
-        _visit(sub, value, loc, _HERE, sink, stack, depth)
+    if node.all_of:
+        for sub in node.all_of:
+            _visit(sub, value, loc, _HERE, sink, stack, depth)
     if node.ref is not None:
         _visit(node.ref, value, loc, _HERE, sink, stack, depth)
     if node.not_ is not None:
@@ -714,8 +767,9 @@ def _discriminate(
         return False
     name = node.disc_key
     assert name is not None
-    if name in value:
-        tag = value[name]
+    obj: dict[str, Any] = value
+    tag = obj.get(name, _HERE)
+    if tag is not _HERE:
         branch = node.disc_map.get(tag) if type(tag) is str else None
         if branch is not None:
             _visit(branch, value, loc, _HERE, sink, stack, depth)
@@ -723,9 +777,10 @@ def _discriminate(
         keyword = "oneOf" if op == S_ONE else "anyOf"
         sink.count += 1
         if not sink.silent and sink.count <= sink.limit:
-            add_issue(
+            _add(
                 sink,
-                (loc, name),
+                loc,
+                name,
                 keyword,
                 f"expected one of {_choices(list(node.disc_map))} (it selects the variant), "
                 f"got {describe(tag)}",
@@ -770,7 +825,7 @@ def _advance(step: Step, stack: list[Any]) -> Node | None:
         return None
     branch = step.branches[step.index]
     step.index += 1
-    step.sub = Sink(1, True)
+    step.sub = _new_sink(1, True)
     stack.append(step)
     return branch
 
