@@ -210,6 +210,28 @@ def test_nothing_rides_on_an_allowed_prefix(command: str, tmp_path: Path) -> Non
         "r?m x",
         "/bin/r* x",
         "{r,}m x",
+        # more programs that run a command
+        "su -c 'rm x' bob",
+        "su bob",
+        "watch -n 1 rm x",
+        "flock /tmp/l rm x",
+        "flock /tmp/l -c 'rm x'",
+        "chroot / rm x",
+        "strace -f rm x",
+        "valgrind --tool=memcheck rm x",
+        "csh -c 'rm x'",
+        "xargs --replace rm x",
+        "xargs -i rm {}",
+        "unbuffer rm x",
+        # names redefined or scripts read from a pipe
+        "alias ll=rm\nll x",
+        "hash -p /bin/rm ls; ls x",
+        "source <(echo rm x)",
+        ". /dev/stdin <<< 'rm x'",
+        # options before a denied subcommand
+        "git -C /repo push",
+        "git --no-pager push origin",
+        "git -c core.x=y push",
         # unparseable with deny rules: refused
         "rm 'x",
         "case x in x) rm x;; esac",
@@ -221,7 +243,18 @@ def test_deny_is_not_escaped(command: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "command",
-    ["ls", "echo rm", "echo 'rm -rf /'", "cat rm.txt", "git status", "git pull", "npm test"],
+    [
+        "ls",
+        "echo rm",
+        "echo 'rm -rf /'",
+        "cat rm.txt",
+        "git status",
+        "git pull",
+        "git log push",
+        "npm test",
+        ". ./env.sh",
+        "flock /tmp/l ls",
+    ],
 )
 def test_deny_does_not_overreach(command: str, tmp_path: Path) -> None:
     assert decide(command, tmp_path) is not Decision.DENY
@@ -341,3 +374,19 @@ def test_random_compositions(
     else:
         # every piece is allowed; a piece wrapped in echo $(...) adds an allowed ``echo``
         assert decision is Decision.ALLOW, command
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "$(" * 500 + "ls" + ")" * 500,
+        "git " + " ".join(["-x push a b c"] * 200),
+        "ls; " * 5000,
+        "echo " + "'a' " * 20000,
+        "a" * 200_000,
+        "cat <<EOF\n" + "line\n" * 20000 + "EOF",
+    ],
+)
+def test_pathological_commands_finish_quickly(command: str, tmp_path: Path) -> None:
+    deny = ("Bash(git push a b c d:*)", "Bash(rm:*)")
+    assert decide(command, tmp_path, deny=deny) in (Decision.ASK, Decision.DENY, Decision.ALLOW)

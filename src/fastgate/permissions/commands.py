@@ -30,7 +30,12 @@ from fastgate.permissions.shell import (
     parse_command,
 )
 
-SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "yash", "fish"})
+SHELLS = frozenset(
+    {"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "yash", "fish", "csh", "tcsh", "rbash"}
+)
+# Builtins that can make a name run something else later in the same script.
+REDEFINERS = frozenset({"alias", "hash", "enable"})
+SCRIPT_RUNNERS = frozenset({"source", "."})
 # Variables that change which program runs or what it loads: an assignment to one of them is
 # never covered by a rule about the command's words.
 DANGEROUS_VARIABLES = frozenset(
@@ -68,6 +73,10 @@ class _Wrapper:
     numeric_flags: bool = False  # ``nice -10 cmd``
     stop_flags: frozenset[str] = frozenset()  # options after which nothing runs (command -v)
     opaque_flags: frozenset[str] = frozenset()  # options whose effect we cannot follow
+    script_flags: frozenset[str] = frozenset()  # options whose argument is a script (su -c)
+    needs_script: bool = False  # without a script option it runs an unknown shell (su)
+    joins_script: bool = False  # the remaining words joined are a script (watch)
+    any_long: bool = False  # every ``--opt``/``--opt=x`` is a flag (valgrind)
 
 
 def _w(**kw: object) -> _Wrapper:
@@ -113,12 +122,56 @@ WRAPPERS: dict[str, _Wrapper] = {
     ),
     "doas": _w(flags="-n", with_arg="-u -C", opaque_flags="-s"),
     "xargs": _w(
-        flags="-0 -r -t -p -x -o --null --no-run-if-empty --verbose --interactive --exit "
-        "--open-tty",
+        flags="-0 -r -t -p -x -o -i --null --no-run-if-empty --verbose --interactive --exit "
+        "--open-tty --replace --eof",
         with_arg="-I -L -n -P -s -d -E -a --max-args --max-procs --delimiter --arg-file "
-        "--max-lines --max-chars --eof --replace",
+        "--max-lines --max-chars",
     ),
     "busybox": _w(transparent=True),
+    "su": _w(
+        flags="- -l --login -m -p --preserve-environment -P --pty -f --fast",
+        with_arg="-s --shell -g --group -G --supp-group -w --whitelist-environment",
+        script_flags="-c --command --session-command",
+        needs_script=True,
+    ),
+    "script": _w(
+        flags="-a --append -e --return -f --flush -q --quiet -E --echo",
+        with_arg="-t --timing -T --log-timing -I --log-in -O --log-out -B --log-io -m "
+        "--logging-format -o --output-limit",
+        script_flags="-c --command",
+        needs_script=True,
+    ),
+    "watch": _w(
+        flags="-b --beep -e --errexit -g --chgexit -t --no-title -c --color -p --precise -d",
+        with_arg="-n --interval -q --equexit",
+        opaque_flags="-x --exec",
+        joins_script=True,
+    ),
+    "flock": _w(
+        flags="-s --shared -x -e --exclusive -u --unlock -n --nb --nonblock -o --close -F "
+        "--no-fork --verbose",
+        with_arg="-w --timeout -E --conflict-exit-code",
+        script_flags="-c --command",
+        positionals=1,
+    ),
+    "chroot": _w(with_arg="--userspec --groups", flags="--skip-chdir", positionals=1),
+    "unshare": _w(
+        flags="-m -u -i -n -p -U -C -T -f -r -c --fork --map-root-user --map-current-user "
+        "--mount --uts --ipc --net --pid --user --cgroup --time --kill-child --mount-proc",
+        with_arg="--propagation --setgroups -R --root -w --wd -S --setuid -G --setgid",
+    ),
+    "strace": _w(
+        flags="-f -ff -c -C -d -D -i -k -q -qq -r -t -tt -ttt -T -v -w -x -xx -y -yy -z -Z",
+        with_arg="-e -o -p -s -u -E -a -b -I -O -S -X -P",
+    ),
+    "ltrace": _w(flags="-f -c -C -i -r -S -t -tt -ttt -T", with_arg="-e -o -p -s -u -a -n -l"),
+    "valgrind": _w(any_long=True),
+    "fakeroot": _w(with_arg="-l --lib --faked -s -i", flags="-u --unknown-is-real"),
+    "proxychains": _w(flags="-q", with_arg="-f"),
+    "proxychains4": _w(flags="-q", with_arg="-f"),
+    "torsocks": _w(flags="-q --quiet -i --isolate", with_arg="-u -p -a -P"),
+    "unbuffer": _w(flags="-p", transparent=True),
+    "caffeinate": _w(flags="-d -i -m -s -u", with_arg="-t -w", transparent=True),
 }
 
 
@@ -184,8 +237,8 @@ def _analyze(cmd: SimpleCommand, out: list[CommandFacts], depth: int) -> None:
     current = words
     for _ in range(_MAX_NESTING):
         program = current[0]
-        if program.dynamic:
-            unknown = True
+        if program.dynamic or program.value.startswith("-"):
+            unknown = True  # not known, or an option left over from a wrapper we misread
             break
         name = program_name(program)
         if name in SHELLS:
@@ -202,9 +255,22 @@ def _analyze(cmd: SimpleCommand, out: list[CommandFacts], depth: int) -> None:
             break
         wrapper = WRAPPERS.get(name)
         if wrapper is None:
+            unknown = name in REDEFINERS or (
+                name in SCRIPT_RUNNERS and _sourced_script_unknown(current[1:], cmd, out, depth)
+            )
             break
-        inner = _unwrap(current, wrapper)
-        if inner is None:  # an option we cannot follow
+        unwrapped = _unwrap(current, wrapper)
+        if unwrapped is None:  # an option we cannot follow
+            unknown = True
+            break
+        inner, script = unwrapped
+        if script is not None or wrapper.joins_script:
+            words_of_script = (script,) if script is not None else inner
+            unknown = not _nested_script(words_of_script, out, depth)
+            delegated = not unknown
+            transparent = transparent and wrapper.transparent
+            break
+        if wrapper.needs_script:
             unknown = True
             break
         if not inner:  # nothing runs (``command -v x``, ``env`` alone)
@@ -241,10 +307,12 @@ def _is_assignment(word: Word) -> bool:
     return bool(eq) and name.isidentifier() and not word.raw.startswith("-")
 
 
-def _unwrap(words: tuple[Word, ...], wrapper: _Wrapper) -> tuple[Word, ...] | None:
-    """The words after a wrapper's options, ``()`` when it runs nothing, None when unknown."""
+def _unwrap(
+    words: tuple[Word, ...], wrapper: _Wrapper
+) -> tuple[tuple[Word, ...], Word | None] | None:
+    """The words after a wrapper's options (``()`` when nothing runs) and the argument of a
+    script option (``su -c SCRIPT``); None when an option cannot be followed."""
     i = 1
-    skip = wrapper.positionals
     while i < len(words):
         word = words[i]
         if word.dynamic:
@@ -254,16 +322,18 @@ def _unwrap(words: tuple[Word, ...], wrapper: _Wrapper) -> tuple[Word, ...] | No
             i += 1
             break
         if wrapper.assignments and _is_assignment(word):
-            return words[i:]
+            return words[i:], None
         if not arg.startswith("-") or (arg == "-" and "-" not in wrapper.flags):
             break
         if arg in wrapper.stop_flags:
-            return ()
-        if arg in wrapper.opaque_flags or arg.split("=", 1)[0] in wrapper.opaque_flags:
+            return (), None
+        option = arg.split("=", 1)[0] if arg.startswith("--") else arg
+        if option in wrapper.opaque_flags:
             return None
+        if option in wrapper.script_flags or arg[:2] in wrapper.script_flags:
+            return _script_argument(words, i, arg, option)
         if arg.startswith("--"):
-            option = arg.split("=", 1)[0]
-            if option in wrapper.flags:
+            if option in wrapper.flags or wrapper.any_long:
                 i += 1
             elif option in wrapper.with_arg:
                 i += 1 if "=" in arg else 2
@@ -277,9 +347,27 @@ def _unwrap(words: tuple[Word, ...], wrapper: _Wrapper) -> tuple[Word, ...] | No
         if consumed is None:
             return None
         i += consumed
-    if skip:
-        i += skip
-    return words[i:] if i <= len(words) else ()
+    i += wrapper.positionals
+    if i < len(words) and wrapper.script_flags:  # ``flock FILE -c SCRIPT``
+        arg = words[i].value
+        option = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
+        if option in wrapper.script_flags and not words[i].dynamic:
+            return _script_argument(words, i, arg, option)
+    return (words[i:] if i <= len(words) else ()), None
+
+
+def _script_argument(
+    words: tuple[Word, ...], i: int, arg: str, option: str
+) -> tuple[tuple[Word, ...], Word | None] | None:
+    """``-c SCRIPT``, ``-cSCRIPT``, ``--command=SCRIPT`` or ``--command SCRIPT``."""
+    if arg.startswith("--") and "=" in arg:
+        value = arg.split("=", 1)[1]
+        return (), Word(value, value)
+    if not arg.startswith("--") and len(arg) > 2:
+        return (), Word(arg[2:], arg[2:])
+    if i + 1 >= len(words):
+        return None
+    return (), words[i + 1]
 
 
 def _short_options(arg: str, wrapper: _Wrapper) -> int | None:
@@ -303,6 +391,21 @@ def _nested_script(args: tuple[Word, ...], out: list[CommandFacts], depth: int) 
         return False
     _analyze_text(" ".join(w.value for w in args), out, depth)
     return True
+
+
+def _sourced_script_unknown(
+    args: tuple[Word, ...], cmd: SimpleCommand, out: list[CommandFacts], depth: int
+) -> bool:
+    """``source FILE``: a file on disk is a normal program; a script from a pipe, a
+    substitution or standard input is unknown unless it is a heredoc we can read."""
+    if not args:
+        return True
+    target = args[0]
+    if target.dynamic:
+        return True
+    if target.value in ("/dev/stdin", "/proc/self/fd/0", "/dev/fd/0", "-"):
+        return _nested_shell((), cmd, out, depth) is None
+    return target.value.startswith(("/dev/fd/", "/proc/"))
 
 
 def _nested_shell(

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from fastgate.permissions.subjects import Subject
 
 _GLOB_SPECIALS = re.compile(r"([*?\[\]\\])")
+_MAX_SKIP_SEARCH = 256
 
 
 def command_matches(rule: Rule, analysis: CommandAnalysis) -> bool:
@@ -38,20 +39,56 @@ def command_matches(rule: Rule, analysis: CommandAnalysis) -> bool:
 
 
 def _may_match(tokens: tuple[Word, ...], prefix: bool, form: tuple[Word, ...]) -> bool:
-    for i, token in enumerate(tokens):
-        if i >= len(form):
-            return False
-        word = form[i]
+    """Whether the command ``form`` may be what the rule ``tokens`` names. Options (and what
+    may be their arguments) between the rule's words are skipped, so ``git -C dir push`` is
+    still ``git push``."""
+    if not form:
+        return False
+    program = form[0]
+    if program.dynamic:
+        return True  # could expand to the rule's program
+    if program.value != tokens[0].value and program_name(program) != program_name(tokens[0]):
+        return False
+    if len(form) > _MAX_SKIP_SEARCH:
+        return True  # too long to search: assume the worst
+    return _rest_may_match(tokens, 1, form, 1, prefix, {})
+
+
+def _rest_may_match(
+    tokens: tuple[Word, ...],
+    ti: int,
+    form: tuple[Word, ...],
+    fi: int,
+    prefix: bool,
+    memo: dict[tuple[int, int], bool],
+) -> bool:
+    if ti == len(tokens):
+        return prefix or fi == len(form) or any(w.dynamic for w in form[fi:])
+    known = memo.get((ti, fi))
+    if known is not None:
+        return known
+    result = False
+    wanted = tokens[ti].value
+    for j in range(fi, len(form)):
+        word = form[j]
         if word.dynamic:
-            return True  # could expand to the rule's words
-        if i == 0:
-            if word.value != token.value and program_name(word) != program_name(token):
-                return False
-        elif word.value != token.value:
-            return False
-    if prefix or len(form) == len(tokens):
-        return True
-    return any(w.dynamic for w in form[len(tokens) :])
+            result = True  # could expand to the rest of the rule
+            break
+        if word.value == wanted and _rest_may_match(tokens, ti + 1, form, j + 1, prefix, memo):
+            result = True
+            break
+        if not (_is_option(word) or (j > fi and _takes_argument(form[j - 1]))):
+            break
+    memo[(ti, fi)] = result
+    return result
+
+
+def _is_option(word: Word) -> bool:
+    return len(word.value) > 1 and word.value.startswith("-")
+
+
+def _takes_argument(word: Word) -> bool:
+    return _is_option(word) and "=" not in word.value
 
 
 def _must_match(tokens: tuple[Word, ...], prefix: bool, form: tuple[Word, ...]) -> bool:
