@@ -48,6 +48,7 @@ from fastgate.permissions import AuditSink as AuditSink
 from fastgate.permissions import PermissionConfig as PermissionConfig
 from fastgate.permissions import PermissionResolver as PermissionResolver
 from fastgate.permissions import RuleDecision as RuleDecision
+from fastgate.projector import ToolResultProjector as ToolResultProjector
 from fastgate.registry import ToolRegistry as ToolRegistry
 from fastgate.results import ErrorCode as ErrorCode
 from fastgate.results import Failure as Failure
@@ -60,6 +61,11 @@ from fastgate.scheduler import ConcurrencyScheduler as ConcurrencyScheduler
 from fastgate.scheduler import SchedulerLimits as SchedulerLimits
 from fastgate.scheduler import SchedulerStats as SchedulerStats
 from fastgate.scheduler import default_scheduler as default_scheduler
+from fastgate.sqlite_store import SqliteToolUseStore as SqliteToolUseStore
+from fastgate.sqlite_store import StoreError as StoreError
+from fastgate.store import StoredCall as StoredCall
+from fastgate.store import ToolUseRecord as ToolUseRecord
+from fastgate.store import ToolUseStore as ToolUseStore
 from fastgate.tools import Output as Output
 from fastgate.tools import ToolDefinition as ToolDefinition
 from fastgate.tools import define_tool as define_tool
@@ -110,6 +116,9 @@ __all__ = (
     "SchedulerLimits",
     "SchedulerStats",
     "SchemaError",
+    "SqliteToolUseStore",
+    "StoreError",
+    "StoredCall",
     "ToolCall",
     "ToolCallView",
     "ToolConcurrencyGate",
@@ -119,6 +128,9 @@ __all__ = (
     "ToolKind",
     "ToolRegistry",
     "ToolResult",
+    "ToolResultProjector",
+    "ToolUseRecord",
+    "ToolUseStore",
     "__version__",
     "default_lock_manager",
     "default_scheduler",

@@ -26,6 +26,7 @@ SCENARIOS: dict[str, tuple[str, str, bool]] = {
     "multi-lock": ("fastgate.bench.admission", "run_multilock", True),
     "validators": ("fastgate.bench.validators", "run_validators", False),
     "pipeline": ("fastgate.bench.pipeline", "run_pipeline", True),
+    "durability": ("fastgate.bench.durability", "run_durability", True),
 }
 
 PROFILES = {
