@@ -170,6 +170,12 @@ def test_path_rules_use_canonical_paths(tmp_path: Path) -> None:
         ("[!ab].txt", "c.txt", True),
         ("secrets", "secrets/deep/file", True),
         ("\\*.txt", "*.txt", True),
+        ("./src/**", "src", True),
+        ("./src/**/*.py", "src/x.py", True),
+        ("./src/**/*.py", "srcx.py", False),
+        ("a/**/b", "a/b", True),
+        ("a/**/b", "a/x/y/b", True),
+        ("a/**/b", "ab", False),
         ("\\*.txt", "a.txt", False),
     ],
 )
@@ -290,7 +296,17 @@ def test_sensitive_through_a_symlink(tmp_path: Path) -> None:
 def test_sensitive_words_in_commands(tmp_path: Path) -> None:
     (tmp_path / ".env").write_text("x")
     (tmp_path / "notes").symlink_to(tmp_path / ".env")
-    for command in ("cat .env", "cat ./notes", "grep x < .env", "cat .e*", "cat ~/.ssh/id_rsa"):
+    commands = (
+        "cat .env",
+        "cat ./notes",
+        "grep x < .env",
+        "cat .e*",
+        "cat ~/.ssh/id_rsa",
+        "cp -r ~/.ssh /tmp/x",
+        "tar czf x.tgz --directory=$HOME/.ssh .",
+        "ls && echo $(cat .env)",
+    )
+    for command in commands:
         result = resolve(BASH, {"command": command}, tmp_path, mode=PermissionMode.YOLO)
         assert result.decision is Decision.ASK, command
         assert result.sensitive, command

@@ -169,3 +169,13 @@ def test_workspace_root_given_through_a_symlink(layout: tuple[Path, Path]) -> No
     assert check("file", link) is None
     assert check(str(ws / "file"), link) is None
     assert check("../outside/secret", link) is not None
+
+
+def test_root_swapped_for_a_symlink_after_a_check(layout: tuple[Path, Path]) -> None:
+    ws, outside = layout
+    assert check("file", ws) is None  # the canonical root is now cached
+    ws.rename(ws.parent / "ws-old")
+    ws.symlink_to(outside)
+    violation = check("secret", ws)
+    assert violation is not None
+    assert violation.resolved == str(outside / "secret")

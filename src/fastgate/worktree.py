@@ -158,9 +158,27 @@ def is_within(path: str, root: str) -> bool:
     return path_parts[: len(root_parts)] == root_parts
 
 
+_root_cache: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+
 def _roots(workspace_root: str, additional_dirs: Iterable[str]) -> tuple[str, ...]:
+    """The canonical allowed roots. Cached: a root swapped for a symlink later can only make
+    paths resolve *outside* the cached canonical root (refused), never let one escape."""
+    key = (workspace_root, *additional_dirs)
+    cached = _root_cache.get(key)
+    if cached is None:
+        cached = _resolve_roots(key)
+        if not all(os.path.isabs(root) for root in key):
+            return cached  # relative to the working directory, which may change
+        if len(_root_cache) >= 1024:
+            _root_cache.clear()
+        _root_cache[key] = cached
+    return cached
+
+
+def _resolve_roots(given: tuple[str, ...]) -> tuple[str, ...]:
     roots: list[str] = []
-    for root in (workspace_root, *additional_dirs):
+    for root in given:
         try:
             resolved = resolve(os.path.abspath(root))
         except OSError:

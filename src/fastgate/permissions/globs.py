@@ -70,14 +70,20 @@ def compile_path_pattern(text: str) -> PathPattern:
 
 
 def _segments_regex(segments: list[str]) -> str:
-    out: list[str] = []
+    out = ""
+    need_separator = False
     for index, segment in enumerate(segments):
-        last = index == len(segments) - 1
         if segment == "**":
-            out.append(".*" if last else "(?:.*/)?")
+            if index == len(segments) - 1:
+                # ``x/**``: everything below x, and x itself (a directory holding the files)
+                out = f"(?:{out}(?:/.*)?)" if out else ".*"
+            else:  # any number of directories, each followed by its separator
+                out += ("/" if need_separator else "") + "(?:.*/)?"
+                need_separator = False
             continue
-        out.append(_segment_regex(segment) + ("" if last else "/"))
-    return "".join(out)
+        out += ("/" if need_separator else "") + _segment_regex(segment)
+        need_separator = True
+    return out
 
 
 def _segment_regex(segment: str) -> str:

@@ -84,6 +84,8 @@ class PermissionResolver:
         "_has_command",
         "_regexes",
         "_sensitive",
+        "_sensitive_anchored",
+        "_sensitive_anywhere",
         "_sensitive_rooted",
         "_settings",
         "approvals",
@@ -107,6 +109,8 @@ class PermissionResolver:
         )
         self._sensitive = (*config.sensitive_patterns, *PROTECTED_PATTERNS)
         self._sensitive_rooted = any(p.anchor == "root" for p in self._sensitive)
+        self._sensitive_anchored = any(p.anchor != "anywhere" for p in self._sensitive)
+        self._sensitive_anywhere = _search_regex(self._sensitive)
 
     # -- the decision --------------------------------------------------------------------------
 
@@ -117,9 +121,11 @@ class PermissionResolver:
         rules = self._rules_for(tool.name, root)
         subject = self._subject(tool, args, root)
         signature = permission_signature(tool.name, subject.key)
-        if rules is NO_RULES and not subject.paths and not subject.invalid:
-            # Nothing to match and nothing sensitive: the mode decides (the common fast path).
-            return self._mode_decision(tool, signature, subject)
+        if rules is NO_RULES and not subject.invalid:
+            # No rule for this tool (the common case): only sensitive paths and the mode decide.
+            sensitive = self._sensitive_path(subject, root) if subject.paths else None
+            if sensitive is None:
+                return self._mode_decision(tool, signature, subject)
         shown = _shorten(subject.key)
         deny = rules.deny
         hit = self._first_match(deny, subject, root)
@@ -332,27 +338,37 @@ class PermissionResolver:
             return "(a command with too many words to check)"
         if not subject.paths:
             return None
-        roots = _Roots(root)
-        regexes = [self._sensitive_regex("")]
-        if self._sensitive_rooted:
-            regexes.extend(self._sensitive_regex(r) for r in roots.get_root())
+        anywhere = self._sensitive_anywhere
+        anchored: list[re.Pattern[str]] = []
+        if self._sensitive_anchored:
+            roots = ("",) + (_Roots(root).get_root() if self._sensitive_rooted else ())
+            anchored = [self._sensitive_regex(r) for r in roots]
         for path in subject.paths:
             for form in path.forms:
-                if any(regex.fullmatch(form) for regex in regexes):
+                if anywhere.search(form) or any(regex.fullmatch(form) for regex in anchored):
                     return path.canonical
         return None
 
     def _sensitive_regex(self, root: str) -> re.Pattern[str]:
-        """One alternation of every sensitive pattern: ``root`` for the root-anchored ones,
-        ``""`` for all others."""
+        """The anchored sensitive patterns as one full-match alternation: the root-anchored
+        ones for ``root``, the absolute ones for ``""``."""
         key = ("\x00sensitive", root)
         compiled = self._regexes.get(key)
         if compiled is None:
-            patterns = [p for p in self._sensitive if (p.anchor == "root") == bool(root)]
+            wanted = "root" if root else "absolute"
+            patterns = [p for p in self._sensitive if p.anchor == wanted]
             body = "|".join(f"(?:{p.regex(root)})" for p in patterns) or "(?!)"
             compiled = re.compile(body, re.DOTALL)
             self._regexes[key] = compiled
         return compiled
+
+
+def _search_regex(patterns: tuple[PathPattern, ...]) -> re.Pattern[str]:
+    """Patterns that match at any depth, as one search: a run of whole components."""
+    bodies = [f"(?:{p.body})" for p in patterns if p.anchor == "anywhere" and p.body]
+    if not bodies:
+        return re.compile("(?!)")
+    return re.compile("(?:^|/)(?:" + "|".join(bodies) + ")(?:/|$)", re.DOTALL)
 
 
 class _Roots:

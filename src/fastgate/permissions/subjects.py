@@ -10,8 +10,7 @@ import glob
 import itertools
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
@@ -26,8 +25,7 @@ _MAX_GLOB_MATCHES = 256
 _GLOB_CHARS = frozenset("*?[")
 
 
-@dataclass(frozen=True, slots=True)
-class ResolvedPath:
+class ResolvedPath(NamedTuple):
     given: str
     lexical: str  # absolute, ``..`` collapsed, symlinks not followed
     canonical: str  # symlinks followed
@@ -39,8 +37,7 @@ class ResolvedPath:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Subject:
+class Subject(NamedTuple):
     kind: SubjectKind
     key: str  # the normalized key of the permission signature
     command: CommandAnalysis | None = None
