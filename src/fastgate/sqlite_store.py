@@ -268,7 +268,14 @@ class _Writer:
                         batch.append(self.jobs.get_nowait())
                     except queue.Empty:
                         break
-            stop = self.process(batch)
+            try:
+                stop = self.process(batch)
+            except Exception as exc:  # a bug here must never leave callers waiting forever
+                self.deliver(
+                    (future, loop, None, _store_error(self.path, exc, "internal error"))
+                    for _, _, future, loop in batch
+                    if future is not None and loop is not None
+                )
         self.shut_down(stop)
 
     def process(self, batch: list[_Job]) -> _Job | None:
