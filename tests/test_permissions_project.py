@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from fastgate import (
     ApprovalStore,
@@ -222,3 +225,25 @@ def test_audit_types() -> None:
     sink.record(event)
     assert sink.events == [event]
     assert not isinstance(object(), AuditSink)
+
+
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.lists(
+        st.text(alphabet="ab ()'\"$*;&|<>\\`~#=-_.\t", min_size=1, max_size=8),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_project_rule_round_trips_any_words(tmp_path: Path, words: list[str]) -> None:
+    root = tmp_path / str(abs(hash(tuple(words))))
+    root.mkdir(exist_ok=True)
+    command = "prog " + " ".join(shlex.quote(w) for w in words)
+    ctx = context(root)
+    written = new_resolver().record_project_approval(BASH, {"command": command}, ctx)
+    assert written.startswith("Bash(prog")
+    assert new_resolver().decide(BASH, {"command": command}, ctx).decision is Decision.ALLOW
+    other = new_resolver().decide(BASH, {"command": command + " extra"}, ctx)
+    assert other.decision is Decision.ASK

@@ -421,3 +421,18 @@ def test_signature_of_plain_tools_covers_the_arguments(tmp_path: Path) -> None:
     two = resolve(NOOP, {"b": "2", "a": "1"}, tmp_path)
     three = resolve(NOOP, {"a": "1", "b": "3"}, tmp_path)
     assert one.signature == two.signature != three.signature
+
+
+def test_sensitive_match_for_search_results(tmp_path: Path) -> None:
+    (tmp_path / "link").symlink_to(tmp_path / ".env")
+    resolver = PermissionResolver(PermissionConfig(), PermissionMode.YOLO, ApprovalStore())
+    assert resolver.sensitive_match("link", str(tmp_path)) == str(tmp_path / ".env")
+    assert resolver.sensitive_match("sub/key.pem", str(tmp_path)) is not None
+    assert resolver.sensitive_match("README.md", str(tmp_path)) is None
+
+
+def test_declared_path_arguments_of_command_tools_are_checked(tmp_path: Path) -> None:
+    tool = make_tool("Sh", ToolKind.EXECUTE, ("command", "cwd"), path_args=("cwd",))
+    args = {"command": "ls", "cwd": str(tmp_path / ".ssh")}
+    result = resolve(tool, args, tmp_path, mode=PermissionMode.YOLO)
+    assert result.decision is Decision.ASK and result.sensitive

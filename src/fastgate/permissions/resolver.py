@@ -46,6 +46,7 @@ from fastgate.permissions.subjects import (
     key_subject,
     none_subject,
     path_subject,
+    resolve_path,
 )
 from fastgate.tools import ToolDefinition
 
@@ -216,6 +217,12 @@ class PermissionResolver:
         append_rules(root, "allow", new_rules)
         return ", ".join(new_rules)
 
+    def sensitive_match(self, path: str, workspace_root: str) -> str | None:
+        """The canonical form of ``path`` when it is sensitive, else None. For tools that must
+        filter what they return (search results listing ``.env``, ...)."""
+        resolved = resolve_path(path, workspace_root)
+        return self._sensitive_path(Subject("paths", "", paths=(resolved,)), workspace_root)
+
     # -- helpers -------------------------------------------------------------------------------
 
     def _rules_for(self, name: str, root: str) -> ToolRules:
@@ -239,6 +246,9 @@ class PermissionResolver:
                 return Subject(
                     "command", analysis.normalized, analysis, invalid="too many words to check"
                 )
+            declared = path_subject(tool, args, root)  # e.g. a ``cwd`` path argument
+            if declared is not None:
+                paths += declared.paths
             return Subject("command", analysis.normalized, analysis, paths)
         found = path_subject(tool, args, root)
         if found is not None:
