@@ -11,6 +11,10 @@ import threading
 from collections.abc import Callable
 from typing import Any, final
 
+# One lock for every token: the critical sections are a few list operations, and a token per
+# tool call must stay cheap to create (sync tools cancel and poll from worker threads).
+_LOCK = threading.Lock()
+
 
 @final
 class CallbackHandle:
@@ -32,14 +36,13 @@ class CallbackHandle:
 class CancelToken:
     """``cancel(reason)``, ``cancelled``, ``reason``, ``await wait()``, ``add_callback(fn)``."""
 
-    __slots__ = ("_callbacks", "_cancelled", "_links", "_lock", "_reason")
+    __slots__ = ("_callbacks", "_cancelled", "_links", "_reason")
 
     def __init__(self) -> None:
         self._cancelled = False
         self._reason: object = None
         self._callbacks: list[CallbackHandle] = []
         self._links: list[CallbackHandle] = []  # subscriptions of a fused token (see any)
-        self._lock = threading.Lock()
 
     @property
     def cancelled(self) -> bool:
@@ -52,7 +55,7 @@ class CancelToken:
     def cancel(self, reason: object = None) -> bool:
         """Cancel once; later calls change nothing and return False. Callbacks run now, in order;
         one that raises does not stop the others (the first error is re-raised at the end)."""
-        with self._lock:
+        with _LOCK:
             if self._cancelled:
                 return False
             self._cancelled = True
@@ -71,7 +74,7 @@ class CancelToken:
     def add_callback(self, fn: Callable[[CancelToken], Any]) -> CallbackHandle:
         """Call ``fn(token)`` on cancellation (at once if already cancelled)."""
         handle = CallbackHandle(self, fn)
-        with self._lock:
+        with _LOCK:
             if not self._cancelled:
                 self._callbacks.append(handle)
                 return handle
@@ -79,7 +82,7 @@ class CancelToken:
         return handle
 
     def _remove(self, handle: CallbackHandle) -> None:
-        with self._lock:
+        with _LOCK:
             if handle in self._callbacks:
                 self._callbacks.remove(handle)
 

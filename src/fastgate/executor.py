@@ -14,7 +14,6 @@ import logging
 import os
 import time
 import uuid
-import weakref
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -64,6 +63,7 @@ log = logging.getLogger("fastgate.executor")
 TURN_LIMIT = 64
 _TRACKED_TURNS = 4096  # turns whose call counts are remembered (oldest forgotten first)
 _RUN_ID = uuid.uuid4().hex[:8]
+_CACHE_LIMIT = 1024  # entries of the per-executor caches before they are cleared
 
 
 class _Call:
@@ -160,10 +160,10 @@ class ToolExecutor:
         self._turns: OrderedDict[str, int] = OrderedDict()
         self._result_observers: list[Callable[[ToolResult], Any]] = []
         self._file_observers: list[Callable[[tuple[str, ...]], Any]] = []
-        # Per definition: (is the body async, compiled output validator or None).
-        self._tool_info: weakref.WeakKeyDictionary[ToolDefinition, tuple[bool, Any]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # Per definition, by id (checked): (definition, is the body async, output validator).
+        self._tool_info: dict[int, tuple[ToolDefinition, bool, Any]] = {}
+        # Per caller context, by id (checked): the context merged with context_defaults.
+        self._merged: dict[int, tuple[ExecutionContext, ExecutionContext]] = {}
         self._background: set[asyncio.Future[None]] = set()
         self._disposed = False
 
@@ -184,7 +184,7 @@ class ToolExecutor:
             ctx = ExecutionContext()
         elif not isinstance(ctx, ExecutionContext):
             raise TypeError(f"ctx: expected an ExecutionContext, got {type(ctx).__name__}")
-        call = _Call(f"{_RUN_ID}-{next(self._ids)}", name, call_id, ctx.merged(self._defaults))
+        call = _Call(f"{_RUN_ID}-{next(self._ids)}", name, call_id, self._merge_defaults(ctx))
         try:
             result = await self._pipeline(call, args)
         except asyncio.CancelledError:
@@ -329,15 +329,9 @@ class ToolExecutor:
                 )
                 hook_decision, hook_reason = outcome.decision, outcome.reason
                 call.additional_context.extend(outcome.additional_context)
-                if outcome.updated_args is not None:
-                    try:
-                        args = call.args = freeze(outcome.updated_args)
-                    except NotJSON as exc:
-                        return self._finalize(
-                            call,
-                            ErrorCode.INVALID_ARGS,
-                            f"A hook rewrote the arguments into non-JSON: {exc}.",
-                        )
+                # A hook's DENY stands whatever it rewrote; otherwise rebuild the invocation.
+                if outcome.updated_args is not None and hook_decision is not Decision.DENY:
+                    args = call.args = outcome.updated_args  # already a frozen snapshot
                     refusal = self._validate(call, tool, args) or self._check_paths(
                         call, tool, args
                     )
@@ -612,7 +606,7 @@ class ToolExecutor:
                 return self._finalize(
                     call, ErrorCode.BLOCKED_BY_HOOK, post.block, content=post.block
                 )
-            if post.value is not UNSET:
+            if post.value is not UNSET:  # a new value: checked and rendered again
                 value = post.value
                 refusal = self._check_output(call, tool, value)
                 if refusal is not None:
@@ -621,7 +615,7 @@ class ToolExecutor:
                     content = render(tool, value, self._max_content_chars)
                 except RenderError as exc:
                     return self._finalize(call, ErrorCode.OUTPUT_INVALID, str(exc))
-            elif post.content is not UNSET:
+            if post.content is not UNSET:  # new content (after a new value, it wins)
                 content = post.content
         # 14. file-change observers (the LSP seam) for calls that may have written files.
         if call.lock_keys and self._file_observers and not tool.concurrency_safe(args):
@@ -743,11 +737,24 @@ class ToolExecutor:
 
     def _info(self, tool: ToolDefinition) -> tuple[bool, Any]:
         """(is the body async, compiled output validator or None), cached per definition."""
-        info = self._tool_info.get(tool)
-        if info is None:
+        info = self._tool_info.get(id(tool))
+        if info is None or info[0] is not tool:
+            if len(self._tool_info) >= _CACHE_LIMIT:
+                self._tool_info.clear()
             checker = compile_schema(tool.output.schema) if tool.output.schema is not None else None
-            info = self._tool_info[tool] = (is_async_tool(tool), checker)
-        return info
+            info = self._tool_info[id(tool)] = (tool, is_async_tool(tool), checker)
+        return info[1], info[2]
+
+    def _merge_defaults(self, ctx: ExecutionContext) -> ExecutionContext:
+        """``ctx`` with ``context_defaults`` filled in; cached, since callers reuse contexts."""
+        cached = self._merged.get(id(ctx))
+        if cached is not None and cached[0] is ctx:
+            return cached[1]
+        if len(self._merged) >= _CACHE_LIMIT:
+            self._merged.clear()
+        merged = ctx.merged(self._defaults)
+        self._merged[id(ctx)] = (ctx, merged)
+        return merged
 
     def _admit_turn(self, turn_id: str | None) -> bool:
         if turn_id is None:

@@ -61,6 +61,7 @@ class FrozenList(list[Any]):
 
 
 _SCALARS = (str, int, float, bool, type(None))
+MAX_VALUES = 1_000_000  # arguments beyond this are refused: far past any real tool call
 
 
 class NotJSON(TypeError):
@@ -94,7 +95,11 @@ def _convert(value: Any, make_dict: type, make_list: type) -> Any:
     root: list[Any] = [None]
     stack: list[tuple[Any, list[Any], int]] = [(value, root, 0)]
     found: list[tuple[list[Any], list[str] | None, list[Any], int]] = []
+    budget = MAX_VALUES
     while stack:
+        budget -= 1
+        if budget < 0:
+            raise NotJSON(f"more than {MAX_VALUES:,} values (or a value that contains itself)")
         source, into, index = stack.pop()
         if isinstance(source, _SCALARS):
             into[index] = source

@@ -9,7 +9,6 @@ or the consumer stops iterating). Reports may come from worker threads.
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import deque
 from collections.abc import AsyncIterator
 from typing import Any
@@ -45,54 +44,55 @@ class _Subscriber:
 
 
 class ProgressHub:
-    __slots__ = ("_buffers", "_closed", "_lock", "_subscribers")
+    """Buffers are made on the first report, so a call that reports nothing costs two set
+    operations. Reports may come from worker threads: every structure here is changed by single
+    dict/set/list operations (atomic under the GIL), and subscribers are notified on their loop."""
+
+    __slots__ = ("_buffers", "_closed", "_running", "_subscribers")
 
     def __init__(self) -> None:
+        self._running: set[str] = set()
         self._buffers: dict[str, deque[ProgressEvent]] = {}
         self._subscribers: list[_Subscriber] = []
-        self._lock = threading.Lock()
         self._closed = False
 
     def start(self, execution_id: str) -> None:
-        with self._lock:
-            self._buffers[execution_id] = deque(maxlen=QUEUE_LIMIT)
+        self._running.add(execution_id)
 
     def report(self, execution_id: str, tool_name: str, data: Any) -> None:
+        if execution_id not in self._running:
+            return  # the execution already ended
         event = ProgressEvent(execution_id, tool_name, data)
-        with self._lock:
-            buffer = self._buffers.get(execution_id)
-            if buffer is None:
-                return  # the execution already ended
-            buffer.append(event)
-            targets = [s for s in self._subscribers if s.execution_id in (None, execution_id)]
-        for subscriber in targets:
-            _call_on(subscriber.loop, subscriber.push, event)
+        buffer = self._buffers.get(execution_id)
+        if buffer is None:
+            buffer = self._buffers.setdefault(execution_id, deque(maxlen=QUEUE_LIMIT))
+        buffer.append(event)
+        for subscriber in tuple(self._subscribers):
+            if subscriber.execution_id in (None, execution_id):
+                _call_on(subscriber.loop, subscriber.push, event)
 
     def finish(self, execution_id: str) -> None:
-        with self._lock:
-            self._buffers.pop(execution_id, None)
-            targets = [s for s in self._subscribers if s.execution_id == execution_id]
-        for subscriber in targets:
-            _call_on(subscriber.loop, subscriber.close)
+        self._running.discard(execution_id)
+        self._buffers.pop(execution_id, None)
+        if self._subscribers:
+            for subscriber in tuple(self._subscribers):
+                if subscriber.execution_id == execution_id:
+                    _call_on(subscriber.loop, subscriber.close)
 
     def close(self) -> None:
-        with self._lock:
-            self._closed = True
-            targets = list(self._subscribers)
-        for subscriber in targets:
+        self._closed = True
+        for subscriber in tuple(self._subscribers):
             _call_on(subscriber.loop, subscriber.close)
 
     async def subscribe(self, execution_id: str | None) -> AsyncIterator[ProgressEvent]:
         subscriber = _Subscriber(execution_id, asyncio.get_running_loop())
-        with self._lock:
-            if execution_id is not None:
-                buffered = self._buffers.get(execution_id)
-                if buffered is None:
-                    return  # unknown or already finished: nothing to report
-                subscriber.queue.extend(buffered)
-            if self._closed:
-                return
-            self._subscribers.append(subscriber)
+        if execution_id is not None:
+            if execution_id not in self._running:
+                return  # unknown or already finished: nothing to report
+            subscriber.queue.extend(self._buffers.get(execution_id, ()))
+        if self._closed:
+            return
+        self._subscribers.append(subscriber)
         try:
             while True:
                 while subscriber.queue:
@@ -102,8 +102,7 @@ class ProgressHub:
                 subscriber.ready.clear()
                 await subscriber.ready.wait()
         finally:
-            with self._lock:
-                self._subscribers.remove(subscriber)
+            self._subscribers.remove(subscriber)
 
 
 def _call_on(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:

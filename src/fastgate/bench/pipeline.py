@@ -42,6 +42,14 @@ async def touch(file_path: str) -> str:
     return file_path
 
 
+async def run_concat(args: Any, ctx: Any) -> str:
+    return await concat(args["a"], args["b"])
+
+
+async def run_touch(args: Any, ctx: Any) -> str:
+    return await touch(args["file_path"])
+
+
 def _executor(workspace: str) -> ToolExecutor:
     registry = ToolRegistry()
     registry.register(
@@ -49,7 +57,7 @@ def _executor(workspace: str) -> ToolExecutor:
             "concat",
             "Join two strings.",
             schema.Object({"a": schema.String(), "b": schema.String()}, required=("a", "b")),
-            lambda args, ctx: concat(args["a"], args["b"]),
+            run_concat,
             kind=ToolKind.READ_ONLY,
             parallelism="shared",
             is_concurrency_safe=True,
@@ -60,7 +68,7 @@ def _executor(workspace: str) -> ToolExecutor:
             "touch",
             "Pretend to write a file.",
             schema.Object({"file_path": schema.String()}, required=("file_path",)),
-            lambda args, ctx: touch(args["file_path"]),
+            run_touch,
             kind=ToolKind.WRITE,
             parallelism="shared",
         )
