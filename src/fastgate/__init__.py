@@ -66,6 +66,7 @@ from fastgate.sqlite_store import StoreError as StoreError
 from fastgate.store import StoredCall as StoredCall
 from fastgate.store import ToolUseRecord as ToolUseRecord
 from fastgate.store import ToolUseStore as ToolUseStore
+from fastgate.streaming import StreamingToolExecutor as StreamingToolExecutor
 from fastgate.tools import Output as Output
 from fastgate.tools import ToolDefinition as ToolDefinition
 from fastgate.tools import define_tool as define_tool
@@ -119,6 +120,7 @@ __all__ = (
     "SqliteToolUseStore",
     "StoreError",
     "StoredCall",
+    "StreamingToolExecutor",
     "ToolCall",
     "ToolCallView",
     "ToolConcurrencyGate",

@@ -235,6 +235,30 @@ class ToolExecutor:
         """Call ``callback(paths)`` after a successful call that may have written ``paths``."""
         self._file_observers.append(callback)
 
+    def refuse(
+        self,
+        name: str,
+        code: ErrorCode,
+        message: str,
+        ctx: ExecutionContext | None = None,
+        *,
+        call_id: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> ToolResult:
+        """The result of a call that will not run at all (recorded in history, observers told).
+
+        For callers that decide before ``execute`` (e.g. a streaming batch whose record could not
+        be saved): the result still has an execution id and goes through stage 15.
+        """
+        call = _Call(
+            f"{_RUN_ID}-{next(self._ids)}",
+            name,
+            call_id,
+            self._merge_defaults(ctx or ExecutionContext()),
+        )
+        call.aborted_before_launch = True
+        return self._finalize(call, code, message, details=details)
+
     def classify(self, name: str, args: Any, ctx: ExecutionContext | None = None) -> str:
         """``"shared"`` or ``"exclusive"`` for this call now (unknown tools are exclusive)."""
         scope = (ctx or ExecutionContext()).merged(self._defaults).agent_scope
