@@ -39,6 +39,8 @@ cdef class Node:
     cdef public dict properties
     cdef public tuple required
     cdef public dict prop_table
+    cdef public tuple prop_names
+    cdef public tuple prop_slots
     cdef public tuple required_declared
     cdef public tuple required_undeclared
     cdef public Node additional
@@ -59,6 +61,18 @@ cdef class Node:
     cdef public object disc_key
     cdef public dict disc_map
     cdef public bint disc_required
+
+
+@cython.final
+@cython.no_gc
+@cython.freelist(64)
+cdef class Loc:
+    cdef public Loc parent
+    cdef public object key
+
+
+@cython.locals(loc=Loc)
+cdef Loc _new_loc(Loc parent, object key)
 
 
 @cython.final
@@ -103,7 +117,7 @@ cdef str _json_string(str text)
 cdef str _scalar_token(object item, int kind)
 cdef bint _is_multiple(object value, object divisor) except -1
 @cython.locals(keys=list)
-cpdef tuple materialize(object loc)
+cpdef tuple materialize(Loc loc)
 @cython.locals(index=Py_ssize_t, text=str)
 cpdef str field_name(tuple path)
 cdef dict _SEGMENTS
@@ -125,8 +139,8 @@ cdef str _expected_types(Node node)
 cdef int add_issue(Sink sink, object loc, str keyword, str text) except -1
 @cython.locals(path=tuple, issue=ValidationIssue)
 cdef int _add(Sink sink, object parent, object key, str keyword, str text) except -1
-@cython.locals(keys=list)
-cdef tuple _path_to(object parent, object key)
+@cython.locals(keys=list, loc=Loc)
+cdef tuple _path_to(Loc parent, object key)
 cdef int _fail(Sink sink, object parent, object key, str keyword, Node node, object value) except -1
 cdef str _explain(str keyword, Node node, object value)
 @cython.locals(checks=int, length=Py_ssize_t)
@@ -136,8 +150,9 @@ cpdef Sink run(Node root, object value, Py_ssize_t limit, bint silent)
 @cython.locals(kind=int, checks=int)
 cdef int _walk(Node node, object value, object parent, object key, Sink sink, list stack, int depth) except -1
 cdef int _visit(Node node, object value, object parent, object key, Sink sink, list stack, int depth) except -1
-@cython.locals(table=dict, additional=Node, child=Node, slot=tuple, found=Py_ssize_t, kind=int)
+@cython.locals(table=dict, additional=Node, child=Node, slot=tuple, found=Py_ssize_t, kind=int, names=tuple, slots=tuple, n_names=Py_ssize_t, guess=Py_ssize_t)
 cdef int _expand_object(Node node, object value, object loc, Sink sink, list stack, int depth) except -1
+cdef inline bint _same_key(str name, str declared)
 cdef int _report_missing(tuple names, object value, object loc, Sink sink) except -1
 cpdef void finish_node(Node node, int structural) except *
 @cython.locals(length=Py_ssize_t, prefix=list, n_prefix=Py_ssize_t, items=Node, index=Py_ssize_t, child=Node, kind=int)

@@ -140,8 +140,11 @@ class Node:
         self.const_value: Any = None
         self.properties: dict[str, Node] = {}
         self.required: tuple[str, ...] = ()
-        # Filled by ``finish_node``: name -> (child, required?), and ``required`` split in two.
-        self.prop_table: dict[str, tuple[Node, bool]] = {}
+        # Filled by ``finish_node``: name -> (child, required?, position), the names and slots
+        # in declaration order, and ``required`` split in two.
+        self.prop_table: dict[str, tuple[Node, bool, int]] = {}
+        self.prop_names: tuple[str, ...] = ()
+        self.prop_slots: tuple[tuple[Node, bool, int], ...] = ()
         self.required_declared: tuple[str, ...] = ()
         self.required_undeclared: tuple[str, ...] = ()
         self.additional: Node | None = None
@@ -170,10 +173,35 @@ def finish_node(node: Node, structural: int) -> None:
     node.leaf = not node.checks & structural
     node.expected = _expected_types(node) if node.type_names else "any value"
     node.prop_table = {
-        name: (child, name in node.required) for name, child in node.properties.items()
+        name: (child, name in node.required, index)
+        for index, (name, child) in enumerate(node.properties.items())
     }
+    node.prop_names = tuple(node.properties)
+    node.prop_slots = tuple(node.prop_table.values())
     node.required_declared = tuple([n for n in node.required if n in node.properties])
     node.required_undeclared = tuple([n for n in node.required if n not in node.properties])
+
+
+class Loc:
+    """One link of a location chain: the key of a value inside its parent (None is the root).
+
+    Locations are built only for containers that are walked into; leaf failures name their
+    key beside the parent's location. Links hold only keys and other links, so the compiled
+    build keeps them out of the cycle collector.
+    """
+
+    __slots__ = ("key", "parent")
+
+    def __init__(self, parent: Loc | None, key: Any) -> None:
+        self.parent = parent
+        self.key = key
+
+
+def _new_loc(parent: Loc | None, key: Any) -> Loc:
+    loc = Loc.__new__(Loc)
+    loc.parent = parent
+    loc.key = key
+    return loc
 
 
 class Sink:
@@ -345,15 +373,15 @@ def _is_multiple(value: Any, divisor: Any) -> bool:
 
 
 def materialize(loc: Any) -> tuple[str | int, ...]:
-    """The path tuple of a location chain ``(parent, key)`` (None is the root)."""
+    """The path tuple of a location chain of ``Loc`` links (None is the root)."""
     if loc is None:
         return ()
-    if loc[0] is None:
-        return (loc[1],)
+    if loc.parent is None:
+        return (loc.key,)
     keys: list[str | int] = []
     while loc is not None:
-        keys.append(loc[1])
-        loc = loc[0]
+        keys.append(loc.key)
+        loc = loc.parent
     keys.reverse()
     return tuple(keys)
 
@@ -481,8 +509,8 @@ def _path_to(parent: Any, key: Any) -> tuple[str | int, ...]:
     keys: list[str | int] = [key]
     loc = parent
     while loc is not None:
-        keys.append(loc[1])
-        loc = loc[0]
+        keys.append(loc.key)
+        loc = loc.parent
     keys.reverse()
     return tuple(keys)
 
@@ -613,7 +641,7 @@ def _walk(
             not (checks & _LOCAL_CHECKS or not kind & node.types)
             or check_local(node, value, kind, parent, key, sink)
         ) and not node.leaf:
-            loc = parent if key is _HERE else (parent, key)
+            loc = parent if key is _HERE else _new_loc(parent, key)
             if kind == K_OBJ and checks & C_OBJ:
                 _expand_object(node, value, loc, sink, stack, depth)
             elif kind == K_ARR and checks & C_ARR:
@@ -643,8 +671,21 @@ def _expand_object(
     # Required properties that are also declared are counted on the way through the value:
     # one dict lookup per key instead of an extra one per required name.
     found = 0
+    # Arguments usually list properties in the schema's order: try the property after the last
+    # one matched with one string comparison before falling back to the dict lookup.
+    names = node.prop_names
+    slots = node.prop_slots
+    n_names = len(names)
+    guess = 0
+    slot: tuple[Node, bool, int] | None
     for name, item in value.items():
-        slot = table.get(name)
+        if guess < n_names and type(name) is str and _same_key(name, names[guess]):
+            slot = slots[guess]
+            guess += 1
+        else:
+            slot = table.get(name)
+            if slot is not None:
+                guess = slot[2] + 1
         if slot is None:
             if node.additional_false:
                 sink.count += 1
@@ -676,6 +717,10 @@ def _expand_object(
         _report_missing(node.required_declared, value, loc, sink)
     if node.required_undeclared:
         _report_missing(node.required_undeclared, value, loc, sink)
+
+
+def _same_key(name: str, declared: str) -> bool:
+    return name == declared
 
 
 def _report_missing(names: tuple[str, ...], value: Any, loc: Any, sink: Sink) -> None:
