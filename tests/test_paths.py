@@ -57,4 +57,17 @@ def test_fast_route_is_used_on_linux(tree: Path) -> None:
     if not paths._FAST:
         pytest.skip("no O_PATH or /proc on this platform")
     assert paths._via_proc(str(tree / "link")) == os.path.realpath(tree / "link")
-    assert paths._via_proc(str(tree / "missing")) is None
+    missing = tree / "d" / "missing.txt"
+    assert paths._via_proc(str(missing)) == os.path.realpath(missing)
+    assert paths._via_proc(str(tree / "dangling")) is None  # a dangling link: realpath decides
+
+
+def test_consistent_paths_memoizes_within_the_block_only(tree: Path) -> None:
+    link = tree / "switch"
+    link.symlink_to(tree / "d")
+    with paths.consistent_paths():
+        first = canonical_path(str(link))
+        link.unlink()
+        link.symlink_to(tree / "d" / "e")
+        assert canonical_path(str(link)) == first  # one answer for the whole call
+    assert canonical_path(str(link)) == os.path.realpath(link)  # nothing kept afterwards

@@ -41,6 +41,7 @@ from fastgate.hooks import (
 )
 from fastgate.invocation import ABORTED, ERROR, FAILURE, TIMEOUT, Outcome, invoke, is_async_tool
 from fastgate.locks import FileLockManager, default_lock_manager, lock_key
+from fastgate.paths import consistent_paths
 from fastgate.permissions import (
     AuditEvent,
     AuditSink,
@@ -331,72 +332,78 @@ class ToolExecutor:
             except GateClosed:
                 return self._finalize(call, ErrorCode.DISPOSED, "this executor has been disposed")
 
-            # 5. worktree isolation: every path argument must stay inside the allowed roots.
-            refusal = self._check_paths(call, tool, args)
-            if refusal is not None:
-                return refusal
+            # Stages 5 to 10 resolve each path once, so the worktree check, the rules and the
+            # lock keys agree (no window between them), and nothing is cached beyond the call.
+            with consistent_paths():
+                # 5. worktree isolation: every path argument must stay inside the allowed roots.
+                refusal = self._check_paths(call, tool, args)
+                if refusal is not None:
+                    return refusal
 
-            # 6. rule permission: rules, mode, session approvals, sensitive paths.
-            rule = self._resolver.decide(tool, args, ctx)
+                # 6. rule permission: rules, mode, session approvals, sensitive paths.
+                rule = self._resolver.decide(tool, args, ctx)
 
-            # 7. PreToolUse hooks; rewritten arguments are validated and checked all over again,
-            #    and the rule decision becomes the stricter of old and new (a deny stands).
-            hook_decision: Decision | None = None
-            hook_reason: str | None = None
-            if self.hooks.has_pre(tool.name):
-                outcome = (
-                    await until_cancelled(
-                        run_pre_tool_use(self.hooks, PreToolUseEvent(tool.name, args, ctx)), cancel
+                # 7. PreToolUse hooks; rewritten arguments are validated and checked all over again,
+                #    and the rule decision becomes the stricter of old and new (a deny stands).
+                hook_decision: Decision | None = None
+                hook_reason: str | None = None
+                if self.hooks.has_pre(tool.name):
+                    outcome = (
+                        await until_cancelled(
+                            run_pre_tool_use(self.hooks, PreToolUseEvent(tool.name, args, ctx)),
+                            cancel,
+                        )
+                        if cancel is not None
+                        else await run_pre_tool_use(
+                            self.hooks, PreToolUseEvent(tool.name, args, ctx)
+                        )
                     )
-                    if cancel is not None
-                    else await run_pre_tool_use(self.hooks, PreToolUseEvent(tool.name, args, ctx))
-                )
-                hook_decision, hook_reason = outcome.decision, outcome.reason
-                call.additional_context.extend(outcome.additional_context)
-                # A hook's DENY stands whatever it rewrote; otherwise rebuild the invocation.
-                if outcome.updated_args is not None and hook_decision is not Decision.DENY:
-                    args = call.args = outcome.updated_args  # already a frozen snapshot
-                    refusal = self._validate(call, tool, args) or self._check_paths(
-                        call, tool, args
-                    )
-                    if refusal is not None:
-                        return refusal
-                    rewritten = self._resolver.decide(tool, args, ctx)
-                    if rewritten.decision.strictness > rule.decision.strictness:
-                        rule = rewritten
+                    hook_decision, hook_reason = outcome.decision, outcome.reason
+                    call.additional_context.extend(outcome.additional_context)
+                    # A hook's DENY stands whatever it rewrote; otherwise rebuild the invocation.
+                    if outcome.updated_args is not None and hook_decision is not Decision.DENY:
+                        args = call.args = outcome.updated_args  # already a frozen snapshot
+                        refusal = self._validate(call, tool, args) or self._check_paths(
+                            call, tool, args
+                        )
+                        if refusal is not None:
+                            return refusal
+                        rewritten = self._resolver.decide(tool, args, ctx)
+                        if rewritten.decision.strictness > rule.decision.strictness:
+                            rule = rewritten
 
-            # 8. decision merge: the strictest of rule and hook; a hook tightens, never loosens.
-            decision, source, reason = _merge(rule, hook_decision, hook_reason)
-            call.decision_source = source
-            self._audit_decision(call, decision, source, reason, rule.signature)
-            if decision is Decision.DENY:
-                return self._finalize(
-                    call,
-                    ErrorCode.PERMISSION_DENIED,
-                    f"Not permitted: {reason}",
-                    details={"source": source},
-                )
-
-            # 9. guards: deny-only owner policy, order-free.
-            if self.guards:
-                reason_denied = run_guards(self.guards, ToolCallView(tool.name, args, ctx))
-                if reason_denied is not None:
-                    call.decision_source = DecisionSource.GUARD
-                    self._audit_decision(
-                        call, Decision.DENY, DecisionSource.GUARD, reason_denied, rule.signature
-                    )
+                # 8. decision merge: the strictest of rule and hook; a hook tightens, never loosens.
+                decision, source, reason = _merge(rule, hook_decision, hook_reason)
+                call.decision_source = source
+                self._audit_decision(call, decision, source, reason, rule.signature)
+                if decision is Decision.DENY:
                     return self._finalize(
                         call,
                         ErrorCode.PERMISSION_DENIED,
-                        f"Not permitted: {reason_denied}",
-                        details={"source": DecisionSource.GUARD},
+                        f"Not permitted: {reason}",
+                        details={"source": source},
                     )
 
-            # 10. approval, when the merged decision is ASK.
-            if decision is Decision.ASK:
-                refusal = await self._approve(call, tool, args, rule, reason)
-                if refusal is not None:
-                    return refusal
+                # 9. guards: deny-only owner policy, order-free.
+                if self.guards:
+                    reason_denied = run_guards(self.guards, ToolCallView(tool.name, args, ctx))
+                    if reason_denied is not None:
+                        call.decision_source = DecisionSource.GUARD
+                        self._audit_decision(
+                            call, Decision.DENY, DecisionSource.GUARD, reason_denied, rule.signature
+                        )
+                        return self._finalize(
+                            call,
+                            ErrorCode.PERMISSION_DENIED,
+                            f"Not permitted: {reason_denied}",
+                            details={"source": DecisionSource.GUARD},
+                        )
+
+                # 10. approval, when the merged decision is ASK.
+                if decision is Decision.ASK:
+                    refusal = await self._approve(call, tool, args, rule, reason)
+                    if refusal is not None:
+                        return refusal
 
             # 11. admission: a scheduler slot, then the file locks of a non-concurrency-safe tool.
             if cancel is not None and cancel.cancelled:

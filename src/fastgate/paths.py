@@ -3,22 +3,34 @@
 ``os.path.realpath`` walks the path one component at a time in Python (an ``lstat`` each). For a
 path that exists, Linux can answer in three system calls: open it with ``O_PATH`` (no I/O, no
 permission on the file itself needed, nothing triggered on FIFOs or devices) and read the
-kernel's own name for the descriptor from ``/proc/self/fd``. Anything unusual (a missing file, a
-symlink loop, a name too long, no ``/proc``) falls back to ``realpath``, which is always right.
+kernel's own name for the descriptor from ``/proc/self/fd``. A file that does not exist yet
+(the common case for a write) is its existing parent's canonical path plus its name, once an
+``lstat`` has shown the name is not a dangling symlink. Anything unusual (a loop, a name too
+long, no ``/proc``) falls back to ``realpath``, which is always right.
+
+``consistent_paths()`` memoizes answers for the duration of one call's checks, so the worktree
+check, the permission rules and the lock keys all see the same resolution of a path (and pay
+for it once), while nothing is cached across calls.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 _O_PATH = getattr(os, "O_PATH", 0)
 _FAST = bool(_O_PATH) and os.path.isdir("/proc/self/fd")
 _FLAGS = _O_PATH | os.O_CLOEXEC
+_memo: ContextVar[dict[str, str] | None] = ContextVar("fastgate_path_memo", default=None)
 
 
 def _via_proc(path: str) -> str | None:
     try:
         fd = os.open(path, _FLAGS)
+    except FileNotFoundError:
+        return _missing_leaf(path)
     except OSError:
         return None
     try:
@@ -33,10 +45,45 @@ def _via_proc(path: str) -> str | None:
     return resolved
 
 
+def _missing_leaf(path: str) -> str | None:
+    """``path`` whose last component does not exist: its parent's canonical path plus the name."""
+    parent, name = os.path.split(path.rstrip("/") or "/")
+    if name in ("", ".", "..") or path.endswith("/"):
+        return None
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    else:
+        return None  # it exists after all: a dangling symlink, or a race; let realpath decide
+    resolved_parent = _via_proc(parent or ".") if parent != path else None
+    if resolved_parent is None:
+        return None
+    return os.path.join(resolved_parent, name)
+
+
 def canonical_path(path: str) -> str:
     """The canonical form of ``path`` (which must be a non-empty str without NUL bytes)."""
-    if _FAST:
-        resolved = _via_proc(path)
-        if resolved is not None:
-            return resolved
-    return os.path.realpath(path)
+    memo = _memo.get()
+    if memo is not None:
+        known = memo.get(path)
+        if known is not None:
+            return known
+    resolved = _via_proc(path) if _FAST else None
+    if resolved is None:
+        resolved = os.path.realpath(path)
+    if memo is not None:
+        memo[path] = resolved
+    return resolved
+
+
+@contextmanager
+def consistent_paths() -> Iterator[None]:
+    """Within this block (and this task), each path is resolved once and then remembered."""
+    token = _memo.set({})
+    try:
+        yield
+    finally:
+        _memo.reset(token)
