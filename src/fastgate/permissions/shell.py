@@ -332,9 +332,8 @@ class _Lexer:
         s, start = self.s, self.i
         if s[start] == "`":
             self._backticks()
-        elif s.startswith("$((", start):
-            self.i = _matching_close(s, start + 3, "(", ")", 2, "arithmetic expansion")
-            _Lexer(s[start + 3 : self.i - 2], self.out, self.depth + 1).scan_expansions()
+        elif s.startswith("$((", start) and (end := _arithmetic_end(s, start + 3)) is not None:
+            self.i = end
         elif s.startswith("$(", start):
             self.i = start + 2
             inner = _Lexer(s, self.out, self.depth + 1)
@@ -342,8 +341,7 @@ class _Lexer:
             inner.parse_list(")")
             self.i = inner.i
         elif s.startswith("${", start):
-            self.i = _matching_close(s, start + 2, "{", "}", 1, "parameter expansion")
-            _Lexer(s[start + 2 : self.i - 1], self.out, self.depth + 1).scan_expansions()
+            self.i = self._brace_end(start + 2)
         else:
             m = _NAME.match(s, start + 1)
             if m is not None:
@@ -356,6 +354,40 @@ class _Lexer:
                 return False
         value.append(s[start : self.i])
         return True
+
+    def _brace_end(self, i: int) -> int:
+        """Index just past the ``}`` closing a ``${``, skipping quotes and nested expansions
+        (whose commands are recorded)."""
+        s = self.s
+        depth = 1
+        while i < len(s):
+            c = s[i]
+            if c == "\\":
+                i += 2
+            elif c == "'":
+                end = s.find("'", i + 1)
+                if end < 0:
+                    raise ShellSyntaxError("unterminated single quote in ${...}")
+                # Within "..." these quotes are literal and "$(...)" inside them runs.
+                _Lexer(s[i + 1 : end], self.out, self.depth + 1).scan_expansions()
+                i = end + 1
+            elif c == '"':
+                self.i = i
+                self._double_quoted([])
+                i = self.i
+            elif c == "$" or c == "`":
+                self.i = i
+                self._expansion([])
+                i = self.i
+            else:
+                i += 1
+                if c == "{":
+                    depth += 1
+                elif c == "}":
+                    depth -= 1
+                    if depth == 0:
+                        return i
+        raise ShellSyntaxError("unterminated ${...}")
 
     def _backticks(self) -> None:
         s = self.s
@@ -460,21 +492,27 @@ def _ansi_escape(s: str, i: int, out: list[str]) -> int:
     return i + 1
 
 
-def _matching_close(s: str, i: int, opener: str, closer: str, depth: int, what: str) -> int:
-    """Index just past the ``closer`` that brings ``depth`` open brackets back to zero."""
+_ARITHMETIC_STOP = frozenset("'\"`#;\n\\{}")
+
+
+def _arithmetic_end(s: str, i: int) -> int | None:
+    """End of ``$((...))`` when it is plain arithmetic. Bash reads ``$((`` as arithmetic only
+    if it closes with ``))``; otherwise as a command substitution starting with a subshell. We
+    answer "arithmetic" only for simple contents (no quotes, substitutions, comments or
+    separators), so anything unusual is parsed as commands: strictly more is checked."""
+    depth = 2
     while i < len(s):
         c = s[i]
-        if c == "\\":
-            i += 2
-            continue
+        if c in _ARITHMETIC_STOP or (c == "$" and s.startswith(("$(", "${"), i)):
+            return None
         i += 1
-        if c == opener:
+        if c == "(":
             depth += 1
-        elif c == closer:
+        elif c == ")":
             depth -= 1
-            if depth == 0:
-                return i
-    raise ShellSyntaxError(f"unterminated {what}")
+            if depth == 1:
+                return i + 1 if s.startswith(")", i) else None
+    return None
 
 
 def _is_assignment(word: Word) -> bool:
