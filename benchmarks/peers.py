@@ -127,7 +127,7 @@ def fastgate_path() -> Path:
 
     async def outcome(arguments: dict[str, Any]) -> Outcome:
         result = await executor.execute("concat", arguments, ctx)
-        if result.ok:
+        if result.ok or result.error is None:
             return True, str(result.value if result.value is not None else result.content)
         return False, f"{result.error.code}: {result.error.message}"
 

@@ -253,3 +253,77 @@ async def test_progress_is_bounded_and_streamed() -> None:
     await task
     await consumer
     assert len(received) == 257 and received[0] == 44 and received[-1] == "last"
+
+
+async def test_cancel_while_waiting_at_any_pre_launch_stage_is_aborted_before_dispatch(
+    tmp_path: Any,
+) -> None:
+    """Gate queue, approval prompt, file lock: a cancel there runs nothing and holds nothing."""
+    from fastgate import ApprovalResponse, PermissionConfig, schema
+
+    ran: list[str] = []
+    hold = asyncio.Event()
+    path_args = schema.Object({"file_path": schema.String()}, required=("file_path",))
+
+    async def blocker(args: Any, ctx: Any) -> str:
+        await hold.wait()
+        return "done"
+
+    async def body(args: Any, ctx: Any) -> str:
+        ran.append("body")
+        return "x"
+
+    prompt_open = asyncio.Event()
+
+    async def slow_approver(request: Any) -> ApprovalResponse:
+        prompt_open.set()
+        await asyncio.sleep(30)
+        return ApprovalResponse(True)
+
+    ex = executor(
+        tool("hold_exclusive", blocker, NOTHING),  # exclusive: later calls queue at the gate
+        tool("write_a", blocker, path_args, kind=ToolKind.WRITE),
+        tool("write_b", body, path_args, kind=ToolKind.WRITE),
+        tool("ask", body, NOTHING, kind=ToolKind.EXECUTE, parallelism="shared"),
+        workspace=tmp_path,
+        permissions=PermissionConfig(allow=("write_a", "write_b")),
+    )
+
+    async def cancelled_at(name: str, args: Any, ready: Any) -> Any:
+        token = CancelToken()
+        call = asyncio.create_task(
+            ex.execute(name, args, ExecutionContext(cancel=token, approver=slow_approver))
+        )
+        await ready()
+        token.cancel("user stop")
+        return await call
+
+    async def settle() -> None:
+        for _ in range(20):
+            await asyncio.sleep(0)
+
+    # 1. queued at the gate behind an exclusive call
+    first = asyncio.create_task(ex.execute("hold_exclusive", {}))
+    await settle()
+    result = await cancelled_at("ask", {}, settle)
+    assert result.error is not None and result.error.code is ErrorCode.ABORTED_BEFORE_DISPATCH
+    hold.set()
+    await first
+    hold.clear()
+    # 2. waiting for the approver
+    result = await cancelled_at("ask", {}, prompt_open.wait)
+    assert result.error is not None and result.error.code is ErrorCode.ABORTED_BEFORE_DISPATCH
+    # 3. waiting for a file lock held by another call
+    writer = asyncio.create_task(ex.execute("write_a", {"file_path": "f.txt"}))
+    await settle()
+    result = await cancelled_at("write_b", {"file_path": "f.txt"}, settle)
+    assert result.error is not None and result.error.code is ErrorCode.ABORTED_BEFORE_DISPATCH
+    hold.set()
+    await writer
+    assert ran == []
+    assert all(
+        r.meta.aborted_before_launch
+        for r in ex.history()
+        if r.error and r.error.code is ErrorCode.ABORTED_BEFORE_DISPATCH
+    )
+    assert_idle(ex)
