@@ -105,7 +105,7 @@ def simple(draw: st.DrawFn, depth: int = 0) -> str:
     elif wrapper == 18 and depth < 2:
         command = f"true <<EOF\n$({draw(script(depth + 1))})\nEOF\n"
     elif wrapper == 19 and depth < 2:
-        command = f"true $(( ({draw(simple(depth + 1))}) ; {command})"
+        command = f"true $(( {draw(simple(depth + 1))} ) ; {command})"
     elif wrapper == 20 and depth < 2:
         command = "bash <<< " + shlex.quote(draw(script(depth + 1)))
     redirect = draw(st.sampled_from(["", " 2>/dev/null", " >/dev/null 2>&1", " # c"]))

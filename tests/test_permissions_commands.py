@@ -397,3 +397,14 @@ def test_random_compositions(
 def test_pathological_commands_finish_quickly(command: str, tmp_path: Path) -> None:
     deny = ("Bash(git push a b c d:*)", "Bash(rm:*)")
     assert decide(command, tmp_path, deny=deny) in (Decision.ASK, Decision.DENY, Decision.ALLOW)
+
+
+def test_subshell_followed_by_an_operator(tmp_path: Path) -> None:
+    assert decide("( ls ) && npm test", tmp_path) is Decision.ALLOW
+    assert decide("( ls ) | rm x", tmp_path) is Decision.DENY
+
+
+def test_heredoc_replaces_a_pipe_as_a_shells_input(tmp_path: Path) -> None:
+    assert decide("ls | bash <<'EOF'\nnpm test\nEOF", tmp_path) is Decision.ALLOW
+    assert decide("ls | bash <<'EOF'\nrm x\nEOF", tmp_path) is Decision.DENY
+    assert decide("ls | bash", tmp_path) is Decision.DENY

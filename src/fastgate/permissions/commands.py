@@ -440,8 +440,9 @@ def _nested_shell(
     if operands:
         return False
     # The script comes from standard input: only a heredoc or here-string we can read is known.
-    sources = [r for r in cmd.redirects if r.op in ("<<", "<<-", "<<<", "<")]
-    if cmd.piped_in or len(sources) != 1 or sources[0].op == "<":
+    # A heredoc or here-string replaces a pipe as standard input; a file or a pipe is unknown.
+    sources = [r for r in cmd.redirects if r.op in ("<<", "<<-", "<<<", "<", "<>", "<&")]
+    if len(sources) != 1 or sources[0].op not in ("<<", "<<-", "<<<"):
         return None
     source = sources[0]
     if source.body is not None:

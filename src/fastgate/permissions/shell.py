@@ -105,6 +105,7 @@ class _Lexer:
         s = self.s
         cmd = SimpleCommand()
         dangling: str | None = None  # an operator still waiting for its right-hand command
+        grouped = False
         while True:
             self._skip_blanks()
             if self.i >= len(s) or s[self.i] == end:
@@ -133,6 +134,7 @@ class _Lexer:
                 if dangling is not None:  # ``a &&<newline>b`` continues the list
                     continue
                 self._finish(cmd)
+                grouped = False
                 cmd = SimpleCommand()
                 self._read_heredoc_bodies()
                 self.canon.append(";")
@@ -141,9 +143,10 @@ class _Lexer:
             if op is not None:
                 if op == ";;":
                     raise ShellSyntaxError("';;' (case) is not supported")
-                if not (cmd.words or cmd.assignments or cmd.redirects) and op != ";":
+                if not (cmd.words or cmd.assignments or cmd.redirects or grouped) and op != ";":
                     raise ShellSyntaxError(f"{op!r} without a command before it")
                 self._finish(cmd)
+                grouped = False
                 cmd = SimpleCommand(piped_in=op in ("|", "|&"))
                 self.canon.append(op)
                 dangling = op if op in ("&&", "||", "|", "|&") else None
@@ -156,6 +159,7 @@ class _Lexer:
                 self.canon.append("(")
                 self.parse_list(")")
                 self.canon.append(")")
+                grouped = True  # ``( a ) | b``: the subshell is the left-hand command
                 continue
             if c == ")":
                 raise ShellSyntaxError("unbalanced ')'")
