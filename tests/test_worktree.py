@@ -2,14 +2,22 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fastgate import ToolKind, define_tool
-from fastgate.worktree import PATH_MAX, WorktreeViolation, check_worktree, is_within
+from fastgate import ToolKind, define_tool, worktree
+from fastgate.worktree import (
+    PATH_MAX,
+    WorktreeEscape,
+    WorktreeViolation,
+    check_worktree,
+    is_within,
+    open_beneath,
+)
 
 TOOL = define_tool(
     "Write",
@@ -179,3 +187,54 @@ def test_root_swapped_for_a_symlink_after_a_check(layout: tuple[Path, Path]) -> 
     violation = check("secret", ws)
     assert violation is not None
     assert violation.resolved == str(outside / "secret")
+
+
+def test_open_beneath_reads_and_creates_inside(layout: tuple[Path, Path]) -> None:
+    ws, _ = layout
+    fd = open_beneath("file", os.O_RDONLY, str(ws))
+    with os.fdopen(fd) as f:
+        assert f.read() == "x"
+    fd = open_beneath("sub/new.txt", os.O_WRONLY | os.O_CREAT, str(ws))
+    os.close(fd)
+    assert (ws / "sub" / "new.txt").exists()
+    (ws / "alias").symlink_to("sub")
+    os.close(open_beneath("alias/../sub/./new.txt", os.O_RDONLY, str(ws)))
+
+
+def test_directory_swapped_for_a_symlink_after_the_check(layout: tuple[Path, Path]) -> None:
+    ws, outside = layout
+    assert check("sub/planted", ws) is None  # the check passes...
+    (ws / "sub").rename(ws / "sub-old")
+    (ws / "sub").symlink_to(outside)  # ...then the directory becomes a symlink
+    with pytest.raises(WorktreeEscape) as info:
+        open_beneath("sub/planted", os.O_WRONLY | os.O_CREAT, str(ws))
+    assert info.value.violation.resolved == str(outside / "planted")
+    assert not (outside / "planted").exists()  # nothing was created outside
+
+
+def test_open_beneath_refuses_dangling_links_and_loops(layout: tuple[Path, Path]) -> None:
+    ws, outside = layout
+    (ws / "dangling").symlink_to(outside / "new")
+    with pytest.raises(WorktreeEscape):
+        open_beneath("dangling", os.O_WRONLY | os.O_CREAT, str(ws))
+    assert not (outside / "new").exists()
+    (ws / "loop").symlink_to("loop")
+    with pytest.raises(PermissionError):
+        open_beneath("loop", os.O_RDONLY, str(ws))
+    with pytest.raises(WorktreeEscape):
+        open_beneath("../outside/secret", os.O_RDONLY, str(ws))
+
+
+def test_last_component_is_opened_without_following(
+    layout: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A symlink swapped in after the walk looked at the name is not followed (O_NOFOLLOW)."""
+    ws, outside = layout
+    (ws / "swapped").symlink_to(outside / "secret")
+    # As if the symlink appeared after both the up-front check and the walk's look at it:
+    monkeypatch.setattr(worktree, "check_path", lambda *args: None)
+    monkeypatch.setattr(worktree, "_readlink_at", lambda name, dir_fd: None)
+    with pytest.raises(OSError) as info:
+        open_beneath("swapped", os.O_WRONLY, str(ws))
+    assert info.value.errno == errno.ELOOP
+    assert (outside / "secret").read_text() == "x"
