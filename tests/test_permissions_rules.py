@@ -436,3 +436,9 @@ def test_declared_path_arguments_of_command_tools_are_checked(tmp_path: Path) ->
     args = {"command": "ls", "cwd": str(tmp_path / ".ssh")}
     result = resolve(tool, args, tmp_path, mode=PermissionMode.YOLO)
     assert result.decision is Decision.ASK and result.sensitive
+
+
+def test_prefix_rule_on_a_path_tool_covers_the_path_and_below(tmp_path: Path) -> None:
+    deny = ["Read(./secrets:*)"]
+    assert resolve(READ, {"file_path": "secrets/a"}, tmp_path, deny=deny).decision is Decision.DENY
+    assert resolve(READ, {"file_path": "other"}, tmp_path, deny=deny).decision is Decision.ALLOW

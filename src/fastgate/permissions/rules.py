@@ -105,7 +105,8 @@ def _parse_rule(text: str, kind: RuleKind) -> Rule:
     if not body:
         raise ValueError("empty prefix before ':*'")
     tokens = _command_tokens(body)
-    path = None if prefix else _path_pattern(specifier)
+    # For path tools a prefix rule names the path and everything below it.
+    path = _path_pattern(body if prefix else specifier)
     return Rule(text, kind, name, body, prefix, tokens, path)
 
 
