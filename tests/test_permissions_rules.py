@@ -442,3 +442,15 @@ def test_prefix_rule_on_a_path_tool_covers_the_path_and_below(tmp_path: Path) ->
     deny = ["Read(./secrets:*)"]
     assert resolve(READ, {"file_path": "secrets/a"}, tmp_path, deny=deny).decision is Decision.DENY
     assert resolve(READ, {"file_path": "other"}, tmp_path, deny=deny).decision is Decision.ALLOW
+
+
+def test_unreadable_command_may_be_what_an_ask_rule_names(tmp_path: Path) -> None:
+    tool = make_tool("Sh", ToolKind.WRITE, ("command",))
+    mode = PermissionMode.ACCEPT_EDITS
+    ask = ["Sh(git push:*)"]
+    assert resolve(tool, {"command": "ls"}, tmp_path, mode=mode, ask=ask).decision is (
+        Decision.ALLOW
+    )
+    for command in ("git push 'x", "$X push", 'eval "$c"'):
+        result = resolve(tool, {"command": command}, tmp_path, mode=mode, ask=ask)
+        assert result.decision is Decision.ASK, command

@@ -149,6 +149,8 @@ class PermissionResolver:
             )
         sensitive_path = self._sensitive_path(subject, root)
         ask = self._first_match(rules.ask, subject, root)
+        if ask is None and unreadable:  # it may be what an ask rule names (fail closed)
+            ask = next((r for r in rules.ask if r.specifier is not None), None)
         if ask is not None and (self.mode is not PermissionMode.YOLO or sensitive_path):
             return RuleDecision(
                 Decision.ASK,
