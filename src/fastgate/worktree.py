@@ -87,7 +87,7 @@ def check_path(
         return refuse("the path is not encodable")
     if len(encoded) >= PATH_MAX:
         return refuse(f"the path is longer than PATH_MAX ({PATH_MAX} bytes)")
-    if any(len(part) > NAME_MAX for part in encoded.split(b"/")):
+    if len(encoded) > NAME_MAX and any(len(part) > NAME_MAX for part in encoded.split(b"/")):
         return refuse(f"a path component is longer than NAME_MAX ({NAME_MAX} bytes)")
     try:
         resolved = resolve(absolute)
@@ -109,6 +109,14 @@ def resolve(path: str) -> str:
     try:
         if not stat.S_ISLNK(os.lstat(fast).st_mode):
             return fast  # it exists and is not a symlink: the kernel resolved it
+    except FileNotFoundError:
+        # A file to be created: right when its directory exists (a dangling symlink or a loop
+        # on the way would have left a symlink or nothing there).
+        try:
+            if stat.S_ISDIR(os.lstat(os.path.dirname(fast)).st_mode):
+                return fast
+        except OSError:
+            pass
     except OSError:
         pass
     return _walk(path)
