@@ -65,6 +65,8 @@ def _program(draw: st.DrawFn) -> str:
 def simple(draw: st.DrawFn, depth: int = 0) -> str:
     words = [_program(draw), *draw(st.lists(st.sampled_from(["x", "-f", "'y z'"]), max_size=2))]
     command = " ".join(words)
+    if draw(st.booleans()):
+        command = draw(st.sampled_from(["X=1 ", "X=$(a) ", "Y='b c' "])) + command
     wrapper = draw(st.integers(0, 20))
     if wrapper == 1:
         command = "env X=1 " + command

@@ -183,6 +183,9 @@ class _Lexer:
     def _finish(self, cmd: SimpleCommand) -> None:
         while cmd.words and not cmd.words[0].dynamic and cmd.words[0].value in _LEADING_KEYWORDS:
             del cmd.words[0]
+            # After a keyword a new command starts: ``if X=1 rm x`` assigns, then runs rm.
+            while cmd.words and _is_assignment(cmd.words[0]):
+                cmd.assignments.append(cmd.words.pop(0))
         if cmd.words and cmd.words[0].value == "for" and not cmd.words[0].dynamic:
             # ``for NAME in WORDS``: no program runs; substitutions inside the words were
             # already recorded as commands of their own.
