@@ -25,10 +25,18 @@ class Holds:
     def __init__(self) -> None:
         self._held: list[AsyncHold] = []
 
-    async def enter(self, hold: AsyncHold, cancel: Any) -> None:
-        """Enter ``hold``; a wait is abandoned (and ``Aborted`` raised) if ``cancel`` fires."""
+    def enter(self, hold: AsyncHold, cancel: Any) -> Awaitable[None]:
+        """``await holds.enter(hold, cancel)``: enter ``hold``. Entered at once, the awaitable is
+        already complete (no coroutine made); a wait is abandoned, and ``Aborted`` raised, if
+        ``cancel`` fires."""
         waiting = hold.__aenter__()
-        if waiting is not _core.READY and cancel is not None:
+        if waiting is _core.READY:
+            self._held.append(hold)
+            return waiting
+        return self._wait(hold, waiting, cancel)
+
+    async def _wait(self, hold: AsyncHold, waiting: Awaitable[None], cancel: Any) -> None:
+        if cancel is not None:
             await until_cancelled(waiting, cancel, undo=lambda _: _exit(hold))
         else:
             await waiting

@@ -433,7 +433,22 @@ class ToolExecutor:
                     return refusal
 
             # 12. invocation: its own task, deadline, cancellation, safe retries.
-            outcome_ = await self._invoke(call, tool, args, holds)
+            run_ctx = self._run_context(call, tool, holds)
+            try:
+                outcome_ = await invoke(
+                    tool,
+                    args,
+                    run_ctx,
+                    is_async=self._info(tool)[0],
+                    time_budget=tool.timeout,
+                    cancel=ctx.cancel,
+                    cancel_grace=self._cancel_grace,
+                    on_runaway=holds.release_when_done,
+                )
+            finally:
+                run_ctx.signal.detach()
+                self._progress.finish(call.execution_id)
+            call.attempts = outcome_.attempts
 
             # 13-15. hooks after the call, file-change observers, then the final result.
             return await self._conclude(call, tool, args, outcome_)
@@ -558,43 +573,27 @@ class ToolExecutor:
                 call.additional_context.append(f"(the approval could not be saved: {exc})")
         return None
 
-    async def _invoke(self, call: _Call, tool: ToolDefinition, args: Any, holds: Holds) -> Outcome:
-        """Stage 12."""
+    def _run_context(self, call: _Call, tool: ToolDefinition, holds: Holds) -> RunContext:
+        """What the body gets for stage 12: the fused signal, progress and ``lock_paths``."""
         ctx = call.ctx
-        info = self._info(tool)
         signal = CancelToken.any(ctx.cancel) if ctx.cancel is not None else CancelToken()
-        self._progress.start(call.execution_id)
+        execution_id = call.execution_id
+        self._progress.start(execution_id)
 
         async def lock_paths(paths: Iterable[str]) -> None:
             root = ctx.workspace_root or os.getcwd()
             keys = {lock_key(os.path.join(root, p)) for p in paths} - set(call.lock_keys)
             if keys:
-                await holds.enter(self.locks.acquire_keys(keys, call.execution_id), None)
+                await holds.enter(self.locks.acquire_keys(keys, execution_id), None)
 
-        run_ctx = RunContext(
-            execution_id=call.execution_id,
+        return RunContext(
+            execution_id=execution_id,
             tool_name=tool.name,
             context=ctx,
             signal=signal,
-            progress=lambda data: self._progress.report(call.execution_id, tool.name, data),
+            progress=lambda data: self._progress.report(execution_id, tool.name, data),
             lock_paths=lock_paths,
         )
-        try:
-            outcome = await invoke(
-                tool,
-                args,
-                run_ctx,
-                is_async=info[0],
-                time_budget=tool.timeout,
-                cancel=ctx.cancel,
-                cancel_grace=self._cancel_grace,
-                on_runaway=holds.release_when_done,
-            )
-        finally:
-            signal.detach()
-            self._progress.finish(call.execution_id)
-        call.attempts = outcome.attempts
-        return outcome
 
     async def _conclude(
         self, call: _Call, tool: ToolDefinition, args: Any, outcome: Outcome

@@ -16,8 +16,6 @@ for it once), while nothing is cached across calls.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 
 _O_PATH = getattr(os, "O_PATH", 0)
@@ -79,11 +77,13 @@ def canonical_path(path: str) -> str:
     return resolved
 
 
-@contextmanager
-def consistent_paths() -> Iterator[None]:
+class consistent_paths:  # lower case: it reads like a function, ``with consistent_paths():``
     """Within this block (and this task), each path is resolved once and then remembered."""
-    token = _memo.set({})
-    try:
-        yield
-    finally:
-        _memo.reset(token)
+
+    __slots__ = ("_token",)
+
+    def __enter__(self) -> None:
+        self._token = _memo.set({})
+
+    def __exit__(self, *exc_info: object) -> None:
+        _memo.reset(self._token)
