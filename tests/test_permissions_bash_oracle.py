@@ -24,7 +24,7 @@ from fastgate.permissions.commands import analyze_command, program_name
 
 BASH = shutil.which("bash")
 STUBS = ("a", "b", "rm", "push")
-REAL = ("bash", "sh", "env", "timeout", "nice", "nohup", "xargs", "true")
+REAL = ("bash", "sh", "env", "timeout", "nice", "nohup", "xargs", "true", "find")
 
 pytestmark = pytest.mark.skipif(BASH is None, reason="bash is not installed")
 
@@ -49,7 +49,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def _program(draw: st.DrawFn) -> str:
     name = draw(st.sampled_from(STUBS))
-    spelling = draw(st.integers(0, 4))
+    spelling = draw(st.integers(0, 6))
     if spelling == 1:
         return f"'{name}'"
     if spelling == 2:
@@ -58,6 +58,10 @@ def _program(draw: st.DrawFn) -> str:
         return f'"{name[0]}"{name[1:]}'
     if spelling == 4:
         return name[0] + "''" + name[1:]
+    if spelling == 5:
+        return "$'" + "".join(f"\\x{ord(ch):02x}" for ch in name) + "'"
+    if spelling == 6:
+        return name[0] + "\\\n" + name[1:]
     return name
 
 
@@ -67,7 +71,7 @@ def simple(draw: st.DrawFn, depth: int = 0) -> str:
     command = " ".join(words)
     if draw(st.booleans()):
         command = draw(st.sampled_from(["X=1 ", "X=$(a) ", "Y='b c' "])) + command
-    wrapper = draw(st.integers(0, 20))
+    wrapper = draw(st.integers(0, 27))
     if wrapper == 1:
         command = "env X=1 " + command
     elif wrapper == 2:
@@ -110,6 +114,21 @@ def simple(draw: st.DrawFn, depth: int = 0) -> str:
         command = f"true $(( {draw(simple(depth + 1))} ) ; {command})"
     elif wrapper == 20 and depth < 2:
         command = "bash <<< " + shlex.quote(draw(script(depth + 1)))
+    elif wrapper == 21:
+        command = draw(st.sampled_from(["time ", "time -p ", "command ", "nohup "])) + command
+    elif wrapper == 22 and depth < 2:
+        command = f"[[ -n $({draw(script(depth + 1))}) ]]"
+    elif wrapper == 23 and depth < 2:
+        command = f"(( X = $({draw(simple(depth + 1))}) ))"
+    elif wrapper == 24:
+        command = draw(st.sampled_from([">/dev/null ", "2>&1 ", "</dev/null "])) + command
+    elif wrapper == 25:
+        command = "find . -maxdepth 0 -exec " + command + " \\;"
+    elif wrapper == 26 and depth < 2:
+        delimiter = draw(st.sampled_from(['"EOF"', "\\EOF", "-EOF"]))
+        command = f"true <<{delimiter}\n$({draw(simple(depth + 1))})\nEOF\n"
+    elif wrapper == 27:
+        command = "timeout -s KILL 5 env -u X " + command
     redirect = draw(st.sampled_from(["", " 2>/dev/null", " >/dev/null 2>&1", " # c"]))
     return command + (redirect if not command.endswith("\n") else "")
 
