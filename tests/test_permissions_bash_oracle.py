@@ -71,7 +71,7 @@ def simple(draw: st.DrawFn, depth: int = 0) -> str:
     command = " ".join(words)
     if draw(st.booleans()):
         command = draw(st.sampled_from(["X=1 ", "X=$(a) ", "Y='b c' "])) + command
-    wrapper = draw(st.integers(0, 27))
+    wrapper = draw(st.integers(0, 28))
     if wrapper == 1:
         command = "env X=1 " + command
     elif wrapper == 2:
@@ -129,6 +129,8 @@ def simple(draw: st.DrawFn, depth: int = 0) -> str:
         command = f"true <<{delimiter}\n$({draw(simple(depth + 1))})\nEOF\n"
     elif wrapper == 27:
         command = "timeout -s KILL 5 env -u X " + command
+    elif wrapper == 28:
+        command += draw(st.sampled_from([" >out", " 2>err", " &>both", " >>app", " 3>fd", " >|f"]))
     redirect = draw(st.sampled_from(["", " 2>/dev/null", " >/dev/null 2>&1", " # c"]))
     return command + (redirect if not command.endswith("\n") else "")
 
@@ -175,6 +177,11 @@ def test_bash_runs_only_programs_the_analysis_saw(sandbox: tuple[Path, Path], co
     ran = set(log.read_text().split())
     log.unlink()
     assert ran <= seen, f"bash ran {sorted(ran - seen)} unseen in {command!r}"
+    created = [p.name for p in work.iterdir() if not p.name.startswith("log-")]
+    for name in created:
+        (work / name).unlink()
+    if all(facts.allowable for facts in analysis.commands):
+        assert created == [], f"{command!r} wrote {created} with no redirection seen"
 
 
 def test_oracle_detects_a_missed_program(sandbox: tuple[Path, Path]) -> None:
