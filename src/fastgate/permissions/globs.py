@@ -35,7 +35,7 @@ class PathPattern:
         """A full-match regex over absolute paths; ``root`` is the canonical workspace root."""
         tail = self.body + "(?:/.*)?" if self.body else "(?:/.*)?"
         if self.anchor == "anywhere":
-            return "(?:.*/)?" + tail
+            return ".*/" + tail  # paths are absolute: every component follows a "/"
         base = root if self.anchor == "root" else self.prefix
         base = base.rstrip("/")
         return re.escape(base) + ("/" + tail if self.body else tail)
@@ -63,7 +63,11 @@ def compile_path_pattern(text: str) -> PathPattern:
     else:
         anchor = "anywhere"
     pattern = pattern.rstrip("/")
-    segments = [s for s in pattern.split("/") if s not in ("", ".")]
+    segments: list[str] = []
+    for segment in pattern.split("/"):
+        if segment in ("", ".") or (segment == "**" and segments[-1:] == ["**"]):
+            continue  # ``**/**`` is ``**``
+        segments.append(segment)
     if ".." in segments:
         raise ValueError("'..' is not allowed in a path pattern")
     return PathPattern(text, anchor, _segments_regex(segments), prefix)
@@ -75,8 +79,11 @@ def _segments_regex(segments: list[str]) -> str:
     for index, segment in enumerate(segments):
         if segment == "**":
             if index == len(segments) - 1:
-                # ``x/**``: everything below x, and x itself (a directory holding the files)
-                out = f"(?:{out}(?:/.*)?)" if out else ".*"
+                if need_separator:
+                    # ``x/**``: everything below x, and x itself (a directory holding the files)
+                    out = f"(?:{out}(?:/.*)?)"
+                else:  # ``**`` alone, or after another ``**``
+                    out += ".*"
             else:  # any number of directories, each followed by its separator
                 out += ("/" if need_separator else "") + "(?:.*/)?"
                 need_separator = False

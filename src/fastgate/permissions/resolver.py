@@ -380,7 +380,7 @@ def _search_regex(patterns: tuple[PathPattern, ...]) -> re.Pattern[str]:
     bodies = [f"(?:{p.body})" for p in patterns if p.anchor == "anywhere" and p.body]
     if not bodies:
         return re.compile("(?!)")
-    return re.compile("(?:^|/)(?:" + "|".join(bodies) + ")(?:/|$)", re.DOTALL)
+    return re.compile("/(?:" + "|".join(bodies) + ")(?:/|$)", re.DOTALL)
 
 
 class _Roots:
