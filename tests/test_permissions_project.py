@@ -26,6 +26,7 @@ from fastgate import (
     define_tool,
 )
 from fastgate.context import ExecutionContext
+from fastgate.permissions import settings as settings_module
 from fastgate.permissions import settings_path
 
 BASH = define_tool(
@@ -107,7 +108,11 @@ def test_existing_content_is_preserved(tmp_path: Path) -> None:
     assert new_resolver().decide(BASH, {"command": "rm x"}, ctx).decision is Decision.DENY
 
 
-def test_file_changes_are_seen_by_a_live_resolver(tmp_path: Path) -> None:
+def test_file_changes_are_seen_by_a_live_resolver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The file is re-read at most every RECHECK_SECONDS; without the delay, every change counts.
+    monkeypatch.setattr(settings_module, "RECHECK_SECONDS", 0.0)
     ctx = context(tmp_path)
     resolver = new_resolver()
     assert resolver.decide(BASH, {"command": "ls"}, ctx).decision is Decision.ASK

@@ -217,6 +217,7 @@ class PermissionResolver:
             raise ValueError("a call touching a sensitive file cannot be approved for the project")
         new_rules = project_rules_for(tool.name, subject)
         append_rules(root, "allow", new_rules)
+        self._settings.forget(root)
         return ", ".join(new_rules)
 
     def sensitive_match(self, path: str, workspace_root: str) -> str | None:

@@ -12,6 +12,7 @@ import contextlib
 import os
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -66,18 +67,43 @@ def _rules_of(document: Any) -> RuleSet:
     return RuleSet.of(deny, ask, allow)
 
 
-class SettingsCache:
-    """The parsed rules of each workspace's settings file, reloaded when the file changes."""
+RECHECK_SECONDS = 0.25
 
-    __slots__ = ("_entries", "_lock", "_paths")
+
+class SettingsCache:
+    """The parsed rules of each workspace's settings file, reloaded when the file changes.
+
+    The file is looked at (one ``stat``) at most every ``RECHECK_SECONDS`` per workspace: a
+    decision per call must not cost a system call and an exception when the file does not
+    exist. Edits made by another process are seen within that delay; this process's own writes
+    (project approvals) are seen at once (``forget``).
+    """
+
+    __slots__ = ("_checked", "_entries", "_lock", "_paths")
 
     def __init__(self) -> None:
         self._entries: dict[str, tuple[tuple[int, ...], RuleSet]] = {}
         self._paths: dict[str, str] = {}
+        self._checked: dict[str, tuple[float, RuleSet | None]] = {}
         self._lock = threading.Lock()
+
+    def forget(self, workspace_root: str) -> None:
+        """Look at the file again on the next call (after this process wrote it)."""
+        self._checked.pop(workspace_root, None)
 
     def rules(self, workspace_root: str) -> RuleSet | None:
         """None when there is no settings file; ``ValueError`` when it is malformed."""
+        now = time.monotonic()
+        checked = self._checked.get(workspace_root)
+        if checked is not None and now - checked[0] < RECHECK_SECONDS:
+            return checked[1]
+        rules = self._load(workspace_root)
+        if len(self._checked) > 1024:
+            self._checked.clear()
+        self._checked[workspace_root] = (now, rules)
+        return rules
+
+    def _load(self, workspace_root: str) -> RuleSet | None:
         path = self._paths.get(workspace_root)
         if path is None:
             path = settings_path(workspace_root)
