@@ -50,6 +50,7 @@ WRITE = make_tool("Write", ToolKind.WRITE, ("file_path", "content"))
 BASH = make_tool("Bash", ToolKind.EXECUTE, ("command",))
 FETCH = make_tool("Fetch", ToolKind.READ_ONLY, ("url",), permission_key=lambda a: a["url"])
 NOOP = make_tool("Noop", ToolKind.READ_ONLY, ("a", "b"))
+EXEC_NOOP = make_tool("ExecNoop", ToolKind.EXECUTE, ("a", "b"))
 COPY = make_tool("Copy", ToolKind.WRITE, ("src", "dst"), path_args=("src", "dst"))
 
 
@@ -417,10 +418,19 @@ def test_signature_uses_the_canonical_path(tmp_path: Path) -> None:
 
 
 def test_signature_of_plain_tools_covers_the_arguments(tmp_path: Path) -> None:
-    one = resolve(NOOP, {"a": "1", "b": "2"}, tmp_path)
-    two = resolve(NOOP, {"b": "2", "a": "1"}, tmp_path)
-    three = resolve(NOOP, {"a": "1", "b": "3"}, tmp_path)
+    # An ASK is approved per signature: it must name the arguments (order-free).
+    one = resolve(EXEC_NOOP, {"a": "1", "b": "2"}, tmp_path)
+    two = resolve(EXEC_NOOP, {"b": "2", "a": "1"}, tmp_path)
+    three = resolve(EXEC_NOOP, {"a": "1", "b": "3"}, tmp_path)
+    assert one.decision is Decision.ASK
     assert one.signature == two.signature != three.signature
+
+
+def test_a_mode_allow_for_any_arguments_has_one_signature(tmp_path: Path) -> None:
+    # READ_ONLY in DEFAULT mode with no rule: the permission is the tool with any arguments.
+    one = resolve(NOOP, {"a": "1", "b": "2"}, tmp_path)
+    three = resolve(NOOP, {"a": "1", "b": "3"}, tmp_path)
+    assert one.decision is Decision.ALLOW and one.signature == three.signature
 
 
 def test_sensitive_match_for_search_results(tmp_path: Path) -> None:

@@ -569,8 +569,14 @@ class ToolExecutor:
             try:
                 self._resolver.record_project_approval(tool, args, ctx)
             except Exception as exc:  # the call was approved; only remembering it failed
+                # Not expressible as a rule (or not writable): keep it for the session instead,
+                # unless it touches a sensitive file (those are asked every time).
+                if not rule.sensitive:
+                    self.approvals.approve(rule.signature)
                 log.warning("could not record the project approval: %s", exc)
-                call.additional_context.append(f"(the approval could not be saved: {exc})")
+                call.additional_context.append(
+                    f"(approved for this session only: the project rule could not be saved: {exc})"
+                )
         return None
 
     def _run_context(self, call: _Call, tool: ToolDefinition, holds: Holds) -> RunContext:

@@ -83,6 +83,7 @@ class PermissionResolver:
     __slots__ = (
         "_analyses",
         "_has_command",
+        "_mode_allows",
         "_regexes",
         "_sensitive",
         "_sensitive_anchored",
@@ -104,6 +105,7 @@ class PermissionResolver:
         self.approvals = approvals
         self._settings = SettingsCache()
         self._analyses: dict[str, CommandAnalysis] = {}
+        self._mode_allows: dict[str, RuleDecision] = {}
         self._regexes: dict[tuple[str, str], re.Pattern[str]] = {}
         self._has_command: weakref.WeakKeyDictionary[ToolDefinition, bool] = (
             weakref.WeakKeyDictionary()
@@ -120,6 +122,12 @@ class PermissionResolver:
     ) -> RuleDecision:
         root = ctx.workspace_root or os.getcwd()
         rules = self._rules_for(tool.name, root)
+        if rules is NO_RULES and not self._has_subject(tool, args):
+            # No rule, no path, no command, no key: the mode alone decides, whatever the
+            # arguments. An ALLOW is then the same decision for every call (cached per tool).
+            allowed = self._allowed_by_mode(tool)
+            if allowed is not None:
+                return allowed
         subject = self._subject(tool, args, root)
         signature = permission_signature(tool.name, subject.key)
         if rules is NO_RULES and not subject.invalid:
@@ -188,6 +196,28 @@ class PermissionResolver:
                 allowed_by,
             )
         return self._mode_decision(tool, signature, subject)
+
+    def _has_subject(self, tool: ToolDefinition, args: Mapping[str, Any]) -> bool:
+        """Whether the call has something rules or sensitive paths could look at."""
+        if tool.permission_key is not None:
+            return True
+        if "command" in args and self._tool_has_command(tool):
+            return True
+        return any(name in args for name in tool.path_args)
+
+    def _allowed_by_mode(self, tool: ToolDefinition) -> RuleDecision | None:
+        default, reason = _MODE_REASONS[self.mode, tool.kind]
+        if default is not Decision.ALLOW:
+            return None
+        cached = self._mode_allows.get(tool.name)
+        if cached is None:
+            # The permission granted does not depend on the arguments: "*" stands for any.
+            signature = permission_signature(tool.name, "*")
+            cached = RuleDecision(Decision.ALLOW, DecisionSource.MODE, reason, signature)
+            if len(self._mode_allows) >= _CACHE_LIMIT:
+                self._mode_allows.clear()
+            self._mode_allows[tool.name] = cached
+        return cached
 
     def _mode_decision(
         self, tool: ToolDefinition, signature: str, subject: Subject
