@@ -470,7 +470,7 @@ class ToolExecutor:
 
     def _check_paths(self, call: _Call, tool: ToolDefinition, args: Any) -> ToolResult | None:
         """Stage 5, and the lock keys of the path arguments for stage 11."""
-        if not any(name in args for name in tool.path_args):
+        if args.keys().isdisjoint(tool.path_args):
             call.lock_keys = ()
             return None
         root = call.ctx.workspace_root or os.getcwd()

@@ -203,7 +203,7 @@ class PermissionResolver:
             return True
         if "command" in args and self._tool_has_command(tool):
             return True
-        return any(name in args for name in tool.path_args)
+        return not args.keys().isdisjoint(tool.path_args)
 
     def _allowed_by_mode(self, tool: ToolDefinition) -> RuleDecision | None:
         default, reason = _MODE_REASONS[self.mode, tool.kind]
