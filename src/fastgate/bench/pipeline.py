@@ -157,7 +157,7 @@ def run_pipeline(config: BenchConfig, loop: str) -> list[Measurement]:
 async def _measure(config: BenchConfig, workspace: str, compiled: bool) -> list[Measurement]:
     executor = _executor(workspace)
     cases = _cases(executor, workspace)
-    serial_n = max(500, config.ops // 10)
+    serial_n = max(500, config.ops // 25)
     per_caller = max(2, config.ops // 5000)
     out: list[Measurement] = []
     noop_cost = 0.0
