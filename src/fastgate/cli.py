@@ -54,6 +54,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         scenarios=args.scenario or list(runner.SCENARIOS),
         json_path=Path(args.json) if args.json else None,
         check=args.check,
+        markdown_path=Path(args.markdown) if args.markdown else None,
     )
 
 
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--profile", default="quick", choices=["smoke", "quick", "full"], help=argparse.SUPPRESS
     )
     bench.add_argument("--json", metavar="FILE", help="also write every measurement as JSON")
+    bench.add_argument("--markdown", metavar="FILE", help="also write the table as markdown")
     bench.add_argument(
         "--check",
         action="store_true",

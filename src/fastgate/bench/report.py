@@ -55,6 +55,22 @@ def render(measurements: list[Measurement], console: Console) -> None:
     console.print(table)
 
 
+def markdown(measurements: list[Measurement]) -> str:
+    """The table as GitHub markdown (for docs/performance.md)."""
+    rows = [
+        "| scenario | figure | core | loop | value | target | met | detail |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for m in sorted(measurements, key=lambda m: (m.scenario, m.metric, m.core, m.loop)):
+        met = {True: "yes", False: "no", None: ""}[m.passed()]
+        value = _value(m)
+        rows.append(
+            f"| {m.scenario} | {m.metric} | {m.core} | {m.loop} | {value} | "
+            f"{m.target or ''} | {met} | {m.detail} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
 def run_and_report(
     *,
     profile: str,
@@ -63,6 +79,7 @@ def run_and_report(
     scenarios: list[str],
     json_path: Path | None,
     check: bool,
+    markdown_path: Path | None = None,
 ) -> int:
     import fastgate
 
@@ -108,6 +125,9 @@ def run_and_report(
         json_path.parent.mkdir(parents=True, exist_ok=True)
         report = Report(profile, fastgate.__version__, measurements, failures, seconds)
         json_path.write_bytes(msgspec.json.format(msgspec.json.encode(report)))
+    if markdown_path is not None:
+        markdown_path.parent.mkdir(parents=True, exist_ok=True)
+        markdown_path.write_text(markdown(measurements))
     missed = [m for m in measurements if m.passed(ci=True) is False]
     if check:
         for m in missed:
