@@ -623,13 +623,9 @@ class ToolExecutor:
                 call.additional_context.extend(extra)
             return self._finalize(call, code, message, details=details)
         value = outcome.value
-        refusal = self._check_output(call, tool, value)
+        content, refusal = self._content_of(call, tool, value)
         if refusal is not None:
             return refusal
-        try:
-            content = render(tool, value, self._max_content_chars)
-        except RenderError as exc:
-            return self._finalize(call, ErrorCode.OUTPUT_INVALID, str(exc))
         # 13. PostToolUse hooks: accept, replace the value (re-checked, re-rendered), replace the
         #     content, or block.
         if self.hooks.has_post(tool.name):
@@ -644,13 +640,9 @@ class ToolExecutor:
                 )
             if post.value is not UNSET:  # a new value: checked and rendered again
                 value = post.value
-                refusal = self._check_output(call, tool, value)
+                content, refusal = self._content_of(call, tool, value)
                 if refusal is not None:
                     return refusal
-                try:
-                    content = render(tool, value, self._max_content_chars)
-                except RenderError as exc:
-                    return self._finalize(call, ErrorCode.OUTPUT_INVALID, str(exc))
             if post.content is not UNSET:  # new content (after a new value, it wins)
                 content = post.content
         # 14. file-change observers (the LSP seam) for calls that may have written files.
@@ -697,19 +689,24 @@ class ToolExecutor:
         except Exception as exc:
             log.warning("result record of %s not saved: %s", call.execution_id, exc)
 
-    def _check_output(self, call: _Call, tool: ToolDefinition, value: Any) -> ToolResult | None:
+    def _content_of(
+        self, call: _Call, tool: ToolDefinition, value: Any
+    ) -> tuple[Any, ToolResult | None]:
+        """(content, None) for a value that matches the output schema and renders, else
+        (None, the OUTPUT_INVALID result)."""
         checker = self._info(tool)[1]
-        if checker is None:
-            return None
-        issues = checker.validate(value)
-        if not issues:
-            return None
-        listed = "; ".join(issue.message for issue in issues)
-        return self._finalize(
-            call,
-            ErrorCode.OUTPUT_INVALID,
-            f"The tool returned a value that does not match its output schema: {listed}",
-        )
+        if checker is not None:
+            issues = checker.validate(value)
+            if issues:
+                listed = "; ".join(issue.message for issue in issues)
+                message = (
+                    f"The tool returned a value that does not match its output schema: {listed}"
+                )
+                return None, self._finalize(call, ErrorCode.OUTPUT_INVALID, message)
+        try:
+            return render(tool, value, self._max_content_chars), None
+        except RenderError as exc:
+            return None, self._finalize(call, ErrorCode.OUTPUT_INVALID, str(exc))
 
     # -- results ----------------------------------------------------------------------------------
 
