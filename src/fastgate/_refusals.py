@@ -1,4 +1,5 @@
-"""Messages for refused calls, written for the model: what was wrong and what to do instead."""
+"""Refusals and failures: the decision merge, and messages written for the model (what was
+wrong, what to do instead)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,12 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
+from fastgate.decision import Decision, DecisionSource
+from fastgate.invocation import ABORTED, TIMEOUT, Outcome
+from fastgate.permissions import RuleDecision
+from fastgate.results import ErrorCode
 from fastgate.schema import ValidationIssue
+from fastgate.tools import ToolDefinition
 
 
 def unknown_tool(name: str, visible: Iterable[str]) -> tuple[str, dict[str, Any]]:
@@ -47,3 +53,35 @@ def invalid_args(tool_name: str, issues: list[ValidationIssue]) -> tuple[str, di
         ]
     }
     return "\n".join(lines), details
+
+
+def merge_decision(
+    rule: RuleDecision, hook: Decision | None, hook_reason: str | None
+) -> tuple[Decision, DecisionSource, str]:
+    """Strictest wins; with no decision at all the answer is ASK."""
+    if hook is not None and hook.strictness > rule.decision.strictness:
+        return hook, DecisionSource.HOOK, hook_reason or f"a PreToolUse hook said {hook}"
+    return rule.decision, rule.source, rule.reason
+
+
+def failure_of(tool: ToolDefinition, outcome: Outcome) -> tuple[ErrorCode, str, dict[str, Any]]:
+    details: dict[str, Any] = {}
+    if outcome.runaway is not None:
+        details["still_running"] = True
+        details["holds"] = "its slot, gate passage and file locks until it ends"
+    if outcome.kind == TIMEOUT:
+        return (
+            ErrorCode.TIMEOUT,
+            f"{tool.name} did not finish within {tool.timeout:g}s and was stopped.",
+            details,
+        )
+    if outcome.kind == ABORTED:
+        return (
+            ErrorCode.ABORTED,
+            "The call was cancelled while running; it may have had side effects.",
+            details,
+        )
+    exc = outcome.error
+    assert exc is not None
+    details["type"] = type(exc).__name__
+    return ErrorCode.TOOL_ERROR, f"{tool.name} raised {type(exc).__name__}: {exc}", details

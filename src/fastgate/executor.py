@@ -19,8 +19,10 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from fastgate import _refusals
+from fastgate._approval import Refusal, ask_approval, remember_approval
 from fastgate._holds import Aborted, Holds, until_cancelled
-from fastgate.approvals import ApprovalRequest, ApprovalResponse, ApprovalStore
+from fastgate._refusals import failure_of, merge_decision
+from fastgate.approvals import ApprovalRequest, ApprovalStore
 from fastgate.cancel import CancelToken
 from fastgate.context import ExecutionContext, RunContext, ToolCall
 from fastgate.decision import Decision, DecisionSource, PermissionMode
@@ -47,7 +49,6 @@ from fastgate.permissions import (
     AuditSink,
     PermissionConfig,
     PermissionResolver,
-    RuleDecision,
 )
 from fastgate.progress import ProgressEvent, ProgressHub
 from fastgate.registry import ToolRegistry
@@ -373,7 +374,7 @@ class ToolExecutor:
                             rule = rewritten
 
                 # 8. decision merge: the strictest of rule and hook; a hook tightens, never loosens.
-                decision, source, reason = _merge(rule, hook_decision, hook_reason)
+                decision, source, reason = merge_decision(rule, hook_decision, hook_reason)
                 call.decision_source = source
                 self._audit_decision(call, decision, source, reason, rule.signature)
                 if decision is Decision.DENY:
@@ -401,9 +402,35 @@ class ToolExecutor:
 
                 # 10. approval, when the merged decision is ASK.
                 if decision is Decision.ASK:
-                    refusal = await self._approve(call, tool, args, rule, reason)
-                    if refusal is not None:
-                        return refusal
+                    request = ApprovalRequest(
+                        tool.name,
+                        args,
+                        rule.signature,
+                        reason,
+                        str(source),
+                        ctx.session_id,
+                        call.execution_id,
+                    )
+                    answer = await ask_approval(self.approvals, ctx, request, rule, reason)
+                    if isinstance(answer, Refusal):
+                        return self._finalize(
+                            call, answer.code, answer.message, details=answer.details
+                        )
+                    call.decision_source = DecisionSource.USER
+                    verdict = Decision.ALLOW if answer.approved else Decision.DENY
+                    self._audit_decision(
+                        call, verdict, DecisionSource.USER, answer.feedback or "", rule.signature
+                    )
+                    if not answer.approved:
+                        feedback = answer.feedback or "The user rejected this call."
+                        return self._finalize(
+                            call, ErrorCode.USER_REJECTED, feedback, content=feedback
+                        )
+                    note = remember_approval(
+                        answer, self.approvals, self._resolver, tool, args, ctx, rule
+                    )
+                    if note is not None:
+                        call.additional_context.append(note)
 
             # 11. admission: a scheduler slot, then the file locks of a non-concurrency-safe tool.
             if cancel is not None and cancel.cancelled:
@@ -496,89 +523,6 @@ class ToolExecutor:
         )
         return None
 
-    async def _approve(
-        self, call: _Call, tool: ToolDefinition, args: Any, rule: RuleDecision, reason: str
-    ) -> ToolResult | None:
-        """Stage 10: one prompt at a time per approval store; calls approved go on in parallel."""
-        ctx = call.ctx
-        approver = ctx.approver
-        if approver is None:
-            return self._finalize(
-                call,
-                ErrorCode.PERMISSION_DENIED,
-                f"This call needs approval ({reason}), and no approver is available.",
-                details={"reason": "no_approver"},
-            )
-        request = ApprovalRequest(
-            tool.name,
-            args,
-            rule.signature,
-            reason,
-            str(call.decision_source),
-            ctx.session_id,
-            call.execution_id,
-        )
-        lock = self.approvals.prompt_lock
-        await (
-            until_cancelled(lock.acquire(), ctx.cancel, undo=lambda _: lock.release())
-            if ctx.cancel is not None
-            else lock.acquire()
-        )
-        try:
-            if not rule.sensitive and self.approvals.is_approved(rule.signature):
-                response = ApprovalResponse(True, "session")  # granted while we queued
-            else:
-                try:
-                    pending = approver(request)
-                    response = await (
-                        until_cancelled(pending, ctx.cancel) if ctx.cancel is not None else pending
-                    )
-                except Aborted:
-                    raise
-                except Exception as exc:
-                    return self._finalize(
-                        call,
-                        ErrorCode.PERMISSION_DENIED,
-                        f"The approver failed ({type(exc).__name__}: {exc}); the call was not run.",
-                        details={"reason": "approver_error"},
-                    )
-        finally:
-            lock.release()
-        answer: object = response  # an approver is user code: check what it really returned
-        if not isinstance(answer, ApprovalResponse):
-            return self._finalize(
-                call,
-                ErrorCode.PERMISSION_DENIED,
-                "The approver gave no valid answer; the call was not run.",
-                details={"reason": "approver_error"},
-            )
-        call.decision_source = DecisionSource.USER
-        self._audit_decision(
-            call,
-            Decision.ALLOW if response.approved else Decision.DENY,
-            DecisionSource.USER,
-            response.feedback or "",
-            rule.signature,
-        )
-        if not response.approved:
-            feedback = response.feedback or "The user rejected this call."
-            return self._finalize(call, ErrorCode.USER_REJECTED, feedback, content=feedback)
-        if response.scope == "session" and not rule.sensitive:
-            self.approvals.approve(rule.signature)
-        elif response.scope == "project":
-            try:
-                self._resolver.record_project_approval(tool, args, ctx)
-            except Exception as exc:  # the call was approved; only remembering it failed
-                # Not expressible as a rule (or not writable): keep it for the session instead,
-                # unless it touches a sensitive file (those are asked every time).
-                if not rule.sensitive:
-                    self.approvals.approve(rule.signature)
-                log.warning("could not record the project approval: %s", exc)
-                call.additional_context.append(
-                    f"(approved for this session only: the project rule could not be saved: {exc})"
-                )
-        return None
-
     def _run_context(self, call: _Call, tool: ToolDefinition, holds: Holds) -> RunContext:
         """What the body gets for stage 12: the fused signal, progress and ``lock_paths``."""
         ctx = call.ctx
@@ -614,7 +558,7 @@ class ToolExecutor:
                 details["code"] = failure.code
             return self._finalize(call, ErrorCode.TOOL_FAILURE, failure.message, details=details)
         if outcome.kind in (ERROR, TIMEOUT, ABORTED):
-            code, message, details = _failure_of(tool, outcome)
+            code, message, details = failure_of(tool, outcome)
             error = ToolError(code, message, retryable=False, details=details)
             if self.hooks.has_post_failure(tool.name):
                 extra = await run_post_tool_use_failure(
@@ -819,38 +763,6 @@ class ToolExecutor:
             time=time.time(),
         )
         _isolated(self._audit.record, event, "audit sink")
-
-
-def _merge(
-    rule: RuleDecision, hook: Decision | None, hook_reason: str | None
-) -> tuple[Decision, DecisionSource, str]:
-    """Strictest wins; with no decision at all the answer is ASK."""
-    if hook is not None and hook.strictness > rule.decision.strictness:
-        return hook, DecisionSource.HOOK, hook_reason or f"a PreToolUse hook said {hook}"
-    return rule.decision, rule.source, rule.reason
-
-
-def _failure_of(tool: ToolDefinition, outcome: Outcome) -> tuple[ErrorCode, str, dict[str, Any]]:
-    details: dict[str, Any] = {}
-    if outcome.runaway is not None:
-        details["still_running"] = True
-        details["holds"] = "its slot, gate passage and file locks until it ends"
-    if outcome.kind == TIMEOUT:
-        return (
-            ErrorCode.TIMEOUT,
-            f"{tool.name} did not finish within {tool.timeout:g}s and was stopped.",
-            details,
-        )
-    if outcome.kind == ABORTED:
-        return (
-            ErrorCode.ABORTED,
-            "The call was cancelled while running; it may have had side effects.",
-            details,
-        )
-    exc = outcome.error
-    assert exc is not None
-    details["type"] = type(exc).__name__
-    return ErrorCode.TOOL_ERROR, f"{tool.name} raised {type(exc).__name__}: {exc}", details
 
 
 def _isolated(callback: Callable[..., Any], argument: Any, what: str) -> None:
