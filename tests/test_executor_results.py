@@ -302,3 +302,24 @@ def test_every_error_code_has_a_test_through_execute() -> None:
         and isinstance(call.args[1], ast.Attribute)
     }
     assert {code.name for code in ErrorCode} - expected == set()
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "fragment"),
+    [
+        ({"mode": "reckless"}, ValueError, "permission mode"),
+        ({"context_defaults": {"sesion_id": "s"}}, ValueError, "sesion_id"),
+        ({"guards": ["not callable"]}, TypeError, "guards"),
+        ({"history_limit": -1}, ValueError, "history_limit"),
+    ],
+)
+def test_bad_executor_configuration_is_refused_at_construction(
+    options: dict[str, Any], error: type[Exception], fragment: str
+) -> None:
+    with pytest.raises(error, match=fragment):
+        executor(echo(), **options)
+
+
+def test_malformed_rules_are_refused_whole() -> None:
+    with pytest.raises(ValueError, match=r"Bash\(npm test"):
+        PermissionConfig(allow=("echo", "Bash(npm test"))
