@@ -161,9 +161,10 @@ def is_within(path: str, root: str) -> bool:
     """Component-wise containment of canonical absolute paths (``/ab`` is not inside ``/a``)."""
     if root == "/":
         return path.startswith("/")
-    path_parts = path.rstrip("/").split("/")
-    root_parts = root.rstrip("/").split("/")
-    return path_parts[: len(root_parts)] == root_parts
+    root = root.rstrip("/")
+    path = path.rstrip("/")
+    # Equal, or the root followed by a separator: never a mere string prefix ("/ab" vs "/a").
+    return path == root or path.startswith(root + "/")
 
 
 _root_cache: dict[tuple[str, ...], tuple[str, ...]] = {}
