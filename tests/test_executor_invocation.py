@@ -327,3 +327,60 @@ async def test_cancel_while_waiting_at_any_pre_launch_stage_is_aborted_before_di
         if r.error and r.error.code is ErrorCode.ABORTED_BEFORE_DISPATCH
     )
     assert_idle(ex)
+
+
+async def test_lock_paths_holds_a_multi_path_set_until_the_body_ends(tmp_path: Any) -> None:
+    from fastgate import PermissionConfig, schema
+
+    inside = asyncio.Event()
+    release = asyncio.Event()
+    order: list[str] = []
+
+    async def patch(args: Any, ctx: RunContext) -> str:
+        # apply_patch-style: the tool takes the locks of every file it will touch, sorted.
+        await ctx.lock_paths(["b.txt", "a.txt", str(tmp_path / "a.txt")])
+        order.append("patch locked")
+        inside.set()
+        await release.wait()
+        return "patched"
+
+    async def write(args: Any, ctx: Any) -> str:
+        order.append(f"write {args['file_path']}")
+        return "written"
+
+    params = schema.Object({"file_path": schema.String()}, required=("file_path",))
+    ex = executor(
+        tool("patch", patch, NOTHING, kind=ToolKind.WRITE, parallelism="shared"),
+        tool("write", write, params, kind=ToolKind.WRITE, parallelism="shared"),
+        workspace=tmp_path,
+        permissions=PermissionConfig(allow=("patch", "write")),
+    )
+    patching = asyncio.create_task(ex.execute("patch", {}))
+    await inside.wait()
+    assert ex.locks.locked(tmp_path / "a.txt") and ex.locks.locked(tmp_path / "b.txt")
+    writing = asyncio.create_task(ex.execute("write", {"file_path": "b.txt"}))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert order == ["patch locked"]  # the writer waits for the patch's lock on b.txt
+    release.set()
+    assert (await patching).ok and (await writing).ok
+    assert order == ["patch locked", "write b.txt"]
+    assert_idle(ex)
+
+
+async def test_lock_paths_skips_a_path_the_call_already_holds(tmp_path: Any) -> None:
+    from fastgate import PermissionConfig, schema
+
+    async def edit(args: Any, ctx: RunContext) -> str:
+        await ctx.lock_paths([args["file_path"], "other.txt"])  # its own file is held already
+        return "ok"
+
+    params = schema.Object({"file_path": schema.String()}, required=("file_path",))
+    ex = executor(
+        tool("edit", edit, params, kind=ToolKind.WRITE),
+        workspace=tmp_path,
+        permissions=PermissionConfig(allow=("edit",)),
+    )
+    result = await asyncio.wait_for(ex.execute("edit", {"file_path": "f.txt"}), 30)
+    assert result.ok, result.error
+    assert_idle(ex)
