@@ -264,3 +264,12 @@ def schema_any() -> Any:
     from fastgate import schema
 
     return schema.Object({})
+
+
+async def test_writing_a_git_hook_needs_approval_even_in_yolo(workspace: Path) -> None:
+    ran: list[str] = []
+    write = tool("write", lambda a, c: ran.append(a["file_path"]), PATH, kind=ToolKind.WRITE)
+    ex = executor(write, workspace=workspace, mode="yolo")
+    result = await ex.execute("write", {"file_path": ".git/hooks/pre-commit"})
+    assert result.error is not None and result.error.code is ErrorCode.PERMISSION_DENIED
+    assert result.error.details.get("reason") == "no_approver" and ran == []

@@ -33,6 +33,7 @@ DEFAULT_SENSITIVE: tuple[str, ...] = (
     "**/id_ed25519*",
     "**/.aws/credentials",
     "**/.git/config",
+    "**/.git/hooks/**",  # a hook is code that git runs later: writing one is running code
     "**/.git-credentials",
     "**/.netrc",
     "**/.gnupg/**",
