@@ -42,9 +42,3 @@ def run(coro: Coroutine[Any, Any, T], *, loop: str = "auto") -> T:
     """Run ``coro`` to completion on a new loop (uvloop when importable)."""
     with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
         return runner.run(coro)
-
-
-def loop_name(loop: asyncio.AbstractEventLoop | None = None) -> str:
-    """``"uvloop"`` or ``"asyncio"`` for the given (default: running) loop."""
-    loop = loop or asyncio.get_running_loop()
-    return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
