@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import pickle
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -20,14 +21,15 @@ def test_snapshot_is_deep_independent_and_read_only() -> None:
     assert frozen == {"a": [1, {"b": "c"}], "n": None}
     assert isinstance(frozen, FrozenDict) and isinstance(frozen["a"], FrozenList)
     target: Any = frozen  # the mutators are typed as refusing; call them as a tool would
-    for mutate in (
+    mutators: list[Callable[[], object]] = [
         lambda: target.__setitem__("x", 1),
         lambda: target.update(x=1),
         lambda: target.pop("a"),
         lambda: target["a"].append(2),
         lambda: target["a"][1].clear(),
         lambda: target["a"].sort(),
-    ):
+    ]
+    for mutate in mutators:
         with pytest.raises(TypeError, match="read-only"):
             mutate()
 
