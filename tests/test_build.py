@@ -6,23 +6,25 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import fastgate
 from fastgate import _core
 
 
 def test_required_extensions_are_really_compiled() -> None:
     if os.environ.get("FASTGATE_REQUIRE_EXTENSIONS") != "1":
-        return
+        pytest.skip("checked in the run that requires extensions")
     assert fastgate.COMPILED is True
     assert set(fastgate.IMPLEMENTATION.values()) == {"compiled"}
-    for module in (_core.gate, _core.sched, _core.locks, _core.wait):
+    for module in (_core.gate, _core.sched, _core.locks, _core.wait, _core.validate):
         assert module.__name__.endswith("_c"), module
         assert not str(module.__file__).endswith(".py"), module.__file__
 
 
 def test_no_extensions_forces_pure() -> None:
     if os.environ.get("FASTGATE_NO_EXTENSIONS") != "1":
-        return
+        pytest.skip("checked in the run that forbids extensions")
     assert fastgate.COMPILED is False
     assert set(fastgate.IMPLEMENTATION.values()) == {"pure"}
     assert _core.sched.__name__.endswith("_py")
