@@ -77,11 +77,11 @@ class RunContext:
     __slots__ = (
         "_lock_paths",
         "_progress",
+        "_signal",
         "attempt",
         "context",
         "execution_id",
         "session_id",
-        "signal",
         "tool_name",
         "workspace_root",
     )
@@ -103,10 +103,24 @@ class RunContext:
         self.context = context
         self.session_id = context.session_id
         self.workspace_root = context.workspace_root
-        self.signal = signal if signal is not None else CancelToken()
+        self._signal = signal
         self.attempt = 1
         self._progress = progress
         self._lock_paths = lock_paths
+
+    @property
+    def signal(self) -> CancelToken:
+        # Made on first use when nothing can cancel the call but its own awaiting task (most
+        # bodies never look at it).
+        signal = self._signal
+        if signal is None:
+            signal = self._signal = CancelToken()
+        return signal
+
+    @property
+    def signal_fired(self) -> bool:
+        """``signal.cancelled``, without making a signal that was never asked for."""
+        return self._signal is not None and self._signal.cancelled
 
     def report_progress(self, data: Any) -> None:
         """Publish progress (bounded: the oldest entries are dropped past 256)."""

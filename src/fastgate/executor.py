@@ -107,6 +107,45 @@ class _Call:
         self.recorded = False  # its tool-use record is in the store
 
 
+class _BodyContext(RunContext):
+    """What the body of one invocation gets: its progress reports and ``lock_paths`` go back to
+    the executor and the call's holds (stage 12). ``signal`` is the caller's token fused, or
+    made on first use when only the awaiting task can cancel the call."""
+
+    __slots__ = ("_call", "_executor", "_holds")
+
+    def __init__(
+        self,
+        executor: ToolExecutor,
+        call: _Call,
+        tool: ToolDefinition,
+        holds: Holds,
+        signal: CancelToken | None,
+    ) -> None:
+        ctx = call.ctx
+        self.execution_id = call.execution_id
+        self.tool_name = tool.name
+        self.context = ctx
+        self.session_id = ctx.session_id
+        self.workspace_root = ctx.workspace_root
+        self._signal = signal
+        self.attempt = 1
+        self._progress = self._lock_paths = None
+        self._executor = executor
+        self._call = call
+        self._holds = holds
+
+    def report_progress(self, data: Any) -> None:
+        self._executor._progress.report(self.execution_id, self.tool_name, data)
+
+    async def lock_paths(self, paths: Iterable[str]) -> None:
+        root = self.workspace_root or os.getcwd()
+        keys = {lock_key(os.path.join(root, p)) for p in paths} - set(self._call.lock_keys)
+        if keys:
+            locks = self._executor.locks.acquire_keys(keys, self.execution_id)
+            await self._holds.enter(locks, None)
+
+
 class ToolExecutor:
     """Runs tool calls through validation, policy, fair admission, invocation and hooks."""
 
@@ -460,20 +499,22 @@ class ToolExecutor:
                     return refusal
 
             # 12. invocation: its own task, deadline, cancellation, safe retries.
-            run_ctx = self._run_context(call, tool, holds)
+            signal = CancelToken.any(cancel) if cancel is not None else None
+            self._progress.start(call.execution_id)
             try:
                 outcome_ = await invoke(
                     tool,
                     args,
-                    run_ctx,
+                    _BodyContext(self, call, tool, holds, signal),
                     is_async=self._info(tool)[0],
                     time_budget=tool.timeout,
-                    cancel=ctx.cancel,
+                    cancel=cancel,
                     cancel_grace=self._cancel_grace,
                     on_runaway=holds.release_when_done,
                 )
             finally:
-                run_ctx.signal.detach()
+                if signal is not None:
+                    signal.detach()
                 self._progress.finish(call.execution_id)
             call.attempts = outcome_.attempts
 
@@ -522,28 +563,6 @@ class ToolExecutor:
             )
         )
         return None
-
-    def _run_context(self, call: _Call, tool: ToolDefinition, holds: Holds) -> RunContext:
-        """What the body gets for stage 12: the fused signal, progress and ``lock_paths``."""
-        ctx = call.ctx
-        signal = CancelToken.any(ctx.cancel) if ctx.cancel is not None else CancelToken()
-        execution_id = call.execution_id
-        self._progress.start(execution_id)
-
-        async def lock_paths(paths: Iterable[str]) -> None:
-            root = ctx.workspace_root or os.getcwd()
-            keys = {lock_key(os.path.join(root, p)) for p in paths} - set(call.lock_keys)
-            if keys:
-                await holds.enter(self.locks.acquire_keys(keys, execution_id), None)
-
-        return RunContext(
-            execution_id=execution_id,
-            tool_name=tool.name,
-            context=ctx,
-            signal=signal,
-            progress=lambda data: self._progress.report(execution_id, tool.name, data),
-            lock_paths=lock_paths,
-        )
 
     async def _conclude(
         self, call: _Call, tool: ToolDefinition, args: Any, outcome: Outcome

@@ -171,20 +171,35 @@ async def invoke(
     ``on_runaway(body)`` is called so the caller can keep its resources until the body ends.
     """
     loop = asyncio.get_running_loop()
-    attempts = _Attempts()
-    body: asyncio.Future[tuple[str, Any]] = loop.create_task(
-        attempts.run(tool, args, ctx, is_async)
-    )
-    signal = ctx.signal
+    body: asyncio.Future[Any] | None = None
     if time_budget is None and cancel is None:
         # Nothing but our own caller can stop the body: await it directly (the fast path).
         # Cancelling us cancels the body, and we resume only once it has settled.
-        kind, payload = await body
-        task = asyncio.current_task()
+        if is_async and not tool.retry_safe:
+            # One attempt, nothing to retry: the task runs the tool's own coroutine.
+            try:
+                body = loop.create_task(tool.execute(args, ctx))
+                value = await body
+            except asyncio.CancelledError:
+                _retrieve(body)
+                raise
+            except Exception as exc:  # the tool's error (or execute() refused its arguments)
+                kind, payload = ERROR, exc
+            else:
+                kind, payload = (FAILURE if isinstance(value, Failure) else VALUE), value
+            attempts, ended_before_cancel = 1, not ctx.signal_fired
+        else:
+            runner = _Attempts()
+            kind, payload = await loop.create_task(runner.run(tool, args, ctx, is_async))
+            attempts, ended_before_cancel = runner.attempts, runner.ended_before_cancel
+        task = asyncio.current_task(loop)
         if task is not None and task.cancelling():
             raise asyncio.CancelledError  # the body swallowed our caller's cancellation
-        return _settled(kind, payload, attempts, signal)
+        return _settled(kind, payload, attempts, ended_before_cancel, ctx)
 
+    runner = _Attempts()
+    body = loop.create_task(runner.run(tool, args, ctx, is_async))
+    signal = ctx.signal
     settled: asyncio.Future[None] = loop.create_future()
     grace_timer: list[asyncio.TimerHandle] = []
 
@@ -220,27 +235,35 @@ async def invoke(
             timer.cancel()
     if not body.done():
         on_runaway(body)
-        return Outcome(_stopped_kind(signal), attempts.attempts, runaway=body)
+        return Outcome(_stopped_kind(signal), runner.attempts, runaway=body)
     if body.cancelled():
-        return Outcome(_stopped_kind(signal), attempts.attempts)
-    exc = body.exception()
-    if exc is not None:
-        raise exc  # not a tool error (those are returned): a BaseException such as SystemExit
+        return Outcome(_stopped_kind(signal), runner.attempts)
+    escaped = body.exception()
+    if escaped is not None:
+        raise escaped  # not a tool error (those are returned): a BaseException such as SystemExit
     kind, payload = body.result()
-    return _settled(kind, payload, attempts, signal)
+    return _settled(kind, payload, runner.attempts, runner.ended_before_cancel, ctx)
+
+
+def _retrieve(body: asyncio.Future[Any] | None) -> None:
+    """Mark the exception of a body that failed as we were cancelled as seen (no log)."""
+    if body is not None and body.done() and not body.cancelled():
+        body.exception()
 
 
 def _stopped_kind(signal: CancelToken) -> str:
     return TIMEOUT if signal.reason is DEADLINE else ABORTED
 
 
-def _settled(kind: str, payload: Any, attempts: _Attempts, signal: CancelToken) -> Outcome:
-    if signal.cancelled and not (kind in (ERROR, FAILURE) and attempts.ended_before_cancel):
+def _settled(
+    kind: str, payload: Any, attempts: int, ended_before_cancel: bool, ctx: RunContext
+) -> Outcome:
+    if ctx.signal_fired and not (kind in (ERROR, FAILURE) and ended_before_cancel):
         # Cancelled after the body started: a side effect may have happened, whatever it
         # returned. A body that had already failed keeps its own error.
-        return Outcome(_stopped_kind(signal), attempts.attempts)
+        return Outcome(_stopped_kind(ctx.signal), attempts)
     if kind == VALUE:
-        return Outcome(VALUE, attempts.attempts, value=payload)
+        return Outcome(VALUE, attempts, value=payload)
     if kind == FAILURE:
-        return Outcome(FAILURE, attempts.attempts, failure=payload)
-    return Outcome(ERROR, attempts.attempts, error=payload)
+        return Outcome(FAILURE, attempts, failure=payload)
+    return Outcome(ERROR, attempts, error=payload)

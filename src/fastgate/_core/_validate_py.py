@@ -267,6 +267,11 @@ def _kind(value: Any) -> int:
     if t is float:
         return _float_kind(value)
     # Subclasses and read-only views (a frozen snapshot of the arguments) count as what they are.
+    # Frozen snapshots subclass dict and list: test those first, the ABC check below is slow.
+    if isinstance(value, dict):
+        return K_OBJ
+    if isinstance(value, list):
+        return K_ARR
     if isinstance(value, bool):
         return K_BOOL
     if isinstance(value, int):
