@@ -50,7 +50,7 @@ class Holds:
         """Release everything, last entered first."""
         held, self._held = self._held, []
         for hold in reversed(held):
-            _exit(hold)
+            hold.__aexit__(None, None, None)  # done at once, see the module docstring
 
     def release_when_done(self, body: asyncio.Future[Any]) -> None:
         """Keep everything until ``body`` (a task that ignored cancellation) really ends."""

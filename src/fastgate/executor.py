@@ -27,7 +27,7 @@ from fastgate.cancel import CancelToken
 from fastgate.context import ExecutionContext, RunContext, ToolCall
 from fastgate.decision import Decision, DecisionSource, PermissionMode
 from fastgate.errors import GateClosed, ResourceExhausted, SchedulerClosed
-from fastgate.freeze import NotJSON, freeze
+from fastgate.freeze import FrozenDict, NotJSON, freeze
 from fastgate.gate import ToolConcurrencyGate
 from fastgate.guards import Guard, ToolCallView, run_guards
 from fastgate.history import History, ToolStats
@@ -58,7 +58,7 @@ from fastgate.scheduler import ConcurrencyScheduler, default_scheduler
 from fastgate.schema import compile as compile_schema
 from fastgate.store import ToolUseRecord, ToolUseStore
 from fastgate.tools import ToolDefinition
-from fastgate.worktree import check_worktree
+from fastgate.worktree import check_worktree, names_paths
 
 log = logging.getLogger("fastgate.executor")
 
@@ -338,7 +338,7 @@ class ToolExecutor:
                 )
             if cancel is not None and cancel.cancelled:
                 return self._aborted_before_launch(call)
-            if not self._admit_turn(ctx.turn_id):
+            if ctx.turn_id is not None and not self._admit_turn(ctx.turn_id):
                 return self._finalize(
                     call,
                     ErrorCode.RESOURCE_EXHAUSTED,
@@ -374,7 +374,7 @@ class ToolExecutor:
 
             # Stages 5 to 10 resolve each path once, so the worktree check, the rules and the
             # lock keys agree (no window between them), and nothing is cached beyond the call.
-            with consistent_paths():
+            with consistent_paths(names_paths(tool, args)):
                 # 5. worktree isolation: every path argument must stay inside the allowed roots.
                 refusal = self._check_paths(call, tool, args)
                 if refusal is not None:
@@ -499,6 +499,7 @@ class ToolExecutor:
                     return refusal
 
             # 12. invocation: its own task, deadline, cancellation, safe retries.
+            is_async, output_checker = self._info(tool)
             signal = CancelToken.any(cancel) if cancel is not None else None
             self._progress.start(call.execution_id)
             try:
@@ -506,7 +507,7 @@ class ToolExecutor:
                     tool,
                     args,
                     _BodyContext(self, call, tool, holds, signal),
-                    is_async=self._info(tool)[0],
+                    is_async=is_async,
                     time_budget=tool.timeout,
                     cancel=cancel,
                     cancel_grace=self._cancel_grace,
@@ -519,7 +520,7 @@ class ToolExecutor:
             call.attempts = outcome_.attempts
 
             # 13-15. hooks after the call, file-change observers, then the final result.
-            return await self._conclude(call, tool, args, outcome_)
+            return await self._conclude(call, tool, args, outcome_, output_checker)
         except Aborted:
             return self._aborted_before_launch(call)
         finally:
@@ -528,7 +529,7 @@ class ToolExecutor:
     # -- stages in detail -----------------------------------------------------------------------
 
     def _validate(self, call: _Call, tool: ToolDefinition, args: Any) -> ToolResult | None:
-        if not isinstance(args, Mapping):
+        if type(args) is not FrozenDict and not isinstance(args, Mapping):
             return self._finalize(call, ErrorCode.INVALID_ARGS, _refusals.not_an_object(args))
         issues = tool.validator.validate(args)
         if issues:
@@ -565,7 +566,7 @@ class ToolExecutor:
         return None
 
     async def _conclude(
-        self, call: _Call, tool: ToolDefinition, args: Any, outcome: Outcome
+        self, call: _Call, tool: ToolDefinition, args: Any, outcome: Outcome, checker: Any
     ) -> ToolResult:
         """Stages 13 to 15 for a call whose body ran."""
         ctx = call.ctx
@@ -586,7 +587,7 @@ class ToolExecutor:
                 call.additional_context.extend(extra)
             return self._finalize(call, code, message, details=details)
         value = outcome.value
-        content, refusal = self._content_of(call, tool, value)
+        content, refusal = self._content_of(call, tool, value, checker)
         if refusal is not None:
             return refusal
         # 13. PostToolUse hooks: accept, replace the value (re-checked, re-rendered), replace the
@@ -603,7 +604,7 @@ class ToolExecutor:
                 )
             if post.value is not UNSET:  # a new value: checked and rendered again
                 value = post.value
-                content, refusal = self._content_of(call, tool, value)
+                content, refusal = self._content_of(call, tool, value, checker)
                 if refusal is not None:
                     return refusal
             if post.content is not UNSET:  # new content (after a new value, it wins)
@@ -653,11 +654,10 @@ class ToolExecutor:
             log.warning("result record of %s not saved: %s", call.execution_id, exc)
 
     def _content_of(
-        self, call: _Call, tool: ToolDefinition, value: Any
+        self, call: _Call, tool: ToolDefinition, value: Any, checker: Any
     ) -> tuple[Any, ToolResult | None]:
-        """(content, None) for a value that matches the output schema and renders, else
-        (None, the OUTPUT_INVALID result)."""
-        checker = self._info(tool)[1]
+        """(content, None) for a value that matches the output schema (``checker``, when there
+        is one) and renders, else (None, the OUTPUT_INVALID result)."""
         if checker is not None:
             issues = checker.validate(value)
             if issues:
@@ -694,18 +694,18 @@ class ToolExecutor:
         details: dict[str, Any] | None = None,
     ) -> ToolResult:
         now = time.time()
-        meta = ResultMeta(
-            execution_id=call.execution_id,
-            call_id=call.call_id,
-            tool_name=call.name,
-            session_id=call.ctx.session_id,
-            started_at=call.started_at,
-            completed_at=now,
-            duration_ms=(time.perf_counter() - call.t0) * 1000.0,
-            attempts=call.attempts,
-            aborted_before_launch=call.aborted_before_launch,
-            decision_source=call.decision_source,
-            additional_context=tuple(call.additional_context),
+        meta = ResultMeta(  # positional (the field order of ResultMeta): the hot path
+            call.execution_id,
+            call.call_id,
+            call.name,
+            call.ctx.session_id,
+            call.started_at,
+            now,
+            (time.perf_counter() - call.t0) * 1000.0,
+            call.attempts,
+            call.aborted_before_launch,
+            call.decision_source,
+            tuple(call.additional_context),
         )
         if code is None:
             return ToolResult(True, content, None, meta, value)
@@ -752,9 +752,7 @@ class ToolExecutor:
         self._merged[id(ctx)] = (ctx, merged)
         return merged
 
-    def _admit_turn(self, turn_id: str | None) -> bool:
-        if turn_id is None:
-            return True
+    def _admit_turn(self, turn_id: str) -> bool:
         count = self._turns.pop(turn_id, 0) + 1
         self._turns[turn_id] = count
         if len(self._turns) > _TRACKED_TURNS:

@@ -78,12 +78,20 @@ def canonical_path(path: str) -> str:
 
 
 class consistent_paths:  # lower case: it reads like a function, ``with consistent_paths():``
-    """Within this block (and this task), each path is resolved once and then remembered."""
+    """Within this block (and this task), each path is resolved once and then remembered.
 
-    __slots__ = ("_token",)
+    ``consistent_paths(False)`` does nothing: for calls that name no path at all.
+    """
+
+    __slots__ = ("_active", "_token")
+
+    def __init__(self, active: bool = True) -> None:
+        self._active = active
 
     def __enter__(self) -> None:
-        self._token = _memo.set({})
+        if self._active:
+            self._token = _memo.set({})
 
     def __exit__(self, *exc_info: object) -> None:
-        _memo.reset(self._token)
+        if self._active:
+            _memo.reset(self._token)
