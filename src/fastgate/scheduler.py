@@ -11,7 +11,6 @@ once, so the grant passes to the next waiter instead of being lost.
 from __future__ import annotations
 
 import asyncio
-import functools
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -130,7 +129,7 @@ class ConcurrencyScheduler:
             lim.queue_timeout or 0.0,
         )
         # Bound straight to the compiled core: no Python frame on the uncontended path.
-        self.slot = functools.partial(_core.sched.Slot, self._core)
+        self.slot = self._core.slot
         self._timed_out = 0
 
     @property

@@ -1,5 +1,7 @@
 cimport cython
 
+cpdef int kind_index(object kind) except -1
+
 cdef int NKINDS, QUEUED, GRANTED, FINISHED, NEW, HELD, DONE, WAIT_SAMPLES
 
 
@@ -14,7 +16,6 @@ cdef class SessionQueue:
     cdef public SessionQueue ring_next
 
 
-@cython.final
 @cython.freelist(64)
 cdef class SlotWaiter:
     cdef public SessionQueue queue
@@ -27,6 +28,8 @@ cdef class SlotWaiter:
     cdef public SlotWaiter next
     cdef public object future
     cdef public double enqueued_at
+
+    cdef void _request(self, object session_id, int kind, object owner)
 
 
 @cython.final
@@ -58,10 +61,14 @@ cdef class SchedulerCore:
     cdef public Py_ssize_t rejected
     cdef public bint closed
 
+    @cython.locals(slot=Slot)
+    cpdef Slot slot(self, object session_id, object kind, object owner=*)
     @cython.locals(held=Py_ssize_t, sessions=dict, kind_in_flight=cython.p_Py_ssize_t)
     cpdef bint try_acquire(self, object session_id, int kind) except -1
     @cython.locals(queue=SessionQueue, waiter=SlotWaiter, tail=SlotWaiter)
     cpdef SlotWaiter enqueue(self, object session_id, int kind, object owner)
+    @cython.locals(queue=SessionQueue, tail=SlotWaiter, kind=int)
+    cdef bint _link(self, SlotWaiter waiter) except -1
     @cython.locals(held=Py_ssize_t, sessions=dict, kind_in_flight=cython.p_Py_ssize_t)
     cpdef object release(self, object session_id, int kind)
     cpdef object finish(self, SlotWaiter waiter)
@@ -98,11 +105,6 @@ cdef class SchedulerCore:
 
 
 @cython.final
-@cython.freelist(64)
-cdef class Slot:
+cdef class Slot(SlotWaiter):  # no freelist: only a base class can have one
     cdef public SchedulerCore core
-    cdef public object session_id
-    cdef public int kind
-    cdef public object owner
-    cdef public SlotWaiter waiter
-    cdef public int state
+    cdef public int phase

@@ -22,7 +22,7 @@ from typing import Any
 from fastgate.errors import ResourceExhausted, SchedulerClosed
 
 NKINDS = 3
-KIND_INDEX = {0: 0, 1: 1, 2: 2}
+KIND_INDEX: dict[object, int] = {0: 0, 1: 1, 2: 2}
 # Waiter states.
 QUEUED = 0
 GRANTED = 1
@@ -34,15 +34,41 @@ HELD = 1
 DONE = 2
 
 
-class SlotWaiter:
-    """One queued request, the future its task awaits, and when it was queued."""
+def kind_index(kind: object) -> int:
+    """The kind as an exact int (ToolKind members, an IntEnum, are slow list indexes when
+    interpreted); ValueError for anything that is not a kind."""
+    try:
+        return KIND_INDEX[kind]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown tool kind {kind!r}") from None
 
-    def __init__(self, queue: SessionQueue, kind: int, owner: object, seq: int) -> None:
-        self.queue = queue
-        self.session_id = queue.session_id
+
+class SlotWaiter:
+    """One request, and once queued: its session's queue, its place in it, the future its task
+    awaits and when it was queued. (A ``Slot`` is its own waiter: one object per request.)"""
+
+    __slots__ = (
+        "enqueued_at",
+        "future",
+        "kind",
+        "next",
+        "owner",
+        "prev",
+        "queue",
+        "seq",
+        "session_id",
+        "state",
+    )
+
+    def __init__(self, session_id: Hashable, kind: int, owner: object) -> None:
+        self._request(session_id, kind, owner)
+
+    def _request(self, session_id: Hashable, kind: int, owner: object) -> None:
+        self.session_id = session_id
         self.kind = kind
         self.owner = owner
-        self.seq = seq
+        self.queue: SessionQueue | None = None
+        self.seq = 0
         self.state = QUEUED
         self.prev: SlotWaiter | None = None
         self.next: SlotWaiter | None = None
@@ -106,6 +132,15 @@ class SchedulerCore:
 
     # -- admission ------------------------------------------------------------------------------
 
+    def slot(self, session_id: Hashable, kind: int, owner: object = None) -> Slot:
+        """A new ``Slot`` (what ``scheduler.slot(...)`` returns), made without ``__init__``'s
+        argument parsing: this is every call's first step."""
+        slot = Slot.__new__(Slot)
+        slot._request(session_id, kind_index(kind), owner)
+        slot.core = self
+        slot.phase = NEW
+        return slot
+
     def try_acquire(self, session_id: Hashable, kind: int) -> bool:
         """Take a slot now if all three dimensions have room; False means the caller must queue."""
         if self.in_flight >= self.global_limit:
@@ -125,16 +160,24 @@ class SchedulerCore:
 
     def enqueue(self, session_id: Hashable, kind: int, owner: object) -> SlotWaiter | None:
         """Queue a request that could not be admitted; None when the queue is full."""
+        waiter = SlotWaiter(session_id, kind, owner)
+        return waiter if self._link(waiter) else None
+
+    def _link(self, waiter: SlotWaiter) -> bool:
+        """Put a new request at the end of its session's FIFO; False when the queue is full."""
         if self.queued >= self.max_queue:
             self.rejected += 1
-            return None
+            return False
+        session_id = waiter.session_id
+        kind = waiter.kind
         queue = self.queues.get(session_id)
         if queue is None:
             queue = SessionQueue(session_id)
             self.queues[session_id] = queue
         if queue.queued == 0:
             self._ring_insert(queue)
-        waiter = SlotWaiter(queue, kind, owner, self.seq)
+        waiter.queue = queue
+        waiter.seq = self.seq
         self.seq += 1
         tail = queue.tails[kind]
         if tail is None:
@@ -146,7 +189,7 @@ class SchedulerCore:
         queue.queued += 1
         self.kind_queued[kind] += 1
         self.queued += 1
-        return waiter
+        return True
 
     def release(self, session_id: Hashable, kind: int) -> list[SlotWaiter] | None:
         """Give a slot back; returns the waiters granted in its place (None when nobody waits)."""
@@ -198,17 +241,15 @@ class SchedulerCore:
         """The slot could not be taken now: queue it and return what its task awaits."""
         if self.closed:
             raise SchedulerClosed("the scheduler is closed")
-        waiter = self.enqueue(slot.session_id, slot.kind, slot.owner)
-        if waiter is None:
+        if not self._link(slot):
             raise ResourceExhausted(
                 f"the tool queue is full ({self.max_queue} calls waiting); retry next turn",
                 reason="queue_full",
             )
         future = self.get_loop().create_future()
-        waiter.future = future
+        slot.future = future
         now = self.clock()
-        waiter.enqueued_at = now
-        slot.waiter = waiter
+        slot.enqueued_at = now
         if self.queue_timeout > 0.0:
             due = self.expiry_due
             # Not armed, or armed in a loop that died before its timer fired.
@@ -298,6 +339,7 @@ class SchedulerCore:
 
     def _unlink(self, waiter: SlotWaiter) -> None:
         queue = waiter.queue
+        assert queue is not None
         kind = waiter.kind
         prev = waiter.prev
         nxt = waiter.next
@@ -404,56 +446,49 @@ class SchedulerCore:
         return dict(self.session_in_flight), queued
 
 
-class Slot:
-    """``async with`` context for one slot; not reusable.
+class Slot(SlotWaiter):
+    """``async with`` context for one slot, and its own queue entry when it has to wait; not
+    reusable.
 
-    ``state`` goes NEW -> HELD -> DONE, or NEW -> DONE when queueing fails or is cancelled.
+    ``phase`` goes NEW -> HELD -> DONE, or NEW -> DONE when queueing fails or is cancelled.
     """
 
-    __slots__ = ("core", "kind", "owner", "session_id", "state", "waiter")
+    __slots__ = ("core", "phase")
 
     def __init__(
         self, core: SchedulerCore, session_id: Hashable, kind: int, owner: object = None
     ) -> None:
-        try:
-            # An exact int: ToolKind members (IntEnum) are slow list indexes when interpreted.
-            self.kind = KIND_INDEX[kind]
-        except (KeyError, TypeError):
-            raise ValueError(f"unknown tool kind {kind!r}") from None
+        self._request(session_id, kind_index(kind), owner)
         self.core = core
-        self.session_id = session_id
-        self.owner = owner
-        self.waiter: SlotWaiter | None = None
-        self.state = NEW
+        self.phase = NEW
 
     def __aenter__(self) -> Awaitable[None]:
         core = self.core
-        if self.state != NEW:
+        if self.phase != NEW:
             raise RuntimeError("a scheduler slot can be entered only once")
         if core.try_acquire(self.session_id, self.kind):
-            self.state = HELD
+            self.phase = HELD
             return core.ready
-        self.state = DONE
+        self.phase = DONE
         return core.queue(self)
 
     def __aexit__(self, exc_type: object, exc: object, tb: object) -> Awaitable[None]:
-        if self.state != HELD:
+        if self.phase != HELD:
             raise RuntimeError("scheduler slot released without being held")
-        self.state = DONE
+        self.phase = DONE
         core = self.core
-        waiter = self.waiter
-        if waiter is None:
+        if self.queue is None:  # admitted at once: never queued
             granted = core.release(self.session_id, self.kind)
         else:
-            granted = core.finish(waiter)
+            granted = core.finish(self)
         if granted:
             core.wake(granted)
         return core.ready
 
     # The Wait protocol (see _wait_py).
     def granted(self) -> None:
-        self.state = HELD
+        self.phase = HELD
 
     def abandon(self) -> None:
-        if self.waiter is not None:
-            self.core.wake(self.core.withdraw(self.waiter))
+        if self.queue is not None:
+            self.core.wake(self.core.withdraw(self))
