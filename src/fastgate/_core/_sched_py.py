@@ -59,21 +59,26 @@ class SlotWaiter:
         "session_id",
         "state",
     )
+    session_id: Hashable
+    kind: int
+    owner: object
+    queue: SessionQueue | None
+    seq: int
+    state: int
+    prev: SlotWaiter | None
+    next: SlotWaiter | None
+    future: Any
+    enqueued_at: float
 
     def __init__(self, session_id: Hashable, kind: int, owner: object) -> None:
         self._request(session_id, kind, owner)
 
     def _request(self, session_id: Hashable, kind: int, owner: object) -> None:
+        # The queue fields are set when (if ever) the request is queued: see ``_link``.
         self.session_id = session_id
         self.kind = kind
         self.owner = owner
-        self.queue: SessionQueue | None = None
-        self.seq = 0
-        self.state = QUEUED
-        self.prev: SlotWaiter | None = None
-        self.next: SlotWaiter | None = None
-        self.future: Any = None
-        self.enqueued_at = 0.0
+        self.queue = None
 
 
 class SessionQueue:
@@ -136,7 +141,10 @@ class SchedulerCore:
         """A new ``Slot`` (what ``scheduler.slot(...)`` returns), made without ``__init__``'s
         argument parsing: this is every call's first step."""
         slot = Slot.__new__(Slot)
-        slot._request(session_id, kind_index(kind), owner)
+        slot.session_id = session_id  # as in SlotWaiter._request, without a call
+        slot.kind = kind_index(kind)
+        slot.owner = owner
+        slot.queue = None
         slot.core = self
         slot.phase = NEW
         return slot
@@ -178,6 +186,10 @@ class SchedulerCore:
             self._ring_insert(queue)
         waiter.queue = queue
         waiter.seq = self.seq
+        waiter.state = QUEUED
+        waiter.prev = waiter.next = None
+        waiter.future = None
+        waiter.enqueued_at = 0.0
         self.seq += 1
         tail = queue.tails[kind]
         if tail is None:
