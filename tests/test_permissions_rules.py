@@ -464,3 +464,36 @@ def test_unreadable_command_may_be_what_an_ask_rule_names(tmp_path: Path) -> Non
     for command in ("git push 'x", "$X push", 'eval "$c"'):
         result = resolve(tool, {"command": command}, tmp_path, mode=mode, ask=ask)
         assert result.decision is Decision.ASK, command
+
+
+def test_mode_allow_cache_is_per_definition_not_per_name(tmp_path: Path) -> None:
+    # Two scopes may register different tools under one name: the cached mode ALLOW of the
+    # READ_ONLY one must not answer for the WRITE one.
+    resolver = PermissionResolver(PermissionConfig(), PermissionMode.DEFAULT, ApprovalStore())
+    ctx = ExecutionContext(session_id="s1", workspace_root=str(tmp_path))
+    reader = make_tool("Shared", ToolKind.READ_ONLY, ("a",))
+    writer = make_tool("Shared", ToolKind.WRITE, ("a",))
+    assert resolver.decide(reader, {"a": "x"}, ctx).decision is Decision.ALLOW
+    assert resolver.decide(writer, {"a": "x"}, ctx).decision is Decision.ASK
+    assert resolver.decide(reader, {"a": "x"}, ctx).decision is Decision.ALLOW
+
+
+def test_remembered_path_decisions_follow_a_swapped_symlink(tmp_path: Path) -> None:
+    # The resolver remembers what the rules say about resolved paths; the resolution itself is
+    # redone per call, so a link re-pointed at a sensitive file is caught on the next call.
+    resolver = PermissionResolver(
+        PermissionConfig(allow=("Write",)), PermissionMode.DEFAULT, ApprovalStore()
+    )
+    ctx = ExecutionContext(session_id="s1", workspace_root=str(tmp_path))
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / ".env").write_text("SECRET=1")
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "notes.txt")
+    args = {"file_path": str(link)}
+    first = resolver.decide(WRITE, args, ctx)
+    assert (first.decision, first.source) == (Decision.ALLOW, DecisionSource.RULE)
+    assert resolver.decide(WRITE, args, ctx) == first  # remembered: the same answer
+    link.unlink()
+    link.symlink_to(tmp_path / ".env")
+    swapped = resolver.decide(WRITE, args, ctx)
+    assert (swapped.decision, swapped.source) == (Decision.ASK, DecisionSource.SENSITIVE)

@@ -70,21 +70,18 @@ class NotJSON(TypeError):
 
 def freeze(value: Any) -> Any:
     """Deep, iterative copy of a JSON-like value into frozen containers (scalars are shared)."""
-    if type(value) is dict and _flat(value):
-        return FrozenDict(value)  # the common case: an object of scalars
+    if type(value) is dict:
+        for key, item in value.items():
+            if type(key) is not str or not isinstance(item, _SCALARS):
+                break
+        else:
+            return FrozenDict(value)  # the common case: an object of scalars
     return _convert(value, FrozenDict, FrozenList)
 
 
 def thaw(value: Any) -> Any:
     """Deep, iterative copy into plain ``dict``/``list`` (for code that wants to mutate)."""
     return _convert(value, dict, list)
-
-
-def _flat(value: dict[Any, Any]) -> bool:
-    for key, item in value.items():
-        if type(key) is not str or not isinstance(item, _SCALARS):
-            return False
-    return True
 
 
 def _convert(value: Any, make_dict: type, make_list: type) -> Any:

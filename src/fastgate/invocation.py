@@ -187,15 +187,17 @@ async def invoke(
                 kind, payload = ERROR, exc
             else:
                 kind, payload = (FAILURE if isinstance(value, Failure) else VALUE), value
-            attempts, ended_before_cancel = 1, not ctx.signal_fired
+            attempts, fired = 1, ctx.signal_fired
+            ended_before_cancel = not fired
         else:
             runner = _Attempts()
             kind, payload = await loop.create_task(runner.run(tool, args, ctx, is_async))
             attempts, ended_before_cancel = runner.attempts, runner.ended_before_cancel
+            fired = ctx.signal_fired
         task = asyncio.current_task(loop)
         if task is not None and task.cancelling():
             raise asyncio.CancelledError  # the body swallowed our caller's cancellation
-        return _settled(kind, payload, attempts, ended_before_cancel, ctx)
+        return _settled(kind, payload, attempts, ended_before_cancel, fired, ctx)
 
     runner = _Attempts()
     body = loop.create_task(runner.run(tool, args, ctx, is_async))
@@ -242,7 +244,8 @@ async def invoke(
     if escaped is not None:
         raise escaped  # not a tool error (those are returned): a BaseException such as SystemExit
     kind, payload = body.result()
-    return _settled(kind, payload, runner.attempts, runner.ended_before_cancel, ctx)
+    fired = ctx.signal_fired
+    return _settled(kind, payload, runner.attempts, runner.ended_before_cancel, fired, ctx)
 
 
 def _retrieve(body: asyncio.Future[Any] | None) -> None:
@@ -256,9 +259,9 @@ def _stopped_kind(signal: CancelToken) -> str:
 
 
 def _settled(
-    kind: str, payload: Any, attempts: int, ended_before_cancel: bool, ctx: RunContext
+    kind: str, payload: Any, attempts: int, ended_before_cancel: bool, fired: bool, ctx: RunContext
 ) -> Outcome:
-    if ctx.signal_fired and not (kind in (ERROR, FAILURE) and ended_before_cancel):
+    if fired and not (kind in (ERROR, FAILURE) and ended_before_cancel):
         # Cancelled after the body started: a side effect may have happened, whatever it
         # returned. A body that had already failed keeps its own error.
         return Outcome(_stopped_kind(ctx.signal), attempts)

@@ -18,6 +18,8 @@ class RenderError(Exception):
 def render(tool: ToolDefinition, value: Any, max_chars: int) -> Any:
     """``str`` or a tuple of content blocks, bounded to ``max_chars`` characters of text."""
     renderer = tool.output.render
+    if renderer is None and type(value) is str and len(value) <= max_chars:
+        return value  # the common case: short text, nothing to do
     try:
         if renderer is not None:
             content = renderer(value)

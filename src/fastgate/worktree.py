@@ -71,40 +71,52 @@ def check_worktree(
 def check_path(
     argument: str, value: Any, workspace_root: str, roots: tuple[str, ...]
 ) -> WorktreeViolation | None:
-    def refuse(reason: str, resolved: str | None = None) -> WorktreeViolation:
-        where = f" (resolves to {resolved})" if resolved is not None else ""
-        message = (
-            f"path argument {argument!r} = {_show(value)}{where} is refused: {reason}. "
-            f"Use a path inside {_or(roots)}."
-        )
-        return WorktreeViolation(argument, value, resolved, roots, reason, message)
+    problem = _path_problem(value, workspace_root, roots)
+    if problem is None:
+        return None
+    reason, resolved = problem
+    where = f" (resolves to {resolved})" if resolved is not None else ""
+    message = (
+        f"path argument {argument!r} = {_show(value)}{where} is refused: {reason}. "
+        f"Use a path inside {_or(roots)}."
+    )
+    return WorktreeViolation(argument, value, resolved, roots, reason, message)
 
+
+def _path_problem(
+    value: Any, workspace_root: str, roots: tuple[str, ...]
+) -> tuple[str, str | None] | None:
+    """(why the path is refused, what it resolved to if it got that far), or None."""
     if not isinstance(value, str):
-        return refuse(f"a path must be a string, not {type(value).__name__}")
+        return f"a path must be a string, not {type(value).__name__}", None
     if not value:
-        return refuse("the path is empty")
+        return "the path is empty", None
     if "\x00" in value:
-        return refuse("the path contains a NUL byte")
-    absolute = value if os.path.isabs(value) else os.path.join(workspace_root, value)
-    try:
-        encoded = os.fsencode(absolute)
-    except UnicodeError:
-        return refuse("the path is not encodable")
-    if len(encoded) >= PATH_MAX:
-        return refuse(f"the path is longer than PATH_MAX ({PATH_MAX} bytes)")
-    if len(encoded) > NAME_MAX and any(len(part) > NAME_MAX for part in encoded.split(b"/")):
-        return refuse(f"a path component is longer than NAME_MAX ({NAME_MAX} bytes)")
+        return "the path contains a NUL byte", None
+    absolute = value if value[0] == "/" else os.path.join(workspace_root, value)
+    # ASCII text is its own encoding, and short: only other text needs encoding to be checked.
+    if not absolute.isascii() or len(absolute) > NAME_MAX:
+        try:
+            encoded = os.fsencode(absolute)
+        except UnicodeError:
+            return "the path is not encodable", None
+        if len(encoded) >= PATH_MAX:
+            return f"the path is longer than PATH_MAX ({PATH_MAX} bytes)", None
+        if len(encoded) > NAME_MAX and any(len(part) > NAME_MAX for part in encoded.split(b"/")):
+            return f"a path component is longer than NAME_MAX ({NAME_MAX} bytes)", None
     try:
         resolved = resolve(absolute)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            return refuse("the path goes through a symlink loop (or too many symlinks)")
-        return refuse(f"the path cannot be resolved ({os.strerror(exc.errno or 0)})")
-    if len(os.fsencode(resolved)) >= PATH_MAX:
-        return refuse("the resolved path is longer than PATH_MAX", resolved)
-    if not any(is_within(resolved, root) for root in roots):
-        return refuse("it is outside the workspace", resolved)
-    return None
+            return "the path goes through a symlink loop (or too many symlinks)", None
+        return f"the path cannot be resolved ({os.strerror(exc.errno or 0)})", None
+    # (At most 4 bytes per character: only long text needs encoding to be measured.)
+    if len(resolved) * 4 >= PATH_MAX and len(os.fsencode(resolved)) >= PATH_MAX:
+        return "the resolved path is longer than PATH_MAX", resolved
+    for root in roots:
+        if is_within(resolved, root):
+            return None
+    return "it is outside the workspace", resolved
 
 
 def resolve(path: str) -> str:

@@ -84,6 +84,7 @@ class PermissionResolver:
         "_analyses",
         "_has_command",
         "_mode_allows",
+        "_path_decisions",
         "_regexes",
         "_sensitive",
         "_sensitive_anchored",
@@ -105,8 +106,10 @@ class PermissionResolver:
         self.approvals = approvals
         self._settings = SettingsCache()
         self._analyses: dict[str, CommandAnalysis] = {}
-        self._mode_allows: dict[str, RuleDecision] = {}
+        # Keyed by definition: two tools may share a name (in different scopes), not a kind.
+        self._mode_allows: dict[ToolDefinition, RuleDecision] = {}
         self._regexes: dict[tuple[str, str], re.Pattern[str]] = {}
+        self._path_decisions: dict[tuple[Any, ...], tuple[ToolRules, RuleDecision | None]] = {}
         self._has_command: weakref.WeakKeyDictionary[ToolDefinition, bool] = (
             weakref.WeakKeyDictionary()
         )
@@ -122,19 +125,41 @@ class PermissionResolver:
     ) -> RuleDecision:
         root = ctx.workspace_root or os.getcwd()
         rules = self._rules_for(tool.name, root)
-        if rules is NO_RULES and not self._has_subject(tool, args):
+        if rules is NO_RULES:
             # No rule, no path, no command, no key: the mode alone decides, whatever the
             # arguments. An ALLOW is then the same decision for every call (cached per tool).
-            allowed = self._allowed_by_mode(tool)
-            if allowed is not None:
+            allowed = self._mode_allows.get(tool)
+            if allowed is None:
+                allowed = self._allowed_by_mode(tool)
+            if allowed is not None and not self._has_subject(tool, args):
                 return allowed
         subject = self._subject(tool, args, root)
         signature = permission_signature(tool.name, subject.key)
+        if subject.kind == "paths" and not subject.invalid:
+            # The paths were just resolved (a symlink swapped in since is seen). What the rules
+            # and the sensitive list say about those resolved paths is text matching, the same
+            # every time: remembered per (rules, tool, root, resolved paths).
+            key = (id(rules), tool.name, root, subject.paths)
+            known = self._path_decisions.get(key)
+            if known is None or known[0] is not rules:  # rules kept alive, so ids are not reused
+                if len(self._path_decisions) >= _CACHE_LIMIT:
+                    self._path_decisions.clear()
+                known = (rules, self._rule_decision(tool, rules, subject, signature, root))
+                self._path_decisions[key] = known
+            decided = known[1]
+        else:
+            decided = self._rule_decision(tool, rules, subject, signature, root)
+        return decided if decided is not None else self._mode_decision(tool, signature, subject)
+
+    def _rule_decision(
+        self, tool: ToolDefinition, rules: ToolRules, subject: Subject, signature: str, root: str
+    ) -> RuleDecision | None:
+        """The decision of the rules and the sensitive list; None when the mode decides."""
         if rules is NO_RULES and not subject.invalid:
             # No rule for this tool (the common case): only sensitive paths and the mode decide.
             sensitive = self._sensitive_path(subject, root) if subject.paths else None
             if sensitive is None:
-                return self._mode_decision(tool, signature, subject)
+                return None
         shown = _shorten(subject.key)
         deny = rules.deny
         hit = self._first_match(deny, subject, root)
@@ -195,7 +220,7 @@ class PermissionResolver:
                 signature,
                 allowed_by,
             )
-        return self._mode_decision(tool, signature, subject)
+        return None
 
     def _has_subject(self, tool: ToolDefinition, args: Mapping[str, Any]) -> bool:
         """Whether the call has something rules or sensitive paths could look at."""
@@ -209,14 +234,14 @@ class PermissionResolver:
         default, reason = _MODE_REASONS[self.mode, tool.kind]
         if default is not Decision.ALLOW:
             return None
-        cached = self._mode_allows.get(tool.name)
+        cached = self._mode_allows.get(tool)
         if cached is None:
             # The permission granted does not depend on the arguments: "*" stands for any.
             signature = permission_signature(tool.name, "*")
             cached = RuleDecision(Decision.ALLOW, DecisionSource.MODE, reason, signature)
             if len(self._mode_allows) >= _CACHE_LIMIT:
                 self._mode_allows.clear()
-            self._mode_allows[tool.name] = cached
+            self._mode_allows[tool] = cached
         return cached
 
     def _mode_decision(
@@ -259,7 +284,7 @@ class PermissionResolver:
     # -- helpers -------------------------------------------------------------------------------
 
     def _rules_for(self, name: str, root: str) -> ToolRules:
-        own = self.config.rules.for_tool(name)
+        own = self.config.rules.by_tool.get(name, NO_RULES)
         project = self._settings.rules(root)
         if project is None:
             return own
