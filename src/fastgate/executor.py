@@ -102,7 +102,7 @@ class _Call:
         self.attempts = 0
         self.aborted_before_launch = False
         self.decision_source: str | None = None
-        self.additional_context: list[str] = []
+        self.additional_context: tuple[str, ...] = ()  # rarely added to: a tuple is cheaper
         self.lock_keys: tuple[str, ...] = ()
         self.recorded = False  # its tool-use record is in the store
 
@@ -201,8 +201,8 @@ class ToolExecutor:
         self._turns: OrderedDict[str, int] = OrderedDict()
         self._result_observers: list[Callable[[ToolResult], Any]] = []
         self._file_observers: list[Callable[[tuple[str, ...]], Any]] = []
-        # Per definition, by id (checked): (definition, is the body async, output validator).
-        self._tool_info: dict[int, tuple[ToolDefinition, bool, Any]] = {}
+        # Per definition: (is the body async, compiled output validator or None).
+        self._tool_info: dict[ToolDefinition, tuple[bool, Any]] = {}
         # Per caller context, by id (checked): the context merged with context_defaults.
         self._merged: dict[int, tuple[ExecutionContext, ExecutionContext]] = {}
         self._background: set[asyncio.Future[None]] = set()
@@ -399,7 +399,7 @@ class ToolExecutor:
                         )
                     )
                     hook_decision, hook_reason = outcome.decision, outcome.reason
-                    call.additional_context.extend(outcome.additional_context)
+                    call.additional_context += tuple(outcome.additional_context)
                     # A hook's DENY stands whatever it rewrote; otherwise rebuild the invocation.
                     if outcome.updated_args is not None and hook_decision is not Decision.DENY:
                         args = call.args = outcome.updated_args  # already a frozen snapshot
@@ -469,7 +469,7 @@ class ToolExecutor:
                         answer, self.approvals, self._resolver, tool, args, ctx, rule
                     )
                     if note is not None:
-                        call.additional_context.append(note)
+                        call.additional_context += (note,)
 
             # 11. admission: a scheduler slot, then the file locks of a non-concurrency-safe tool.
             if cancel is not None and cancel.cancelled:
@@ -584,7 +584,7 @@ class ToolExecutor:
                 extra = await run_post_tool_use_failure(
                     self.hooks, PostToolUseFailureEvent(tool.name, args, ctx, error)
                 )
-                call.additional_context.extend(extra)
+                call.additional_context += tuple(extra)
             return self._finalize(call, code, message, details=details)
         value = outcome.value
         content, refusal = self._content_of(call, tool, value, checker)
@@ -597,7 +597,7 @@ class ToolExecutor:
             post = await run_post_tool_use(
                 self.hooks, PostToolUseEvent(tool.name, args, ctx, provisional)
             )
-            call.additional_context.extend(post.additional_context)
+            call.additional_context += tuple(post.additional_context)
             if post.block is not None:
                 return self._finalize(
                     call, ErrorCode.BLOCKED_BY_HOOK, post.block, content=post.block
@@ -686,7 +686,6 @@ class ToolExecutor:
         call: _Call,
         code: ErrorCode | None,
         message: str,
-        *,
         content: Any = None,
         value: Any = None,
         retryable: bool = False,
@@ -705,16 +704,27 @@ class ToolExecutor:
             call.attempts,
             call.aborted_before_launch,
             call.decision_source,
-            tuple(call.additional_context),
+            call.additional_context,
         )
         if code is None:
             return ToolResult(True, content, None, meta, value)
         error = ToolError(code, message, retryable, retry_after, details or {})
         return ToolResult(False, message if content is None else content, error, meta)
 
-    def _finalize(self, call: _Call, code: ErrorCode | None, message: str, **kw: Any) -> ToolResult:
+    def _finalize(
+        self,
+        call: _Call,
+        code: ErrorCode | None,
+        message: str,
+        *,
+        content: Any = None,
+        value: Any = None,
+        retryable: bool = False,
+        retry_after: Any = None,
+        details: dict[str, Any] | None = None,
+    ) -> ToolResult:
         """Stage 15: finalize_content (once), freeze, record, notify. Every result passes here."""
-        result = self._result(call, code, message, **kw)
+        result = self._result(call, code, message, content, value, retryable, retry_after, details)
         tool = call.tool
         if tool is not None and tool.finalize_content is not None:
             try:
@@ -733,13 +743,13 @@ class ToolExecutor:
 
     def _info(self, tool: ToolDefinition) -> tuple[bool, Any]:
         """(is the body async, compiled output validator or None), cached per definition."""
-        info = self._tool_info.get(id(tool))
-        if info is None or info[0] is not tool:
+        info = self._tool_info.get(tool)  # by identity: definitions compare by identity
+        if info is None:
             if len(self._tool_info) >= _CACHE_LIMIT:
                 self._tool_info.clear()
             checker = compile_schema(tool.output.schema) if tool.output.schema is not None else None
-            info = self._tool_info[id(tool)] = (tool, is_async_tool(tool), checker)
-        return info[1], info[2]
+            info = self._tool_info[tool] = (is_async_tool(tool), checker)
+        return info
 
     def _merge_defaults(self, ctx: ExecutionContext) -> ExecutionContext:
         """``ctx`` with ``context_defaults`` filled in; cached, since callers reuse contexts."""

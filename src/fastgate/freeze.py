@@ -61,6 +61,8 @@ class FrozenList(list[Any]):
 
 
 _SCALARS = (str, int, float, bool, type(None))
+_SCALAR_TYPES = frozenset(_SCALARS)  # exact types; subclasses take the general path
+_KEY_TYPES = frozenset((str,))
 MAX_VALUES = 1_000_000  # arguments beyond this are refused: far past any real tool call
 
 
@@ -70,12 +72,12 @@ class NotJSON(TypeError):
 
 def freeze(value: Any) -> Any:
     """Deep, iterative copy of a JSON-like value into frozen containers (scalars are shared)."""
-    if type(value) is dict:
-        for key, item in value.items():
-            if type(key) is not str or not isinstance(item, _SCALARS):
-                break
-        else:
-            return FrozenDict(value)  # the common case: an object of scalars
+    if (
+        type(value) is dict
+        and _SCALAR_TYPES.issuperset(map(type, value.values()))
+        and _KEY_TYPES.issuperset(map(type, value))
+    ):
+        return FrozenDict(value)  # the common case: an object of scalars (checked in C loops)
     return _convert(value, FrozenDict, FrozenList)
 
 

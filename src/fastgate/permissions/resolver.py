@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import re
-import weakref
 from collections.abc import Mapping
 from typing import Any, final
 
@@ -110,9 +109,7 @@ class PermissionResolver:
         self._mode_allows: dict[ToolDefinition, RuleDecision] = {}
         self._regexes: dict[tuple[str, str], re.Pattern[str]] = {}
         self._path_decisions: dict[tuple[Any, ...], tuple[ToolRules, RuleDecision | None]] = {}
-        self._has_command: weakref.WeakKeyDictionary[ToolDefinition, bool] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._has_command: dict[ToolDefinition, bool] = {}  # bounded like the other caches
         self._sensitive = (*config.sensitive_patterns, *PROTECTED_PATTERNS)
         self._sensitive_rooted = any(p.anchor == "root" for p in self._sensitive)
         self._sensitive_anchored = any(p.anchor != "anywhere" for p in self._sensitive)
@@ -294,7 +291,7 @@ class PermissionResolver:
         return extra if own is NO_RULES else own + extra
 
     def _subject(self, tool: ToolDefinition, args: Mapping[str, Any], root: str) -> Subject:
-        if self._tool_has_command(tool) and "command" in args:
+        if "command" in args and self._tool_has_command(tool):
             command = args["command"]
             if not isinstance(command, str):
                 return Subject("command", repr(command), invalid="the command is not a string")
@@ -320,6 +317,8 @@ class PermissionResolver:
         if known is None:
             properties = tool.input_schema.get("properties")
             known = isinstance(properties, dict) and "command" in properties
+            if len(self._has_command) >= _CACHE_LIMIT:
+                self._has_command.clear()
             self._has_command[tool] = known
         return known
 

@@ -47,9 +47,13 @@ class Subject(NamedTuple):
 
 def resolve_path(value: str, root: str) -> ResolvedPath:
     absolute = value if os.path.isabs(value) else os.path.join(root, value)
-    lexical = os.path.normpath(absolute)
-    if lexical.startswith("//"):
-        lexical = "/" + lexical.lstrip("/")
+    # normpath (interpreted, slow) only when there is something to collapse.
+    if absolute[:1] != "/" or "/." in absolute or "//" in absolute or absolute.endswith("/"):
+        lexical = os.path.normpath(absolute)
+        if lexical.startswith("//"):
+            lexical = "/" + lexical.lstrip("/")
+    else:
+        lexical = absolute
     try:
         canonical = canonical_path(absolute)
     except (OSError, ValueError):
