@@ -409,3 +409,16 @@ async def test_default_scheduler_is_shared_and_replaced_after_close() -> None:
     await first.close()
     second = default_scheduler()
     assert second is not first and not second.closed
+
+
+def test_a_wait_that_cannot_start_queues_nothing() -> None:
+    # Entering a full scheduler outside a running loop is a programming error; it must fail
+    # before the request is queued, or a phantom waiter would later be granted a slot for good.
+    sched = ConcurrencyScheduler(SchedulerLimits(global_limit=1))
+    held = sched.slot("s1", ToolKind.READ_ONLY)
+    held.__aenter__()  # uncontended: taken synchronously, no loop needed
+    with pytest.raises(RuntimeError):
+        sched.slot("s2", ToolKind.READ_ONLY).__aenter__()
+    assert sched.stats().queued == 0
+    held.__aexit__(None, None, None)
+    assert sched.stats().in_flight == 0

@@ -122,6 +122,7 @@ class _BodyContext(RunContext):
         holds: Holds,
         signal: CancelToken | None,
     ) -> None:
+        # Every RunContext field set here directly: no keyword parsing on the hot path.
         ctx = call.ctx
         self.execution_id = call.execution_id
         self.tool_name = tool.name
@@ -374,6 +375,8 @@ class ToolExecutor:
 
             # Stages 5 to 10 resolve each path once, so the worktree check, the rules and the
             # lock keys agree (no window between them), and nothing is cached beyond the call.
+            # A call naming no path or command needs no memo (should a hook rewrite one in, it
+            # is still checked everywhere, each check resolving it afresh).
             with consistent_paths(names_paths(tool, args)):
                 # 5. worktree isolation: every path argument must stay inside the allowed roots.
                 refusal = self._check_paths(call, tool, args)

@@ -253,12 +253,13 @@ class SchedulerCore:
         """The slot could not be taken now: queue it and return what its task awaits."""
         if self.closed:
             raise SchedulerClosed("the scheduler is closed")
+        # The future first: with no running loop this raises before anything is queued.
+        future = self.get_loop().create_future()
         if not self._link(slot):
             raise ResourceExhausted(
                 f"the tool queue is full ({self.max_queue} calls waiting); retry next turn",
                 reason="queue_full",
             )
-        future = self.get_loop().create_future()
         slot.future = future
         now = self.clock()
         slot.enqueued_at = now
