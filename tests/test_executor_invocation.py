@@ -15,6 +15,7 @@ from fastgate import (
     ConcurrencyScheduler,
     ErrorCode,
     ExecutionContext,
+    Failure,
     RunContext,
     SchedulerLimits,
     ToolKind,
@@ -383,4 +384,60 @@ async def test_lock_paths_skips_a_path_the_call_already_holds(tmp_path: Any) -> 
     )
     result = await asyncio.wait_for(ex.execute("edit", {"file_path": "f.txt"}), 30)
     assert result.ok, result.error
+    assert_idle(ex)
+
+
+async def test_without_token_or_deadline_a_swallowed_cancellation_still_reaches_the_caller() -> (
+    None
+):
+    # The fast path (no ctx.cancel, no timeout, async, not retry-safe) runs the tool's coroutine
+    # as the body task itself; a body that ignores the cancellation must not turn the caller's
+    # cancellation into a normal result.
+    entered = asyncio.Event()
+    finished: list[str] = []
+
+    async def stubborn(args: Any, ctx: RunContext) -> str:
+        entered.set()
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            finished.append("swallowed")
+        return "done anyway"
+
+    ex = executor(tool("stubborn", stubborn, NOTHING))
+    task = asyncio.create_task(ex.execute("stubborn", {}))
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert finished == ["swallowed"]
+    last = ex.history()[-1]
+    assert last.error is not None and last.error.code is ErrorCode.ABORTED
+    assert_idle(ex)
+
+
+async def test_fast_path_reports_errors_failures_and_one_attempt() -> None:
+    async def broken(args: Any, ctx: RunContext) -> str:
+        raise ValueError("no such thing")
+
+    async def refusing(args: Any, ctx: RunContext) -> Any:
+        return Failure("not today", code="E_LATER")
+
+    async def fine(args: Any, ctx: RunContext) -> str:
+        assert ctx.attempt == 1 and not ctx.signal.cancelled  # a signal made on first use
+        return "ok"
+
+    ex = executor(
+        tool("broken", broken, NOTHING),
+        tool("refusing", refusing, NOTHING),
+        tool("fine", fine, NOTHING),
+    )
+    error = await ex.execute("broken", {})
+    assert error.error is not None and error.error.code is ErrorCode.TOOL_ERROR
+    assert "ValueError" in error.error.message and error.meta.attempts == 1
+    failure = await ex.execute("refusing", {})
+    assert failure.error is not None and failure.error.code is ErrorCode.TOOL_FAILURE
+    assert failure.error.details["code"] == "E_LATER"
+    ok = await ex.execute("fine", {})
+    assert ok.ok and ok.value == "ok" and ok.meta.attempts == 1
     assert_idle(ex)
