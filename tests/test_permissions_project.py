@@ -252,3 +252,23 @@ def test_project_rule_round_trips_any_words(tmp_path: Path, words: list[str]) ->
     assert new_resolver().decide(BASH, {"command": command}, ctx).decision is Decision.ALLOW
     other = new_resolver().decide(BASH, {"command": command + " extra"}, ctx)
     assert other.decision is Decision.ASK
+
+
+def test_own_and_project_rules_combine_and_follow_a_reload(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The config allows every Write; the project file first denies one path, then asks for it.
+    monkeypatch.setattr(settings_module, "RECHECK_SECONDS", 0.0)
+    ctx = context(tmp_path)
+    resolver = new_resolver(allow=("Write",))
+    target = tmp_path / "generated.py"
+    other = {"file_path": str(tmp_path / "main.py")}
+    path = Path(settings_path(str(tmp_path)))
+    path.parent.mkdir()
+    path.write_text(json.dumps({"permissions": {"deny": ["Write(./generated.py)"]}}))
+    for _ in range(2):  # the second time from what was remembered
+        assert resolver.decide(WRITE, {"file_path": str(target)}, ctx).decision is Decision.DENY
+        assert resolver.decide(WRITE, other, ctx).decision is Decision.ALLOW
+    path.write_text(json.dumps({"permissions": {"ask": ["Write(./generated.py)"]}}))
+    assert resolver.decide(WRITE, {"file_path": str(target)}, ctx).decision is Decision.ASK
+    assert resolver.decide(WRITE, other, ctx).decision is Decision.ALLOW

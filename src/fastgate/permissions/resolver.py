@@ -82,6 +82,7 @@ class PermissionResolver:
     __slots__ = (
         "_analyses",
         "_has_command",
+        "_merged_rules",
         "_mode_allows",
         "_path_decisions",
         "_regexes",
@@ -109,6 +110,8 @@ class PermissionResolver:
         self._mode_allows: dict[ToolDefinition, RuleDecision] = {}
         self._regexes: dict[tuple[str, str], re.Pattern[str]] = {}
         self._path_decisions: dict[tuple[Any, ...], tuple[ToolRules, RuleDecision | None]] = {}
+        # Per tool name: (the project's rules, this config's rules plus those).
+        self._merged_rules: dict[str, tuple[ToolRules, ToolRules]] = {}
         self._has_command: dict[ToolDefinition, bool] = {}  # bounded like the other caches
         self._sensitive = (*config.sensitive_patterns, *PROTECTED_PATTERNS)
         self._sensitive_rooted = any(p.anchor == "root" for p in self._sensitive)
@@ -288,7 +291,16 @@ class PermissionResolver:
         extra = project.for_tool(name)
         if extra is NO_RULES:
             return own
-        return extra if own is NO_RULES else own + extra
+        if own is NO_RULES:
+            return extra
+        # The same objects until the file is reloaded: merge once, so the rules' identity (and the
+        # path-decision memo keyed by it) holds from call to call.
+        merged = self._merged_rules.get(name)
+        if merged is None or merged[0] is not extra:
+            if len(self._merged_rules) >= _CACHE_LIMIT:
+                self._merged_rules.clear()
+            merged = self._merged_rules[name] = (extra, own + extra)
+        return merged[1]
 
     def _subject(self, tool: ToolDefinition, args: Mapping[str, Any], root: str) -> Subject:
         if "command" in args and self._tool_has_command(tool):
