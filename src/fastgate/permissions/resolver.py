@@ -59,6 +59,9 @@ MODE_DEFAULTS: dict[PermissionMode, tuple[Decision, Decision, Decision]] = {
 # them could allow itself anything.
 PROTECTED_PATTERNS: tuple[PathPattern, ...] = (compile_path_pattern("**/.fastgate/**"),)
 _CACHE_LIMIT = 4096
+# Caches keyed by a tool definition hold it alive: kept small, so tools re-registered over a long
+# run (a reconnecting MCP server, say) do not pile up.
+_DEFINITION_CACHE_LIMIT = 512
 
 
 class RuleDecision(msgspec.Struct, frozen=True):
@@ -239,7 +242,7 @@ class PermissionResolver:
             # The permission granted does not depend on the arguments: "*" stands for any.
             signature = permission_signature(tool.name, "*")
             cached = RuleDecision(Decision.ALLOW, DecisionSource.MODE, reason, signature)
-            if len(self._mode_allows) >= _CACHE_LIMIT:
+            if len(self._mode_allows) >= _DEFINITION_CACHE_LIMIT:
                 self._mode_allows.clear()
             self._mode_allows[tool] = cached
         return cached
@@ -329,7 +332,7 @@ class PermissionResolver:
         if known is None:
             properties = tool.input_schema.get("properties")
             known = isinstance(properties, dict) and "command" in properties
-            if len(self._has_command) >= _CACHE_LIMIT:
+            if len(self._has_command) >= _DEFINITION_CACHE_LIMIT:
                 self._has_command.clear()
             self._has_command[tool] = known
         return known
