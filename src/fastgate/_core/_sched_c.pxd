@@ -29,7 +29,6 @@ cdef class SlotWaiter:
     cdef public object future
     cdef public double enqueued_at
 
-    cdef void _request(self, object session_id, int kind, object owner)
 
 
 @cython.final

@@ -287,7 +287,7 @@ class PermissionResolver:
     # -- helpers -------------------------------------------------------------------------------
 
     def _rules_for(self, name: str, root: str) -> ToolRules:
-        own = self.config.rules.by_tool.get(name, NO_RULES)
+        own = self.config.rules.for_tool(name)
         project = self._settings.rules(root)
         if project is None:
             return own
