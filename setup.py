@@ -23,6 +23,23 @@ ROOT = Path(__file__).parent
 CORE = ROOT / "src" / "fastgate" / "_core"
 CYSRC = ROOT / "build" / "cysrc"
 CORE_MODULES = ("_wait", "_gate", "_sched", "_locks", "_validate")
+# The execution pipeline's modules, compiled as they are by mypyc into one shared library
+# (fastgate._core.PIPELINE_MODULES lists the same, a test compares them).
+PIPELINE_MODULES = (
+    "executor",
+    "invocation",
+    "_holds",
+    "history",
+    "rendering",
+    "_refusals",
+    "worktree",
+    "paths",
+    "permissions.resolver",
+    "permissions.rules",
+    "permissions.settings",
+    "permissions.subjects",
+    "permissions.matching",
+)
 
 
 def _flag(name: str) -> bool:
@@ -59,7 +76,7 @@ def _extensions() -> list[object]:
         Extension(f"fastgate._core.{Path(src).stem}", [src], extra_compile_args=["-O2"])
         for src in _stage_sources()
     ]
-    return list(
+    return _pipeline_extensions() + list(
         cythonize(
             exts,
             compiler_directives={
@@ -73,6 +90,17 @@ def _extensions() -> list[object]:
             quiet=True,
         )
     )
+
+
+def _pipeline_extensions() -> list[object]:
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        if _flag("FASTGATE_REQUIRE_EXTENSIONS"):
+            raise
+        return []
+    sources = [f"src/fastgate/{name.replace('.', '/')}.py" for name in PIPELINE_MODULES]
+    return list(mypycify(sources, opt_level="3", group_name="fastgate_pipeline"))
 
 
 class OptionalBuildExt(build_ext):

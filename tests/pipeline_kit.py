@@ -43,7 +43,12 @@ def echo(**options: Any) -> ToolDefinition:
     return tool("echo", lambda args, ctx: args["text"], **options)
 
 
-def executor(*tools: ToolDefinition, workspace: Path | None = None, **options: Any) -> ToolExecutor:
+def executor(
+    *tools: ToolDefinition,
+    workspace: Path | None = None,
+    executor_class: Any = ToolExecutor,
+    **options: Any,
+) -> ToolExecutor:
     """An executor with private scheduler and locks (tests never share process-wide state)."""
     registry = ToolRegistry()
     for definition in tools:
@@ -55,7 +60,8 @@ def executor(*tools: ToolDefinition, workspace: Path | None = None, **options: A
         defaults["workspace_root"] = str(workspace)
     options.setdefault("context_defaults", defaults)
     options.setdefault("cancel_grace", 0.5)
-    return ToolExecutor(registry, **options)
+    executor: ToolExecutor = executor_class(registry, **options)
+    return executor
 
 
 def assert_idle(ex: ToolExecutor) -> None:

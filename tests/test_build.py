@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import os
 import subprocess
 import sys
+from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +24,9 @@ def test_required_extensions_are_really_compiled() -> None:
     for module in (_core.gate, _core.sched, _core.locks, _core.wait, _core.validate):
         assert module.__name__.endswith("_c"), module
         assert not str(module.__file__).endswith(".py"), module.__file__
+    for name in _core.PIPELINE_MODULES:
+        loaded = importlib.import_module(f"fastgate.{name}")
+        assert str(loaded.__file__).endswith(tuple(EXTENSION_SUFFIXES)), loaded.__file__
 
 
 def test_no_extensions_forces_pure() -> None:
@@ -28,6 +35,21 @@ def test_no_extensions_forces_pure() -> None:
     assert fastgate.COMPILED is False
     assert set(fastgate.IMPLEMENTATION.values()) == {"pure"}
     assert _core.sched.__name__.endswith("_py")
+    for name in _core.PIPELINE_MODULES:  # from source, even with a compiled build beside it
+        loaded = importlib.import_module(f"fastgate.{name}")
+        assert str(loaded.__file__).endswith(".py"), loaded.__file__
+
+
+def test_setup_compiles_the_pipeline_modules_the_package_lists() -> None:
+    setup = Path(__file__).parent.parent / "setup.py"
+    tree = ast.parse(setup.read_text())
+    listed = next(
+        ast.literal_eval(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "PIPELINE_MODULES" for t in node.targets)
+    )
+    assert tuple(listed) == _core.PIPELINE_MODULES
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:

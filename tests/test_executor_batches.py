@@ -121,23 +121,27 @@ async def test_classification_happens_when_the_call_reaches_the_front() -> None:
     assert "s1" in flips  # s1 was classified after s0 had started, not at batch start
 
 
-async def test_an_execute_failure_stops_dispatch_drains_and_raises() -> None:
+async def test_a_scheduler_failure_stops_dispatch_drains_and_raises(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     tracker = Tracker()
     ex = _ex(tracker)
-    original = ex.execute
-    started: list[str] = []
+    tracker.release["s0"] = held = asyncio.Event()
+    slot = ex.scheduler.slot
+    admitted: list[str] = []
 
-    async def failing(name: str, args: Any, ctx: Any = None, *, call_id: str | None = None) -> Any:
-        started.append(args["label"])
-        if args["label"] == "s1":
+    def breaking_slot(*args: Any) -> Any:
+        if admitted:  # the second call to reach admission (s1) finds the scheduler broken
+            asyncio.get_running_loop().call_soon(held.set)  # s0 ends only after the failure
             raise RuntimeError("scheduler broke")
-        return await original(name, args, ctx, call_id=call_id)
+        admitted.append("s0")
+        return slot(*args)
 
-    ex.execute = failing  # type: ignore[method-assign]
+    monkeypatch.setattr(ex.scheduler, "slot", breaking_slot)
     with pytest.raises(RuntimeError, match="scheduler broke"):
         await ex.execute_parallel(_calls("s0 s1 x2 s3"), max_parallel=10)
-    assert "x2" not in started and "s3" not in started
-    assert tracker.events.count("end s0") == 1  # what started was drained
+    assert tracker.events == ["start s0", "end s0"]  # s0 was drained before the error came out
+    assert len(ex.history()) == 1  # x2 and s3 were never dispatched
     assert_idle(ex)
 
 

@@ -2,17 +2,23 @@
 
 Every collaborator the executor calls is instrumented to append to one log, so the test sees
 the order from the outside.
+
+The order is a property of ``executor.py``'s source, which both builds run. Compiled code calls
+its collaborators directly and cannot be instrumented, so under the compiled build the test runs
+that same source once more, interpreted (its collaborators stay as they are).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 
-import fastgate.executor as executor_module
+import fastgate.executor
 from fastgate import (
     ApprovalResponse,
     CancelToken,
@@ -46,6 +52,22 @@ FULL = [
     "finalize",
     "result",
 ]
+
+
+def _interpreted(module: ModuleType) -> ModuleType:
+    source = str(module.__file__)
+    if source.endswith(".py"):
+        return module
+    spec = importlib.util.spec_from_file_location(
+        f"{module.__name__}_source", Path(source).parent / "executor.py"
+    )
+    assert spec is not None and spec.loader is not None
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    return loaded
+
+
+executor_module = _interpreted(fastgate.executor)
 
 
 def logged(log: list[str], tag: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -106,6 +128,7 @@ class Probe:
             guards=[guard],
             permissions=permissions,
             audit=Audit(),
+            executor_class=executor_module.ToolExecutor,
         )
         resolve = ex.registry.resolve
         monkeypatch.setattr(ex.registry, "resolve", logged(log, "lookup", resolve))
@@ -125,7 +148,7 @@ class Probe:
                 return exclusive()
 
         ex._gate = LoggingGate()  # type: ignore[assignment]
-        check = executor_module.check_worktree  # type: ignore[attr-defined]
+        check = executor_module.check_worktree
         monkeypatch.setattr(executor_module, "check_worktree", logged(log, "worktree", check))
         resolver = ex._resolver
 

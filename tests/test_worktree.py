@@ -9,14 +9,13 @@ from typing import Any
 
 import pytest
 
-from fastgate import ToolKind, define_tool, worktree
+from fastgate import ToolKind, beneath, define_tool
+from fastgate.beneath import WorktreeEscape, open_beneath
 from fastgate.worktree import (
     PATH_MAX,
-    WorktreeEscape,
     WorktreeViolation,
     check_worktree,
     is_within,
-    open_beneath,
 )
 
 TOOL = define_tool(
@@ -232,8 +231,8 @@ def test_last_component_is_opened_without_following(
     ws, outside = layout
     (ws / "swapped").symlink_to(outside / "secret")
     # As if the symlink appeared after both the up-front check and the walk's look at it:
-    monkeypatch.setattr(worktree, "check_path", lambda *args: None)
-    monkeypatch.setattr(worktree, "_readlink_at", lambda name, dir_fd: None)
+    monkeypatch.setattr(beneath, "check_path", lambda *args: None)
+    monkeypatch.setattr(beneath, "_readlink_at", lambda name, dir_fd: None)
     with pytest.raises(OSError) as info:
         open_beneath("swapped", os.O_WRONLY, str(ws))
     assert info.value.errno == errno.ELOOP

@@ -20,11 +20,12 @@ from typing import Any
 
 from fastgate import _refusals
 from fastgate._approval import Refusal, ask_approval, remember_approval
+from fastgate._body import BodyContext
 from fastgate._holds import Aborted, Holds, until_cancelled
 from fastgate._refusals import failure_of, merge_decision
 from fastgate.approvals import ApprovalRequest, ApprovalStore
 from fastgate.cancel import CancelToken
-from fastgate.context import ExecutionContext, RunContext, ToolCall
+from fastgate.context import ExecutionContext, ToolCall
 from fastgate.decision import Decision, DecisionSource, PermissionMode
 from fastgate.errors import GateClosed, ResourceExhausted, SchedulerClosed
 from fastgate.freeze import FrozenDict, NotJSON, freeze
@@ -105,46 +106,6 @@ class _Call:
         self.additional_context: tuple[str, ...] = ()  # rarely added to: a tuple is cheaper
         self.lock_keys: tuple[str, ...] = ()
         self.recorded = False  # its tool-use record is in the store
-
-
-class _BodyContext(RunContext):
-    """What the body of one invocation gets: its progress reports and ``lock_paths`` go back to
-    the executor and the call's holds (stage 12). ``signal`` is the caller's token fused, or
-    made on first use when only the awaiting task can cancel the call."""
-
-    __slots__ = ("_call", "_executor", "_holds")
-
-    def __init__(
-        self,
-        executor: ToolExecutor,
-        call: _Call,
-        tool: ToolDefinition,
-        holds: Holds,
-        signal: CancelToken | None,
-    ) -> None:
-        # Every RunContext field set here directly: no keyword parsing on the hot path.
-        ctx = call.ctx
-        self.execution_id = call.execution_id
-        self.tool_name = tool.name
-        self.context = ctx
-        self.session_id = ctx.session_id
-        self.workspace_root = ctx.workspace_root
-        self._signal = signal
-        self.attempt = 1
-        self._progress = self._lock_paths = None
-        self._executor = executor
-        self._call = call
-        self._holds = holds
-
-    def report_progress(self, data: Any) -> None:
-        self._executor._progress.report(self.execution_id, self.tool_name, data)
-
-    async def lock_paths(self, paths: Iterable[str]) -> None:
-        root = self.workspace_root or os.getcwd()
-        keys = {lock_key(os.path.join(root, p)) for p in paths} - set(self._call.lock_keys)
-        if keys:
-            locks = self._executor.locks.acquire_keys(keys, self.execution_id)
-            await self._holds.enter(locks, None)
 
 
 class ToolExecutor:
@@ -509,7 +470,7 @@ class ToolExecutor:
                 outcome_ = await invoke(
                     tool,
                     args,
-                    _BodyContext(self, call, tool, holds, signal),
+                    BodyContext(self, call, tool, holds, signal),
                     is_async=is_async,
                     time_budget=tool.timeout,
                     cancel=cancel,

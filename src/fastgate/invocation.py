@@ -26,7 +26,7 @@ from fastgate.results import Failure
 from fastgate.tools import ToolDefinition
 
 RETRY_ERRNOS: Final = frozenset({errno.EBUSY, errno.EAGAIN, errno.EMFILE, errno.ENFILE})
-BACKOFF: Final = (0.2, 0.4)  # seconds before the 2nd and 3rd attempt
+BACKOFF: tuple[float, ...] = (0.2, 0.4)  # seconds before the 2nd and 3rd attempt (not Final: mypyc)
 
 
 class _Deadline:

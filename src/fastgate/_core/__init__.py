@@ -1,16 +1,24 @@
-"""Select the compiled or the pure-Python core, once, at import time.
+"""Select the compiled or the pure-Python build, once, at import time.
 
-``FASTGATE_NO_EXTENSIONS=1`` forces the pure modules (for debugging);
+Two kinds of module are compiled (setup.py): the core's hot paths, ``_<name>_c`` built by Cython
+from the very same source as ``_<name>_py``, and the pipeline's modules (``PIPELINE_MODULES``),
+built by mypyc as they are, their extension sitting beside their source.
+
+``FASTGATE_NO_EXTENSIONS=1`` forces the pure modules (for debugging): the pure core, and the
+pipeline modules loaded from their source even where a compiled build sits beside it.
 ``FASTGATE_REQUIRE_EXTENSIONS=1`` turns a missing or broken compiled module into an ImportError,
-so a run that is meant to test the compiled build can never silently test the pure one. The
-compiled module ``_<name>_c`` is built from the very same source as ``_<name>_py`` (setup.py).
+so a run that is meant to test the compiled build can never silently test the pure one.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
 import os
-from collections.abc import Awaitable, Callable
+import sys
+from collections.abc import Awaitable, Callable, Sequence
 from importlib.machinery import EXTENSION_SUFFIXES
 from types import ModuleType
 from typing import TYPE_CHECKING, cast
@@ -18,6 +26,22 @@ from typing import TYPE_CHECKING, cast
 NO_EXTENSIONS = os.environ.get("FASTGATE_NO_EXTENSIONS", "") not in ("", "0")
 REQUIRE_EXTENSIONS = os.environ.get("FASTGATE_REQUIRE_EXTENSIONS", "") not in ("", "0")
 MODULES = ("_wait", "_gate", "_sched", "_locks", "_validate")
+#: Compiled by mypyc as they are (the same list as setup.py's, which a test compares).
+PIPELINE_MODULES = (
+    "executor",
+    "invocation",
+    "_holds",
+    "history",
+    "rendering",
+    "_refusals",
+    "worktree",
+    "paths",
+    "permissions.resolver",
+    "permissions.rules",
+    "permissions.settings",
+    "permissions.subjects",
+    "permissions.matching",
+)
 
 if NO_EXTENSIONS and REQUIRE_EXTENSIONS:
     raise ImportError("FASTGATE_NO_EXTENSIONS and FASTGATE_REQUIRE_EXTENSIONS are both set")
@@ -45,11 +69,44 @@ def _load(name: str) -> tuple[ModuleType, bool]:
     return importlib.import_module(f"{__name__}.{name}_py"), False
 
 
+class _SourceFirst(importlib.abc.MetaPathFinder):
+    """Loads the pipeline modules from their ``.py`` source, never from the compiled extension
+    beside it (installed only under ``FASTGATE_NO_EXTENSIONS=1``)."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname.partition(".")[2] not in PIPELINE_MODULES:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or not str(spec.origin).endswith(tuple(EXTENSION_SUFFIXES)):
+            return spec
+        source = os.path.join(os.path.dirname(str(spec.origin)), fullname.rpartition(".")[2])
+        return importlib.util.spec_from_file_location(fullname, source + ".py")
+
+
+def _pipeline_compiled(name: str) -> bool:
+    """Whether ``fastgate.<name>`` will load compiled: an extension beside its source is found
+    first by Python's own finder (looked up, not imported: the package is being imported)."""
+    if NO_EXTENSIONS:
+        return False
+    stem = os.path.join(os.path.dirname(os.path.dirname(__file__)), *name.split("."))
+    compiled = any(os.path.exists(stem + suffix) for suffix in EXTENSION_SUFFIXES)
+    if REQUIRE_EXTENSIONS and not compiled:
+        raise ImportError(f"fastgate: the mypyc build of fastgate.{name} is required but missing")
+    return compiled
+
+
+if NO_EXTENSIONS and not any(isinstance(f, _SourceFirst) for f in sys.meta_path):
+    sys.meta_path.insert(0, _SourceFirst())
+
 _loaded = {name: _load(name) for name in MODULES}
+_pipeline = {name: _pipeline_compiled(name) for name in PIPELINE_MODULES}
 
 #: module name -> "compiled" | "pure": what `fastgate info` reports.
 IMPLEMENTATION = {name: ("compiled" if c else "pure") for name, (_, c) in _loaded.items()}
-COMPILED = all(compiled for _, compiled in _loaded.values())
+IMPLEMENTATION.update({name: ("compiled" if c else "pure") for name, c in _pipeline.items()})
+COMPILED = all(compiled == "compiled" for compiled in IMPLEMENTATION.values())
 
 if TYPE_CHECKING:
     from fastgate._core import _gate_py as gate

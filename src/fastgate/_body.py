@@ -1,0 +1,60 @@
+"""The ``RunContext`` a tool's body gets from the executor (stage 12).
+
+Kept out of the mypyc-compiled pipeline modules on purpose: a compiled class cannot extend
+``RunContext``, an interpreted class with ``__slots__``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from fastgate.context import RunContext
+from fastgate.locks import lock_key
+
+if TYPE_CHECKING:
+    from fastgate._holds import Holds
+    from fastgate.cancel import CancelToken
+    from fastgate.executor import ToolExecutor, _Call
+    from fastgate.tools import ToolDefinition
+
+
+class BodyContext(RunContext):
+    """Progress reports and ``lock_paths`` go back to the executor and the call's holds.
+    ``signal`` is the caller's token fused, or made on first use when only the awaiting task can
+    cancel the call."""
+
+    __slots__ = ("_call", "_executor", "_holds")
+
+    def __init__(
+        self,
+        executor: ToolExecutor,
+        call: _Call,
+        tool: ToolDefinition,
+        holds: Holds,
+        signal: CancelToken | None,
+    ) -> None:
+        # Every RunContext field set here directly: no keyword parsing on the hot path.
+        ctx = call.ctx
+        self.execution_id = call.execution_id
+        self.tool_name = tool.name
+        self.context = ctx
+        self.session_id = ctx.session_id
+        self.workspace_root = ctx.workspace_root
+        self._signal = signal
+        self.attempt = 1
+        self._progress = self._lock_paths = None
+        self._executor = executor
+        self._call = call
+        self._holds = holds
+
+    def report_progress(self, data: Any) -> None:
+        self._executor._progress.report(self.execution_id, self.tool_name, data)
+
+    async def lock_paths(self, paths: Iterable[str]) -> None:
+        root = self.workspace_root or os.getcwd()
+        keys = {lock_key(os.path.join(root, p)) for p in paths} - set(self._call.lock_keys)
+        if keys:
+            locks = self._executor.locks.acquire_keys(keys, self.execution_id)
+            await self._holds.enter(locks, None)
