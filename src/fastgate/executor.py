@@ -43,8 +43,8 @@ from fastgate.hooks import (
     run_pre_tool_use,
 )
 from fastgate.invocation import ABORTED, ERROR, FAILURE, TIMEOUT, Outcome, invoke, is_async_tool
-from fastgate.locks import FileLockManager, default_lock_manager, lock_key
-from fastgate.paths import consistent_paths
+from fastgate.locks import FileLockManager, default_lock_manager
+from fastgate.paths import absolute_path, consistent_paths, lock_key
 from fastgate.permissions import (
     AuditEvent,
     AuditSink,
@@ -521,7 +521,7 @@ class ToolExecutor:
         call.lock_keys = tuple(
             sorted(
                 {
-                    lock_key(os.path.join(root, args[name]))
+                    lock_key(absolute_path(root, args[name]))
                     for name in tool.path_args
                     if isinstance(args.get(name), str)
                 }

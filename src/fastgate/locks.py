@@ -13,33 +13,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 import threading
 from collections.abc import Iterable
 from typing import final
 
 from fastgate import _core
 from fastgate._types import AsyncHold
-from fastgate.paths import canonical_path
+from fastgate.paths import lock_key as lock_key  # defined beside the path resolution it uses
 
 StrPath = str | os.PathLike[str]
-
-# Case-insensitive by default there; folding too much only over-serializes, which is safe.
-_FOLD_CASE = sys.platform in ("win32", "darwin")
-
-
-def lock_key(path: StrPath) -> str:
-    """The canonical form of ``path``: absolute, symlinks resolved, ``..`` collapsed.
-
-    Raises ``ValueError`` for an empty path or one containing a NUL byte.
-    """
-    text = os.fspath(path)
-    if not isinstance(text, str):
-        raise TypeError(f"path must be str or os.PathLike[str], got {type(text).__name__}")
-    if not text or "\x00" in text:
-        raise ValueError(f"not a usable path: {text!r}")
-    key = canonical_path(text)
-    return key.casefold() if _FOLD_CASE else key
 
 
 @final

@@ -16,19 +16,26 @@ for it once), while nothing is cached across calls.
 from __future__ import annotations
 
 import os
+import sys
 from contextvars import ContextVar
 
 _O_PATH = getattr(os, "O_PATH", 0)
 _FAST = bool(_O_PATH) and os.path.isdir("/proc/self/fd")
 _FLAGS = _O_PATH | os.O_CLOEXEC
-_memo: ContextVar[dict[str, str] | None] = ContextVar("fastgate_path_memo", default=None)
+_DIRECTORY_FLAGS = _FLAGS | os.O_DIRECTORY
+# Case-insensitive by default there; folding too much only over-serializes, which is safe.
+_FOLD_CASE = sys.platform in ("win32", "darwin")
+# path -> (canonical path, settled); see ``resolve_path``.
+_memo: ContextVar[dict[str, tuple[str, bool]] | None] = ContextVar(
+    "fastgate_path_memo", default=None
+)
 
 
-def _via_proc(path: str) -> str | None:
+def _via_proc(path: str, flags: int = _FLAGS) -> str | None:
     try:
-        fd = os.open(path, _FLAGS)
+        fd = os.open(path, flags)
     except FileNotFoundError:
-        return _missing_leaf(path)
+        return _missing_leaf(path) if flags == _FLAGS else None
     except OSError:
         return None
     try:
@@ -44,7 +51,8 @@ def _via_proc(path: str) -> str | None:
 
 
 def _missing_leaf(path: str) -> str | None:
-    """``path`` whose last component does not exist: its parent's canonical path plus the name."""
+    """``path`` whose last component does not exist: its parent directory's canonical path plus
+    the name."""
     parent, name = os.path.split(path.rstrip("/") or "/")
     if name in ("", ".", "..") or path.endswith("/"):
         return None
@@ -56,25 +64,55 @@ def _missing_leaf(path: str) -> str | None:
         return None
     else:
         return None  # it exists after all: a dangling symlink, or a race; let realpath decide
-    resolved_parent = _via_proc(parent or ".") if parent != path else None
+    resolved_parent = _via_proc(parent or ".", _DIRECTORY_FLAGS) if parent != path else None
     if resolved_parent is None:
         return None
     return os.path.join(resolved_parent, name)
 
 
-def canonical_path(path: str) -> str:
-    """The canonical form of ``path`` (which must be a non-empty str without NUL bytes)."""
+def resolve_path(path: str) -> tuple[str, bool]:
+    """(the canonical form of ``path``, settled). ``path`` must be a non-empty str without NUL
+    bytes.
+
+    Settled means the kernel resolved it: an existing object's own name (so not a symlink), or
+    a name that does not exist, not even as a dangling symlink, inside an existing directory's
+    own name. Callers need not look at such a path again; an unsettled one came from
+    ``realpath`` and may end in a dangling symlink."""
     memo = _memo.get()
     if memo is not None:
         known = memo.get(path)
         if known is not None:
             return known
     resolved = _via_proc(path) if _FAST else None
-    if resolved is None:
-        resolved = os.path.realpath(path)
+    answer = (os.path.realpath(path), False) if resolved is None else (resolved, True)
     if memo is not None:
-        memo[path] = resolved
-    return resolved
+        memo[path] = answer
+    return answer
+
+
+def canonical_path(path: str) -> str:
+    """The canonical form of ``path`` (which must be a non-empty str without NUL bytes)."""
+    return resolve_path(path)[0]
+
+
+def lock_key(path: str | os.PathLike[str]) -> str:
+    """The key of a file's lock (SPEC §8.3): its canonical path, case-folded where file systems
+    usually ignore case. Raises ``ValueError`` for an empty path or one containing a NUL byte."""
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise TypeError(f"path must be str or os.PathLike[str], got {type(text).__name__}")
+    if not text or "\x00" in text:
+        raise ValueError(f"not a usable path: {text!r}")
+    key = resolve_path(text)[0]
+    return key.casefold() if _FOLD_CASE else key
+
+
+def absolute_path(root: str, path: str) -> str:
+    """``os.path.join(root, path)`` for two str, without the general function's cost (it runs
+    for every path argument of every call)."""
+    if path[:1] == "/":
+        return path
+    return root + path if not root or root[-1] == "/" else root + "/" + path
 
 
 class consistent_paths:  # lower case: it reads like a function, ``with consistent_paths():``

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from fastgate.paths import canonical_path
+from fastgate.paths import absolute_path, resolve_path
 from fastgate.tools import ToolDefinition
 
 try:
@@ -94,7 +94,7 @@ def _path_problem(
         return "the path is empty", None
     if "\x00" in value:
         return "the path contains a NUL byte", None
-    absolute = value if value[0] == "/" else os.path.join(workspace_root, value)
+    absolute = absolute_path(workspace_root, value)
     # ASCII text is its own encoding, and short: only other text needs encoding to be checked.
     if not absolute.isascii() or len(absolute) > NAME_MAX:
         try:
@@ -123,7 +123,9 @@ def _path_problem(
 def resolve(path: str) -> str:
     """The absolute path with every symlink followed, including a dangling last one (its
     target is where a write would land). ``OSError(ELOOP)`` for loops."""
-    fast = canonical_path(path)
+    fast, settled = resolve_path(path)
+    if settled:
+        return fast  # the kernel resolved it: nothing left to follow
     try:
         if not stat.S_ISLNK(os.lstat(fast).st_mode):
             return fast  # it exists and is not a symlink: the kernel resolved it
