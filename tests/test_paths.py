@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fastgate import paths
 from fastgate.paths import canonical_path
@@ -71,3 +73,39 @@ def test_consistent_paths_memoizes_within_the_block_only(tree: Path) -> None:
         link.symlink_to(tree / "d" / "e")
         assert canonical_path(str(link)) == first  # one answer for the whole call
     assert canonical_path(str(link)) == os.path.realpath(link)  # nothing kept afterwards
+
+
+@pytest.mark.parametrize(
+    ("rel", "settled"),
+    [
+        ("d/e/f.txt", True),  # exists: the kernel's own name for it
+        ("link", True),  # a symlink to an existing file: resolved to that file
+        ("d/e/new.txt", True),  # nothing there, inside an existing directory
+        ("dlink/e/new.txt", True),
+        ("dangling", False),  # a dangling symlink: a write would land at its target
+        ("d/e/f.txt/new", False),  # "inside" a regular file
+        ("missing/new.txt", False),  # inside a directory that does not exist
+        ("loop1", False),
+    ],
+)
+def test_only_what_the_kernel_resolved_is_settled(tree: Path, rel: str, settled: bool) -> None:
+    if not paths._FAST:
+        pytest.skip("no O_PATH or /proc on this platform")
+    path = f"{tree}/{rel}"
+    assert paths.resolve_path(path) == (os.path.realpath(path), settled)
+
+
+def test_a_settled_path_needs_no_second_look(tree: Path) -> None:
+    """worktree.resolve follows a dangling symlink (unsettled) to where a write would land."""
+    from fastgate.worktree import resolve
+
+    assert resolve(f"{tree}/dangling") == f"{tree}/nowhere/x"
+    assert resolve(f"{tree}/dlink/e/new.txt") == f"{tree}/d/e/new.txt"
+
+
+@given(
+    st.sampled_from(["", "/", "/ws", "/ws/", "ws", "ws/sub/"]),
+    st.text(alphabet="ab/.", max_size=8).filter(bool),
+)
+def test_absolute_path_is_os_path_join(root: str, path: str) -> None:
+    assert paths.absolute_path(root, path) == os.path.join(root, path)
