@@ -137,7 +137,6 @@ class PermissionResolver:
             if allowed is not None and not self._has_subject(tool, args):
                 return allowed
         subject = self._subject(tool, args, root)
-        signature = permission_signature(tool.name, subject.key)
         if subject.kind == "paths" and not subject.invalid:
             # The paths were just resolved (a symlink swapped in since is seen). What the rules
             # and the sensitive list say about those resolved paths is text matching, the same
@@ -147,15 +146,15 @@ class PermissionResolver:
             if known is None or known[0] is not rules:  # rules kept alive, so ids are not reused
                 if len(self._path_decisions) >= _CACHE_LIMIT:
                     self._path_decisions.clear()
-                known = (rules, self._rule_decision(tool, rules, subject, signature, root))
+                known = (rules, self._rule_decision(tool, rules, subject, root))
                 self._path_decisions[key] = known
             decided = known[1]
         else:
-            decided = self._rule_decision(tool, rules, subject, signature, root)
-        return decided if decided is not None else self._mode_decision(tool, signature, subject)
+            decided = self._rule_decision(tool, rules, subject, root)
+        return decided if decided is not None else self._mode_decision(tool, subject)
 
     def _rule_decision(
-        self, tool: ToolDefinition, rules: ToolRules, subject: Subject, signature: str, root: str
+        self, tool: ToolDefinition, rules: ToolRules, subject: Subject, root: str
     ) -> RuleDecision | None:
         """The decision of the rules and the sensitive list; None when the mode decides."""
         if rules is NO_RULES and not subject.invalid:
@@ -163,6 +162,7 @@ class PermissionResolver:
             sensitive = self._sensitive_path(subject, root) if subject.paths else None
             if sensitive is None:
                 return None
+        signature = permission_signature(tool.name, subject.key)
         shown = _shorten(subject.key)
         deny = rules.deny
         hit = self._first_match(deny, subject, root)
@@ -247,9 +247,8 @@ class PermissionResolver:
             self._mode_allows[tool] = cached
         return cached
 
-    def _mode_decision(
-        self, tool: ToolDefinition, signature: str, subject: Subject
-    ) -> RuleDecision:
+    def _mode_decision(self, tool: ToolDefinition, subject: Subject) -> RuleDecision:
+        signature = permission_signature(tool.name, subject.key)
         default, reason = _MODE_REASONS[self.mode, tool.kind]
         if default is Decision.ASK and self.approvals.is_approved(signature):
             return RuleDecision(

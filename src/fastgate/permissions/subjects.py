@@ -10,7 +10,7 @@ import glob
 import itertools
 import os
 from collections.abc import Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import msgspec
 
@@ -25,10 +25,32 @@ _MAX_GLOB_MATCHES = 256
 _GLOB_CHARS = frozenset("*?[")
 
 
-class ResolvedPath(NamedTuple):
-    given: str
-    lexical: str  # absolute, ``..`` collapsed, symlinks not followed
-    canonical: str  # symlinks followed
+class ResolvedPath:
+    """One path argument: as given, absolute with ``..`` collapsed (``lexical``), and with every
+    symlink followed (``canonical``). Equal and hashed by value: the resolver's memo keys hold
+    them. A plain class, not a tuple: one is made per path per call, and a compiled class is made
+    in a fraction of a named tuple's time."""
+
+    __slots__ = ("canonical", "given", "lexical")
+
+    def __init__(self, given: str, lexical: str, canonical: str) -> None:
+        self.given = given
+        self.lexical = lexical
+        self.canonical = canonical
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ResolvedPath)
+            and self.canonical == other.canonical
+            and self.lexical == other.lexical
+            and self.given == other.given
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.given, self.lexical, self.canonical))
+
+    def __repr__(self) -> str:
+        return f"ResolvedPath({self.given!r}, {self.lexical!r}, {self.canonical!r})"
 
     @property
     def forms(self) -> tuple[str, ...]:
