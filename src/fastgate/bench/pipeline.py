@@ -32,10 +32,11 @@ from fastgate.bench.model import BenchConfig, Measurement, Target
 from fastgate.runtime import loop_factory
 
 SESSIONS, CALLERS = 32, 8
-# The acceptance bounds (3x, 2x) are not met yet (see docs/performance.md); CI gates on gross
-# regressions from the figures measured when these were set, with a margin for noise.
-REGRESSION_NOOP = 10.0
-REGRESSION_WRITE = 4.0
+# CI's bounds, with a margin for this machine's noise: the WRITE ratio meets its target of 2x
+# (measured 1.9-2.0x), the no-op ratio does not meet 3x yet (4.5-4.7x on uvloop, see
+# docs/performance.md), so CI gates on a regression from there.
+REGRESSION_NOOP = 7.0
+REGRESSION_WRITE = 2.5
 
 
 async def concat(a: str, b: str) -> str:
