@@ -157,3 +157,21 @@ async def test_empty_batch() -> None:
     ex = _ex(Tracker())
     assert await ex.execute_parallel([]) == []
     assert await ex.execute_all([]) == []
+
+
+async def test_a_subclass_override_is_honoured_by_the_executor_itself() -> None:
+    """``execute_all`` calls ``self.execute``: a subclass's override runs, in both builds."""
+    seen: list[str] = []
+
+    class Recording(ToolExecutor):
+        async def execute(
+            self, name: str, args: Any, ctx: Any = None, *, call_id: str | None = None
+        ) -> ToolResult:
+            seen.append(args["label"])
+            return await super().execute(name, args, ctx, call_id=call_id)
+
+    plain = _ex(Tracker())
+    ex = Recording(plain.registry, scheduler=plain.scheduler, locks=plain.locks)
+    results = await ex.execute_all(_calls("s0 x1"))
+    assert seen == ["s0", "x1"]
+    assert [r.value for r in results] == ["s0", "x1"]

@@ -61,6 +61,14 @@ from fastgate.store import ToolUseRecord, ToolUseStore
 from fastgate.tools import ToolDefinition
 from fastgate.worktree import check_worktree, names_paths
 
+try:
+    from mypy_extensions import mypyc_attr
+except ImportError:  # the decorator only means something to mypyc, at build time
+
+    def mypyc_attr(*attrs: str, **kwattrs: object) -> Any:  # type: ignore[misc]
+        return lambda cls: cls
+
+
 log = logging.getLogger("fastgate.executor")
 
 TURN_LIMIT = 64
@@ -108,6 +116,7 @@ class _Call:
         self.recorded = False  # its tool-use record is in the store
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a public class: subclasses work in both builds
 class ToolExecutor:
     """Runs tool calls through validation, policy, fair admission, invocation and hooks."""
 
