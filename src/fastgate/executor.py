@@ -172,8 +172,8 @@ class ToolExecutor:
         self._turns: OrderedDict[str, int] = OrderedDict()
         self._result_observers: list[Callable[[ToolResult], Any]] = []
         self._file_observers: list[Callable[[tuple[str, ...]], Any]] = []
-        # Per definition: (is the body async, compiled output validator or None).
-        self._tool_info: dict[ToolDefinition, tuple[bool, Any]] = {}
+        # Per definition: see _info.
+        self._tool_info: dict[ToolDefinition, tuple[bool, Any, bool | None]] = {}
         # Per caller context, by id (checked): the context merged with context_defaults.
         self._merged: dict[int, tuple[ExecutionContext, ExecutionContext]] = {}
         self._background: set[asyncio.Future[None]] = set()
@@ -333,11 +333,11 @@ class ToolExecutor:
                 return refusal
 
             # 4. the executor's gate: shared calls overlap, exclusive ones are barriers.
-            passage = (
-                self._gate.shared()
-                if tool.classify_parallelism(args) == "shared"
-                else self._gate.exclusive()
+            is_async, output_checker, parallelism = self._info(tool)
+            shared = (
+                tool.classify_parallelism(args) == "shared" if parallelism is None else parallelism
             )
+            passage = self._gate.shared() if shared else self._gate.exclusive()
             try:
                 await holds.enter(passage, cancel)
             except GateClosed:
@@ -472,7 +472,6 @@ class ToolExecutor:
                     return refusal
 
             # 12. invocation: its own task, deadline, cancellation, safe retries.
-            is_async, output_checker = self._info(tool)
             signal = CancelToken.any(cancel) if cancel is not None else None
             self._progress.start(call.execution_id)
             try:
@@ -714,14 +713,17 @@ class ToolExecutor:
 
     # -- small helpers --------------------------------------------------------------------------
 
-    def _info(self, tool: ToolDefinition) -> tuple[bool, Any]:
-        """(is the body async, compiled output validator or None), cached per definition."""
+    def _info(self, tool: ToolDefinition) -> tuple[bool, Any, bool | None]:
+        """(is the body async, compiled output validator or None, whether every call is shared:
+        None when that depends on the arguments), cached per definition (they are frozen)."""
         info = self._tool_info.get(tool)  # by identity: definitions compare by identity
         if info is None:
             if len(self._tool_info) >= _CACHE_LIMIT:
                 self._tool_info.clear()
             checker = compile_schema(tool.output.schema) if tool.output.schema is not None else None
-            info = self._tool_info[tool] = (is_async_tool(tool), checker)
+            shared = None if callable(tool.parallelism) else tool.classify_parallelism(None)
+            info = (is_async_tool(tool), checker, None if shared is None else shared == "shared")
+            self._tool_info[tool] = info
         return info
 
     def _merge_defaults(self, ctx: ExecutionContext) -> ExecutionContext:

@@ -171,7 +171,7 @@ async def invoke(
     ``on_runaway(body)`` is called so the caller can keep its resources until the body ends.
     """
     loop = asyncio.get_running_loop()
-    body: asyncio.Future[Any] | None = None
+    body: asyncio.Task[Any] | None = None
     if time_budget is None and cancel is None:
         # Nothing but our own caller can stop the body: await it directly (the fast path).
         # Cancelling us cancels the body, and we resume only once it has settled.
@@ -191,12 +191,16 @@ async def invoke(
             ended_before_cancel = not fired
         else:
             runner = _Attempts()
-            kind, payload = await loop.create_task(runner.run(tool, args, ctx, is_async))
+            body = loop.create_task(runner.run(tool, args, ctx, is_async))
+            kind, payload = await body
             attempts, ended_before_cancel = runner.attempts, runner.ended_before_cancel
             fired = ctx.signal_fired
-        task = asyncio.current_task(loop)
-        if task is not None and task.cancelling():
-            raise asyncio.CancelledError  # the body swallowed our caller's cancellation
+        # A cancellation of our caller reaches the body it awaits. If the body swallowed one,
+        # and it was our caller's, the caller is still cancelled: honour that.
+        if body is not None and body.cancelling():
+            task = asyncio.current_task(loop)
+            if task is not None and task.cancelling():
+                raise asyncio.CancelledError
         return _settled(kind, payload, attempts, ended_before_cancel, fired, ctx)
 
     runner = _Attempts()
