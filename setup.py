@@ -39,6 +39,9 @@ PIPELINE_MODULES = (
     "permissions.settings",
     "permissions.subjects",
     "permissions.matching",
+    "registry",
+    "context",
+    "_body",
 )
 
 

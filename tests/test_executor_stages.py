@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import fastgate._body
 import fastgate.executor
 from fastgate import (
     ApprovalResponse,
@@ -54,12 +55,14 @@ FULL = [
 ]
 
 
-def _interpreted(module: ModuleType) -> ModuleType:
+def _source_of(module: ModuleType) -> ModuleType:
+    """``module`` as it runs uncompiled: itself in the pure build, else loaded from its source."""
     source = str(module.__file__)
     if source.endswith(".py"):
         return module
+    name = module.__name__.rpartition(".")[2]
     spec = importlib.util.spec_from_file_location(
-        f"{module.__name__}_source", Path(source).parent / "executor.py"
+        f"{module.__name__}_source", Path(source).parent / f"{name}.py"
     )
     assert spec is not None and spec.loader is not None
     loaded = importlib.util.module_from_spec(spec)
@@ -67,7 +70,9 @@ def _interpreted(module: ModuleType) -> ModuleType:
     return loaded
 
 
-executor_module = _interpreted(fastgate.executor)
+executor_module = _source_of(fastgate.executor)
+# The body's context refers to the executor's classes: take it from the same source.
+setattr(executor_module, "BodyContext", _source_of(fastgate._body).BodyContext)  # noqa: B010
 
 
 def logged(log: list[str], tag: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -130,8 +135,16 @@ class Probe:
             audit=Audit(),
             executor_class=executor_module.ToolExecutor,
         )
-        resolve = ex.registry.resolve
-        monkeypatch.setattr(ex.registry, "resolve", logged(log, "lookup", resolve))
+        registry = ex.registry
+
+        class LoggingRegistry:
+            visible = registry.visible
+
+            def resolve(self, *a: Any) -> Any:
+                log.append("lookup")
+                return registry.resolve(*a)
+
+        ex.registry = LoggingRegistry()  # type: ignore[assignment]
         gate = ex._gate
         shared, exclusive = gate.shared, gate.exclusive
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from fastgate._mypyc import mypyc_attr
 from fastgate.cancel import CancelToken
 
 if TYPE_CHECKING:
@@ -65,6 +66,7 @@ class ToolCall(msgspec.Struct, frozen=True):
     args: Any
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)  # a public class: subclasses work in both builds
 class RunContext:
     """Handed to ``execute(args, ctx)``. Tools declare ``ctx: RunContext`` to receive it.
 

@@ -22,6 +22,7 @@ from fastgate import _refusals
 from fastgate._approval import Refusal, ask_approval, remember_approval
 from fastgate._body import BodyContext
 from fastgate._holds import Aborted, Holds, until_cancelled
+from fastgate._mypyc import mypyc_attr
 from fastgate._refusals import failure_of, merge_decision
 from fastgate.approvals import ApprovalRequest, ApprovalStore
 from fastgate.cancel import CancelToken
@@ -60,14 +61,6 @@ from fastgate.schema import compile as compile_schema
 from fastgate.store import ToolUseRecord, ToolUseStore
 from fastgate.tools import ToolDefinition
 from fastgate.worktree import check_worktree, names_paths
-
-try:
-    from mypy_extensions import mypyc_attr
-except ImportError:  # the decorator only means something to mypyc, at build time
-
-    def mypyc_attr(*attrs: str, **kwattrs: object) -> Any:  # type: ignore[misc]
-        return lambda cls: cls
-
 
 log = logging.getLogger("fastgate.executor")
 

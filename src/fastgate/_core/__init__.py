@@ -41,6 +41,9 @@ PIPELINE_MODULES = (
     "permissions.settings",
     "permissions.subjects",
     "permissions.matching",
+    "registry",
+    "context",
+    "_body",
 )
 
 if NO_EXTENSIONS and REQUIRE_EXTENSIONS:
