@@ -60,7 +60,7 @@ from fastgate.scheduler import ConcurrencyScheduler, default_scheduler
 from fastgate.schema import compile as compile_schema
 from fastgate.store import ToolUseRecord, ToolUseStore
 from fastgate.tools import ToolDefinition
-from fastgate.worktree import check_worktree, names_paths
+from fastgate.worktree import check_worktree
 
 log = logging.getLogger("fastgate.executor")
 
@@ -107,6 +107,25 @@ class _Call:
         self.additional_context: tuple[str, ...] = ()  # rarely added to: a tuple is cheaper
         self.lock_keys: tuple[str, ...] = ()
         self.recorded = False  # its tool-use record is in the store
+
+
+class _Plan:
+    """What the pipeline needs to know about one definition, worked out once (definitions are
+    frozen)."""
+
+    __slots__ = ("is_async", "output_checker", "path_names", "resolved_names", "shared")
+
+    def __init__(self, tool: ToolDefinition) -> None:
+        self.is_async = is_async_tool(tool)
+        schema = tool.output.schema
+        self.output_checker: Any = compile_schema(schema) if schema is not None else None
+        # True or False for every call, None when a function of the arguments decides.
+        self.shared = (
+            None if callable(tool.parallelism) else tool.classify_parallelism(None) == "shared"
+        )
+        self.path_names = frozenset(tool.path_args)
+        # The arguments stages 5 and 6 resolve to paths: the path arguments and a command.
+        self.resolved_names = self.path_names | {"command"}
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a public class: subclasses work in both builds
@@ -165,8 +184,7 @@ class ToolExecutor:
         self._turns: OrderedDict[str, int] = OrderedDict()
         self._result_observers: list[Callable[[ToolResult], Any]] = []
         self._file_observers: list[Callable[[tuple[str, ...]], Any]] = []
-        # Per definition: see _info.
-        self._tool_info: dict[ToolDefinition, tuple[bool, Any, bool | None]] = {}
+        self._plans: dict[ToolDefinition, _Plan] = {}
         # Per caller context, by id (checked): the context merged with context_defaults.
         self._merged: dict[int, tuple[ExecutionContext, ExecutionContext]] = {}
         self._background: set[asyncio.Future[None]] = set()
@@ -326,9 +344,9 @@ class ToolExecutor:
                 return refusal
 
             # 4. the executor's gate: shared calls overlap, exclusive ones are barriers.
-            is_async, output_checker, parallelism = self._info(tool)
+            plan = self._plan(tool)
             shared = (
-                tool.classify_parallelism(args) == "shared" if parallelism is None else parallelism
+                tool.classify_parallelism(args) == "shared" if plan.shared is None else plan.shared
             )
             passage = self._gate.shared() if shared else self._gate.exclusive()
             try:
@@ -340,9 +358,9 @@ class ToolExecutor:
             # lock keys agree (no window between them), and nothing is cached beyond the call.
             # A call naming no path or command needs no memo (should a hook rewrite one in, it
             # is still checked everywhere, each check resolving it afresh).
-            with consistent_paths(names_paths(tool, args)):
+            with consistent_paths(not plan.resolved_names.isdisjoint(args)):
                 # 5. worktree isolation: every path argument must stay inside the allowed roots.
-                refusal = self._check_paths(call, tool, args)
+                refusal = self._check_paths(call, tool, args, plan)
                 if refusal is not None:
                     return refusal
 
@@ -370,7 +388,7 @@ class ToolExecutor:
                     if outcome.updated_args is not None and hook_decision is not Decision.DENY:
                         args = call.args = outcome.updated_args  # already a frozen snapshot
                         refusal = self._validate(call, tool, args) or self._check_paths(
-                            call, tool, args
+                            call, tool, args, plan
                         )
                         if refusal is not None:
                             return refusal
@@ -472,7 +490,7 @@ class ToolExecutor:
                     tool,
                     args,
                     BodyContext(self, call, tool, holds, signal),
-                    is_async=is_async,
+                    is_async=plan.is_async,
                     time_budget=tool.timeout,
                     cancel=cancel,
                     cancel_grace=self._cancel_grace,
@@ -485,7 +503,7 @@ class ToolExecutor:
             call.attempts = outcome_.attempts
 
             # 13-15. hooks after the call, file-change observers, then the final result.
-            return await self._conclude(call, tool, args, outcome_, output_checker)
+            return await self._conclude(call, tool, args, outcome_, plan.output_checker)
         except Aborted:
             return self._aborted_before_launch(call)
         finally:
@@ -502,9 +520,11 @@ class ToolExecutor:
             return self._finalize(call, ErrorCode.INVALID_ARGS, message, details=details)
         return None
 
-    def _check_paths(self, call: _Call, tool: ToolDefinition, args: Any) -> ToolResult | None:
+    def _check_paths(
+        self, call: _Call, tool: ToolDefinition, args: Any, plan: _Plan
+    ) -> ToolResult | None:
         """Stage 5, and the lock keys of the path arguments for stage 11."""
-        if args.keys().isdisjoint(tool.path_args):
+        if plan.path_names.isdisjoint(args):
             call.lock_keys = ()
             return None
         root = call.ctx.workspace_root or os.getcwd()
@@ -706,18 +726,13 @@ class ToolExecutor:
 
     # -- small helpers --------------------------------------------------------------------------
 
-    def _info(self, tool: ToolDefinition) -> tuple[bool, Any, bool | None]:
-        """(is the body async, compiled output validator or None, whether every call is shared:
-        None when that depends on the arguments), cached per definition (they are frozen)."""
-        info = self._tool_info.get(tool)  # by identity: definitions compare by identity
-        if info is None:
-            if len(self._tool_info) >= _CACHE_LIMIT:
-                self._tool_info.clear()
-            checker = compile_schema(tool.output.schema) if tool.output.schema is not None else None
-            shared = None if callable(tool.parallelism) else tool.classify_parallelism(None)
-            info = (is_async_tool(tool), checker, None if shared is None else shared == "shared")
-            self._tool_info[tool] = info
-        return info
+    def _plan(self, tool: ToolDefinition) -> _Plan:
+        plan = self._plans.get(tool)  # by identity: definitions compare by identity
+        if plan is None:
+            if len(self._plans) >= _CACHE_LIMIT:
+                self._plans.clear()
+            plan = self._plans[tool] = _Plan(tool)
+        return plan
 
     def _merge_defaults(self, ctx: ExecutionContext) -> ExecutionContext:
         """``ctx`` with ``context_defaults`` filled in; cached, since callers reuse contexts."""

@@ -46,11 +46,6 @@ class WorktreeViolation(msgspec.Struct, frozen=True):
     message: str
 
 
-def names_paths(tool: ToolDefinition, args: Mapping[str, Any]) -> bool:
-    """Whether the call names a path argument or a command: what stages 5 and 6 resolve."""
-    return "command" in args or not args.keys().isdisjoint(tool.path_args)
-
-
 def check_worktree(
     tool: ToolDefinition,
     args: Mapping[str, Any],

@@ -94,6 +94,7 @@ class PermissionResolver:
         "_sensitive_anywhere",
         "_sensitive_rooted",
         "_settings",
+        "_subject_names",
         "approvals",
         "config",
         "mode",
@@ -116,6 +117,8 @@ class PermissionResolver:
         # Per tool name: (the project's rules, this config's rules plus those).
         self._merged_rules: dict[str, tuple[ToolRules, ToolRules]] = {}
         self._has_command: dict[ToolDefinition, bool] = {}  # bounded like the other caches
+        # Per definition: the arguments a rule could look at (paths, and a command).
+        self._subject_names: dict[ToolDefinition, frozenset[str]] = {}
         self._sensitive = (*config.sensitive_patterns, *PROTECTED_PATTERNS)
         self._sensitive_rooted = any(p.anchor == "root" for p in self._sensitive)
         self._sensitive_anchored = any(p.anchor != "anywhere" for p in self._sensitive)
@@ -229,9 +232,15 @@ class PermissionResolver:
         """Whether the call has something rules or sensitive paths could look at."""
         if tool.permission_key is not None:
             return True
-        if "command" in args and self._tool_has_command(tool):
-            return True
-        return not args.keys().isdisjoint(tool.path_args)
+        names = self._subject_names.get(tool)
+        if names is None:
+            names = frozenset(tool.path_args)
+            if self._tool_has_command(tool):
+                names |= {"command"}
+            if len(self._subject_names) >= _DEFINITION_CACHE_LIMIT:
+                self._subject_names.clear()
+            self._subject_names[tool] = names
+        return not names.isdisjoint(args)
 
     def _allowed_by_mode(self, tool: ToolDefinition) -> RuleDecision | None:
         default, reason = _MODE_REASONS[self.mode, tool.kind]
