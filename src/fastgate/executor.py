@@ -113,19 +113,39 @@ class _Plan:
     """What the pipeline needs to know about one definition, worked out once (definitions are
     frozen)."""
 
-    __slots__ = ("is_async", "output_checker", "path_names", "resolved_names", "shared")
+    __slots__ = (
+        "_safe",
+        "_shared",
+        "is_async",
+        "output_checker",
+        "path_names",
+        "resolved_names",
+        "tool",
+    )
 
     def __init__(self, tool: ToolDefinition) -> None:
+        self.tool = tool
         self.is_async = is_async_tool(tool)
         schema = tool.output.schema
         self.output_checker: Any = compile_schema(schema) if schema is not None else None
         # True or False for every call, None when a function of the arguments decides.
-        self.shared = (
-            None if callable(tool.parallelism) else tool.classify_parallelism(None) == "shared"
-        )
+        static = not callable(tool.parallelism)
+        self._shared = tool.classify_parallelism(None) == "shared" if static else None
+        static = not callable(tool.is_concurrency_safe)
+        self._safe = tool.concurrency_safe(None) if static else None
         self.path_names = frozenset(tool.path_args)
         # The arguments stages 5 and 6 resolve to paths: the path arguments and a command.
         self.resolved_names = self.path_names | {"command"}
+
+    def is_shared(self, args: Any) -> bool:
+        if self._shared is None:
+            return self.tool.classify_parallelism(args) == "shared"
+        return self._shared
+
+    def is_concurrency_safe(self, args: Any) -> bool:
+        if self._safe is None:
+            return self.tool.concurrency_safe(args)
+        return self._safe
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a public class: subclasses work in both builds
@@ -345,10 +365,7 @@ class ToolExecutor:
 
             # 4. the executor's gate: shared calls overlap, exclusive ones are barriers.
             plan = self._plan(tool)
-            shared = (
-                tool.classify_parallelism(args) == "shared" if plan.shared is None else plan.shared
-            )
-            passage = self._gate.shared() if shared else self._gate.exclusive()
+            passage = self._gate.shared() if plan.is_shared(args) else self._gate.exclusive()
             try:
                 await holds.enter(passage, cancel)
             except GateClosed:
@@ -460,7 +477,7 @@ class ToolExecutor:
                 return self._aborted_before_launch(call)
             try:
                 await holds.enter(self.scheduler.slot(ctx.session_id, tool.kind, self), cancel)
-                if call.lock_keys and not tool.concurrency_safe(args):
+                if call.lock_keys and not plan.is_concurrency_safe(args):
                     await holds.enter(
                         self.locks.acquire_keys(call.lock_keys, call.execution_id), cancel
                     )
