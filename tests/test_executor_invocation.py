@@ -441,3 +441,48 @@ async def test_fast_path_reports_errors_failures_and_one_attempt() -> None:
     ok = await ex.execute("fine", {})
     assert ok.ok and ok.value == "ok" and ok.meta.attempts == 1
     assert_idle(ex)
+
+
+async def test_a_per_call_concurrency_answer_decides_the_file_lock(tmp_path: Any) -> None:
+    """``is_concurrency_safe`` as a function is asked on every call (never cached): a read of a
+    file runs beside a write that holds its lock, a second write waits for it."""
+    from fastgate import PermissionConfig, schema
+
+    release, holding = asyncio.Event(), asyncio.Event()
+    inside: list[str] = []
+
+    async def body(args: Any, ctx: RunContext) -> str:
+        inside.append(args["mode"])
+        if args["mode"] == "write" and len(inside) == 1:
+            holding.set()
+            await release.wait()  # the first write holds the file's lock until released
+        return str(args["mode"])
+
+    params = schema.Object(
+        {"file_path": schema.String(), "mode": schema.String()}, required=("file_path", "mode")
+    )
+    ex = executor(
+        tool(
+            "touch",
+            body,
+            params,
+            kind=ToolKind.WRITE,
+            parallelism="shared",
+            is_concurrency_safe=lambda args: args["mode"] == "read",
+        ),
+        workspace=tmp_path,
+        permissions=PermissionConfig(allow=("touch",)),
+    )
+    first = asyncio.create_task(ex.execute("touch", {"file_path": "f.txt", "mode": "write"}))
+    await holding.wait()
+    assert ex.locks.locked(tmp_path / "f.txt")
+    read = await asyncio.wait_for(ex.execute("touch", {"file_path": "f.txt", "mode": "read"}), 30)
+    assert read.ok and read.value == "read"  # ran while the write held the lock
+    second = asyncio.create_task(ex.execute("touch", {"file_path": "f.txt", "mode": "write"}))
+    for _ in range(20):  # let it run as far as it can: it must stop at the lock
+        await asyncio.sleep(0)
+    assert inside == ["write", "read"]
+    release.set()
+    assert [r.value for r in await asyncio.gather(first, second)] == ["write", "write"]
+    assert inside == ["write", "read", "write"]
+    assert_idle(ex)
