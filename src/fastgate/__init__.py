@@ -1,7 +1,8 @@
 """fastgate: the tool-execution core for LLM agent servers.
 
-The names below are the public API (SPEC). ``COMPILED`` tells whether the compiled core is in use;
-``IMPLEMENTATION`` maps each core module to ``"compiled"`` or ``"pure"``.
+The names below are the public API (SPEC). ``COMPILED`` tells whether the compiled build is in
+use; ``IMPLEMENTATION`` maps each compiled module (the core's and the pipeline's) to
+``"compiled"`` or ``"pure"``.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ def cmd_info(_: argparse.Namespace) -> int:
     finally:
         loop.close()
     print(f"fastgate {fastgate.__version__}")
-    print(f"core: {'compiled' if fastgate.COMPILED else 'pure'}")
+    print(f"build: {'compiled' if fastgate.COMPILED else 'pure'}")
     for module, impl in sorted(fastgate.IMPLEMENTATION.items()):
         print(f"  {module.lstrip('_')}: {impl}")
     print(f"loop: {loop_name}")

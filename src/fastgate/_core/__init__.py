@@ -108,7 +108,9 @@ _pipeline = {name: _pipeline_compiled(name) for name in PIPELINE_MODULES}
 
 #: module name -> "compiled" | "pure": what `fastgate info` reports.
 IMPLEMENTATION = {name: ("compiled" if c else "pure") for name, (_, c) in _loaded.items()}
-IMPLEMENTATION.update({name: ("compiled" if c else "pure") for name, c in _pipeline.items()})
+IMPLEMENTATION.update(
+    {f"fastgate.{name}": ("compiled" if c else "pure") for name, c in _pipeline.items()}
+)
 COMPILED = all(compiled == "compiled" for compiled in IMPLEMENTATION.values())
 
 if TYPE_CHECKING:
