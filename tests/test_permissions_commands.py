@@ -99,6 +99,8 @@ def test_allowed_commands(command: str, tmp_path: Path) -> None:
         # environment that changes what runs
         "PATH=/tmp/evil npm test",
         "LD_PRELOAD=/tmp/x.so ls",
+        "P\\\nATH=/tmp/evil npm test",  # a line continuation inside the NAME
+        "LD_PRE\\\nLOAD=/tmp/x.so ls",
         # prefix only on a word boundary
         "npm testing",
         "npm tes",
@@ -227,6 +229,12 @@ def test_nothing_rides_on_an_allowed_prefix(command: str, tmp_path: Path) -> Non
         "xargs --replace rm x",
         "xargs -i rm {}",
         "unbuffer rm x",
+        # line continuations are gone before bash reads words: ``aX=1`` assigns, rm runs
+        "a\\\nX=1 rm x",
+        "r\\\nm x",
+        # env takes any argument with an ``=`` before the command as an assignment
+        "env 'a b=1' rm -rf x",
+        "env -u X A=1 -x=2 rm x",
         # names redefined or scripts read from a pipe
         "alias ll=rm\nll x",
         "hash -p /bin/rm ls; ls x",

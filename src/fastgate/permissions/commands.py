@@ -283,7 +283,8 @@ def _analyze_text(text: str, out: list[CommandFacts], depth: int) -> None:
 
 def _assignment_blocker(assignments: list[Word]) -> str:
     for word in assignments:
-        name = word.raw.partition("=")[0].rstrip("+")
+        # The value: quotes and line continuations gone, as the program sees the variable.
+        name = word.value.partition("=")[0].rstrip("+")
         if name in DANGEROUS_VARIABLES or name.startswith(("LD_", "DYLD_")):
             return f"assigns {name}"
     return ""

@@ -523,7 +523,9 @@ def _arithmetic_end(s: str, i: int) -> int | None:
 
 
 def _is_assignment(word: Word) -> bool:
-    raw = word.raw
+    # Bash drops a backslash-newline before it reads words: ``P\<newline>ATH=x`` assigns PATH.
+    # (Within a NAME nothing else can stand between its letters: quotes make it no NAME.)
+    raw = word.raw.replace("\\\n", "")
     if not _NAME_START.match(raw):
         return False
     m = _NAME.match(raw)

@@ -125,8 +125,9 @@ WRAPPERS: dict[str, Wrapper] = {
 
 
 def is_assignment(word: Word) -> bool:
-    name, eq, _ = word.raw.partition("=")
-    return bool(eq) and name.isidentifier() and not word.raw.startswith("-")
+    """An argument ``env`` or ``sudo`` takes as ``NAME=VALUE`` before the command: like them,
+    any argument (as the program receives it) with an ``=`` in it, whatever the NAME."""
+    return not word.dynamic and "=" in word.value
 
 
 def unwrap(
