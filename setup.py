@@ -42,6 +42,7 @@ PIPELINE_MODULES = (
     "registry",
     "context",
     "_body",
+    "locks",
 )
 
 

@@ -556,15 +556,12 @@ class ToolExecutor:
             return self._finalize(
                 call, ErrorCode.WORKTREE_VIOLATION, violation.message, details=details
             )
-        call.lock_keys = tuple(
-            sorted(
-                {
-                    lock_key(absolute_path(root, args[name]))
-                    for name in tool.path_args
-                    if isinstance(args.get(name), str)
-                }
-            )
-        )
+        keys = [
+            lock_key(absolute_path(root, args[name]))
+            for name in tool.path_args
+            if name in args and isinstance(args[name], str)  # (`in` and `[]`: no method calls)
+        ]
+        call.lock_keys = tuple(keys) if len(keys) == 1 else tuple(sorted(set(keys)))
         return None
 
     async def _conclude(

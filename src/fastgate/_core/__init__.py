@@ -44,6 +44,7 @@ PIPELINE_MODULES = (
     "registry",
     "context",
     "_body",
+    "locks",
 )
 
 if NO_EXTENSIONS and REQUIRE_EXTENSIONS:

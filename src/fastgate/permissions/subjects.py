@@ -47,7 +47,7 @@ class ResolvedPath:
         )
 
     def __hash__(self) -> int:
-        return hash((self.given, self.lexical, self.canonical))
+        return hash(self.canonical)  # enough to spread them; equality compares all three
 
     def __repr__(self) -> str:
         return f"ResolvedPath({self.given!r}, {self.lexical!r}, {self.canonical!r})"
@@ -101,7 +101,9 @@ def path_subject(tool: ToolDefinition, args: Mapping[str, Any], root: str) -> Su
     resolved: list[ResolvedPath] = []
     invalid = ""
     for name in tool.path_args:
-        value = args.get(name)
+        if name not in args:  # (`in` and `[]` rather than .get(): no method call per name)
+            continue
+        value = args[name]
         if value is None:
             continue
         if not isinstance(value, str) or not value or "\x00" in value:
