@@ -77,3 +77,11 @@ def test_public_names_are_exported_as_a_tuple() -> None:
         assert hasattr(fastgate, name), name
     for name in ("SchedulerClosed", "ResourceExhausted", "GateClosed", "ToolKind"):
         assert name in fastgate.__all__
+
+
+def test_the_pure_build_finder_touches_only_fastgate_modules() -> None:
+    finder = _core._SourceFirst()
+    assert finder.find_spec("otherpkg.executor", None) is None
+    assert finder.find_spec("executor", None) is None
+    spec = finder.find_spec("fastgate.executor", list(fastgate.__path__))
+    assert spec is not None and str(spec.origin).endswith("executor.py")

@@ -1,7 +1,7 @@
 """The ``RunContext`` a tool's body gets from the executor (stage 12).
 
-Kept out of the mypyc-compiled pipeline modules on purpose: a compiled class cannot extend
-``RunContext``, an interpreted class with ``__slots__``.
+A module of its own: the stage-order test runs the executor's source interpreted, and takes this
+class from source with it (compiled, it would only accept the compiled executor's classes).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from fastgate.context import RunContext
-from fastgate.locks import lock_key
+from fastgate.paths import lock_key
 
 if TYPE_CHECKING:
     from fastgate._holds import Holds

@@ -26,7 +26,8 @@ from fastgate.results import Failure
 from fastgate.tools import ToolDefinition
 
 RETRY_ERRNOS: Final = frozenset({errno.EBUSY, errno.EAGAIN, errno.EMFILE, errno.ENFILE})
-BACKOFF: tuple[float, ...] = (0.2, 0.4)  # seconds before the 2nd and 3rd attempt (not Final: mypyc)
+# Seconds before the 2nd and 3rd attempt. Not Final: mypyc left a Final tuple of floats unset.
+BACKOFF: tuple[float, ...] = (0.2, 0.4)
 
 
 class _Deadline:

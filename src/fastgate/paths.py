@@ -6,7 +6,9 @@ permission on the file itself needed, nothing triggered on FIFOs or devices) and
 kernel's own name for the descriptor from ``/proc/self/fd``. A file that does not exist yet
 (the common case for a write) is its existing parent's canonical path plus its name, once an
 ``lstat`` has shown the name is not a dangling symlink. Anything unusual (a loop, a name too
-long, no ``/proc``) falls back to ``realpath``, which is always right.
+long, no ``/proc``) falls back to ``realpath``, which is always right. ``resolve_path`` also says
+whether the kernel settled the answer (then no symlink is left to look at); ``lock_key`` is the
+canonical path as a file lock's key.
 
 ``consistent_paths()`` memoizes answers for the duration of one call's checks, so the worktree
 check, the permission rules and the lock keys all see the same resolution of a path (and pay

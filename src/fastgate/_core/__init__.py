@@ -80,7 +80,8 @@ class _SourceFirst(importlib.abc.MetaPathFinder):
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname.partition(".")[2] not in PIPELINE_MODULES:
+        package, _, name = fullname.partition(".")
+        if package != "fastgate" or name not in PIPELINE_MODULES:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or not str(spec.origin).endswith(tuple(EXTENSION_SUFFIXES)):
