@@ -12,6 +12,7 @@ Environment switches (the same names are read again at import time):
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 from pathlib import Path
@@ -23,27 +24,6 @@ ROOT = Path(__file__).parent
 CORE = ROOT / "src" / "fastgate" / "_core"
 CYSRC = ROOT / "build" / "cysrc"
 CORE_MODULES = ("_wait", "_gate", "_sched", "_locks", "_validate")
-# The execution pipeline's modules, compiled as they are by mypyc into one shared library
-# (fastgate._core.PIPELINE_MODULES lists the same, a test compares them).
-PIPELINE_MODULES = (
-    "executor",
-    "invocation",
-    "_holds",
-    "history",
-    "rendering",
-    "_refusals",
-    "worktree",
-    "paths",
-    "permissions.resolver",
-    "permissions.rules",
-    "permissions.settings",
-    "permissions.subjects",
-    "permissions.matching",
-    "registry",
-    "context",
-    "_body",
-    "locks",
-)
 
 
 def _flag(name: str) -> bool:
@@ -96,6 +76,17 @@ def _extensions() -> list[object]:
     )
 
 
+def _pipeline_modules() -> tuple[str, ...]:
+    """``fastgate._core.PIPELINE_MODULES``, read from its source (importing the package here
+    would need its dependencies): one list for the build and the runtime switch."""
+    for node in ast.parse((CORE / "__init__.py").read_text()).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", "") for t in node.targets] == [
+            "PIPELINE_MODULES"
+        ]:
+            return tuple(ast.literal_eval(node.value))
+    raise RuntimeError("PIPELINE_MODULES not found in src/fastgate/_core/__init__.py")
+
+
 def _pipeline_extensions() -> list[object]:
     try:
         from mypyc.build import mypycify
@@ -103,7 +94,7 @@ def _pipeline_extensions() -> list[object]:
         if _flag("FASTGATE_REQUIRE_EXTENSIONS"):
             raise
         return []
-    sources = [f"src/fastgate/{name.replace('.', '/')}.py" for name in PIPELINE_MODULES]
+    sources = [f"src/fastgate/{name.replace('.', '/')}.py" for name in _pipeline_modules()]
     return list(mypycify(sources, opt_level="3", group_name="fastgate_pipeline"))
 
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import ast
 import importlib
 import os
 import subprocess
 import sys
 from importlib.machinery import EXTENSION_SUFFIXES
-from pathlib import Path
 
 import pytest
 
@@ -38,18 +36,6 @@ def test_no_extensions_forces_pure() -> None:
     for name in _core.PIPELINE_MODULES:  # from source, even with a compiled build beside it
         loaded = importlib.import_module(f"fastgate.{name}")
         assert str(loaded.__file__).endswith(".py"), loaded.__file__
-
-
-def test_setup_compiles_the_pipeline_modules_the_package_lists() -> None:
-    setup = Path(__file__).parent.parent / "setup.py"
-    tree = ast.parse(setup.read_text())
-    listed = next(
-        ast.literal_eval(node.value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Assign)
-        and any(isinstance(t, ast.Name) and t.id == "PIPELINE_MODULES" for t in node.targets)
-    )
-    assert tuple(listed) == _core.PIPELINE_MODULES
 
 
 def _run(code: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, cast
 NO_EXTENSIONS = os.environ.get("FASTGATE_NO_EXTENSIONS", "") not in ("", "0")
 REQUIRE_EXTENSIONS = os.environ.get("FASTGATE_REQUIRE_EXTENSIONS", "") not in ("", "0")
 MODULES = ("_wait", "_gate", "_sched", "_locks", "_validate")
-#: Compiled by mypyc as they are (the same list as setup.py's, which a test compares).
+#: Compiled by mypyc as they are (setup.py reads this list from here).
 PIPELINE_MODULES = (
     "executor",
     "invocation",
