@@ -15,6 +15,8 @@ from typing import Any
 
 import msgspec
 
+from fastgate._progress_stream import stream
+
 QUEUE_LIMIT = 256
 
 
@@ -84,25 +86,25 @@ class ProgressHub:
         for subscriber in tuple(self._subscribers):
             _call_on(subscriber.loop, subscriber.close)
 
-    async def subscribe(self, execution_id: str | None) -> AsyncIterator[ProgressEvent]:
+    def subscribe(self, execution_id: str | None) -> AsyncIterator[ProgressEvent]:
+        """The reports of one execution (until it ends) or of all (until the hub closes)."""
+        return stream(self, execution_id)
+
+    def attach(self, execution_id: str | None) -> _Subscriber | None:
+        """A subscriber fed from now on (with what the execution buffered so far); None when
+        there is nothing to follow: the execution is unknown or over, or the hub is closed."""
         subscriber = _Subscriber(execution_id, asyncio.get_running_loop())
         if execution_id is not None:
             if execution_id not in self._running:
-                return  # unknown or already finished: nothing to report
+                return None
             subscriber.queue.extend(self._buffers.get(execution_id, ()))
         if self._closed:
-            return
+            return None
         self._subscribers.append(subscriber)
-        try:
-            while True:
-                while subscriber.queue:
-                    yield subscriber.queue.popleft()
-                if subscriber.closed:
-                    return
-                subscriber.ready.clear()
-                await subscriber.ready.wait()
-        finally:
-            self._subscribers.remove(subscriber)
+        return subscriber
+
+    def detach(self, subscriber: _Subscriber) -> None:
+        self._subscribers.remove(subscriber)
 
 
 def _call_on(loop: asyncio.AbstractEventLoop, fn: Any, *args: Any) -> None:

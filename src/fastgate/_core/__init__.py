@@ -45,6 +45,7 @@ PIPELINE_MODULES = (
     "context",
     "_body",
     "locks",
+    "progress",
 )
 
 if NO_EXTENSIONS and REQUIRE_EXTENSIONS:
