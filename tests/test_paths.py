@@ -95,8 +95,9 @@ def test_only_what_the_kernel_resolved_is_settled(tree: Path, rel: str, settled:
     assert paths.resolve_path(path) == (os.path.realpath(path), settled)
 
 
-def test_a_settled_path_needs_no_second_look(tree: Path) -> None:
-    """worktree.resolve follows a dangling symlink (unsettled) to where a write would land."""
+def test_resolve_follows_an_unsettled_link_and_keeps_a_settled_name(tree: Path) -> None:
+    """worktree.resolve takes a settled answer as it is, and still follows a dangling symlink
+    (unsettled) to where a write would land."""
     from fastgate.worktree import resolve
 
     assert resolve(f"{tree}/dangling") == f"{tree}/nowhere/x"
