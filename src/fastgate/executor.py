@@ -16,7 +16,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from fastgate import _refusals
 from fastgate._approval import Refusal, ask_approval, remember_approval
@@ -29,7 +29,7 @@ from fastgate.cancel import CancelToken
 from fastgate.context import ExecutionContext, ToolCall
 from fastgate.decision import Decision, DecisionSource, PermissionMode
 from fastgate.errors import GateClosed, ResourceExhausted, SchedulerClosed
-from fastgate.freeze import FrozenDict, NotJSON, freeze
+from fastgate.freeze import SCALAR_TYPES, FrozenDict, NotJSON, freeze
 from fastgate.gate import ToolConcurrencyGate
 from fastgate.guards import Guard, ToolCallView, run_guards
 from fastgate.history import History, ToolStats
@@ -45,7 +45,7 @@ from fastgate.hooks import (
 )
 from fastgate.invocation import ABORTED, ERROR, FAILURE, TIMEOUT, Outcome, invoke, is_async_tool
 from fastgate.locks import FileLockManager, default_lock_manager
-from fastgate.paths import absolute_path, consistent_paths, lock_key
+from fastgate.paths import absolute_path, consistent_paths, lock_key, names_any
 from fastgate.permissions import (
     AuditEvent,
     AuditSink,
@@ -68,6 +68,12 @@ TURN_LIMIT = 64
 _TRACKED_TURNS = 4096  # turns whose call counts are remembered (oldest forgotten first)
 _RUN_ID = uuid.uuid4().hex[:8]
 _CACHE_LIMIT = 1024  # entries of the per-executor caches before they are cleared
+# Read on every call, so bound once: compiled, a Final is a C static. A clock is otherwise two
+# lookups (module, attribute); an Enum member is a slow one (EnumType defines __getattr__).
+_wall_clock: Final = time.time
+_perf_clock: Final = time.perf_counter
+_DENY: Final = Decision.DENY
+_ASK: Final = Decision.ASK
 
 
 class _Call:
@@ -97,8 +103,8 @@ class _Call:
         self.name = name
         self.call_id = call_id
         self.ctx = ctx
-        self.started_at = time.time()
-        self.t0 = time.perf_counter()
+        self.started_at = _wall_clock()
+        self.t0 = _perf_clock()
         self.tool: ToolDefinition | None = None
         self.args: Any = None
         self.attempts = 0
@@ -107,6 +113,9 @@ class _Call:
         self.additional_context: tuple[str, ...] = ()  # rarely added to: a tuple is cheaper
         self.lock_keys: tuple[str, ...] = ()
         self.recorded = False  # its tool-use record is in the store
+
+    def elapsed_ms(self) -> float:
+        return (_perf_clock() - self.t0) * 1000.0
 
 
 class _Plan:
@@ -133,9 +142,9 @@ class _Plan:
         self._shared = tool.classify_parallelism(None) == "shared" if static else None
         static = not callable(tool.is_concurrency_safe)
         self._safe = tool.concurrency_safe(None) if static else None
-        self.path_names = frozenset(tool.path_args)
+        self.path_names = tool.path_args
         # The arguments stages 5 and 6 resolve to paths: the path arguments and a command.
-        self.resolved_names = self.path_names | {"command"}
+        self.resolved_names = (*tool.path_args, "command")
 
     def is_shared(self, args: Any) -> bool:
         if self._shared is None:
@@ -231,8 +240,10 @@ class ToolExecutor:
         try:
             result = await self._pipeline(call, args)
         except asyncio.CancelledError:
-            aborted = self._result(call, ErrorCode.ABORTED, "the caller cancelled the call")
-            self._history.add(aborted)
+            elapsed_ms = call.elapsed_ms()
+            message = "the caller cancelled the call"
+            aborted = self._result(call, elapsed_ms, ErrorCode.ABORTED, message)
+            self._history.add(aborted, call.name, ErrorCode.ABORTED, elapsed_ms)
             if call.recorded:  # we cannot await here: record it in the background
                 task = asyncio.ensure_future(self._record_result(call, aborted))
                 self._background.add(task)
@@ -333,7 +344,7 @@ class ToolExecutor:
             if self._disposed:
                 return self._finalize(call, ErrorCode.DISPOSED, "this executor has been disposed")
             try:
-                args = call.args = freeze(raw_args)
+                args = call.args = _snapshot(raw_args)
             except NotJSON as exc:
                 return self._finalize(
                     call, ErrorCode.INVALID_ARGS, f"Tool arguments must be JSON values: {exc}."
@@ -375,7 +386,7 @@ class ToolExecutor:
             # lock keys agree (no window between them), and nothing is cached beyond the call.
             # A call naming no path or command needs no memo (should a hook rewrite one in, it
             # is still checked everywhere, each check resolving it afresh).
-            with consistent_paths(not plan.resolved_names.isdisjoint(args)):
+            with consistent_paths(names_any(plan.resolved_names, args)):
                 # 5. worktree isolation: every path argument must stay inside the allowed roots.
                 refusal = self._check_paths(call, tool, args, plan)
                 if refusal is not None:
@@ -402,7 +413,7 @@ class ToolExecutor:
                     hook_decision, hook_reason = outcome.decision, outcome.reason
                     call.additional_context += tuple(outcome.additional_context)
                     # A hook's DENY stands whatever it rewrote; otherwise rebuild the invocation.
-                    if outcome.updated_args is not None and hook_decision is not Decision.DENY:
+                    if outcome.updated_args is not None and hook_decision is not _DENY:
                         args = call.args = outcome.updated_args  # already a frozen snapshot
                         refusal = self._validate(call, tool, args) or self._check_paths(
                             call, tool, args, plan
@@ -417,7 +428,7 @@ class ToolExecutor:
                 decision, source, reason = merge_decision(rule, hook_decision, hook_reason)
                 call.decision_source = source
                 self._audit_decision(call, decision, source, reason, rule.signature)
-                if decision is Decision.DENY:
+                if decision is _DENY:
                     return self._finalize(
                         call,
                         ErrorCode.PERMISSION_DENIED,
@@ -441,7 +452,7 @@ class ToolExecutor:
                         )
 
                 # 10. approval, when the merged decision is ASK.
-                if decision is Decision.ASK:
+                if decision is _ASK:
                     request = ApprovalRequest(
                         tool.name,
                         args,
@@ -541,7 +552,7 @@ class ToolExecutor:
         self, call: _Call, tool: ToolDefinition, args: Any, plan: _Plan
     ) -> ToolResult | None:
         """Stage 5, and the lock keys of the path arguments for stage 11."""
-        if plan.path_names.isdisjoint(args):
+        if not names_any(plan.path_names, args):
             call.lock_keys = ()
             return None
         root = call.ctx.workspace_root or os.getcwd()
@@ -592,7 +603,9 @@ class ToolExecutor:
         # 13. PostToolUse hooks: accept, replace the value (re-checked, re-rendered), replace the
         #     content, or block.
         if self.hooks.has_post(tool.name):
-            provisional = self._result(call, None, "", content=content, value=value)
+            provisional = self._result(
+                call, call.elapsed_ms(), None, "", content=content, value=value
+            )
             post = await run_post_tool_use(
                 self.hooks, PostToolUseEvent(tool.name, args, ctx, provisional)
             )
@@ -683,6 +696,7 @@ class ToolExecutor:
     def _result(
         self,
         call: _Call,
+        elapsed_ms: float,
         code: ErrorCode | None,
         message: str,
         content: Any = None,
@@ -691,7 +705,7 @@ class ToolExecutor:
         retry_after: Any = None,
         details: dict[str, Any] | None = None,
     ) -> ToolResult:
-        now = time.time()
+        now = _wall_clock()
         meta = ResultMeta(  # positional (the field order of ResultMeta): the hot path
             call.execution_id,
             call.call_id,
@@ -699,7 +713,7 @@ class ToolExecutor:
             call.ctx.session_id,
             call.started_at,
             now,
-            (time.perf_counter() - call.t0) * 1000.0,
+            elapsed_ms,
             call.attempts,
             call.aborted_before_launch,
             call.decision_source,
@@ -723,7 +737,10 @@ class ToolExecutor:
         details: dict[str, Any] | None = None,
     ) -> ToolResult:
         """Stage 15: finalize_content (once), freeze, record, notify. Every result passes here."""
-        result = self._result(call, code, message, content, value, retryable, retry_after, details)
+        elapsed_ms = call.elapsed_ms()
+        result = self._result(
+            call, elapsed_ms, code, message, content, value, retryable, retry_after, details
+        )
         tool = call.tool
         if tool is not None and tool.finalize_content is not None:
             try:
@@ -733,7 +750,7 @@ class ToolExecutor:
                 changed = None
             if changed is not None:
                 result = ToolResult(result.ok, changed, result.error, result.meta, result.value)
-        self._history.add(result)
+        self._history.add(result, call.name, code, elapsed_ms)
         for observer in self._result_observers:
             _isolated(observer, result, "result observer")
         return result
@@ -787,6 +804,18 @@ class ToolExecutor:
             time=time.time(),
         )
         _isolated(self._audit.record, event, "audit sink")
+
+
+def _snapshot(raw_args: Any) -> Any:
+    """Stage 1's frozen copy. The usual arguments, an object of scalars, are checked here in a
+    compiled loop; anything else is copied by ``freeze``."""
+    if type(raw_args) is dict:
+        scalars = SCALAR_TYPES
+        for key, value in raw_args.items():
+            if type(key) is not str or type(value) not in scalars:
+                return freeze(raw_args)
+        return FrozenDict(raw_args)
+    return freeze(raw_args)
 
 
 def _isolated(callback: Callable[..., Any], argument: Any, what: str) -> None:

@@ -61,7 +61,7 @@ class FrozenList(list[Any]):
 
 
 _SCALARS = (str, int, float, bool, type(None))
-_SCALAR_TYPES = frozenset(_SCALARS)  # exact types; subclasses take the general path
+SCALAR_TYPES = frozenset(_SCALARS)  # exact types; subclasses take the general path
 _KEY_TYPES = frozenset((str,))
 MAX_VALUES = 1_000_000  # arguments beyond this are refused: far past any real tool call
 
@@ -74,7 +74,7 @@ def freeze(value: Any) -> Any:
     """Deep, iterative copy of a JSON-like value into frozen containers (scalars are shared)."""
     if (
         type(value) is dict
-        and _SCALAR_TYPES.issuperset(map(type, value.values()))
+        and SCALAR_TYPES.issuperset(map(type, value.values()))
         and _KEY_TYPES.issuperset(map(type, value))
     ):
         return FrozenDict(value)  # the common case: an object of scalars (checked in C loops)

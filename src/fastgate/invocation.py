@@ -39,8 +39,12 @@ class _Deadline:
 
 DEADLINE: Final = _Deadline()
 
-# Outcome kinds
-VALUE, FAILURE, ERROR, TIMEOUT, ABORTED = "value", "failure", "error", "timeout", "aborted"
+# Outcome kinds (Final: compiled, they are constants rather than lookups in the module's dict)
+VALUE: Final = "value"
+FAILURE: Final = "failure"
+ERROR: Final = "error"
+TIMEOUT: Final = "timeout"
+ABORTED: Final = "aborted"
 
 
 class Outcome:

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from contextvars import ContextVar
+from typing import Any
 
 _O_PATH = getattr(os, "O_PATH", 0)
 _FAST = bool(_O_PATH) and os.path.isdir("/proc/self/fd")
@@ -115,6 +117,17 @@ def absolute_path(root: str, path: str) -> str:
     if path[:1] == "/":
         return path
     return root + path if not root or root[-1] == "/" else root + "/" + path
+
+
+def names_any(names: tuple[str, ...], args: Mapping[str, Any]) -> bool:
+    """Whether ``args`` has any of ``names`` (a tool has few): a dict is asked directly."""
+    if isinstance(args, dict):
+        arguments: dict[str, Any] = args  # compiled, ``in`` is then PyDict_Contains
+        for name in names:
+            if name in arguments:
+                return True
+        return False
+    return any(name in args for name in names)
 
 
 class consistent_paths:  # lower case: it reads like a function, ``with consistent_paths():``

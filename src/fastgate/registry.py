@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from fnmatch import fnmatchcase
-from types import MappingProxyType
 from typing import Any
 
 from fastgate.tools import ToolDefinition
@@ -38,7 +37,7 @@ class Scope:
         return any(fnmatchcase(tool_name, pattern) for pattern in self.allow)
 
 
-_EMPTY: Mapping[str, ToolDefinition] = MappingProxyType({})
+_EMPTY: dict[str, ToolDefinition] = {}  # shared: a published layer is never mutated
 
 
 def _names(value: Iterable[str] | None, what: str) -> frozenset[str] | None:
@@ -57,7 +56,9 @@ class ToolRegistry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._layers: dict[str | None, Mapping[str, ToolDefinition]] = {None: _EMPTY}
+        # Copy-on-write: a layer, once in here, is never mutated (a change publishes a new one),
+        # so lookups need no lock and plain dicts are safe to read.
+        self._layers: dict[str | None, dict[str, ToolDefinition]] = {None: _EMPTY}
         self._scopes: dict[str, Scope] = {}
 
     # -- scopes ---------------------------------------------------------------------------------
@@ -106,7 +107,7 @@ class ToolRegistry:
             self._require_scope(scope)
             layer = dict(self._layers[scope])
             layer[defn.name] = defn
-            self._layers = {**self._layers, scope: MappingProxyType(layer)}
+            self._layers = {**self._layers, scope: layer}
 
     def unregister(self, name: str, scope: str | None = None) -> ToolDefinition | None:
         """Remove a tool from one layer; returns it, or None when that layer did not have it."""
@@ -115,7 +116,7 @@ class ToolRegistry:
             layer = dict(self._layers[scope])
             removed = layer.pop(name, None)
             if removed is not None:
-                self._layers = {**self._layers, scope: MappingProxyType(layer)}
+                self._layers = {**self._layers, scope: layer}
         return removed
 
     def replace_layer(
@@ -131,7 +132,7 @@ class ToolRegistry:
             layer[defn.name] = defn
         with self._lock:
             self._require_scope(scope)
-            self._layers = {**self._layers, scope: MappingProxyType(layer)}
+            self._layers = {**self._layers, scope: layer}
 
     # -- lookups (lock-free: they read one snapshot of the layers) ------------------------------
 

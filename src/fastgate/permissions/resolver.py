@@ -26,7 +26,7 @@ from fastgate.approvals import ApprovalStore
 from fastgate.context import ExecutionContext
 from fastgate.decision import Decision, DecisionSource, PermissionMode
 from fastgate.kinds import ToolKind
-from fastgate.paths import canonical_path
+from fastgate.paths import canonical_path, names_any
 from fastgate.permissions.commands import CommandAnalysis, analyze_command
 from fastgate.permissions.config import PermissionConfig
 from fastgate.permissions.globs import PathPattern, compile_path_pattern
@@ -118,7 +118,7 @@ class PermissionResolver:
         self._merged_rules: dict[str, tuple[ToolRules, ToolRules]] = {}
         self._has_command: dict[ToolDefinition, bool] = {}  # bounded like the other caches
         # Per definition: the arguments a rule could look at (paths, and a command).
-        self._subject_names: dict[ToolDefinition, frozenset[str]] = {}
+        self._subject_names: dict[ToolDefinition, tuple[str, ...]] = {}
         self._sensitive = (*config.sensitive_patterns, *PROTECTED_PATTERNS)
         self._sensitive_rooted = any(p.anchor == "root" for p in self._sensitive)
         self._sensitive_anchored = any(p.anchor != "anywhere" for p in self._sensitive)
@@ -234,13 +234,13 @@ class PermissionResolver:
             return True
         names = self._subject_names.get(tool)
         if names is None:
-            names = frozenset(tool.path_args)
+            names = tool.path_args
             if self._tool_has_command(tool):
-                names |= {"command"}
+                names = (*names, "command")
             if len(self._subject_names) >= _DEFINITION_CACHE_LIMIT:
                 self._subject_names.clear()
             self._subject_names[tool] = names
-        return not names.isdisjoint(args)
+        return names_any(names, args)
 
     def _allowed_by_mode(self, tool: ToolDefinition) -> RuleDecision | None:
         default, reason = _MODE_REASONS[self.mode, tool.kind]

@@ -42,7 +42,7 @@ class Output:
             object.__setattr__(self, "schema", _as_node_or_schema(self.schema, "Output.schema"))
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
+@dataclasses.dataclass(frozen=True, eq=False, slots=True, weakref_slot=True)
 class ToolDefinition:
     """One tool. ``parameters`` is what was given; ``input_schema`` its JSON Schema and
     ``validator`` the compiled validator (built once, here). Host metadata (``timeout``,
