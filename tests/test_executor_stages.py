@@ -276,3 +276,40 @@ async def test_each_early_exit_stops_at_its_stage(
     assert not result.ok and result.error is not None
     assert result.error.code is code, result.error
     assert probe.log == expected
+
+
+async def test_hooks_registered_between_calls_apply_to_the_next_call() -> None:
+    """The executor remembers per tool whether hooks match; a registration, or another Hooks
+    object, must be seen by the very next call."""
+
+    def boom(args: Any, ctx: Any) -> Any:
+        raise RuntimeError("broken")
+
+    ex = executor(
+        tool("echo", lambda args, ctx: args["text"]),
+        tool("other", lambda args, ctx: args["text"]),
+        tool("boom", boom),
+    )
+    args = {"text": "x"}
+    for name in ("echo", "other", "boom"):  # every tool's answers are known before any hook
+        await ex.execute(name, args)
+
+    ex.hooks.add_pre_tool_use(
+        lambda event: PreToolUseResult(decision="deny", reason="closed"), matcher="echo"
+    )
+    denied = await ex.execute("echo", args)
+    assert denied.error is not None and denied.error.code is ErrorCode.PERMISSION_DENIED
+
+    ex.hooks.add_post_tool_use(lambda event: PostToolUseResult(block="withheld"), matcher="other")
+    blocked = await ex.execute("other", args)
+    assert blocked.error is not None and blocked.error.code is ErrorCode.BLOCKED_BY_HOOK
+
+    ex.hooks.add_post_tool_use_failure(lambda event: "see the runbook", matcher="boom")
+    failed = await ex.execute("boom", args)
+    assert failed.error is not None and failed.error.code is ErrorCode.TOOL_ERROR
+    assert "see the runbook" in failed.meta.additional_context
+
+    ex.hooks = Hooks()  # a fresh registry: nothing matches any more
+    for name in ("echo", "other"):
+        assert (await ex.execute(name, args)).ok
+    assert "see the runbook" not in (await ex.execute("boom", args)).meta.additional_context

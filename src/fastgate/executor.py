@@ -123,6 +123,11 @@ class _Plan:
     frozen)."""
 
     __slots__ = (
+        "_has_post",
+        "_has_post_failure",
+        "_has_pre",
+        "_hooks",
+        "_hooks_generation",
         "_safe",
         "_shared",
         "is_async",
@@ -145,6 +150,10 @@ class _Plan:
         self.path_names = tool.path_args
         # The arguments stages 5 and 6 resolve to paths: the path arguments and a command.
         self.resolved_names = (*tool.path_args, "command")
+        # What the hooks registry answers for this tool, asked again once it has changed.
+        self._hooks: Hooks | None = None
+        self._hooks_generation = -1
+        self._has_pre = self._has_post = self._has_post_failure = False
 
     def is_shared(self, args: Any) -> bool:
         if self._shared is None:
@@ -155,6 +164,27 @@ class _Plan:
         if self._safe is None:
             return self.tool.concurrency_safe(args)
         return self._safe
+
+    def has_pre(self, hooks: Hooks) -> bool:
+        self._ask(hooks)
+        return self._has_pre
+
+    def has_post(self, hooks: Hooks) -> bool:
+        self._ask(hooks)
+        return self._has_post
+
+    def has_post_failure(self, hooks: Hooks) -> bool:
+        self._ask(hooks)
+        return self._has_post_failure
+
+    def _ask(self, hooks: Hooks) -> None:
+        generation = hooks.generation  # read first: a registration meanwhile means asking again
+        if hooks is not self._hooks or generation != self._hooks_generation:
+            name = self.tool.name
+            self._has_pre = hooks.has_pre(name)
+            self._has_post = hooks.has_post(name)
+            self._has_post_failure = hooks.has_post_failure(name)
+            self._hooks, self._hooks_generation = hooks, generation
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)  # a public class: subclasses work in both builds
@@ -399,7 +429,7 @@ class ToolExecutor:
                 #    and the rule decision becomes the stricter of old and new (a deny stands).
                 hook_decision: Decision | None = None
                 hook_reason: str | None = None
-                if self.hooks.has_pre(tool.name):
+                if plan.has_pre(self.hooks):
                     outcome = (
                         await until_cancelled(
                             run_pre_tool_use(self.hooks, PreToolUseEvent(tool.name, args, ctx)),
@@ -531,7 +561,7 @@ class ToolExecutor:
             call.attempts = outcome_.attempts
 
             # 13-15. hooks after the call, file-change observers, then the final result.
-            return await self._conclude(call, tool, args, outcome_, plan.output_checker)
+            return await self._conclude(call, tool, args, outcome_, plan)
         except Aborted:
             return self._aborted_before_launch(call)
         finally:
@@ -576,10 +606,11 @@ class ToolExecutor:
         return None
 
     async def _conclude(
-        self, call: _Call, tool: ToolDefinition, args: Any, outcome: Outcome, checker: Any
+        self, call: _Call, tool: ToolDefinition, args: Any, outcome: Outcome, plan: _Plan
     ) -> ToolResult:
         """Stages 13 to 15 for a call whose body ran."""
         ctx = call.ctx
+        checker = plan.output_checker
         if outcome.kind == FAILURE:
             failure = outcome.failure
             assert failure is not None
@@ -590,7 +621,7 @@ class ToolExecutor:
         if outcome.kind in (ERROR, TIMEOUT, ABORTED):
             code, message, details = failure_of(tool, outcome)
             error = ToolError(code, message, retryable=False, details=details)
-            if self.hooks.has_post_failure(tool.name):
+            if plan.has_post_failure(self.hooks):
                 extra = await run_post_tool_use_failure(
                     self.hooks, PostToolUseFailureEvent(tool.name, args, ctx, error)
                 )
@@ -602,7 +633,7 @@ class ToolExecutor:
             return refusal
         # 13. PostToolUse hooks: accept, replace the value (re-checked, re-rendered), replace the
         #     content, or block.
-        if self.hooks.has_post(tool.name):
+        if plan.has_post(self.hooks):
             provisional = self._result(
                 call, call.elapsed_ms(), None, "", content=content, value=value
             )

@@ -128,10 +128,13 @@ class Hooks:
     that reach the hook stage afterwards.
     """
 
-    __slots__ = ("_failure", "_lock", "_post", "_pre")
+    __slots__ = ("_failure", "_lock", "_post", "_pre", "generation")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # Bumped by every registration: a caller may keep the answers of has_pre() and the
+        # like for as long as it has not changed.
+        self.generation = 0
         self._pre = _EventHooks()
         self._post = _EventHooks()
         self._failure = _EventHooks()
@@ -150,6 +153,7 @@ class Hooks:
         entry = _entry(fn, matcher, on_error, ("deny", "ignore"), timeout, name)
         with self._lock:
             self._pre = _EventHooks((*self._pre.entries, entry))
+            self.generation += 1
 
     def add_post_tool_use(
         self,
@@ -165,6 +169,7 @@ class Hooks:
         entry = _entry(fn, matcher, on_error, ("block", "ignore"), timeout, name)
         with self._lock:
             self._post = _EventHooks((*self._post.entries, entry))
+            self.generation += 1
 
     def add_post_tool_use_failure(
         self,
@@ -179,6 +184,7 @@ class Hooks:
         entry = _entry(fn, matcher, "ignore", ("ignore",), timeout, name)
         with self._lock:
             self._failure = _EventHooks((*self._failure.entries, entry))
+            self.generation += 1
 
     def has_pre(self, tool_name: str) -> bool:
         """Whether any PreToolUse hook matches ``tool_name`` (a dict lookup after the first)."""
