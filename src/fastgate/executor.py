@@ -66,7 +66,7 @@ log = logging.getLogger("fastgate.executor")
 
 TURN_LIMIT = 64
 _TRACKED_TURNS = 4096  # turns whose call counts are remembered (oldest forgotten first)
-_RUN_ID = uuid.uuid4().hex[:8]
+_RUN_ID: Final = uuid.uuid4().hex[:8]
 _CACHE_LIMIT = 1024  # entries of the per-executor caches before they are cleared
 # Read on every call, so bound once: compiled, a Final is a C static. A clock is otherwise two
 # lookups (module, attribute); an Enum member is a slow one (EnumType defines __getattr__).
@@ -837,15 +837,18 @@ class ToolExecutor:
         _isolated(self._audit.record, event, "audit sink")
 
 
+_SCALAR_TYPES: Final = SCALAR_TYPES
+_FROZEN_DICT: Final = FrozenDict
+
+
 def _snapshot(raw_args: Any) -> Any:
     """Stage 1's frozen copy. The usual arguments, an object of scalars, are checked here in a
     compiled loop; anything else is copied by ``freeze``."""
     if type(raw_args) is dict:
-        scalars = SCALAR_TYPES
         for key, value in raw_args.items():
-            if type(key) is not str or type(value) not in scalars:
+            if type(key) is not str or type(value) not in _SCALAR_TYPES:
                 return freeze(raw_args)
-        return FrozenDict(raw_args)
+        return _FROZEN_DICT(raw_args)
     return freeze(raw_args)
 
 

@@ -39,6 +39,8 @@ class _Deadline:
 
 DEADLINE: Final = _Deadline()
 
+_FAILURE: Final = Failure
+
 # Outcome kinds (Final: compiled, they are constants rather than lookups in the module's dict)
 VALUE: Final = "value"
 FAILURE: Final = "failure"
@@ -257,8 +259,10 @@ async def invoke(
 
 def _is_failure(value: object) -> bool:
     # isinstance() against a msgspec Struct goes through its metaclass's __instancecheck__, some
-    # thousand instructions on every call; the MRO says the same directly.
-    return Failure in type(value).__mro__
+    # thousand instructions on every call; the MRO says the same directly. Text, the usual
+    # return value, is answered first.
+    cls = type(value)
+    return cls is not str and _FAILURE in cls.__mro__
 
 
 def _retrieve(body: asyncio.Future[Any] | None) -> None:

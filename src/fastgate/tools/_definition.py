@@ -28,7 +28,7 @@ DEFAULT_PATH_ARGS = ("file_path", "notebook_path")
 _PLAIN = (str, int, float, bool, type(None))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class Output:
     """How a canonical value becomes model-visible content (``render``; default ``str``/JSON)."""
 
