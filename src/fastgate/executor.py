@@ -51,6 +51,7 @@ from fastgate.permissions import (
     AuditSink,
     PermissionConfig,
     PermissionResolver,
+    RuleDecision,
 )
 from fastgate.progress import ProgressEvent, ProgressHub
 from fastgate.registry import ToolRegistry
@@ -457,7 +458,7 @@ class ToolExecutor:
                 # 8. decision merge: the strictest of rule and hook; a hook tightens, never loosens.
                 decision, source, reason = merge_decision(rule, hook_decision, hook_reason)
                 call.decision_source = source
-                self._audit_decision(call, decision, source, reason, rule.signature)
+                self._audit_decision(call, decision, source, reason, rule)
                 if decision is _DENY:
                     return self._finalize(
                         call,
@@ -472,7 +473,7 @@ class ToolExecutor:
                     if reason_denied is not None:
                         call.decision_source = DecisionSource.GUARD
                         self._audit_decision(
-                            call, Decision.DENY, DecisionSource.GUARD, reason_denied, rule.signature
+                            call, Decision.DENY, DecisionSource.GUARD, reason_denied, rule
                         )
                         return self._finalize(
                             call,
@@ -500,7 +501,7 @@ class ToolExecutor:
                     call.decision_source = DecisionSource.USER
                     verdict = Decision.ALLOW if answer.approved else Decision.DENY
                     self._audit_decision(
-                        call, verdict, DecisionSource.USER, answer.feedback or "", rule.signature
+                        call, verdict, DecisionSource.USER, answer.feedback or "", rule
                     )
                     if not answer.approved:
                         feedback = answer.feedback or "The user rejected this call."
@@ -570,7 +571,7 @@ class ToolExecutor:
     # -- stages in detail -----------------------------------------------------------------------
 
     def _validate(self, call: _Call, tool: ToolDefinition, args: Any) -> ToolResult | None:
-        if type(args) is not FrozenDict and not isinstance(args, Mapping):
+        if type(args) is not _FROZEN_DICT and not isinstance(args, Mapping):
             return self._finalize(call, ErrorCode.INVALID_ARGS, _refusals.not_an_object(args))
         issues = tool.validator.validate(args)
         if issues:
@@ -820,7 +821,7 @@ class ToolExecutor:
         decision: Decision,
         source: DecisionSource,
         reason: str,
-        signature: str,
+        rule: RuleDecision,  # for its signature, read only when there is an audit sink
     ) -> None:
         if self._audit is None:
             return
@@ -831,7 +832,7 @@ class ToolExecutor:
             decision=decision,
             source=source,
             reason=reason,
-            signature=signature,
+            signature=rule.signature,
             time=time.time(),
         )
         _isolated(self._audit.record, event, "audit sink")

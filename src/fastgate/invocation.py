@@ -40,6 +40,7 @@ class _Deadline:
 DEADLINE: Final = _Deadline()
 
 _FAILURE: Final = Failure
+_running_loop: Final = asyncio.get_running_loop  # every call: a C static, not two lookups
 
 # Outcome kinds (Final: compiled, they are constants rather than lookups in the module's dict)
 VALUE: Final = "value"
@@ -175,7 +176,7 @@ async def invoke(
     cancelled too. Whenever the body may still be running as we return or raise,
     ``on_runaway(body)`` is called so the caller can keep its resources until the body ends.
     """
-    loop = asyncio.get_running_loop()
+    loop = _running_loop()
     body: asyncio.Task[Any] | None = None
     if time_budget is None and cancel is None:
         # Nothing but our own caller can stop the body: await it directly (the fast path).

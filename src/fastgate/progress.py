@@ -75,7 +75,8 @@ class ProgressHub:
 
     def finish(self, execution_id: str) -> None:
         self._running.discard(execution_id)
-        self._buffers.pop(execution_id, None)
+        if self._buffers:  # only calls that reported have one
+            self._buffers.pop(execution_id, None)
         if self._subscribers:
             for subscriber in tuple(self._subscribers):
                 if subscriber.execution_id == execution_id:
