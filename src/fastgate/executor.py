@@ -91,10 +91,10 @@ class _Call:
         "execution_id",
         "lock_keys",
         "name",
+        "plan",
         "recorded",
         "started_at",
         "t0",
-        "tool",
     )
 
     def __init__(
@@ -106,7 +106,7 @@ class _Call:
         self.ctx = ctx
         self.started_at = _wall_clock()
         self.t0 = _perf_clock()
-        self.tool: ToolDefinition | None = None
+        self.plan: _Plan | None = None  # once the tool is known
         self.args: Any = None
         self.attempts = 0
         self.aborted_before_launch = False
@@ -131,15 +131,26 @@ class _Plan:
         "_hooks_generation",
         "_safe",
         "_shared",
+        "finalize_content",
         "is_async",
+        "kind",
         "output_checker",
         "path_names",
+        "renderer",
         "resolved_names",
+        "timeout",
         "tool",
+        "validator",
     )
 
     def __init__(self, tool: ToolDefinition) -> None:
         self.tool = tool
+        # Read on every call: native attributes here, rather than lookups on the definition.
+        self.validator = tool.validator
+        self.kind = tool.kind
+        self.timeout = tool.timeout
+        self.renderer = tool.output.render
+        self.finalize_content = tool.finalize_content
         self.is_async = is_async_tool(tool)
         schema = tool.output.schema
         self.output_checker: Any = compile_schema(schema) if schema is not None else None
@@ -393,20 +404,20 @@ class ToolExecutor:
                 )
 
             # 2. lookup in the registry, as the calling agent's scope sees it.
-            tool = call.tool = self.registry.resolve(call.name, ctx.agent_scope)
+            tool = self.registry.resolve(call.name, ctx.agent_scope)
             if tool is None:
                 message, details = _refusals.unknown_tool(
                     call.name, self.registry.visible(ctx.agent_scope)
                 )
                 return self._finalize(call, ErrorCode.UNKNOWN_TOOL, message, details=details)
+            plan = call.plan = self._plan(tool)
 
             # 3. validation against the tool's schema (every issue reported).
-            refusal = self._validate(call, tool, args)
+            refusal = self._validate(call, plan, args)
             if refusal is not None:
                 return refusal
 
             # 4. the executor's gate: shared calls overlap, exclusive ones are barriers.
-            plan = self._plan(tool)
             passage = self._gate.shared() if plan.is_shared(args) else self._gate.exclusive()
             try:
                 await holds.enter(passage, cancel)
@@ -446,7 +457,7 @@ class ToolExecutor:
                     # A hook's DENY stands whatever it rewrote; otherwise rebuild the invocation.
                     if outcome.updated_args is not None and hook_decision is not _DENY:
                         args = call.args = outcome.updated_args  # already a frozen snapshot
-                        refusal = self._validate(call, tool, args) or self._check_paths(
+                        refusal = self._validate(call, plan, args) or self._check_paths(
                             call, tool, args, plan
                         )
                         if refusal is not None:
@@ -518,7 +529,7 @@ class ToolExecutor:
             if cancel is not None and cancel.cancelled:
                 return self._aborted_before_launch(call)
             try:
-                await holds.enter(self.scheduler.slot(ctx.session_id, tool.kind, self), cancel)
+                await holds.enter(self.scheduler.slot(ctx.session_id, plan.kind, self), cancel)
                 if call.lock_keys and not plan.is_concurrency_safe(args):
                     await holds.enter(
                         self.locks.acquire_keys(call.lock_keys, call.execution_id), cancel
@@ -550,7 +561,7 @@ class ToolExecutor:
                     args,
                     BodyContext(self, call, tool, holds, signal),
                     is_async=plan.is_async,
-                    time_budget=tool.timeout,
+                    time_budget=plan.timeout,
                     cancel=cancel,
                     cancel_grace=self._cancel_grace,
                     on_runaway=holds.release_when_done,
@@ -570,12 +581,12 @@ class ToolExecutor:
 
     # -- stages in detail -----------------------------------------------------------------------
 
-    def _validate(self, call: _Call, tool: ToolDefinition, args: Any) -> ToolResult | None:
+    def _validate(self, call: _Call, plan: _Plan, args: Any) -> ToolResult | None:
         if type(args) is not _FROZEN_DICT and not isinstance(args, Mapping):
             return self._finalize(call, ErrorCode.INVALID_ARGS, _refusals.not_an_object(args))
-        issues = tool.validator.validate(args)
+        issues = plan.validator.validate(args)
         if issues:
-            message, details = _refusals.invalid_args(tool.name, issues)
+            message, details = _refusals.invalid_args(call.name, issues)
             return self._finalize(call, ErrorCode.INVALID_ARGS, message, details=details)
         return None
 
@@ -611,7 +622,6 @@ class ToolExecutor:
     ) -> ToolResult:
         """Stages 13 to 15 for a call whose body ran."""
         ctx = call.ctx
-        checker = plan.output_checker
         if outcome.kind == FAILURE:
             failure = outcome.failure
             assert failure is not None
@@ -629,7 +639,7 @@ class ToolExecutor:
                 call.additional_context += tuple(extra)
             return self._finalize(call, code, message, details=details)
         value = outcome.value
-        content, refusal = self._content_of(call, tool, value, checker)
+        content, refusal = self._content_of(call, plan, value)
         if refusal is not None:
             return refusal
         # 13. PostToolUse hooks: accept, replace the value (re-checked, re-rendered), replace the
@@ -648,7 +658,7 @@ class ToolExecutor:
                 )
             if post.value is not UNSET:  # a new value: checked and rendered again
                 value = post.value
-                content, refusal = self._content_of(call, tool, value, checker)
+                content, refusal = self._content_of(call, plan, value)
                 if refusal is not None:
                     return refusal
             if post.content is not UNSET:  # new content (after a new value, it wins)
@@ -698,10 +708,11 @@ class ToolExecutor:
             log.warning("result record of %s not saved: %s", call.execution_id, exc)
 
     def _content_of(
-        self, call: _Call, tool: ToolDefinition, value: Any, checker: Any
+        self, call: _Call, plan: _Plan, value: Any
     ) -> tuple[Any, ToolResult | None]:
-        """(content, None) for a value that matches the output schema (``checker``, when there
-        is one) and renders, else (None, the OUTPUT_INVALID result)."""
+        """(content, None) for a value that matches the output schema (when the tool has one)
+        and renders, else (None, the OUTPUT_INVALID result)."""
+        checker = plan.output_checker
         if checker is not None:
             issues = checker.validate(value)
             if issues:
@@ -711,7 +722,7 @@ class ToolExecutor:
                 )
                 return None, self._finalize(call, ErrorCode.OUTPUT_INVALID, message)
         try:
-            return render(tool, value, self._max_content_chars), None
+            return render(plan.renderer, value, self._max_content_chars), None
         except RenderError as exc:
             return None, self._finalize(call, ErrorCode.OUTPUT_INVALID, str(exc))
 
@@ -773,12 +784,12 @@ class ToolExecutor:
         result = self._result(
             call, elapsed_ms, code, message, content, value, retryable, retry_after, details
         )
-        tool = call.tool
-        if tool is not None and tool.finalize_content is not None:
+        plan = call.plan
+        if plan is not None and plan.finalize_content is not None:
             try:
-                changed = tool.finalize_content(result)
+                changed = plan.finalize_content(result)
             except Exception as exc:
-                log.warning("finalize_content of %s failed: %s", tool.name, exc)
+                log.warning("finalize_content of %s failed: %s", call.name, exc)
                 changed = None
             if changed is not None:
                 result = ToolResult(result.ok, changed, result.error, result.meta, result.value)

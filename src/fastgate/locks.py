@@ -43,7 +43,10 @@ class FileLockManager:
 
     def acquire_keys(self, keys: Iterable[str], owner: object = None) -> AsyncHold:
         """Like ``acquire_many`` for keys already made by ``lock_key``."""
-        return self._core.multi(tuple(sorted(set(keys))), owner)
+        ordered = tuple(keys)
+        if len(ordered) > 1:  # one key (a single path argument) is already in order
+            ordered = tuple(sorted(set(ordered)))
+        return self._core.multi(ordered, owner)
 
     def locked(self, path: StrPath) -> bool:
         return lock_key(path) in self._core.table

@@ -21,7 +21,7 @@ import os
 import sys
 from collections.abc import Mapping
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Final
 
 _O_PATH = getattr(os, "O_PATH", 0)
 _FAST = bool(_O_PATH) and os.path.isdir("/proc/self/fd")
@@ -33,21 +33,29 @@ _FOLD_CASE = sys.platform in ("win32", "darwin")
 _memo: ContextVar[dict[str, tuple[str, bool]] | None] = ContextVar(
     "fastgate_path_memo", default=None
 )
+# Used for every path of every call, so bound once: compiled, a Final is a C static, where a
+# module attribute or a method would be looked up on each use.
+_memo_get: Final = _memo.get
+_memo_set: Final = _memo.set
+_memo_reset: Final = _memo.reset
+_open: Final = os.open
+_readlink: Final = os.readlink
+_close: Final = os.close
 
 
 def _via_proc(path: str, flags: int = _FLAGS) -> str | None:
     try:
-        fd = os.open(path, flags)
+        fd = _open(path, flags)
     except FileNotFoundError:
         return _missing_leaf(path) if flags == _FLAGS else None
     except OSError:
         return None
     try:
-        resolved = os.readlink(f"/proc/self/fd/{fd}")
+        resolved = _readlink(f"/proc/self/fd/{fd}")
     except OSError:
         return None
     finally:
-        os.close(fd)
+        _close(fd)
     # A file unlinked between open and readlink reads back as "<name> (deleted)".
     if not resolved.startswith("/") or resolved.endswith(" (deleted)"):
         return None
@@ -82,7 +90,7 @@ def resolve_path(path: str) -> tuple[str, bool]:
     a name that does not exist, not even as a dangling symlink, inside an existing directory's
     own name. Callers need not look at such a path again; an unsettled one came from
     ``realpath`` and may end in a dangling symlink."""
-    memo = _memo.get()
+    memo = _memo_get()
     if memo is not None:
         known = memo.get(path)
         if known is not None:
@@ -143,8 +151,8 @@ class consistent_paths:  # lower case: it reads like a function, ``with consiste
 
     def __enter__(self) -> None:
         if self._active:
-            self._token = _memo.set({})
+            self._token = _memo_set({})
 
     def __exit__(self, *exc_info: object) -> None:
         if self._active:
-            _memo.reset(self._token)
+            _memo_reset(self._token)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
-
-from fastgate.tools import ToolDefinition
 
 DEFAULT_MAX_CONTENT_CHARS = 200_000
 
@@ -15,9 +14,9 @@ class RenderError(Exception):
     """The value could not be turned into content (the result becomes ``OUTPUT_INVALID``)."""
 
 
-def render(tool: ToolDefinition, value: Any, max_chars: int) -> Any:
-    """``str`` or a tuple of content blocks, bounded to ``max_chars`` characters of text."""
-    renderer = tool.output.render
+def render(renderer: Callable[[Any], Any] | None, value: Any, max_chars: int) -> Any:
+    """``str`` or a tuple of content blocks, bounded to ``max_chars`` characters of text;
+    ``renderer`` is the tool's ``Output.render``."""
     if renderer is None and type(value) is str and len(value) <= max_chars:
         return value  # the common case: short text, nothing to do
     try:
