@@ -161,8 +161,8 @@ class Probe:
                 return exclusive()
 
         ex._gate = LoggingGate()  # type: ignore[assignment]
-        check = executor_module.check_worktree
-        monkeypatch.setattr(executor_module, "check_worktree", logged(log, "worktree", check))
+        check = executor_module.check_given_paths
+        monkeypatch.setattr(executor_module, "check_given_paths", logged(log, "worktree", check))
         resolver = ex._resolver
 
         class LoggingResolver:

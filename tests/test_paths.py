@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import MappingProxyType
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from fastgate import paths
+from fastgate.freeze import freeze
 from fastgate.paths import canonical_path
 
 
@@ -110,3 +112,16 @@ def test_resolve_follows_an_unsettled_link_and_keeps_a_settled_name(tree: Path) 
 )
 def test_absolute_path_is_os_path_join(root: str, path: str) -> None:
     assert paths.absolute_path(root, path) == os.path.join(root, path)
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["file_path", "notebook_path", "path", "text"]),
+        st.one_of(st.none(), st.text(max_size=5), st.integers()),
+    )
+)
+def test_given_paths_reads_every_kind_of_mapping_alike(arguments: dict[str, object]) -> None:
+    names = ("notebook_path", "file_path", "path")
+    expected = [(n, arguments[n]) for n in names if arguments.get(n) is not None]
+    for shape in (arguments, freeze(arguments), MappingProxyType(arguments)):
+        assert paths.given_paths(names, shape) == expected

@@ -45,7 +45,7 @@ from fastgate.hooks import (
 )
 from fastgate.invocation import ABORTED, ERROR, FAILURE, TIMEOUT, Outcome, invoke, is_async_tool
 from fastgate.locks import FileLockManager, default_lock_manager
-from fastgate.paths import absolute_path, consistent_paths, lock_key, names_any
+from fastgate.paths import absolute_path, consistent_paths, given_paths, lock_key, names_any
 from fastgate.permissions import (
     AuditEvent,
     AuditSink,
@@ -61,7 +61,7 @@ from fastgate.scheduler import ConcurrencyScheduler, default_scheduler
 from fastgate.schema import compile as compile_schema
 from fastgate.store import ToolUseRecord, ToolUseStore
 from fastgate.tools import ToolDefinition
-from fastgate.worktree import check_worktree
+from fastgate.worktree import check_given_paths
 
 log = logging.getLogger("fastgate.executor")
 
@@ -594,11 +594,12 @@ class ToolExecutor:
         self, call: _Call, tool: ToolDefinition, args: Any, plan: _Plan
     ) -> ToolResult | None:
         """Stage 5, and the lock keys of the path arguments for stage 11."""
-        if not names_any(plan.path_names, args):
+        given = given_paths(plan.path_names, args)
+        if not given:
             call.lock_keys = ()
             return None
         root = call.ctx.workspace_root or os.getcwd()
-        violation = check_worktree(tool, args, root, self.permissions.additional_dirs)
+        violation = check_given_paths(given, root, self.permissions.additional_dirs)
         if violation is not None:
             details = {
                 "argument": violation.argument,
@@ -610,9 +611,7 @@ class ToolExecutor:
                 call, ErrorCode.WORKTREE_VIOLATION, violation.message, details=details
             )
         keys = [
-            lock_key(absolute_path(root, args[name]))
-            for name in tool.path_args
-            if name in args and isinstance(args[name], str)  # (`in` and `[]`: no method calls)
+            lock_key(absolute_path(root, value)) for _, value in given if isinstance(value, str)
         ]
         call.lock_keys = tuple(keys) if len(keys) == 1 else tuple(sorted(set(keys)))
         return None
@@ -707,9 +706,7 @@ class ToolExecutor:
         except Exception as exc:
             log.warning("result record of %s not saved: %s", call.execution_id, exc)
 
-    def _content_of(
-        self, call: _Call, plan: _Plan, value: Any
-    ) -> tuple[Any, ToolResult | None]:
+    def _content_of(self, call: _Call, plan: _Plan, value: Any) -> tuple[Any, ToolResult | None]:
         """(content, None) for a value that matches the output schema (when the tool has one)
         and renders, else (None, the OUTPUT_INVALID result)."""
         checker = plan.output_checker

@@ -24,7 +24,7 @@ from typing import Any
 
 import msgspec
 
-from fastgate.paths import absolute_path, resolve_path
+from fastgate.paths import absolute_path, given_paths, resolve_path
 from fastgate.tools import ToolDefinition
 
 try:
@@ -53,12 +53,18 @@ def check_worktree(
     additional_dirs: Iterable[str] = (),
 ) -> WorktreeViolation | None:
     """The first path argument of ``args`` that escapes the allowed roots, or None."""
-    names = [n for n in tool.path_args if n in args and args[n] is not None]
-    if not names:
+    return check_given_paths(given_paths(tool.path_args, args), workspace_root, additional_dirs)
+
+
+def check_given_paths(
+    given: list[tuple[str, Any]], workspace_root: str, additional_dirs: Iterable[str] = ()
+) -> WorktreeViolation | None:
+    """``check_worktree`` for the (name, value) pairs ``paths.given_paths`` found."""
+    if not given:
         return None
     roots = _roots(workspace_root, additional_dirs)
-    for name in names:
-        violation = check_path(name, args[name], workspace_root, roots)
+    for name, value in given:
+        violation = check_path(name, value, workspace_root, roots)
         if violation is not None:
             return violation
     return None

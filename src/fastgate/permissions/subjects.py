@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from fastgate.paths import absolute_path, canonical_path
+from fastgate.paths import absolute_path, canonical_path, given_paths
 from fastgate.permissions.commands import CommandAnalysis
 from fastgate.permissions.shell import Word
 from fastgate.tools import ToolDefinition
@@ -100,12 +100,7 @@ def path_subject(tool: ToolDefinition, args: Mapping[str, Any], root: str) -> Su
     """The canonical paths of the call's path arguments; None when it has none."""
     resolved: list[ResolvedPath] = []
     invalid = ""
-    for name in tool.path_args:
-        if name not in args:  # (`in` and `[]` rather than .get(): no method call per name)
-            continue
-        value = args[name]
-        if value is None:
-            continue
+    for name, value in given_paths(tool.path_args, args):
         if not isinstance(value, str) or not value or "\x00" in value:
             invalid = f"path argument {name!r} is not a usable path: {value!r}"
             continue
