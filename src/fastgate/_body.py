@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from fastgate._holds import Holds
     from fastgate.cancel import CancelToken
     from fastgate.executor import ToolExecutor, _Call
-    from fastgate.tools import ToolDefinition
 
 
 class BodyContext(RunContext):
@@ -31,14 +30,13 @@ class BodyContext(RunContext):
         self,
         executor: ToolExecutor,
         call: _Call,
-        tool: ToolDefinition,
         holds: Holds,
         signal: CancelToken | None,
     ) -> None:
         # Every RunContext field set here directly: no keyword parsing on the hot path.
         ctx = call.ctx
         self.execution_id = call.execution_id
-        self.tool_name = tool.name
+        self.tool_name = call.name  # the name the registry resolved
         self.context = ctx
         self.session_id = ctx.session_id
         self.workspace_root = ctx.workspace_root

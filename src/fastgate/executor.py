@@ -559,7 +559,7 @@ class ToolExecutor:
                 outcome_ = await invoke(
                     tool,
                     args,
-                    BodyContext(self, call, tool, holds, signal),
+                    BodyContext(self, call, holds, signal),
                     is_async=plan.is_async,
                     time_budget=plan.timeout,
                     cancel=cancel,

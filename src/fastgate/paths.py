@@ -154,12 +154,14 @@ def given_paths(names: tuple[str, ...], args: Mapping[str, Any]) -> list[tuple[s
     return [(name, args[name]) for name in names if name in args and args[name] is not None]
 
 
-class consistent_paths:  # lower case: it reads like a function, ``with consistent_paths():``
-    """Within this block (and this task), each path is resolved once and then remembered.
+def consistent_paths(active: bool = True) -> _PathMemo:
+    """``with consistent_paths():`` within this block (and this task), each path is resolved
+    once and then remembered. ``consistent_paths(False)`` does nothing (for calls that name no
+    path at all) and makes nothing: one shared inert block serves them all."""
+    return _PathMemo() if active else _INERT
 
-    ``consistent_paths(False)`` does nothing: for calls that name no path at all.
-    """
 
+class _PathMemo:
     __slots__ = ("_active", "_token")
 
     def __init__(self, active: bool = True) -> None:
@@ -172,3 +174,6 @@ class consistent_paths:  # lower case: it reads like a function, ``with consiste
     def __exit__(self, *exc_info: object) -> None:
         if self._active:
             _memo_reset(self._token)
+
+
+_INERT: Final = _PathMemo(False)
