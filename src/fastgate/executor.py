@@ -75,6 +75,9 @@ _wall_clock: Final = time.time
 _perf_clock: Final = time.perf_counter
 _DENY: Final = Decision.DENY
 _ASK: Final = Decision.ASK
+_next: Final = next  # a builtin is otherwise looked up in the builtins module on each use
+_RESULT_META: Final = ResultMeta
+_TOOL_RESULT: Final = ToolResult
 
 
 class _Call:
@@ -251,7 +254,7 @@ class ToolExecutor:
         self._resolver = PermissionResolver(self.permissions, self.mode, self.approvals)
         self._gate = ToolConcurrencyGate()
         self._progress = ProgressHub()
-        self._ids = itertools.count(1)
+        self._ids = itertools.count(1)  # atomic: ids stay unique whatever thread asks
         self._turns: OrderedDict[str, int] = OrderedDict()
         self._result_observers: list[Callable[[ToolResult], Any]] = []
         self._file_observers: list[Callable[[tuple[str, ...]], Any]] = []
@@ -278,7 +281,7 @@ class ToolExecutor:
             ctx = ExecutionContext()
         elif not isinstance(ctx, ExecutionContext):
             raise TypeError(f"ctx: expected an ExecutionContext, got {type(ctx).__name__}")
-        call = _Call(f"{_RUN_ID}-{next(self._ids)}", name, call_id, self._merge_defaults(ctx))
+        call = _Call(self._execution_id(), name, call_id, self._merge_defaults(ctx))
         try:
             result = await self._pipeline(call, args)
         except asyncio.CancelledError:
@@ -347,10 +350,7 @@ class ToolExecutor:
         be saved): the result still has an execution id and goes through stage 15.
         """
         call = _Call(
-            f"{_RUN_ID}-{next(self._ids)}",
-            name,
-            call_id,
-            self._merge_defaults(ctx or ExecutionContext()),
+            self._execution_id(), name, call_id, self._merge_defaults(ctx or ExecutionContext())
         )
         call.aborted_before_launch = True
         return self._finalize(call, code, message, details=details)
@@ -746,7 +746,7 @@ class ToolExecutor:
         details: dict[str, Any] | None = None,
     ) -> ToolResult:
         now = _wall_clock()
-        meta = ResultMeta(  # positional (the field order of ResultMeta): the hot path
+        meta = _RESULT_META(  # positional (the field order of ResultMeta): the hot path
             call.execution_id,
             call.call_id,
             call.name,
@@ -760,7 +760,7 @@ class ToolExecutor:
             call.additional_context,
         )
         if code is None:
-            return ToolResult(True, content, None, meta, value)
+            return _TOOL_RESULT(True, content, None, meta, value)
         error = ToolError(code, message, retryable, retry_after, details or {})
         return ToolResult(False, message if content is None else content, error, meta)
 
@@ -804,6 +804,9 @@ class ToolExecutor:
                 self._plans.clear()
             plan = self._plans[tool] = _Plan(tool)
         return plan
+
+    def _execution_id(self) -> str:
+        return f"{_RUN_ID}-{_next(self._ids)}"
 
     def _merge_defaults(self, ctx: ExecutionContext) -> ExecutionContext:
         """``ctx`` with ``context_defaults`` filled in; cached, since callers reuse contexts."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from typing import Any, final
+from typing import Any, Final, final
 
 import msgspec
 import xxhash
@@ -62,6 +62,7 @@ _CACHE_LIMIT = 4096
 # Caches keyed by a tool definition hold it alive: kept small, so tools re-registered over a long
 # run (a reconnecting MCP server, say) do not pile up.
 _DEFINITION_CACHE_LIMIT = 512
+_ANY_ARGUMENTS: Final[tuple[str, ...]] = ("*",)  # a tool whose permission_key looks at them all
 
 
 class RuleDecision(msgspec.Struct, frozen=True):
@@ -87,6 +88,7 @@ class PermissionResolver:
         "_has_command",
         "_merged_rules",
         "_mode_allows",
+        "_own_rules",
         "_path_decisions",
         "_regexes",
         "_sensitive",
@@ -106,6 +108,7 @@ class PermissionResolver:
         if not isinstance(config, PermissionConfig):
             raise TypeError(f"config must be a PermissionConfig, got {type(config).__name__}")
         self.config = config
+        self._own_rules = config.rules  # a frozen config's parsed rules
         self.mode = PermissionMode.parse(mode)
         self.approvals = approvals
         self._settings = SettingsCache()
@@ -230,17 +233,17 @@ class PermissionResolver:
 
     def _has_subject(self, tool: ToolDefinition, args: Mapping[str, Any]) -> bool:
         """Whether the call has something rules or sensitive paths could look at."""
-        if tool.permission_key is not None:
-            return True
         names = self._subject_names.get(tool)
         if names is None:
             names = tool.path_args
             if self._tool_has_command(tool):
                 names = (*names, "command")
+            if tool.permission_key is not None:
+                names = _ANY_ARGUMENTS  # the key is made from any of them
             if len(self._subject_names) >= _DEFINITION_CACHE_LIMIT:
                 self._subject_names.clear()
             self._subject_names[tool] = names
-        return names_any(names, args)
+        return names is _ANY_ARGUMENTS or names_any(names, args)
 
     def _allowed_by_mode(self, tool: ToolDefinition) -> RuleDecision | None:
         default, reason = _MODE_REASONS[self.mode, tool.kind]
@@ -295,7 +298,7 @@ class PermissionResolver:
     # -- helpers -------------------------------------------------------------------------------
 
     def _rules_for(self, name: str, root: str) -> ToolRules:
-        own = self.config.rules.for_tool(name)
+        own = self._own_rules.for_tool(name)
         project = self._settings.rules(root)
         if project is None:
             return own
