@@ -95,7 +95,12 @@ def _pipeline_extensions() -> list[object]:
             raise
         return []
     sources = [f"src/fastgate/{name.replace('.', '/')}.py" for name in _pipeline_modules()]
-    return list(mypycify(sources, opt_level="3", group_name="fastgate_pipeline"))
+    # -O2 rather than mypyc's usual -O3, and hidden symbols so calls between the pipeline's own
+    # functions skip the PLT: measured 4-6% faster per call (docs/decisions.md).
+    extensions = list(mypycify(sources, opt_level="2", group_name="fastgate_pipeline"))
+    for extension in extensions:
+        extension.extra_compile_args.append("-fvisibility=hidden")
+    return extensions
 
 
 class OptionalBuildExt(build_ext):
