@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import errno
 import os
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fastgate import ToolKind, beneath, define_tool
 from fastgate.beneath import WorktreeEscape, open_beneath
@@ -75,6 +77,18 @@ def test_string_prefix_is_not_containment(layout: tuple[Path, Path]) -> None:
     assert violation is not None
     assert not is_within("/a/bc", "/a/b") and is_within("/a/b/c", "/a/b")
     assert is_within("/a/b", "/a/b") and is_within("/x", "/")
+
+
+_parts = st.lists(st.sampled_from(["a", "b", "ab", "a.b", "b-"]), max_size=4)
+
+
+@given(path=_parts, root=_parts, trailing=st.booleans())
+def test_is_within_is_component_containment(
+    path: list[str], root: list[str], trailing: bool
+) -> None:
+    given_path, given_root = "/" + "/".join(path), "/" + "/".join(root)
+    expected = PurePosixPath(given_path).is_relative_to(given_root)
+    assert is_within(given_path, given_root + ("/" if trailing and root else "")) is expected
 
 
 def test_file_and_directory_symlinks_pointing_outside(layout: tuple[Path, Path]) -> None:

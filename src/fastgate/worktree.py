@@ -183,9 +183,8 @@ def is_within(path: str, root: str) -> bool:
     if root == "/":
         return path.startswith("/")
     root = root.rstrip("/")
-    path = path.rstrip("/")
-    # Equal, or the root followed by a separator: never a mere string prefix ("/ab" vs "/a").
-    return path == root or path.startswith(root + "/")
+    # The root, then the end or a separator: never a mere string prefix ("/ab" vs "/a").
+    return path.startswith(root) and (len(path) == len(root) or path[len(root)] == "/")
 
 
 _root_cache: dict[tuple[str, ...], tuple[str, ...]] = {}
