@@ -251,3 +251,19 @@ def test_last_component_is_opened_without_following(
         open_beneath("swapped", os.O_WRONLY, str(ws))
     assert info.value.errno == errno.ELOOP
     assert (outside / "secret").read_text() == "x"
+
+
+def test_roots_follow_every_call_whatever_was_asked_before(layout: tuple[Path, Path]) -> None:
+    """The allowed roots are remembered from call to call: alternating workspaces, and a list of
+    extra directories changed in place, must still be seen."""
+    ws, outside = layout
+    secret, own = str(outside / "secret"), str(ws / "file")
+    for _ in range(3):
+        assert check(own, ws) is None and check(secret, ws) is not None
+        assert check(secret, outside) is None and check(own, outside) is not None
+    extra: list[str] = []
+    assert check_worktree(TOOL, {"file_path": secret}, str(ws), extra) is not None
+    extra.append(str(outside))
+    assert check_worktree(TOOL, {"file_path": secret}, str(ws), extra) is None
+    extra.clear()
+    assert check_worktree(TOOL, {"file_path": secret}, str(ws), extra) is not None

@@ -41,6 +41,9 @@ _memo_reset: Final = _memo.reset
 _open: Final = os.open
 _readlink: Final = os.readlink
 _close: Final = os.close
+_fspath: Final = os.fspath
+# "/proc/self/fd/N" for the low descriptor numbers an open usually returns, made once.
+_FD_LINKS: Final = tuple(f"/proc/self/fd/{fd}" for fd in range(256))
 
 
 def _via_proc(path: str, flags: int = _FLAGS) -> str | None:
@@ -51,7 +54,7 @@ def _via_proc(path: str, flags: int = _FLAGS) -> str | None:
     except OSError:
         return None
     try:
-        resolved = _readlink(f"/proc/self/fd/{fd}")
+        resolved = _readlink(_FD_LINKS[fd] if fd < 256 else f"/proc/self/fd/{fd}")
     except OSError:
         return None
     finally:
@@ -110,7 +113,7 @@ def canonical_path(path: str) -> str:
 def lock_key(path: str | os.PathLike[str]) -> str:
     """The key of a file's lock (SPEC §8.3): its canonical path, case-folded where file systems
     usually ignore case. Raises ``ValueError`` for an empty path or one containing a NUL byte."""
-    text = os.fspath(path)
+    text = _fspath(path)
     if not isinstance(text, str):
         raise TypeError(f"path must be str or os.PathLike[str], got {type(text).__name__}")
     if not text or "\x00" in text:

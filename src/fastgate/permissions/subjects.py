@@ -82,18 +82,21 @@ class Subject:
 
 def resolve_path(value: str, root: str) -> ResolvedPath:
     absolute = absolute_path(root, value)
-    # normpath (interpreted, slow) only when there is something to collapse.
-    if absolute[:1] != "/" or "/." in absolute or "//" in absolute or absolute.endswith("/"):
+    try:
+        canonical: str | None = canonical_path(absolute)
+    except (OSError, ValueError):
+        canonical = None
+    # normpath (interpreted, slow) only when there is something to collapse; a path the kernel
+    # gave back unchanged has nothing (canonical paths have no ".", ".." or "//").
+    if absolute == canonical:
+        lexical = absolute
+    elif absolute[:1] != "/" or "/." in absolute or "//" in absolute or absolute.endswith("/"):
         lexical = os.path.normpath(absolute)
         if lexical.startswith("//"):
             lexical = "/" + lexical.lstrip("/")
     else:
         lexical = absolute
-    try:
-        canonical = canonical_path(absolute)
-    except (OSError, ValueError):
-        canonical = lexical
-    return ResolvedPath(value, lexical, canonical)
+    return ResolvedPath(value, lexical, lexical if canonical is None else canonical)
 
 
 def path_subject(tool: ToolDefinition, args: Mapping[str, Any], root: str) -> Subject | None:
