@@ -67,7 +67,7 @@ log = logging.getLogger("fastgate.executor")
 
 TURN_LIMIT = 64
 _TRACKED_TURNS = 4096  # turns whose call counts are remembered (oldest forgotten first)
-_RUN_ID: Final = uuid.uuid4().hex[:8]
+_ID_PREFIX: Final = uuid.uuid4().hex[:8] + "-"  # this process's run, then a count
 _CACHE_LIMIT = 1024  # entries of the per-executor caches before they are cleared
 # Read on every call, so bound once: compiled, a Final is a C static. A clock is otherwise two
 # lookups (module, attribute); an Enum member is a slow one (EnumType defines __getattr__).
@@ -806,7 +806,7 @@ class ToolExecutor:
         return plan
 
     def _execution_id(self) -> str:
-        return f"{_RUN_ID}-{_next(self._ids)}"
+        return _ID_PREFIX + str(_next(self._ids))
 
     def _merge_defaults(self, ctx: ExecutionContext) -> ExecutionContext:
         """``ctx`` with ``context_defaults`` filled in; cached, since callers reuse contexts."""
