@@ -428,9 +428,10 @@ class ToolExecutor:
             # lock keys agree (no window between them), and nothing is cached beyond the call.
             # A call naming no path or command needs no memo (should a hook rewrite one in, it
             # is still checked everywhere, each check resolving it afresh).
-            with consistent_paths(names_any(plan.resolved_names, args)):
+            named = names_any(plan.resolved_names, args)
+            with consistent_paths(named):
                 # 5. worktree isolation: every path argument must stay inside the allowed roots.
-                refusal = self._check_paths(call, tool, args, plan)
+                refusal = self._check_paths(call, tool, args, plan) if named else None
                 if refusal is not None:
                     return refusal
 
