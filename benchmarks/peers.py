@@ -32,6 +32,7 @@ import importlib
 import importlib.metadata
 import json
 import logging
+import os
 import platform
 import statistics
 import sys
@@ -122,7 +123,8 @@ def fastgate_path() -> Path:
     registry = fastgate.ToolRegistry()
     registry.register(definition)
     executor = executor_class(registry)
-    ctx = context_class(session_id="s1")
+    # A server names each session's workspace; without one every call would ask os.getcwd().
+    ctx = context_class(session_id="s1", workspace_root=os.getcwd())
     args = dict(GOOD)
 
     async def outcome(arguments: dict[str, Any]) -> Outcome:

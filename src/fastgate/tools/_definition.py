@@ -252,16 +252,19 @@ def _make_execute(
             kwargs[ctx_name] = ctx
         return kwargs
 
+    # Plain arguments and no context parameter (the usual tool): the frozen arguments are passed
+    # as they are; the call binds them to fresh names, so the function cannot change them.
+    direct = not converters and ctx_name is None
     if inspect.iscoroutinefunction(func):
 
         async def execute_async(args: Any, ctx: Any) -> Any:
-            return await func(**arguments(args, ctx))
+            return await func(**(args if direct else arguments(args, ctx)))
 
         execute_async.__wrapped__ = func  # type: ignore[attr-defined]
         return execute_async
 
     def execute(args: Any, ctx: Any) -> Any:
-        return func(**arguments(args, ctx))
+        return func(**(args if direct else arguments(args, ctx)))
 
     execute.__wrapped__ = func  # type: ignore[attr-defined]
     return execute
