@@ -683,10 +683,7 @@ def _expand_object(
     n_names = len(names)
     guess = 0
     slot: tuple[Node, bool, int] | None
-    # dict.items() for any dict: compiled, a dict subclass (the frozen arguments) would
-    # otherwise go through a generic method call and iterator, some 600 instructions more.
-    pairs = dict.items(value) if isinstance(value, dict) else value.items()
-    for name, item in pairs:
+    for name, item in value.items():
         if guess < n_names and type(name) is str and _same_key(name, names[guess]):
             slot = slots[guess]
             guess += 1
