@@ -78,6 +78,8 @@ _ASK: Final = Decision.ASK
 _next: Final = next  # a builtin is otherwise looked up in the builtins module on each use
 _RESULT_META: Final = ResultMeta
 _TOOL_RESULT: Final = ToolResult
+_FROZEN_DICT: Final = FrozenDict
+_SCALAR_TYPES: Final = SCALAR_TYPES
 
 
 class _Call:
@@ -848,10 +850,6 @@ class ToolExecutor:
             time=time.time(),
         )
         _isolated(self._audit.record, event, "audit sink")
-
-
-_SCALAR_TYPES: Final = SCALAR_TYPES
-_FROZEN_DICT: Final = FrozenDict
 
 
 def _snapshot(raw_args: Any) -> Any:
