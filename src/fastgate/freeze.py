@@ -61,8 +61,7 @@ class FrozenList(list[Any]):
 
 
 _SCALARS = (str, int, float, bool, type(None))
-SCALAR_TYPES = frozenset(_SCALARS)  # exact types; subclasses take the general path
-_KEY_TYPES = frozenset((str,))
+SCALAR_TYPES = frozenset(_SCALARS)  # exact types, for the executor's check; others go to freeze()
 MAX_VALUES = 1_000_000  # arguments beyond this are refused: far past any real tool call
 
 
@@ -71,13 +70,8 @@ class NotJSON(TypeError):
 
 
 def freeze(value: Any) -> Any:
-    """Deep, iterative copy of a JSON-like value into frozen containers (scalars are shared)."""
-    if (
-        type(value) is dict
-        and SCALAR_TYPES.issuperset(map(type, value.values()))
-        and _KEY_TYPES.issuperset(map(type, value))
-    ):
-        return FrozenDict(value)  # the common case: an object of scalars (checked in C loops)
+    """Deep, iterative copy of a JSON-like value into frozen containers (scalars are shared).
+    The executor checks the usual arguments, an object of scalars, in compiled code first."""
     return _convert(value, FrozenDict, FrozenList)
 
 

@@ -195,25 +195,10 @@ _last_roots: tuple[Any, Any, tuple[str, ...]] = (None, None, ())
 def _roots(workspace_root: str, additional_dirs: Iterable[str]) -> tuple[str, ...]:
     """The canonical allowed roots. Cached: a root swapped for a symlink later can only make
     paths resolve *outside* the cached canonical root (refused), never let one escape."""
+    global _last_roots
     last = _last_roots  # one read: another thread may replace it meanwhile
     if last[0] is workspace_root and last[1] is additional_dirs:
         return last[2]  # the same objects as the previous call (the usual case): no key to hash
-    roots = _cached_roots(workspace_root, additional_dirs)
-    if (
-        type(additional_dirs) is tuple  # immutable: the same object means the same dirs
-        and os.path.isabs(workspace_root)
-        and all(os.path.isabs(d) for d in additional_dirs)
-    ):
-        _remember_roots((workspace_root, additional_dirs, roots))
-    return roots
-
-
-def _remember_roots(entry: tuple[Any, Any, tuple[str, ...]]) -> None:
-    global _last_roots
-    _last_roots = entry
-
-
-def _cached_roots(workspace_root: str, additional_dirs: Iterable[str]) -> tuple[str, ...]:
     key = (workspace_root, *additional_dirs)
     cached = _root_cache.get(key)
     if cached is None:
@@ -223,6 +208,8 @@ def _cached_roots(workspace_root: str, additional_dirs: Iterable[str]) -> tuple[
         if len(_root_cache) >= 1024:
             _root_cache.clear()
         _root_cache[key] = cached
+    if type(additional_dirs) is tuple:  # immutable: the same object means the same dirs
+        _last_roots = (workspace_root, additional_dirs, cached)
     return cached
 
 
