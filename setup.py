@@ -56,23 +56,29 @@ def _extensions() -> list[object]:
         return []
     from setuptools import Extension
 
-    exts = [
+    directives = {
+        "language_level": "3",
+        "annotation_typing": False,
+        "boundscheck": False,
+        "wraparound": False,
+        "initializedcheck": False,
+        "cdivision": True,
+    }
+    staged = [
         Extension(f"fastgate._core.{Path(src).stem}", [src], extra_compile_args=["-O2"])
         for src in _stage_sources()
     ]
-    return _pipeline_extensions() + list(
-        cythonize(
-            exts,
-            compiler_directives={
-                "language_level": "3",
-                "annotation_typing": False,
-                "boundscheck": False,
-                "wraparound": False,
-                "initializedcheck": False,
-                "cdivision": True,
-            },
-            quiet=True,
-        )
+    # The openat2 probe has no pure twin (Python has no binding for the call): its own .pyx,
+    # its generated C kept out of the source tree.
+    probe = Extension(
+        "fastgate._core._openat2",
+        [str((CORE / "_openat2.pyx").relative_to(ROOT))],
+        extra_compile_args=["-O2"],
+    )
+    return (
+        _pipeline_extensions()
+        + list(cythonize(staged, compiler_directives=directives, quiet=True))
+        + list(cythonize([probe], compiler_directives=directives, quiet=True, build_dir=str(CYSRC)))
     )
 
 
@@ -99,7 +105,8 @@ def _pipeline_extensions() -> list[object]:
     # functions skip the PLT: measured 4-6% faster per call (docs/decisions.md).
     extensions = list(mypycify(sources, opt_level="2", group_name="fastgate_pipeline"))
     for extension in extensions:
-        extension.extra_compile_args.append("-fvisibility=hidden")
+        # (the extensions share one list of arguments: give each its own)
+        extension.extra_compile_args = [*extension.extra_compile_args, "-fvisibility=hidden"]
     return extensions
 
 

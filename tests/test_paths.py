@@ -1,22 +1,24 @@
-"""canonical_path: the fast /proc route must always agree with os.path.realpath."""
+"""canonical_path: the fast routes (openat2, /proc) must always agree with os.path.realpath."""
 
 from __future__ import annotations
 
+import errno
 import os
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import MappingProxyType
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fastgate import paths
+from fastgate import _core, paths
 from fastgate.freeze import freeze
 from fastgate.paths import canonical_path
 
 
-@pytest.fixture
-def tree(tmp_path: Path) -> Path:
+def _make_tree(tmp_path: Path) -> Path:
     (tmp_path / "d" / "e").mkdir(parents=True)
     (tmp_path / "d" / "e" / "f.txt").write_text("x")
     (tmp_path / "link").symlink_to(tmp_path / "d" / "e" / "f.txt")
@@ -27,6 +29,16 @@ def tree(tmp_path: Path) -> Path:
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere" / "x")
     os.mkfifo(tmp_path / "fifo")
     return tmp_path
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    return _make_tree(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def shared_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _make_tree(tmp_path_factory.mktemp("tree"))
 
 
 @pytest.mark.parametrize(
@@ -125,3 +137,78 @@ def test_given_paths_reads_every_kind_of_mapping_alike(arguments: dict[str, obje
     expected = [(n, arguments[n]) for n in names if arguments.get(n) is not None]
     for shape in (arguments, freeze(arguments), MappingProxyType(arguments)):
         assert paths.given_paths(names, shape) == expected
+
+
+# -- the openat2 probe (compiled build) --------------------------------------------------------
+
+
+def _by_proc_route(path: str) -> tuple[str, bool]:
+    """``resolve_path`` as the pure build answers it: without the openat2 probe."""
+    probe = paths._probe
+    paths._probe = None
+    try:
+        return paths.resolve_path(path)
+    finally:
+        paths._probe = probe
+
+
+Probe = Callable[[str, bool], int]
+
+
+@pytest.fixture
+def probe() -> Iterator[Probe]:
+    opens = _core.open_no_symlinks
+    if opens is None:
+        if _core.REQUIRE_EXTENSIONS and sys.platform == "linux":
+            pytest.fail("the compiled build must have the openat2 probe")
+        pytest.skip("the pure build has no openat2 probe")
+    if opens("/", True) in (errno.ENOSYS, errno.EPERM):
+        pytest.skip("this kernel or sandbox has no openat2")
+    yield opens
+    paths._probe = opens  # a test may have disabled it
+
+
+def test_probe_opens_only_paths_without_symlinks(probe: Probe, tree: Path) -> None:
+    assert probe(f"{tree}/d/e/f.txt", False) == 0
+    assert probe(f"{tree}/d/e", True) == 0
+    assert probe(f"{tree}/d/e/f.txt", True) == errno.ENOTDIR
+    assert probe(f"{tree}/link", False) == errno.ELOOP  # the last component is a symlink
+    assert probe(f"{tree}/dlink/e/f.txt", False) == errno.ELOOP  # a directory on the way is
+    assert probe(f"{tree}/dangling", False) == errno.ELOOP  # a dangling one is refused too
+    assert probe(f"{tree}/d/e/new.txt", False) == errno.ENOENT
+    assert probe(f"{tree}/d/\x00", False) == errno.EINVAL  # not passed on, cut short at the NUL
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.lists(
+        st.sampled_from(
+            [*"d e f.txt new.txt link dlink chain dangling loop1 missing fifo . ..".split(), ""]
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    st.booleans(),
+)
+def test_both_routes_agree_with_realpath(
+    probe: Probe, shared_tree: Path, parts: list[str], trailing_slash: bool
+) -> None:
+    path = f"{shared_tree}/{'/'.join(parts)}" + ("/" if trailing_slash else "")
+    answer = paths.resolve_path(path)
+    assert answer == _by_proc_route(path)
+    assert answer[0] == os.path.realpath(path)
+
+
+def test_a_kernel_without_openat2_stops_being_asked(probe: Probe, tree: Path) -> None:
+    asked: list[str] = []
+
+    def unsupported(path: str, directory: bool) -> int:
+        asked.append(path)
+        return errno.ENOSYS
+
+    paths._probe = unsupported
+    plain = f"{tree}/d/e/f.txt"
+    assert paths.resolve_path(plain) == (plain, True)  # answered by the /proc route
+    assert paths.resolve_path(plain) == (plain, True)
+    assert asked == [plain]  # asked once, then dropped
+    assert paths._probe is None

@@ -10,6 +10,10 @@ long, no ``/proc``) falls back to ``realpath``, which is always right. ``resolve
 whether the kernel settled the answer (then no symlink is left to look at); ``lock_key`` is the
 canonical path as a file lock's key.
 
+Most paths are plain: absolute, in normal form, no symlink anywhere on them. Such a path is its
+own canonical form, and the compiled build proves it in one or two system calls (``openat2``
+refusing every symlink, see ``_core/_openat2.pyx``); any other answer takes the route above.
+
 ``consistent_paths()`` memoizes answers for the duration of one call's checks, so the worktree
 check, the permission rules and the lock keys all see the same resolution of a path (and pay
 for it once), while nothing is cached across calls.
@@ -21,7 +25,10 @@ import os
 import sys
 from collections.abc import Mapping
 from contextvars import ContextVar
+from errno import E2BIG, EINVAL, ENOENT, ENOSYS, EPERM
 from typing import Any, Final
+
+from fastgate._core import open_no_symlinks
 
 _O_PATH = getattr(os, "O_PATH", 0)
 _FAST = bool(_O_PATH) and os.path.isdir("/proc/self/fd")
@@ -44,6 +51,41 @@ _close: Final = os.close
 _fspath: Final = os.fspath
 # "/proc/self/fd/N" for the low descriptor numbers an open usually returns, made once.
 _FD_LINKS: Final = tuple(f"/proc/self/fd/{fd}" for fd in range(256))
+# The openat2 probe (compiled build only); dropped for good once the kernel or a sandbox shows
+# it cannot answer (too old a kernel, a filtered call): the answers stay right, only slower.
+_probe = open_no_symlinks
+_PROBE_UNSUPPORTED: Final = (ENOSYS, EPERM, E2BIG, EINVAL)
+
+
+def _plain(path: str) -> bool:
+    """Absolute and in normal form: no empty, ``.`` or ``..`` component, no trailing ``/``."""
+    return (
+        path[:1] == "/"
+        and path[-1:] != "/"
+        and "//" not in path
+        and "/./" not in path
+        and "/../" not in path
+        and not path.endswith(("/.", "/.."))
+    )
+
+
+def _settled_as_is(path: str) -> bool:
+    """Whether the plain ``path`` is its own settled canonical form: the kernel opened it, or its
+    parent directory while the name itself is free, and met no symlink on the way (a dangling
+    symlink as the last component is one too)."""
+    global _probe
+    probe = _probe
+    if probe is None:
+        return False
+    error = probe(path, False)
+    if error == 0:
+        return True
+    if error == ENOENT:
+        parent = path[: path.rfind("/")]
+        return bool(parent) and probe(parent, True) == 0
+    if error in _PROBE_UNSUPPORTED:
+        _probe = None
+    return False
 
 
 def _via_proc(path: str, flags: int = _FLAGS) -> str | None:
@@ -98,8 +140,11 @@ def resolve_path(path: str) -> tuple[str, bool]:
         known = memo.get(path)
         if known is not None:
             return known
-    resolved = _via_proc(path) if _FAST else None
-    answer = (os.path.realpath(path), False) if resolved is None else (resolved, True)
+    if _plain(path) and _settled_as_is(path):
+        answer = (path, True)
+    else:
+        resolved = _via_proc(path) if _FAST else None
+        answer = (os.path.realpath(path), False) if resolved is None else (resolved, True)
     if memo is not None:
         memo[path] = answer
     return answer

@@ -106,14 +106,34 @@ def _pipeline_compiled(name: str) -> bool:
 if NO_EXTENSIONS and not any(isinstance(f, _SourceFirst) for f in sys.meta_path):
     sys.meta_path.insert(0, _SourceFirst())
 
+
+def _load_openat2() -> Callable[[str, bool], int] | None:
+    """The compiled openat2 probe (see _openat2.pyx), or None: it has no pure twin, and without
+    it ``fastgate.paths`` takes the /proc route for every path."""
+    if NO_EXTENSIONS:
+        return None
+    try:
+        from fastgate._core._openat2 import open_no_symlinks
+    except ImportError as exc:
+        if REQUIRE_EXTENSIONS:
+            raise ImportError(
+                f"fastgate: compiled module _openat2 is required but failed to load: {exc}"
+            ) from exc
+        return None
+    return open_no_symlinks
+
+
 _loaded = {name: _load(name) for name in MODULES}
 _pipeline = {name: _pipeline_compiled(name) for name in PIPELINE_MODULES}
+#: ``open_no_symlinks(path, directory) -> errno`` (0: opened, no symlink on the way), or None.
+open_no_symlinks = _load_openat2()
 
 #: module name -> "compiled" | "pure": what `fastgate info` reports.
 IMPLEMENTATION = {name: ("compiled" if c else "pure") for name, (_, c) in _loaded.items()}
 IMPLEMENTATION.update(
     {f"fastgate.{name}": ("compiled" if c else "pure") for name, c in _pipeline.items()}
 )
+IMPLEMENTATION["_openat2"] = "compiled" if open_no_symlinks is not None else "pure"
 COMPILED = all(compiled == "compiled" for compiled in IMPLEMENTATION.values())
 
 if TYPE_CHECKING:
@@ -136,4 +156,14 @@ READY: Awaitable[None] = cast(
 #: The awaitable type of queued requests (see _wait_py).
 WAIT: Callable[..., Awaitable[None]] = wait.Wait if _loaded["_wait"][1] else wait.InterpretedWait
 
-__all__ = ("COMPILED", "IMPLEMENTATION", "READY", "WAIT", "gate", "locks", "sched", "wait")
+__all__ = (
+    "COMPILED",
+    "IMPLEMENTATION",
+    "READY",
+    "WAIT",
+    "gate",
+    "locks",
+    "open_no_symlinks",
+    "sched",
+    "wait",
+)
