@@ -486,3 +486,44 @@ async def test_a_per_call_concurrency_answer_decides_the_file_lock(tmp_path: Any
     assert [r.value for r in await asyncio.gather(first, second)] == ["write", "write"]
     assert inside == ["write", "read", "write"]
     assert_idle(ex)
+
+
+@pytest.mark.parametrize("deadline", [None, 5.0], ids=["fast path", "with a deadline"])
+async def test_the_body_runs_in_its_own_task_named_after_the_tool(deadline: float | None) -> None:
+    """SPEC §9.1: its own task, not the caller's; named so a task dump shows what runs."""
+    seen: list[asyncio.Task[Any] | None] = []
+
+    async def where(args: Any, ctx: Any) -> str:
+        seen.append(asyncio.current_task())
+        return "here"
+
+    ex = executor(tool("where", where, NOTHING, timeout=deadline))
+    result = await ex.execute("where", {})
+    assert result.ok
+    body = seen[0]
+    assert body is not None and body is not asyncio.current_task()
+    assert body.get_name() == "fastgate:where"
+
+
+async def test_a_task_factory_installed_on_the_loop_makes_the_body_task() -> None:
+    loop = asyncio.get_running_loop()
+    made: list[asyncio.Task[Any]] = []
+    seen: list[asyncio.Task[Any] | None] = []
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        made.append(asyncio.Task(coro, loop=loop, **kwargs))
+        return made[-1]
+
+    async def where(args: Any, ctx: Any) -> str:
+        seen.append(asyncio.current_task())
+        return "here"
+
+    ex = executor(tool("where", where, NOTHING))
+    loop.set_task_factory(factory)
+    try:
+        result = await ex.execute("where", {})
+    finally:
+        loop.set_task_factory(None)
+    assert result.ok
+    assert made == seen
+    assert made[0].get_name() == "fastgate:where"

@@ -143,6 +143,7 @@ class _Plan:
         "path_names",
         "renderer",
         "resolved_names",
+        "task_name",
         "timeout",
         "tool",
         "validator",
@@ -157,6 +158,7 @@ class _Plan:
         self.renderer = tool.output.render
         self.finalize_content = tool.finalize_content
         self.is_async = is_async_tool(tool)
+        self.task_name = f"fastgate:{tool.name}"  # the body task's, for asyncio's task dumps
         schema = tool.output.schema
         self.output_checker: Any = compile_schema(schema) if schema is not None else None
         # True or False for every call, None when a function of the arguments decides.
@@ -563,6 +565,7 @@ class ToolExecutor:
                     tool,
                     args,
                     BodyContext(self, call, holds, signal),
+                    task_name=plan.task_name,
                     is_async=plan.is_async,
                     time_budget=plan.timeout,
                     cancel=cancel,

@@ -17,7 +17,7 @@ import asyncio
 import errno
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
 from fastgate.cancel import CancelToken
@@ -41,6 +41,7 @@ DEADLINE: Final = _Deadline()
 
 _FAILURE: Final = Failure
 _running_loop: Final = asyncio.get_running_loop  # every call: a C static, not two lookups
+_Task: Final = asyncio.Task
 
 # Outcome kinds (Final: compiled, they are constants rather than lookups in the module's dict)
 VALUE: Final = "value"
@@ -164,6 +165,7 @@ async def invoke(
     args: Any,
     ctx: RunContext,
     *,
+    task_name: str,
     is_async: bool,
     time_budget: float | None,
     cancel: CancelToken | None,
@@ -184,7 +186,7 @@ async def invoke(
         if is_async and not tool.retry_safe:
             # One attempt, nothing to retry: the task runs the tool's own coroutine.
             try:
-                body = loop.create_task(tool.execute(args, ctx))
+                body = _start(loop, tool.execute(args, ctx), task_name)
                 value = await body
             except asyncio.CancelledError:
                 _retrieve(body)
@@ -197,7 +199,7 @@ async def invoke(
             ended_before_cancel = not fired
         else:
             runner = _Attempts()
-            body = loop.create_task(runner.run(tool, args, ctx, is_async))
+            body = _start(loop, runner.run(tool, args, ctx, is_async), task_name)
             kind, payload = await body
             attempts, ended_before_cancel = runner.attempts, runner.ended_before_cancel
             fired = ctx.signal_fired
@@ -210,7 +212,7 @@ async def invoke(
         return _settled(kind, payload, attempts, ended_before_cancel, fired, ctx)
 
     runner = _Attempts()
-    body = loop.create_task(runner.run(tool, args, ctx, is_async))
+    body = _start(loop, runner.run(tool, args, ctx, is_async), task_name)
     signal = ctx.signal
     settled: asyncio.Future[None] = loop.create_future()
     grace_timer: list[asyncio.TimerHandle] = []
@@ -256,6 +258,16 @@ async def invoke(
     kind, payload = body.result()
     fired = ctx.signal_fired
     return _settled(kind, payload, runner.attempts, runner.ended_before_cancel, fired, ctx)
+
+
+def _start(
+    loop: asyncio.AbstractEventLoop, body: Coroutine[Any, Any, Any], name: str
+) -> asyncio.Task[Any]:
+    """The body's own task, named after its tool. Made directly when the loop has no task
+    factory: ``loop.create_task`` would first format a "Task-N" name, then replace it."""
+    if loop.get_task_factory() is None:
+        return _Task(body, loop=loop, name=name)
+    return loop.create_task(body, name=name)
 
 
 def _is_failure(value: object) -> bool:
