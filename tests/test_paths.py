@@ -179,6 +179,12 @@ def test_probe_opens_only_paths_without_symlinks(probe: Probe, tree: Path) -> No
     assert probe(f"{tree}/d/\x00", False) == errno.EINVAL  # not passed on, cut short at the NUL
 
 
+def test_a_path_with_a_nul_byte_leaves_the_probe_on(probe: Probe, tree: Path) -> None:
+    with pytest.raises(ValueError, match="null"):  # resolve_path's callers filter NULs first
+        paths.resolve_path(f"{tree}/d/\x00")
+    assert paths._probe is probe
+
+
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     st.lists(

@@ -25,7 +25,7 @@ import os
 import sys
 from collections.abc import Mapping
 from contextvars import ContextVar
-from errno import E2BIG, EINVAL, ENOENT, ENOSYS, EPERM
+from errno import ENOENT, ENOSYS, EPERM
 from typing import Any, Final
 
 from fastgate._core import open_no_symlinks
@@ -52,9 +52,11 @@ _fspath: Final = os.fspath
 # "/proc/self/fd/N" for the low descriptor numbers an open usually returns, made once.
 _FD_LINKS: Final = tuple(f"/proc/self/fd/{fd}" for fd in range(256))
 # The openat2 probe (compiled build only); dropped for good once the kernel or a sandbox shows
-# it cannot answer (too old a kernel, a filtered call): the answers stay right, only slower.
+# it cannot answer (ENOSYS: before Linux 5.6; EPERM: a seccomp filter): the answers stay right,
+# only slower. (Not EINVAL: the probe's answer for a path with a NUL byte, which must not turn
+# it off for everyone.)
 _probe = open_no_symlinks
-_PROBE_UNSUPPORTED: Final = (ENOSYS, EPERM, E2BIG, EINVAL)
+_PROBE_UNSUPPORTED: Final = (ENOSYS, EPERM)
 
 
 def _plain(path: str) -> bool:
@@ -70,12 +72,12 @@ def _plain(path: str) -> bool:
 
 
 def _settled_as_is(path: str) -> bool:
-    """Whether the plain ``path`` is its own settled canonical form: the kernel opened it, or its
+    """Whether ``path`` is plain and its own settled canonical form: the kernel opened it, or its
     parent directory while the name itself is free, and met no symlink on the way (a dangling
     symlink as the last component is one too)."""
     global _probe
     probe = _probe
-    if probe is None:
+    if probe is None or not _plain(path):
         return False
     error = probe(path, False)
     if error == 0:
@@ -140,7 +142,7 @@ def resolve_path(path: str) -> tuple[str, bool]:
         known = memo.get(path)
         if known is not None:
             return known
-    if _plain(path) and _settled_as_is(path):
+    if _settled_as_is(path):
         answer = (path, True)
     else:
         resolved = _via_proc(path) if _FAST else None

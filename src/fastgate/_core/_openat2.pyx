@@ -10,7 +10,8 @@ down that route as before.
 
 Only the compiled build has it (Python has no binding for openat2); the pure build answers the
 same questions by the /proc route. Kernels before 5.6, and sandboxes that filter the call, return
-``ENOSYS`` or ``EPERM``; the caller then stops asking.
+``ENOSYS`` or ``EPERM``; the caller then stops asking (a path with a NUL byte is answered
+``EINVAL`` without asking the kernel).
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
