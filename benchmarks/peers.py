@@ -414,6 +414,14 @@ def _targets(medians: dict[str, float], fg: float | None) -> list[str]:
         f"{'met' if fg <= peers[fastest] else 'NOT met'} ({fg * 1e6:.2f} vs "
         f"{peers[fastest] * 1e6:.2f} us)"
     ]
+    direct = medians.get("direct")
+    if direct is not None:
+        # Not the target, which counts the whole call: what the pipeline adds to the body's own
+        # task (SPEC 9.1 runs every body in one; the peers call it inline), for comparison.
+        lines.append(
+            f"context: fastgate minus the direct task = {(fg - direct) * 1e6:.2f} us vs "
+            f"{fastest} {peers[fastest] * 1e6:.2f} us"
+        )
     if "langgraph" in peers:
         factor = peers["langgraph"] / fg
         lines.append(
