@@ -6,7 +6,9 @@ import importlib
 import os
 import subprocess
 import sys
+from fnmatch import fnmatch
 from importlib.machinery import EXTENSION_SUFFIXES
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +73,22 @@ def test_the_pure_build_finder_touches_only_fastgate_modules() -> None:
     assert finder.find_spec("executor", None) is None
     spec = finder.find_spec("fastgate.executor", list(fastgate.__path__))
     assert spec is not None and str(spec.origin).endswith("executor.py")
+
+
+def test_the_sdist_manifest_carries_every_cython_source() -> None:
+    """The compiled build needs each core module's .pxd and the openat2 .pyx; setuptools puts
+    only Python packages in an sdist unless MANIFEST.in names the rest."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "MANIFEST.in").exists():
+        pytest.skip("not run from a source checkout")
+    patterns = [
+        line.split(None, 1)[1].strip()
+        for line in (root / "MANIFEST.in").read_text().splitlines()
+        if line.startswith("include ")
+    ]
+    sources = [
+        p.relative_to(root) for p in (root / "src").rglob("*") if p.suffix in (".pxd", ".pyx")
+    ]
+    assert sources  # there are some to carry
+    missing = [str(s) for s in sources if not any(fnmatch(str(s), p) for p in patterns)]
+    assert missing == []
