@@ -4,6 +4,9 @@ Each hot-path module has ONE source, ``src/fastgate/_core/_<name>_py.py`` (plain
 also runs uncompiled), plus C type declarations in ``_<name>_c.pxd``. At build time the source is
 copied next to its ``.pxd`` under ``build/cysrc`` as ``_<name>_c.py`` and compiled by Cython into
 the extension ``fastgate._core._<name>_c``. Pure and compiled therefore cannot drift apart.
+The one exception is ``_core/_openat2.pyx``, a system call Python has no binding for (the pure
+build takes another route to the same answers). The pipeline's modules are compiled by mypyc as
+they are (``fastgate._core.PIPELINE_MODULES``).
 
 Environment switches (the same names are read again at import time):
 - ``FASTGATE_NO_EXTENSIONS=1``: build nothing, install the pure-Python core only.
