@@ -527,3 +527,44 @@ async def test_a_task_factory_installed_on_the_loop_makes_the_body_task() -> Non
     assert result.ok
     assert made == seen
     assert made[0].get_name() == "fastgate:where"
+
+
+@pytest.mark.parametrize(
+    ("deadline", "retry_safe"),
+    [(None, False), (None, True), (5.0, False)],
+    ids=["fast path", "fast path, retry-safe", "with a deadline and a token"],
+)
+async def test_a_body_task_cancelled_by_a_third_party_before_it_starts_still_settles(
+    deadline: float | None, retry_safe: bool
+) -> None:
+    """A server shutting down may cancel every task, the body's before its first step: its code
+    never runs, so only the task's own end can settle the call, which must not hang, and the
+    caller, not cancelled itself, gets a result rather than a ``CancelledError``."""
+    loop = asyncio.get_running_loop()
+    started: list[str] = []
+
+    def cancel_at_once(
+        loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any
+    ) -> asyncio.Task[Any]:
+        task = asyncio.Task(coro, loop=loop, **kwargs)
+        task.cancel()  # before the loop ever runs its first step
+        return task
+
+    async def body(args: Any, ctx: Any) -> str:
+        started.append("ran")
+        return "ran"
+
+    ex = executor(tool("body", body, NOTHING, timeout=deadline, retry_safe=retry_safe))
+    # A caller token too, so both guarded routes (token and deadline) are taken.
+    ctx = ExecutionContext(cancel=CancelToken()) if deadline is not None else None
+    loop.set_task_factory(cancel_at_once)
+    try:
+        async with asyncio.timeout(5):  # a hang fails here instead of stalling the suite
+            result = await ex.execute("body", {}, ctx)
+    finally:
+        loop.set_task_factory(None)
+    # Not the caller's cancellation: the call ends ABORTED, the caller itself goes on.
+    assert result.error is not None and result.error.code == ErrorCode.ABORTED
+    assert result.meta.aborted_before_launch is False
+    assert started == []
+    assert_idle(ex)

@@ -9,11 +9,15 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from typing import Any, final
+from typing import Any, Final, final
 
 # One lock for every token: the critical sections are a few list operations, and a token per
-# tool call must stay cheap to create (sync tools cancel and poll from worker threads).
-_LOCK = threading.Lock()
+# tool call must stay cheap to create (sync tools cancel and poll from worker threads). Taken
+# with acquire()/release() rather than ``with``: compiled, that is two direct calls instead of
+# the context-manager protocol's lookups.
+_LOCK: Final = threading.Lock()
+_acquire: Final = _LOCK.acquire
+_release: Final = _LOCK.release
 
 
 @final
@@ -55,12 +59,15 @@ class CancelToken:
     def cancel(self, reason: object = None) -> bool:
         """Cancel once; later calls change nothing and return False. Callbacks run now, in order;
         one that raises does not stop the others (the first error is re-raised at the end)."""
-        with _LOCK:
+        _acquire()
+        try:
             if self._cancelled:
                 return False
             self._cancelled = True
             self._reason = reason
             handles, self._callbacks = self._callbacks, []
+        finally:
+            _release()
         error: BaseException | None = None
         for handle in handles:
             try:
@@ -74,17 +81,23 @@ class CancelToken:
     def add_callback(self, fn: Callable[[CancelToken], Any]) -> CallbackHandle:
         """Call ``fn(token)`` on cancellation (at once if already cancelled)."""
         handle = CallbackHandle(self, fn)
-        with _LOCK:
+        _acquire()
+        try:
             if not self._cancelled:
                 self._callbacks.append(handle)
                 return handle
+        finally:
+            _release()
         fn(self)
         return handle
 
     def _remove(self, handle: CallbackHandle) -> None:
-        with _LOCK:
+        _acquire()
+        try:
             if handle in self._callbacks:
                 self._callbacks.remove(handle)
+        finally:
+            _release()
 
     async def wait(self) -> object:
         """Return the reason once cancelled. Cancelling the awaiting task just stops waiting."""

@@ -76,45 +76,54 @@ class Outcome:
 
 
 class _Attempts:
-    """The body task: attempts with retries; never raises for a tool's own exception."""
+    """The body task: attempts with retries; never raises for a tool's own exception.
 
-    __slots__ = ("attempts", "ended_before_cancel")
+    Given ``settled``, the body resolves it itself in its last step, so the awaiting call
+    resumes on the next turn of the loop (a done-callback would take one turn more)."""
 
-    def __init__(self) -> None:
+    __slots__ = ("attempts", "ended_before_cancel", "settled")
+
+    def __init__(self, settled: asyncio.Future[None] | None = None) -> None:
         self.attempts = 0
         self.ended_before_cancel = False
+        self.settled = settled
 
     async def run(
         self, tool: ToolDefinition, args: Any, ctx: RunContext, is_async: bool
     ) -> tuple[str, Any]:
-        signal = ctx.signal
-        while True:
-            self.attempts += 1
-            ctx.attempt = self.attempts
-            try:
-                if is_async:
-                    value = await tool.execute(args, ctx)
-                else:
-                    value = await _in_thread(functools.partial(tool.execute, args, ctx))
-                    if inspect.isawaitable(value):  # a sync function handing back a coroutine
-                        value = await value
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if not self._should_retry(tool, exc, signal):
-                    self.ended_before_cancel = not signal.cancelled
-                    return ERROR, exc
+        try:
+            signal = ctx.signal
+            while True:
+                self.attempts += 1
+                ctx.attempt = self.attempts
                 try:
-                    await _backoff(BACKOFF[self.attempts - 1], signal)
+                    if is_async:
+                        value = await tool.execute(args, ctx)
+                    else:
+                        value = await _in_thread(functools.partial(tool.execute, args, ctx))
+                        if inspect.isawaitable(value):  # a sync function handing back a coroutine
+                            value = await value
                 except asyncio.CancelledError:
-                    if not signal.cancelled:
-                        raise
-                if signal.cancelled:  # a cancel during backoff starts no further attempt
-                    self.ended_before_cancel = True
-                    return ERROR, exc
-                continue
-            self.ended_before_cancel = not signal.cancelled
-            return (FAILURE if _is_failure(value) else VALUE), value
+                    raise
+                except Exception as exc:
+                    if not self._should_retry(tool, exc, signal):
+                        self.ended_before_cancel = not signal.cancelled
+                        return ERROR, exc
+                    try:
+                        await _backoff(BACKOFF[self.attempts - 1], signal)
+                    except asyncio.CancelledError:
+                        if not signal.cancelled:
+                            raise
+                    if signal.cancelled:  # a cancel during backoff starts no further attempt
+                        self.ended_before_cancel = True
+                        return ERROR, exc
+                    continue
+                self.ended_before_cancel = not signal.cancelled
+                return (FAILURE if _is_failure(value) else VALUE), value
+        finally:
+            settled = self.settled
+            if settled is not None and not settled.done():
+                settled.set_result(None)
 
     def _should_retry(self, tool: ToolDefinition, exc: Exception, signal: CancelToken) -> bool:
         return (
@@ -183,26 +192,32 @@ async def invoke(
     if time_budget is None and cancel is None:
         # Nothing but our own caller can stop the body: await it directly (the fast path).
         # Cancelling us cancels the body, and we resume only once it has settled.
-        if is_async and not tool.retry_safe:
-            # One attempt, nothing to retry: the task runs the tool's own coroutine.
-            try:
+        runner: _Attempts | None = None
+        try:
+            if is_async and not tool.retry_safe:
+                # One attempt, nothing to retry: the task runs the tool's own coroutine.
                 body = _start(loop, tool.execute(args, ctx), task_name)
-                value = await body
-            except asyncio.CancelledError:
-                _retrieve(body)
-                raise
-            except Exception as exc:  # the tool's error (or execute() refused its arguments)
-                kind, payload = ERROR, exc
+                try:
+                    value = await body
+                except Exception as exc:  # the tool's error (or execute() refused its arguments)
+                    kind, payload = ERROR, exc
+                else:
+                    kind, payload = (FAILURE if _is_failure(value) else VALUE), value
+                attempts, fired = 1, ctx.signal_fired
+                ended_before_cancel = not fired
             else:
-                kind, payload = (FAILURE if _is_failure(value) else VALUE), value
-            attempts, fired = 1, ctx.signal_fired
-            ended_before_cancel = not fired
-        else:
-            runner = _Attempts()
-            body = _start(loop, runner.run(tool, args, ctx, is_async), task_name)
-            kind, payload = await body
-            attempts, ended_before_cancel = runner.attempts, runner.ended_before_cancel
-            fired = ctx.signal_fired
+                runner = _Attempts()
+                body = _start(loop, runner.run(tool, args, ctx, is_async), task_name)
+                kind, payload = await body
+                attempts, ended_before_cancel = runner.attempts, runner.ended_before_cancel
+                fired = ctx.signal_fired
+        except asyncio.CancelledError:
+            _retrieve(body)
+            task = asyncio.current_task(loop)
+            if task is None or task.cancelling():
+                raise  # our caller's cancellation, passed through the body
+            # Someone else cancelled the body task (a server shutting down, say).
+            return Outcome(ABORTED, runner.attempts if runner is not None else 1)
         # A cancellation of our caller reaches the body it awaits. If the body swallowed one,
         # and it was our caller's, the caller is still cancelled: honour that.
         if body is not None and body.cancelling():
@@ -211,10 +226,10 @@ async def invoke(
                 raise asyncio.CancelledError
         return _settled(kind, payload, attempts, ended_before_cancel, fired, ctx)
 
-    runner = _Attempts()
+    settled: asyncio.Future[None] = loop.create_future()
+    runner = _Attempts(settled)
     body = _start(loop, runner.run(tool, args, ctx, is_async), task_name)
     signal = ctx.signal
-    settled: asyncio.Future[None] = loop.create_future()
     grace_timer: list[asyncio.TimerHandle] = []
 
     def on_settle(_: object) -> None:
@@ -230,7 +245,7 @@ async def invoke(
         if not settled.done() and not grace_timer:
             grace_timer.append(loop.call_later(cancel_grace, on_settle, None))
 
-    body.add_done_callback(on_settle)
+    body.add_done_callback(on_settle)  # a body cancelled before its first step never runs
     link = signal.add_callback(on_signal)
     deadline = (
         loop.call_later(time_budget, signal.cancel, DEADLINE) if time_budget is not None else None

@@ -46,6 +46,7 @@ PIPELINE_MODULES = (
     "_body",
     "locks",
     "progress",
+    "cancel",
 )
 
 if NO_EXTENSIONS and REQUIRE_EXTENSIONS:
