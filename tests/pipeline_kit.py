@@ -14,6 +14,7 @@ from fastgate import (
     ToolKind,
     ToolRegistry,
     define_tool,
+    invocation,
     schema,
 )
 from fastgate.tools import ToolDefinition
@@ -65,7 +66,9 @@ def executor(
 
 
 def assert_idle(ex: ToolExecutor) -> None:
-    """Nothing held after the calls: slots, gate, locks."""
+    """Nothing held after the calls: slots, gate, locks, deadlines."""
+    deadlines = invocation._deadlines
+    assert deadlines is None or deadlines.pending() == 0, deadlines.pending()
     stats = ex.scheduler.stats()
     assert stats.in_flight == 0 and stats.queued == 0, stats
     gate = ex._gate.statistics()

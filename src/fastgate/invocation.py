@@ -22,6 +22,7 @@ from typing import Any, Final
 
 from fastgate.cancel import CancelToken
 from fastgate.context import RunContext
+from fastgate.deadlines import Deadlines
 from fastgate.results import Failure
 from fastgate.tools import ToolDefinition
 
@@ -39,6 +40,7 @@ class _Deadline:
 
 DEADLINE: Final = _Deadline()
 
+_deadlines: Deadlines | None = None  # those of the loop that last ran a call with a budget
 _FAILURE: Final = Failure
 _running_loop: Final = asyncio.get_running_loop  # every call: a C static, not two lookups
 _Task: Final = asyncio.Task
@@ -200,6 +202,7 @@ async def invoke(
                 try:
                     value = await body
                 except Exception as exc:  # the tool's error (or execute() refused its arguments)
+                    _drop_own_frames(exc)
                     kind, payload = ERROR, exc
                 else:
                     kind, payload = (FAILURE if _is_failure(value) else VALUE), value
@@ -230,26 +233,13 @@ async def invoke(
     runner = _Attempts(settled)
     body = _start(loop, runner.run(tool, args, ctx, is_async), task_name)
     signal = ctx.signal
-    grace_timer: list[asyncio.TimerHandle] = []
-
-    def on_settle(_: object) -> None:
-        if not settled.done():
-            settled.set_result(None)
-
-    def on_signal(_: CancelToken) -> None:
-        # May run in another thread (a token cancelled from a worker): hop onto the loop.
-        loop.call_soon_threadsafe(stop_body)
-
-    def stop_body() -> None:
-        body.cancel()
-        if not settled.done() and not grace_timer:
-            grace_timer.append(loop.call_later(cancel_grace, on_settle, None))
-
-    body.add_done_callback(on_settle)  # a body cancelled before its first step never runs
-    link = signal.add_callback(on_signal)
-    deadline = (
-        loop.call_later(time_budget, signal.cancel, DEADLINE) if time_budget is not None else None
-    )
+    guard = _Guard(loop, body, settled, cancel_grace)
+    body.add_done_callback(guard.settle)  # a body cancelled before its first step never runs
+    link = signal.add_callback(guard.on_signal)
+    deadlines: Deadlines | None = None
+    if time_budget is not None:
+        deadlines = _deadlines_of(loop)
+        deadlines.add(time_budget, signal)
     try:
         await settled
     except asyncio.CancelledError:
@@ -258,10 +248,10 @@ async def invoke(
         raise
     finally:
         link.remove()
-        if deadline is not None:
-            deadline.cancel()
-        for timer in grace_timer:
-            timer.cancel()
+        if deadlines is not None and time_budget is not None:
+            deadlines.remove(time_budget, signal)
+        if guard.grace_timer is not None:
+            guard.grace_timer.cancel()
     if not body.done():
         on_runaway(body)
         return Outcome(_stopped_kind(signal), runner.attempts, runaway=body)
@@ -275,6 +265,51 @@ async def invoke(
     return _settled(kind, payload, runner.attempts, runner.ended_before_cancel, fired, ctx)
 
 
+class _Guard:
+    """Stops a guarded body when its signal fires, then gives it ``cancel_grace`` seconds.
+
+    A class rather than closures: compiled, closures that call each other share one
+    environment that refers back to them, a cycle only the garbage collector frees."""
+
+    __slots__ = ("body", "cancel_grace", "grace_timer", "loop", "settled")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        body: asyncio.Task[Any],
+        settled: asyncio.Future[None],
+        cancel_grace: float,
+    ) -> None:
+        self.loop = loop
+        self.body = body
+        self.settled = settled
+        self.cancel_grace = cancel_grace
+        self.grace_timer: asyncio.TimerHandle | None = None
+
+    def settle(self, _: object = None) -> None:
+        if not self.settled.done():
+            self.settled.set_result(None)
+
+    def on_signal(self, _: CancelToken) -> None:
+        # May run in another thread (a token cancelled from a worker): hop onto the loop.
+        self.loop.call_soon_threadsafe(self.stop_body)
+
+    def stop_body(self) -> None:
+        self.body.cancel()
+        if not self.settled.done() and self.grace_timer is None:
+            self.grace_timer = self.loop.call_later(self.cancel_grace, self.settle)
+
+
+def _deadlines_of(loop: asyncio.AbstractEventLoop) -> Deadlines:
+    """The deadlines of ``loop``. One at a time is kept: a process runs one loop, or one per
+    thread in turn, where a swap only costs a fresh ``Deadlines`` (each call keeps its own)."""
+    global _deadlines
+    current = _deadlines
+    if current is None or current.loop is not loop:
+        current = _deadlines = Deadlines(loop, DEADLINE)
+    return current
+
+
 def _start(
     loop: asyncio.AbstractEventLoop, body: Coroutine[Any, Any, Any], name: str
 ) -> asyncio.Task[Any]:
@@ -283,6 +318,16 @@ def _start(
     if loop.get_task_factory() is None:
         return _Task(body, loop=loop, name=name)
     return loop.create_task(body, name=name)
+
+
+def _drop_own_frames(error: BaseException) -> None:
+    """Drop this module's frames from the head of ``error``'s traceback: the frame that caught
+    it refers back to it (a cycle only the garbage collector frees), and they say nothing about
+    the tool."""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_globals.get("__name__") == __name__:
+        tb = tb.tb_next
+    error.__traceback__ = tb
 
 
 def _is_failure(value: object) -> bool:

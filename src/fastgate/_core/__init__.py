@@ -47,6 +47,7 @@ PIPELINE_MODULES = (
     "locks",
     "progress",
     "cancel",
+    "deadlines",
 )
 
 if NO_EXTENSIONS and REQUIRE_EXTENSIONS:
