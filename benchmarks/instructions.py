@@ -8,8 +8,9 @@ Count a case as the difference between two runs, so start-up and warm-up cancel 
         | awk '/Collected/ {print $4}'; }
     echo $(( ($(count noop 3000) - $(count noop 1000)) / 2000 ))   # instructions per call
 
-Cases: ``direct`` (the bench's reference, ``await create_task(tool(...))``), ``noop``, ``write``
-and ``write-new`` (the bench's own ``execute()`` cases), and ``floor``: a sketch doing only what
+Cases: ``direct`` (the bench's reference, ``await create_task(tool(...))``), ``noop``,
+``guarded`` (the no-op with a deadline and a caller token), ``write`` and ``write-new`` (the
+bench's own ``execute()`` cases), and ``floor``: a sketch doing only what
 no pipeline can skip (an id, a frozen copy, lookup, validation, gate, slot, the body's own task, a
 ``RunContext``, the result structs, history), to show how much of the cost is the stages' own.
 
@@ -89,8 +90,9 @@ def main() -> None:
     executor = pipeline._executor(workspace)
     cases = pipeline._cases(executor, workspace)
     chosen = {
-        "direct": cases["no-op READ_ONLY"][1],
-        "noop": cases["no-op READ_ONLY"][0],
+        "direct": cases[pipeline.NOOP][1],
+        "noop": cases[pipeline.NOOP][0],
+        "guarded": cases[pipeline.GUARDED][0],
         "write": cases["WRITE with a path"][0],
         "write-new": cases["WRITE of a new file"][0],
         "floor": floor_case(executor),

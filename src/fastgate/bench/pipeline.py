@@ -3,7 +3,8 @@ directly in its own task (``await asyncio.create_task(tool(...))``), in the same
 
 Cases: a no-op READ_ONLY tool with two string arguments, and a WRITE tool with one path argument
 (worktree check, sensitive-path check, file lock), each uncontended and with 32 sessions x 8
-concurrent callers.
+concurrent callers; and the no-op tool as servers usually run calls, with a time budget and a
+caller's cancel token (the body's deadline and signal).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastgate import (
+    CancelToken,
     ConcurrencyScheduler,
     ExecutionContext,
     FileLockManager,
@@ -36,6 +38,14 @@ SESSIONS, CALLERS = 32, 8
 # 2x, and move by 10% with the VM's load; see docs/performance.md): they catch regressions.
 REGRESSION_NOOP = 4.5
 REGRESSION_WRITE = 2.5
+NOOP = "no-op READ_ONLY"
+GUARDED = "guarded no-op (timeout + cancel token)"
+# What each case adds to the no-op call, for the "/ no-op per call" rows.
+ADDED = {
+    "WRITE with a path": "worktree + sensitive-path checks + file lock",
+    "WRITE of a new file": "worktree + sensitive-path checks + file lock",
+    GUARDED: "a 60 s deadline and a caller token fused into the body's signal",
+}
 
 
 async def concat(a: str, b: str) -> str:
@@ -69,6 +79,18 @@ def _executor(workspace: str) -> ToolExecutor:
     )
     registry.register(
         define_tool(
+            "concat_guarded",
+            "Join two strings, within a minute.",
+            schema.Object({"a": schema.String(), "b": schema.String()}, required=("a", "b")),
+            run_concat,
+            kind=ToolKind.READ_ONLY,
+            parallelism="shared",
+            is_concurrency_safe=True,
+            timeout=60.0,
+        )
+    )
+    registry.register(
+        define_tool(
             "touch",
             "Pretend to write a file.",
             schema.Object({"file_path": schema.String()}, required=("file_path",)),
@@ -97,6 +119,10 @@ def _cases(
     executor: ToolExecutor, workspace: str
 ) -> dict[str, tuple[Callable[[int], Awaitable[Any]], Callable[[int], Awaitable[Any]]]]:
     contexts = [ExecutionContext(session_id=f"session-{i}") for i in range(SESSIONS)]
+    # A server gives each session (or turn) a token to stop its calls with.
+    guarded_contexts = [
+        ExecutionContext(session_id=f"session-{i}", cancel=CancelToken()) for i in range(SESSIONS)
+    ]
     noop_args = {"a": "hello", "b": "world"}
     # Existing files (what an edit touches) and files to be created (a new file: resolving a
     # name that does not exist costs more system calls).
@@ -108,6 +134,9 @@ def _cases(
 
     def noop(i: int) -> Awaitable[Any]:
         return executor.execute("concat", noop_args, contexts[i % SESSIONS])
+
+    def guarded(i: int) -> Awaitable[Any]:
+        return executor.execute("concat_guarded", noop_args, guarded_contexts[i % SESSIONS])
 
     def write(i: int) -> Awaitable[Any]:
         return executor.execute("touch", {"file_path": paths[i]}, contexts[i % SESSIONS])
@@ -122,9 +151,10 @@ def _cases(
         return asyncio.create_task(touch(paths[i]))
 
     return {
-        "no-op READ_ONLY": (noop, direct_noop),
+        NOOP: (noop, direct_noop),
         "WRITE with a path": (write, direct_write),
         "WRITE of a new file": (write_new, direct_write),
+        GUARDED: (guarded, direct_noop),
     }
 
 
@@ -180,7 +210,7 @@ async def _measure(config: BenchConfig, workspace: str, compiled: bool) -> list[
         if bad:
             raise RuntimeError(f"benchmark calls failed: {bad[0].error}")
         per_call = statistics.median(ours_us)
-        if name.startswith("no-op"):
+        if name == NOOP:
             noop_cost = per_call
         out.append(
             Measurement(
@@ -189,7 +219,7 @@ async def _measure(config: BenchConfig, workspace: str, compiled: bool) -> list[
                 statistics.median(ratios),
                 reference="await create_task(tool(...))",
                 target=Target("<=", 3.0, ci_bound=REGRESSION_NOOP)
-                if compiled and name.startswith("no-op")
+                if compiled and name == NOOP
                 else None,
                 detail=f"{per_call:.1f} us vs {statistics.median(direct_us):.1f} us per call",
             )
@@ -203,7 +233,7 @@ async def _measure(config: BenchConfig, workspace: str, compiled: bool) -> list[
                 detail=f"{statistics.median(conc_rate):,.0f} calls/s through execute()",
             )
         )
-        if name != "no-op READ_ONLY":
+        if name != NOOP:
             existing = name == "WRITE with a path"
             out.append(
                 Measurement(
@@ -214,7 +244,7 @@ async def _measure(config: BenchConfig, workspace: str, compiled: bool) -> list[
                     target=Target("<=", 2.0, ci_bound=REGRESSION_WRITE)
                     if compiled and existing
                     else None,
-                    detail="worktree + sensitive-path checks + file lock",
+                    detail=ADDED[name],
                 )
             )
     executor.dispose()
