@@ -2,18 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastgate.cancel import CancelToken
-from fastgate.deadlines import Deadlines
+from fastgate.deadlines import Deadlines, Expiring
 
-REASON = "deadline"
+
+class Call(Expiring):
+    """Records its expiry; ``fails`` makes ``expire()`` raise after recording it."""
+
+    def __init__(self, fails: bool = False) -> None:
+        self.expired = 0
+        self.fails = fails
+
+    def expire(self) -> None:
+        self.expired += 1
+        if self.fails:
+            raise RuntimeError("expire failed")
 
 
 class FakeLoop:
@@ -60,13 +70,13 @@ class FakeTimer:
 
 
 def deadlines(loop: FakeLoop) -> Deadlines:
-    return Deadlines(loop, REASON)  # type: ignore[arg-type]
+    return Deadlines(loop)  # type: ignore[arg-type]
 
 
 def test_many_calls_with_one_budget_share_one_timer() -> None:
     loop = FakeLoop()
     d = deadlines(loop)
-    tokens = [CancelToken() for _ in range(100)]
+    tokens = [Call() for _ in range(100)]
     for index, token in enumerate(tokens):
         loop.now = index * 0.01
         d.add(60.0, token)
@@ -74,55 +84,50 @@ def test_many_calls_with_one_budget_share_one_timer() -> None:
     for token in tokens[:50]:
         d.remove(60.0, token)  # ended in time: never cancelled
     loop.advance(60.745)  # past the deadlines of tokens 0..74 (0..49 ended in time)
-    assert not any(t.cancelled for t in tokens[:50])
-    assert [t.cancelled for t in tokens[50:]] == [50 + i <= 74 for i in range(50)]
+    assert not any(t.expired for t in tokens[:50])
+    assert [t.expired for t in tokens[50:]] == [int(50 + i <= 74) for i in range(50)]
     loop.advance(200.0)
-    assert all(t.cancelled and t.reason == REASON for t in tokens[50:])
+    assert all(t.expired == 1 for t in tokens[50:])
     assert d.pending() == 0 and loop.live_timers() == 0
 
 
 def test_a_call_that_ends_early_leaves_the_timer_to_fire_once_and_rearm() -> None:
     loop = FakeLoop()
     d = deadlines(loop)
-    first, second = CancelToken(), CancelToken()
+    first, second = Call(), Call()
     d.add(10.0, first)  # deadline 10
     loop.now = 4.0
     d.add(10.0, second)  # deadline 14: the timer stays armed for 10
     d.remove(10.0, first)
     loop.advance(10.0)
-    assert not second.cancelled and loop.armed == 2  # fired for nothing, re-armed for 14
+    assert [first.expired, second.expired, loop.armed] == [0, 0, 2]  # fired for nothing, re-armed
     loop.advance(13.999)
-    assert not second.cancelled
+    assert [first.expired, second.expired] == [0, 0]
     loop.advance(14.0)
-    assert second.cancelled
+    assert [first.expired, second.expired] == [0, 1]
 
 
 def test_budgets_expire_independently_and_an_idle_budget_keeps_nothing() -> None:
     loop = FakeLoop()
     d = deadlines(loop)
-    short, long = CancelToken(), CancelToken()
+    short, long = Call(), Call()
     d.add(1.0, short)
     d.add(5.0, long)
     loop.advance(1.0)
-    assert [short.cancelled, long.cancelled] == [True, False]
+    assert [short.expired, long.expired] == [1, 0]
     loop.advance(5.0)
-    assert [short.cancelled, long.cancelled] == [True, True]
+    assert [short.expired, long.expired] == [1, 1]
     assert d._lanes == {}  # both lanes dropped once idle
 
 
-def test_a_subscriber_that_raises_does_not_spare_the_other_calls() -> None:
+def test_an_expiry_that_raises_does_not_spare_the_other_calls() -> None:
     loop = FakeLoop()
     d = deadlines(loop)
-    bad, good = CancelToken(), CancelToken()
-
-    def explode(_: CancelToken) -> None:
-        raise RuntimeError("subscriber failed")
-
-    bad.add_callback(explode)
+    bad, good = Call(fails=True), Call()
     d.add(1.0, bad)
     d.add(1.0, good)
     loop.advance(1.0)
-    assert bad.cancelled and good.cancelled
+    assert [bad.expired, good.expired] == [1, 1]
     assert [type(e["exception"]) for e in loop.errors] == [RuntimeError]
 
 
@@ -130,12 +135,12 @@ def test_a_timer_the_loop_runs_a_hair_early_still_expires_its_call() -> None:
     """asyncio runs a timer up to its clock resolution early: what the loop judged due is due."""
     loop = FakeLoop()
     d = deadlines(loop)
-    token = CancelToken()
-    d.add(1.0, token)
+    call = Call()
+    d.add(1.0, call)
     lane = d._lanes[1.0]
     loop.now = 0.9999999
     d._expire(lane)
-    assert token.cancelled
+    assert call.expired == 1
 
 
 # -- the state machine against a model ----------------------------------------------------------
@@ -154,43 +159,47 @@ STEPS = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(STEPS)
 def test_exactly_the_calls_past_their_deadline_are_cancelled(steps: list[Any]) -> None:
-    """Model: a call is cancelled iff it had not ended when its own start + budget came."""
+    """Model: a call expires, once, iff it had not ended when its own start + budget came."""
     loop = FakeLoop()
     d = deadlines(loop)
-    calls: list[tuple[CancelToken, float, float]] = []  # token, budget, deadline
+    calls: list[tuple[Call, float, float]] = []  # call, budget, deadline
     ended: dict[int, float] = {}  # call index -> time it ended
     for step in steps:
         if step[0] == "add":
-            token = CancelToken()
-            d.add(step[1], token)
-            calls.append((token, step[1], loop.now + step[1]))
+            call = Call()
+            d.add(step[1], call)
+            calls.append((call, step[1], loop.now + step[1]))
         elif step[0] == "end":
             index = step[1]
-            if index < len(calls) and index not in ended and not calls[index][0].cancelled:
-                token, budget, _ = calls[index]
-                d.remove(budget, token)
+            if index < len(calls) and index not in ended and not calls[index][0].expired:
+                call, budget, _ = calls[index]
+                d.remove(budget, call)
                 ended[index] = loop.now
         else:
             loop.advance(loop.now + step[1])
-        for index, (token, _, deadline) in enumerate(calls):
+        for index, (call, _, deadline) in enumerate(calls):
             due = deadline <= loop.now and index not in ended
-            assert token.cancelled == due, (index, deadline, loop.now)
-    live = [i for i, (t, _, _) in enumerate(calls) if i not in ended and not t.cancelled]
+            assert call.expired == int(due), (index, deadline, loop.now)
+    live = [i for i, (c, _, _) in enumerate(calls) if i not in ended and not c.expired]
     assert d.pending() == len(live)
     loop.advance(loop.now + 10.0)  # every remaining deadline passes
     assert d.pending() == 0 and loop.live_timers() == 0
-    assert all(token.cancelled for index, (token, _, _) in enumerate(calls) if index not in ended)
+    assert all(call.expired == 1 for index, (call, _, _) in enumerate(calls) if index not in ended)
 
 
-@pytest.mark.parametrize("budget", [0.01])
-async def test_on_a_real_loop_a_call_past_its_budget_is_cancelled(budget: float) -> None:
-    import asyncio
-
+async def test_on_a_real_loop_a_call_past_its_budget_expires() -> None:
     loop = asyncio.get_running_loop()
-    d = Deadlines(loop, REASON)
-    token, kept = CancelToken(), CancelToken()
-    d.add(budget, token)
-    d.add(budget, kept)
-    d.remove(budget, kept)
-    assert await asyncio.wait_for(token.wait(), 5) == REASON
-    assert not kept.cancelled and d.pending() == 0
+    d = Deadlines(loop)
+    done = asyncio.Event()
+
+    class Signalled(Call):
+        def expire(self) -> None:
+            super().expire()
+            done.set()
+
+    due, kept = Signalled(), Call()
+    d.add(0.01, due)
+    d.add(0.01, kept)
+    d.remove(0.01, kept)
+    await asyncio.wait_for(done.wait(), 5)
+    assert [due.expired, kept.expired] == [1, 0] and d.pending() == 0

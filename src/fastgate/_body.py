@@ -15,14 +15,13 @@ from fastgate.paths import lock_key
 
 if TYPE_CHECKING:
     from fastgate._holds import Holds
-    from fastgate.cancel import CancelToken
     from fastgate.executor import ToolExecutor, _Call
 
 
 class BodyContext(RunContext):
     """Progress reports and ``lock_paths`` go back to the executor and the call's holds.
-    ``signal`` is the caller's token fused, or made on first use when only the awaiting task can
-    cancel the call."""
+    ``signal`` is made on first use; invocation cancels it when the caller's token or the
+    deadline fires."""
 
     __slots__ = ("_call", "_executor", "_holds")
 
@@ -31,7 +30,6 @@ class BodyContext(RunContext):
         executor: ToolExecutor,
         call: _Call,
         holds: Holds,
-        signal: CancelToken | None,
     ) -> None:
         # Every RunContext field set here directly: no keyword parsing on the hot path.
         ctx = call.ctx
@@ -40,7 +38,7 @@ class BodyContext(RunContext):
         self.context = ctx
         self.session_id = ctx.session_id
         self.workspace_root = ctx.workspace_root
-        self._signal = signal
+        self._signal = None
         self.attempt = 1
         self._progress = self._lock_paths = None
         self._executor = executor

@@ -16,7 +16,17 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
-from fastgate.cancel import CancelToken
+from fastgate._mypyc import mypyc_attr
+
+
+@mypyc_attr(allow_interpreted_subclasses=True)  # tests (and hosts) may expire their own objects
+class Expiring:
+    """What a deadline ends: ``expire()`` runs on the loop's thread once the time has passed."""
+
+    __slots__ = ()
+
+    def expire(self) -> None:
+        raise NotImplementedError
 
 
 class _Lane:
@@ -26,34 +36,33 @@ class _Lane:
 
     def __init__(self, budget: float) -> None:
         self.budget = budget
-        self.calls: dict[CancelToken, float] = {}  # token -> deadline (loop time)
+        self.calls: dict[Expiring, float] = {}  # call -> its deadline (loop time)
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = 0.0
 
 
 class Deadlines:
-    """Cancels a call's token with ``reason`` once its time budget has passed. One per loop:
-    every method runs on that loop's thread."""
+    """Expires a call once its time budget has passed. One per loop: every method runs on that
+    loop's thread."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, reason: object) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop: Final = loop
-        self._reason = reason
         self._lanes: dict[float, _Lane] = {}
 
-    def add(self, budget: float, token: CancelToken) -> None:
-        """Cancel ``token`` ``budget`` seconds from now unless ``remove`` comes first."""
+    def add(self, budget: float, call: Expiring) -> None:
+        """``call.expire()`` ``budget`` seconds from now, unless ``remove`` comes first."""
         lane = self._lanes.get(budget)
         if lane is None:
             lane = self._lanes[budget] = _Lane(budget)
         deadline = self.loop.time() + budget
-        lane.calls[token] = deadline
+        lane.calls[call] = deadline
         if lane.timer is None:
             self._arm(lane, deadline)
 
-    def remove(self, budget: float, token: CancelToken) -> None:
+    def remove(self, budget: float, call: Expiring) -> None:
         lane = self._lanes.get(budget)
         if lane is not None:
-            lane.calls.pop(token, None)
+            lane.calls.pop(call, None)
 
     def pending(self) -> int:
         """How many calls have a deadline still to come (for tests and leak checks)."""
@@ -68,20 +77,20 @@ class Deadlines:
         due = max(self.loop.time(), lane.timer_at)
         lane.timer = None
         calls = lane.calls
-        expired: list[CancelToken] = []
-        for token, deadline in calls.items():
+        expired: list[Expiring] = []
+        for call, deadline in calls.items():
             if deadline > due:
                 self._arm(lane, deadline)
                 break
-            expired.append(token)
-        for token in expired:
-            del calls[token]
+            expired.append(call)
+        for call in expired:
+            del calls[call]
         if not calls and self._lanes.get(lane.budget) is lane:
             del self._lanes[lane.budget]  # an idle budget keeps nothing
-        for token in expired:
+        for call in expired:
             try:
-                token.cancel(self._reason)
-            except Exception as exc:  # a subscriber's error must not spare the other calls
+                call.expire()
+            except Exception as exc:  # one call's error must not spare the others
                 self.loop.call_exception_handler(
-                    {"message": "a deadline's cancel callback raised", "exception": exc}
+                    {"message": "expiring a call at its deadline raised", "exception": exc}
                 )

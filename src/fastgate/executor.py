@@ -25,7 +25,6 @@ from fastgate._holds import Aborted, Holds, until_cancelled
 from fastgate._mypyc import mypyc_attr
 from fastgate._refusals import failure_of, merge_decision
 from fastgate.approvals import ApprovalRequest, ApprovalStore
-from fastgate.cancel import CancelToken
 from fastgate.context import ExecutionContext, ToolCall
 from fastgate.decision import Decision, DecisionSource, PermissionMode
 from fastgate.errors import GateClosed, ResourceExhausted, SchedulerClosed
@@ -558,13 +557,14 @@ class ToolExecutor:
                     return refusal
 
             # 12. invocation: its own task, deadline, cancellation, safe retries.
-            signal = CancelToken.any(cancel) if cancel is not None else None
+            # (the body's signal is made on first use; invoke has it follow the caller's token
+            # and the deadline)
             self._progress.start(call.execution_id)
             try:
                 outcome_ = await invoke(
                     tool,
                     args,
-                    BodyContext(self, call, holds, signal),
+                    BodyContext(self, call, holds),
                     task_name=plan.task_name,
                     is_async=plan.is_async,
                     time_budget=plan.timeout,
@@ -573,8 +573,6 @@ class ToolExecutor:
                     on_runaway=holds.release_when_done,
                 )
             finally:
-                if signal is not None:
-                    signal.detach()
                 self._progress.finish(call.execution_id)
             call.attempts = outcome_.attempts
 

@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from fastgate.cancel import CancelToken
 from fastgate.context import RunContext
-from fastgate.deadlines import Deadlines
+from fastgate.deadlines import Deadlines, Expiring
 from fastgate.results import Failure
 from fastgate.tools import ToolDefinition
 
@@ -233,13 +233,13 @@ async def invoke(
     runner = _Attempts(settled)
     body = _start(loop, runner.run(tool, args, ctx, is_async), task_name)
     signal = ctx.signal
-    guard = _Guard(loop, body, settled, cancel_grace)
+    guard = _Guard(loop, body, settled, signal, cancel_grace)
     body.add_done_callback(guard.settle)  # a body cancelled before its first step never runs
-    link = signal.add_callback(guard.on_signal)
+    link = cancel.add_callback(guard.on_cancel) if cancel is not None else None
     deadlines: Deadlines | None = None
     if time_budget is not None:
         deadlines = _deadlines_of(loop)
-        deadlines.add(time_budget, signal)
+        deadlines.add(time_budget, guard)
     try:
         await settled
     except asyncio.CancelledError:
@@ -247,9 +247,10 @@ async def invoke(
         on_runaway(body)
         raise
     finally:
-        link.remove()
+        if link is not None:
+            link.remove()
         if deadlines is not None and time_budget is not None:
-            deadlines.remove(time_budget, signal)
+            deadlines.remove(time_budget, guard)
         if guard.grace_timer is not None:
             guard.grace_timer.cancel()
     if not body.done():
@@ -265,24 +266,29 @@ async def invoke(
     return _settled(kind, payload, runner.attempts, runner.ended_before_cancel, fired, ctx)
 
 
-class _Guard:
-    """Stops a guarded body when its signal fires, then gives it ``cancel_grace`` seconds.
+class _Guard(Expiring):
+    """Fuses the caller's token and the deadline into the body's signal, stops the body when
+    either fires, then gives it ``cancel_grace`` seconds to settle.
 
-    A class rather than closures: compiled, closures that call each other share one
-    environment that refers back to them, a cycle only the garbage collector frees."""
+    One object subscribed to each source, rather than a fused token subscribed to the caller's
+    and a callback subscribed to it; and a class rather than closures: compiled, closures that
+    call each other share one environment that refers back to them, a cycle only the garbage
+    collector frees."""
 
-    __slots__ = ("body", "cancel_grace", "grace_timer", "loop", "settled")
+    __slots__ = ("body", "cancel_grace", "grace_timer", "loop", "settled", "signal")
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         body: asyncio.Task[Any],
         settled: asyncio.Future[None],
+        signal: CancelToken,
         cancel_grace: float,
     ) -> None:
         self.loop = loop
         self.body = body
         self.settled = settled
+        self.signal = signal
         self.cancel_grace = cancel_grace
         self.grace_timer: asyncio.TimerHandle | None = None
 
@@ -290,9 +296,19 @@ class _Guard:
         if not self.settled.done():
             self.settled.set_result(None)
 
-    def on_signal(self, _: CancelToken) -> None:
-        # May run in another thread (a token cancelled from a worker): hop onto the loop.
-        self.loop.call_soon_threadsafe(self.stop_body)
+    def on_cancel(self, caller: CancelToken) -> None:
+        """The caller's token fired; maybe in another thread (cancelled from a worker)."""
+        try:
+            self.signal.cancel(caller.reason)  # at once: a sync body polls it in its thread
+        finally:
+            self.loop.call_soon_threadsafe(self.stop_body)
+
+    def expire(self) -> None:
+        """The deadline passed (on the loop's thread)."""
+        try:
+            self.signal.cancel(DEADLINE)
+        finally:
+            self.stop_body()
 
     def stop_body(self) -> None:
         self.body.cancel()
@@ -306,7 +322,7 @@ def _deadlines_of(loop: asyncio.AbstractEventLoop) -> Deadlines:
     global _deadlines
     current = _deadlines
     if current is None or current.loop is not loop:
-        current = _deadlines = Deadlines(loop, DEADLINE)
+        current = _deadlines = Deadlines(loop)
     return current
 
 
