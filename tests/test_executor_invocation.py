@@ -568,3 +568,34 @@ async def test_a_body_task_cancelled_by_a_third_party_before_it_starts_still_set
     assert result.meta.aborted_before_launch is False
     assert started == []
     assert_idle(ex)
+
+
+@pytest.mark.parametrize(
+    ("deadline", "with_token"),
+    [(None, False), (30.0, False), (None, True), (30.0, True)],
+    ids=["fast path", "deadline", "caller token", "deadline and token"],
+)
+async def test_a_call_takes_two_turns_of_the_loop(deadline: float | None, with_token: bool) -> None:
+    """One turn runs the body's task, the next resumes the caller: no more. Under load every
+    extra turn waits behind all the other ready callbacks."""
+    loop = asyncio.get_running_loop()
+    turns = 0
+    ticking = True
+
+    def tick() -> None:  # runs once per turn of the loop while the call is under way
+        nonlocal turns
+        turns += 1
+        if ticking:
+            loop.call_soon(tick)
+
+    ex = executor(tool("quick", lambda args, ctx: "done", NOTHING, timeout=deadline))
+    ctx = ExecutionContext(cancel=CancelToken()) if with_token else None
+    await ex.execute("quick", {}, ctx)  # warm up
+    loop.call_soon(tick)
+    await asyncio.sleep(0)  # the ticker's first turn
+    before = turns
+    result = await ex.execute("quick", {}, ctx)
+    used = turns - before
+    ticking = False
+    assert result.ok
+    assert used == 2, used
