@@ -228,6 +228,39 @@ async def test_sync_tools_run_in_a_worker_thread_and_see_the_signal() -> None:
     assert_idle(ex)
 
 
+async def test_a_token_cancelled_in_another_thread_reaches_a_sync_body_at_once() -> None:
+    """The guard cancels the body's signal in the canceller's own thread (not a loop turn
+    later), so a sync body polling it in its worker thread sees the caller's reason."""
+    started = threading.Event()
+    reasons: list[object] = []
+
+    def blocking(args: Any, ctx: RunContext) -> str:
+        started.set()
+        while not ctx.signal.cancelled:  # a well-behaved sync tool polls its signal
+            time.sleep(0.001)
+        reasons.append(ctx.signal.reason)
+        return "stopped"
+
+    def canceller() -> None:
+        started.wait(5)
+        token.cancel("from another thread")
+
+    ex = executor(
+        define_tool("blocking", "b", NOTHING, blocking, timeout=30.0, kind=ToolKind.READ_ONLY)
+    )
+    token = CancelToken()
+    thread = threading.Thread(target=canceller)
+    thread.start()
+    try:
+        result = await ex.execute("blocking", {}, ExecutionContext(cancel=token))
+    finally:
+        thread.join(5)
+    assert reasons == ["from another thread"]
+    assert result.error is not None and result.error.code is ErrorCode.ABORTED
+    assert result.meta.aborted_before_launch is False
+    assert_idle(ex)
+
+
 async def test_progress_is_bounded_and_streamed() -> None:
     go = asyncio.Event()
 
