@@ -632,3 +632,40 @@ async def test_a_call_takes_two_turns_of_the_loop(deadline: float | None, with_t
     ticking = False
     assert result.ok
     assert used == 2, used
+
+
+def test_deadlines_hold_with_a_loop_per_thread() -> None:
+    """Deadlines are kept per loop: executors on loops in two threads at once (their calls
+    swapping the current loop's ``Deadlines`` back and forth) still expire exactly their calls."""
+
+    async def slow(args: Any, ctx: Any) -> str:
+        await asyncio.sleep(10)
+        return "late"
+
+    async def quick(args: Any, ctx: Any) -> str:
+        await asyncio.sleep(0)
+        return "done"
+
+    async def session() -> list[ErrorCode | None]:
+        ex = executor(
+            tool("slow", slow, NOTHING, timeout=0.02),
+            tool("quick", quick, NOTHING, timeout=30.0),
+            cancel_grace=1.0,
+        )
+        calls = [ex.execute("slow" if i % 4 == 0 else "quick", {}) for i in range(40)]
+        results = await asyncio.gather(*calls)
+        assert_idle(ex)
+        return [r.error.code if r.error is not None else None for r in results]
+
+    outcomes: list[list[ErrorCode | None]] = []
+
+    def run() -> None:
+        outcomes.append(asyncio.run(session()))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    expected = [ErrorCode.TIMEOUT if i % 4 == 0 else None for i in range(40)]
+    assert outcomes == [expected, expected]
