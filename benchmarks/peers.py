@@ -8,6 +8,11 @@ The tool is ``concat(a: str, b: str) -> str`` returning ``a + b``. It is called 
 - ``fastgate``: ``ToolExecutor.execute``, the full pipeline;
 - ``direct``: ``await asyncio.create_task(concat(a="x", b="y"))``, the reference.
 
+Two context rows, never counted as peers in the targets, put each body in a task of its own
+under a 60 s deadline on both sides: ``fastgate+timeout`` (the tool defined with ``timeout=60``)
+and ``openai+own-task`` (``on_invoke_tool`` in ``ensure_future`` + ``wait_for``, as the SDK's
+runner enforces a tool's ``timeout_seconds``).
+
 Every path is measured in this process, in alternating rounds, and reported as the median
 per-call time and as ratios to fastgate and to the direct reference. Absolute times only mean
 something next to each other, on this machine, in this run (docs/decisions.md, "Benchmarks").
