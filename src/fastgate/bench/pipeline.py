@@ -66,29 +66,21 @@ async def run_touch(args: Any, ctx: Any) -> str:
 
 def _executor(workspace: str) -> ToolExecutor:
     registry = ToolRegistry()
-    registry.register(
-        define_tool(
-            "concat",
-            "Join two strings.",
-            schema.Object({"a": schema.String(), "b": schema.String()}, required=("a", "b")),
-            run_concat,
-            kind=ToolKind.READ_ONLY,
-            parallelism="shared",
-            is_concurrency_safe=True,
+    two_strings = schema.Object({"a": schema.String(), "b": schema.String()}, required=("a", "b"))
+    # The same no-op tool bare, and with the time budget a server would give it.
+    for name, timeout in (("concat", None), ("concat_guarded", 60.0)):
+        registry.register(
+            define_tool(
+                name,
+                "Join two strings.",
+                two_strings,
+                run_concat,
+                kind=ToolKind.READ_ONLY,
+                parallelism="shared",
+                is_concurrency_safe=True,
+                timeout=timeout,
+            )
         )
-    )
-    registry.register(
-        define_tool(
-            "concat_guarded",
-            "Join two strings, within a minute.",
-            schema.Object({"a": schema.String(), "b": schema.String()}, required=("a", "b")),
-            run_concat,
-            kind=ToolKind.READ_ONLY,
-            parallelism="shared",
-            is_concurrency_safe=True,
-            timeout=60.0,
-        )
-    )
     registry.register(
         define_tool(
             "touch",
