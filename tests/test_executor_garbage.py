@@ -1,7 +1,8 @@
 """A call frees what it made as it ends: no reference cycles left for the garbage collector.
 
 A server making thousands of calls a second would otherwise pay for frequent collections, and
-hold every call's objects until the next one (the compiled build once left ten per guarded call).
+hold every call's objects until the next collection (the compiled build once left ten per
+guarded call).
 """
 
 from __future__ import annotations
@@ -49,8 +50,22 @@ async def _touch(args: Any, ctx: Any) -> str:
     return "touched"
 
 
-def _cases(workspace: Path) -> dict[str, tuple[Any, Callable[[], Awaitable[Any]]]]:
-    token = CancelToken()
+# case -> (tool, arguments, called with a caller's token); "file" stands for a path in the workspace
+CASES: dict[str, tuple[str, dict[str, Any], bool]] = {
+    "fast path": ("echo", {"text": "hi"}, False),
+    "deadline": ("echo_t", {"text": "hi"}, False),
+    "caller token": ("echo", {"text": "hi"}, True),
+    "failure": ("fail", {}, False),
+    "tool error": ("raise", {}, False),
+    "retried": ("retry", {}, True),
+    "timed out": ("slow", {}, False),
+    "invalid arguments": ("echo", {"text": 3}, False),
+    "unknown tool": ("nope", {}, False),
+    "write with a path": ("touch", {"file_path": "file"}, False),
+}
+
+
+def _call(workspace: Path, case: str) -> tuple[Any, Callable[[], Awaitable[Any]]]:
     ex = executor(
         tool("echo", _echo, TEXT),
         tool("echo_t", _echo, TEXT, timeout=30.0),
@@ -62,39 +77,17 @@ def _cases(workspace: Path) -> dict[str, tuple[Any, Callable[[], Awaitable[Any]]
         workspace=workspace,
         cancel_grace=0.5,
     )
-    guarded = ExecutionContext(session_id="s1", workspace_root=str(workspace), cancel=token)
-    target = str(workspace / "file.txt")
-    return {
-        "fast path": (ex, lambda: ex.execute("echo", {"text": "hi"})),
-        "deadline": (ex, lambda: ex.execute("echo_t", {"text": "hi"})),
-        "caller token": (ex, lambda: ex.execute("echo", {"text": "hi"}, guarded)),
-        "failure": (ex, lambda: ex.execute("fail", {})),
-        "tool error": (ex, lambda: ex.execute("raise", {})),
-        "retried": (ex, lambda: ex.execute("retry", {}, guarded)),
-        "timed out": (ex, lambda: ex.execute("slow", {})),
-        "invalid arguments": (ex, lambda: ex.execute("echo", {"text": 3})),
-        "unknown tool": (ex, lambda: ex.execute("nope", {})),
-        "write with a path": (ex, lambda: ex.execute("touch", {"file_path": target})),
-    }
+    name, args, with_token = CASES[case]
+    if "file_path" in args:
+        args = {"file_path": str(workspace / args["file_path"])}
+    token = CancelToken() if with_token else None
+    ctx = ExecutionContext(session_id="s1", workspace_root=str(workspace), cancel=token)
+    return ex, lambda: ex.execute(name, args, ctx)
 
 
-@pytest.mark.parametrize(
-    "case",
-    [
-        "fast path",
-        "deadline",
-        "caller token",
-        "failure",
-        "tool error",
-        "retried",
-        "timed out",
-        "invalid arguments",
-        "unknown tool",
-        "write with a path",
-    ],
-)
+@pytest.mark.parametrize("case", list(CASES))
 async def test_calls_leave_no_reference_cycles(case: str, tmp_path: Path) -> None:
-    ex, call = _cases(tmp_path)[case]
+    ex, call = _call(tmp_path, case)
     calls = SLOW.get(case, CALLS)
     for _ in range(2):  # warm up: caches, lazily built tables, the first loop timers
         await call()
