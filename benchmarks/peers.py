@@ -2,16 +2,24 @@
 
 The tool is ``concat(a: str, b: str) -> str`` returning ``a + b``. It is called through:
 
-- ``openai-agents``: the ``FunctionTool`` built by ``@function_tool``, via ``on_invoke_tool``;
+- ``openai-agents``: the ``FunctionTool`` built by ``@function_tool``, via ``on_invoke_tool``,
+  with the call's own ``ToolContext`` made the way the SDK's runner makes one for every tool
+  call (``ToolContext.from_agent_context`` on the run's context): a ``ToolContext`` names one
+  call (its id and argument text), so a server cannot reuse one across calls;
 - ``pydantic-ai``: ``ToolManager.handle_call`` for a ``FunctionToolset`` holding the function;
 - ``langgraph``: ``ToolNode.ainvoke`` on a state holding one ``AIMessage`` with one tool call;
-- ``fastgate``: ``ToolExecutor.execute``, the full pipeline;
+- ``fastgate``: ``ToolExecutor.execute``, the full pipeline, with the session's
+  ``ExecutionContext`` (it names a session, not a call, so one serves every call);
 - ``direct``: ``await asyncio.create_task(concat(a="x", b="y"))``, the reference.
 
-Two context rows, never counted as peers in the targets, put each body in a task of its own
-under a 60 s deadline on both sides: ``fastgate+timeout`` (the tool defined with ``timeout=60``)
-and ``openai+own-task`` (``on_invoke_tool`` in ``ensure_future`` + ``wait_for``, as the SDK's
-runner enforces a tool's ``timeout_seconds``).
+Context rows, never counted as peers in the targets:
+
+- ``openai+one-ctx``: ``on_invoke_tool`` given the same ``ToolContext`` on every call (what
+  the SDK's function tool costs by itself);
+- ``fastgate+ctx-each``: a new ``ExecutionContext`` for every call;
+- ``fastgate+timeout`` and ``openai+own-task``: each body in a task of its own under a 60 s
+  deadline on both sides (the tool defined with ``timeout=60``; ``on_invoke_tool`` in
+  ``ensure_future`` + ``wait_for``, as the SDK's runner enforces a tool's ``timeout_seconds``).
 
 Every path is measured in this process, in alternating rounds, and reported as the median
 per-call time and as ratios to fastgate and to the direct reference. Absolute times only mean
@@ -115,7 +123,7 @@ def direct_path() -> Path:
     )
 
 
-def fastgate_path(timeout: float | None = None) -> Path:
+def fastgate_path(timeout: float | None = None, context_each_call: bool = False) -> Path:
     try:
         executor_class = fastgate.ToolExecutor  # type: ignore[attr-defined,unused-ignore]
         context_class = fastgate.ExecutionContext  # type: ignore[attr-defined,unused-ignore]
@@ -135,8 +143,17 @@ def fastgate_path(timeout: float | None = None) -> Path:
     registry.register(definition)
     executor = executor_class(registry)
     # A server names each session's workspace; without one every call would ask os.getcwd().
-    ctx = context_class(session_id="s1", workspace_root=os.getcwd())
+    workspace = os.getcwd()
+    ctx = context_class(session_id="s1", workspace_root=workspace)
     args = dict(GOOD)
+
+    def call() -> Awaitable[object]:
+        return executor.execute("concat", args, ctx)
+
+    def call_with_own_context() -> Awaitable[object]:
+        return executor.execute(
+            "concat", args, context_class(session_id="s1", workspace_root=workspace)
+        )
 
     async def outcome(arguments: dict[str, Any]) -> Outcome:
         result = await executor.execute("concat", arguments, ctx)
@@ -148,9 +165,10 @@ def fastgate_path(timeout: float | None = None) -> Path:
     how = "ToolExecutor.execute (full pipeline), @fastgate.tool READ_ONLY shared"
     if timeout is not None:
         name, how = f"{name}+timeout", f"{how}, timeout={timeout:g} s"
-    return Path(
-        name, how, lambda: executor.execute("concat", args, ctx), outcome, context=bool(timeout)
-    )
+    if context_each_call:
+        name, how = f"{name}+ctx-each", f"{how}, a new ExecutionContext per call"
+        return Path(name, how, call_with_own_context, outcome, context=True)
+    return Path(name, how, call, outcome, context=timeout is not None)
 
 
 def fastgate_timeout_path() -> Path:
@@ -158,39 +176,69 @@ def fastgate_timeout_path() -> Path:
     return fastgate_path(timeout=TIMEOUT)
 
 
+def fastgate_context_each_call_path() -> Path:
+    """Context: the same call with a new ``ExecutionContext`` each time."""
+    return fastgate_path(context_each_call=True)
+
+
 def _agents_error_text(ctx: Any, error: Exception) -> str:
     return f"error: {_short(error)}"
 
 
-def openai_agents_path() -> Path:
-    agents = _import("agents")
-    tool_context = _import("agents.tool_context")
-    # The SDK logs a tool error without an active trace as a warning; the probes make a few.
-    logging.getLogger("openai.agents").setLevel(logging.ERROR)
-    # Failures come back as the failure_error_function's text. The default one hides the cause;
-    # this one names it, so the probes can show the error is a validation error. Only a failure
-    # calls it: the timed call runs exactly the default path.
-    tool = agents.function_tool(concat, failure_error_function=_agents_error_text)
-    payload = json.dumps(GOOD)
-    ctx = tool_context.ToolContext(
-        context=None, tool_name=tool.name, tool_call_id="call_1", tool_arguments=payload
-    )
+class _AgentsTool:
+    """The SDK's function tool for ``concat``, and each call's ``ToolContext`` for it."""
 
-    async def outcome(arguments: dict[str, Any]) -> Outcome:
-        text = json.dumps(arguments)
-        probe_ctx = tool_context.ToolContext(
-            context=None, tool_name=tool.name, tool_call_id="call_2", tool_arguments=text
+    def __init__(self, timeout: float | None = None) -> None:
+        agents = _import("agents")
+        self._tool_context = _import("agents.tool_context").ToolContext
+        # The SDK logs a tool error without an active trace as a warning; the probes make a few.
+        logging.getLogger("openai.agents").setLevel(logging.ERROR)
+        # Failures come back as the failure_error_function's text. The default one hides the
+        # cause; this one names it, so the probes can show the error is a validation error.
+        # Only a failure calls it: the timed call runs exactly the default path.
+        options: dict[str, Any] = {"failure_error_function": _agents_error_text}
+        if timeout is not None:
+            options["timeout"] = timeout
+        self.tool = agents.function_tool(concat, **options)
+        self.run_context = agents.RunContextWrapper(context=None)  # one per run
+        self.payload = json.dumps(GOOD)
+
+    def context_of(self, call_id: str, text: str) -> Any:
+        """A call's own ``ToolContext``, made as the runner makes it for every tool call."""
+        return self._tool_context.from_agent_context(
+            self.run_context, call_id, tool_name=self.tool.name, tool_arguments=text
         )
-        value = await tool.on_invoke_tool(probe_ctx, text)
-        if value == EXPECTED:
-            return True, str(value)
-        return False, str(value)
 
+    async def outcome(self, arguments: dict[str, Any]) -> Outcome:
+        text = json.dumps(arguments)
+        value = await self.tool.on_invoke_tool(self.context_of("call_2", text), text)
+        return value == EXPECTED, str(value)
+
+
+def openai_agents_path() -> Path:
+    sdk = _AgentsTool()
+    tool, payload = sdk.tool, sdk.payload
     return Path(
         "openai-agents",
-        "@function_tool -> FunctionTool.on_invoke_tool(ToolContext, json)",
+        "@function_tool -> FunctionTool.on_invoke_tool(the call's ToolContext, json)",
+        lambda: tool.on_invoke_tool(sdk.context_of("call_1", payload), payload),
+        sdk.outcome,
+    )
+
+
+def openai_agents_one_context_path() -> Path:
+    """Context: the function tool alone, handed the same ``ToolContext`` on every call. Not a
+    peer for the targets: a ``ToolContext`` carries one call's id and arguments, so the SDK
+    makes one per call (the peer row)."""
+    sdk = _AgentsTool()
+    tool, payload = sdk.tool, sdk.payload
+    ctx = sdk.context_of("call_1", payload)
+    return Path(
+        "openai+one-ctx",
+        "on_invoke_tool with one ToolContext made once and reused for every call",
         lambda: tool.on_invoke_tool(ctx, payload),
-        outcome,
+        sdk.outcome,
+        context=True,
     )
 
 
@@ -201,18 +249,8 @@ def openai_agents_own_task_path() -> Path:
     fastgate do for every call. The runner's function itself is not timed: it adds far more than
     the task (43 us against 5 us for ``on_invoke_tool`` here, in a quick check). Not a peer for
     the targets: the issue names the default ``on_invoke_tool`` path."""
-    agents = _import("agents")
-    tool_context = _import("agents.tool_context")
-    logging.getLogger("openai.agents").setLevel(logging.ERROR)
-    tool = agents.function_tool(concat, failure_error_function=_agents_error_text, timeout=TIMEOUT)
-    payload = json.dumps(GOOD)
-
-    def context(call_id: str, text: str) -> Any:
-        return tool_context.ToolContext(
-            context=None, tool_name=tool.name, tool_call_id=call_id, tool_arguments=text
-        )
-
-    ctx = context("call_1", payload)
+    sdk = _AgentsTool(timeout=TIMEOUT)
+    tool, payload = sdk.tool, sdk.payload
 
     async def own_task(call_ctx: Any, text: str) -> Any:
         body = asyncio.ensure_future(tool.on_invoke_tool(call_ctx, text))
@@ -220,13 +258,13 @@ def openai_agents_own_task_path() -> Path:
 
     async def outcome(arguments: dict[str, Any]) -> Outcome:
         text = json.dumps(arguments)
-        value = await own_task(context("call_2", text), text)
+        value = await own_task(sdk.context_of("call_2", text), text)
         return value == EXPECTED, str(value)
 
     return Path(
         "openai+own-task",
         f"on_invoke_tool in ensure_future + wait_for({TIMEOUT:g} s), as the SDK's runner does",
-        lambda: own_task(ctx, payload),
+        lambda: own_task(sdk.context_of("call_1", payload), payload),
         outcome,
         context=True,
     )
@@ -306,6 +344,8 @@ async def build_paths() -> tuple[list[Path], list[str]]:
         ("pydantic-ai", pydantic_ai_path),
         ("langgraph", langgraph_path),
         ("direct", direct_path),
+        ("openai+one-ctx", openai_agents_one_context_path),
+        ("fastgate+ctx-each", fastgate_context_each_call_path),
         ("fastgate+timeout", fastgate_timeout_path),
         ("openai+own-task", openai_agents_own_task_path),
     ]
@@ -445,7 +485,7 @@ def report(paths: list[Path], notes: list[str], loop_name: str) -> dict[str, Any
         )
     print("(medians over alternating rounds; absolute times only compare within this run)")
     for row in rows:
-        print(f"  {row['path']:<16}{row['how']}")
+        print(f"  {row['path']:<18} {row['how']}")
     targets = _targets(compared, fg) + _own_task_context(medians)
     for line in targets:
         print(line)
