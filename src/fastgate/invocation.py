@@ -80,19 +80,21 @@ class Outcome:
 class _Attempts:
     """The body task: attempts with retries; never raises for a tool's own exception.
 
-    Given ``settled``, the body resolves it itself in its last step, so the awaiting call
-    resumes on the next turn of the loop (a done-callback would take one turn more)."""
+    What the body ended with is kept here (``kind`` and ``payload``; ``kind`` stays ``None``
+    unless the body returned), so the caller reads it without asking the task. Given
+    ``settled``, the body resolves it itself in its last step, so the awaiting call resumes on
+    the next turn of the loop (a done-callback would take one turn more)."""
 
-    __slots__ = ("attempts", "ended_before_cancel", "settled")
+    __slots__ = ("attempts", "ended_before_cancel", "kind", "payload", "settled")
 
     def __init__(self, settled: asyncio.Future[None] | None = None) -> None:
         self.attempts = 0
         self.ended_before_cancel = False
+        self.kind: str | None = None
+        self.payload: Any = None
         self.settled = settled
 
-    async def run(
-        self, tool: ToolDefinition, args: Any, ctx: RunContext, is_async: bool
-    ) -> tuple[str, Any]:
+    async def run(self, tool: ToolDefinition, args: Any, ctx: RunContext, is_async: bool) -> None:
         try:
             signal = ctx.signal
             while True:
@@ -110,7 +112,8 @@ class _Attempts:
                 except Exception as exc:
                     if not self._should_retry(tool, exc, signal):
                         self.ended_before_cancel = not signal.cancelled
-                        return ERROR, exc
+                        self.kind, self.payload = ERROR, exc
+                        return
                     try:
                         await _backoff(BACKOFF[self.attempts - 1], signal)
                     except asyncio.CancelledError:
@@ -118,10 +121,12 @@ class _Attempts:
                             raise
                     if signal.cancelled:  # a cancel during backoff starts no further attempt
                         self.ended_before_cancel = True
-                        return ERROR, exc
+                        self.kind, self.payload = ERROR, exc
+                        return
                     continue
                 self.ended_before_cancel = not signal.cancelled
-                return (FAILURE if _is_failure(value) else VALUE), value
+                self.kind, self.payload = (FAILURE if _is_failure(value) else VALUE), value
+                return
         finally:
             settled = self.settled
             if settled is not None and not settled.done():
@@ -211,7 +216,8 @@ async def invoke(
             else:
                 runner = _Attempts()
                 body = _start(loop, runner.run(tool, args, ctx, is_async), task_name)
-                kind, payload = await body
+                await body
+                kind, payload = _returned(runner)
                 attempts, ended_before_cancel = runner.attempts, runner.ended_before_cancel
                 fired = ctx.signal_fired
         except asyncio.CancelledError:
@@ -253,17 +259,20 @@ async def invoke(
             deadlines.remove(time_budget, guard)
         if guard.grace_timer is not None:
             guard.grace_timer.cancel()
-    if not body.done():
-        on_runaway(body)
-        return Outcome(_stopped_kind(signal), runner.attempts, runaway=body)
-    if body.cancelled():
-        return Outcome(_stopped_kind(signal), runner.attempts)
-    escaped = body.exception()
-    if escaped is not None:
-        raise escaped  # not a tool error (those are returned): a BaseException such as SystemExit
-    kind, payload = body.result()
+    ended_with = runner.kind
+    if ended_with is None:  # the body did not return
+        if not body.done():
+            on_runaway(body)
+            return Outcome(_stopped_kind(signal), runner.attempts, runaway=body)
+        if body.cancelled():
+            return Outcome(_stopped_kind(signal), runner.attempts)
+        escaped = body.exception()
+        # Not a tool error (those are kept): a BaseException such as SystemExit.
+        raise escaped if escaped is not None else RuntimeError("the body ended with no outcome")
     fired = ctx.signal_fired
-    return _settled(kind, payload, runner.attempts, runner.ended_before_cancel, fired, ctx)
+    return _settled(
+        ended_with, runner.payload, runner.attempts, runner.ended_before_cancel, fired, ctx
+    )
 
 
 class _Guard(Expiring):
@@ -352,6 +361,13 @@ def _is_failure(value: object) -> bool:
     # return value, is answered first.
     cls = type(value)
     return cls is not str and _FAILURE in cls.__mro__
+
+
+def _returned(runner: _Attempts) -> tuple[str, Any]:
+    kind = runner.kind
+    if kind is None:  # run() sets it on every return
+        raise RuntimeError("the body returned no outcome")
+    return kind, runner.payload
 
 
 def _retrieve(body: asyncio.Future[Any] | None) -> None:
