@@ -1,4 +1,5 @@
-"""A call frees what it made as it ends: no reference cycles left for the garbage collector.
+"""A call frees what it made as it ends: no reference cycles left for the garbage collector,
+and nothing of its caller's kept when there is no reason to.
 
 A server making thousands of calls a second would otherwise pay for frequent collections, and
 hold every call's objects until the next collection (the compiled build once left ten per
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import gc
+import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -100,4 +102,22 @@ async def test_calls_leave_no_reference_cycles(case: str, tmp_path: Path) -> Non
     finally:
         gc.enable()
     assert found == 0, f"{found} objects in cycles after {calls} calls ({case})"
+    assert_idle(ex)
+
+
+async def test_a_context_is_not_kept_when_there_are_no_defaults_to_merge(tmp_path: Path) -> None:
+    """Without ``context_defaults`` the executor has nothing to merge into a caller's context,
+    so it keeps none: a server making a context per call (its own token, approver) does not
+    leave a thousand of them alive in a cache."""
+    ex = executor(tool("echo", _echo, TEXT), workspace=tmp_path, context_defaults={})
+
+    async def approver(request: Any) -> Any:
+        raise AssertionError("a READ_ONLY call asks no one")
+
+    approver_ref = weakref.ref(approver)
+    ctx = ExecutionContext(session_id="s1", workspace_root=str(tmp_path), approver=approver)
+    result = await ex.execute("echo", {"text": "hi"}, ctx)
+    assert result.ok and result.content == "hi"
+    del ctx, approver
+    assert approver_ref() is None, "the executor kept the caller's context"
     assert_idle(ex)

@@ -814,6 +814,8 @@ class ToolExecutor:
 
     def _merge_defaults(self, ctx: ExecutionContext) -> ExecutionContext:
         """``ctx`` with ``context_defaults`` filled in; cached, since callers reuse contexts."""
+        if not self._defaults:  # nothing to fill in: no cache to keep contexts made per call
+            return ctx
         cached = self._merged.get(id(ctx))
         if cached is not None and cached[0] is ctx:
             return cached[1]
