@@ -247,8 +247,9 @@ def openai_agents_own_task_path() -> Path:
     ``timeout_seconds`` (``agents.tool.invoke_function_tool``: ``ensure_future`` then
     ``wait_for``), its only way of running a tool body in a task of its own, as SPEC 9.1 has
     fastgate do for every call. The runner's function itself is not timed: it adds far more than
-    the task (43 us against 5 us for ``on_invoke_tool`` here, in a quick check). Not a peer for
-    the targets: the issue names the default ``on_invoke_tool`` path."""
+    the task (43 us against 5 us for ``on_invoke_tool`` handed a ready ``ToolContext``, in a
+    quick check in session 6). Not a peer for the targets: the issue names the default
+    ``on_invoke_tool`` path."""
     sdk = _AgentsTool(timeout=TIMEOUT)
     tool, payload = sdk.tool, sdk.payload
 
