@@ -9,7 +9,8 @@ Count a case as the difference between two runs, so start-up and warm-up cancel 
     echo $(( ($(count noop 3000) - $(count noop 1000)) / 2000 ))   # instructions per call
 
 Cases: ``direct`` (the bench's reference, ``await create_task(tool(...))``), ``noop``,
-``guarded`` (the no-op with a deadline and a caller token), ``write`` and ``write-new`` (the
+``guarded`` (the no-op with a deadline and a caller token), ``fresh-context`` (the no-op with a
+new ``ExecutionContext`` per call), ``write`` and ``write-new`` (the
 bench's own ``execute()`` cases), and ``floor``: a sketch doing only what
 no pipeline can skip (an id, a frozen copy, lookup, validation, gate, slot, the body's own task, a
 ``RunContext``, the result structs, history), to show how much of the cost is the stages' own.
@@ -93,6 +94,7 @@ def main() -> None:
         "direct": cases[pipeline.NOOP][1],
         "noop": cases[pipeline.NOOP][0],
         "guarded": cases[pipeline.GUARDED][0],
+        "fresh-context": cases[pipeline.FRESH_CONTEXT][0],
         "write": cases["WRITE with a path"][0],
         "write-new": cases["WRITE of a new file"][0],
         "floor": floor_case(executor),

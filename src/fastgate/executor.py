@@ -68,6 +68,7 @@ TURN_LIMIT = 64
 _TRACKED_TURNS = 4096  # turns whose call counts are remembered (oldest forgotten first)
 _ID_PREFIX: Final = uuid.uuid4().hex[:8] + "-"  # this process's run, then a count
 _CACHE_LIMIT = 1024  # entries of the per-executor caches before they are cleared
+_NO_CONTEXT: Final = ExecutionContext()  # what a call without a context gets (frozen: shared)
 # Read on every call, so bound once: compiled, a Final is a C static. A clock is otherwise two
 # lookups (module, attribute); an Enum member is a slow one (EnumType defines __getattr__).
 _wall_clock: Final = time.time
@@ -281,7 +282,7 @@ class ToolExecutor:
         if not isinstance(name, str):
             raise TypeError(f"name: expected the tool name as str, got {type(name).__name__}")
         if ctx is None:
-            ctx = ExecutionContext()
+            ctx = _NO_CONTEXT  # one for every such call: its merge with the defaults is cached
         elif not isinstance(ctx, ExecutionContext):
             raise TypeError(f"ctx: expected an ExecutionContext, got {type(ctx).__name__}")
         call = _Call(self._execution_id(), name, call_id, self._merge_defaults(ctx))
@@ -352,15 +353,13 @@ class ToolExecutor:
         For callers that decide before ``execute`` (e.g. a streaming batch whose record could not
         be saved): the result still has an execution id and goes through stage 15.
         """
-        call = _Call(
-            self._execution_id(), name, call_id, self._merge_defaults(ctx or ExecutionContext())
-        )
+        call = _Call(self._execution_id(), name, call_id, self._merge_defaults(ctx or _NO_CONTEXT))
         call.aborted_before_launch = True
         return self._finalize(call, code, message, details=details)
 
     def classify(self, name: str, args: Any, ctx: ExecutionContext | None = None) -> str:
         """``"shared"`` or ``"exclusive"`` for this call now (unknown tools are exclusive)."""
-        scope = (ctx or ExecutionContext()).merged(self._defaults).agent_scope
+        scope = self._merge_defaults(ctx or _NO_CONTEXT).agent_scope
         tool = self.registry.resolve(name, scope) if isinstance(name, str) else None
         return "exclusive" if tool is None else tool.classify_parallelism(args)
 

@@ -40,11 +40,13 @@ REGRESSION_NOOP = 4.5
 REGRESSION_WRITE = 2.5
 NOOP = "no-op READ_ONLY"
 GUARDED = "guarded no-op (timeout + cancel token)"
+FRESH_CONTEXT = "no-op, a new context per call"
 # What each case adds to the no-op call, for the "/ no-op per call" rows.
 ADDED = {
     "WRITE with a path": "worktree + sensitive-path checks + file lock",
     "WRITE of a new file": "worktree + sensitive-path checks + file lock",
     GUARDED: "a 60 s deadline and a caller token fused into the body's signal",
+    FRESH_CONTEXT: "ExecutionContext(session_id=...) per call, merged with context_defaults",
 }
 
 
@@ -110,7 +112,8 @@ def _executor(workspace: str) -> ToolExecutor:
 def _cases(
     executor: ToolExecutor, workspace: str
 ) -> dict[str, tuple[Callable[[int], Awaitable[Any]], Callable[[int], Awaitable[Any]]]]:
-    contexts = [ExecutionContext(session_id=f"session-{i}") for i in range(SESSIONS)]
+    sessions = [f"session-{i}" for i in range(SESSIONS)]
+    contexts = [ExecutionContext(session_id=session) for session in sessions]
     # A server gives each session (or turn) a token to stop its calls with.
     guarded_contexts = [
         ExecutionContext(session_id=f"session-{i}", cancel=CancelToken()) for i in range(SESSIONS)
@@ -126,6 +129,12 @@ def _cases(
 
     def noop(i: int) -> Awaitable[Any]:
         return executor.execute("concat", noop_args, contexts[i % SESSIONS])
+
+    def fresh_context(i: int) -> Awaitable[Any]:
+        # As the README and the spec write it: the call's context made where it is made.
+        return executor.execute(
+            "concat", noop_args, ExecutionContext(session_id=sessions[i % SESSIONS])
+        )
 
     def guarded(i: int) -> Awaitable[Any]:
         return executor.execute("concat_guarded", noop_args, guarded_contexts[i % SESSIONS])
@@ -147,6 +156,7 @@ def _cases(
         "WRITE with a path": (write, direct_write),
         "WRITE of a new file": (write_new, direct_write),
         GUARDED: (guarded, direct_noop),
+        FRESH_CONTEXT: (fresh_context, direct_noop),
     }
 
 
