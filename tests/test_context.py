@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from pathlib import Path
 from types import MappingProxyType
@@ -93,6 +94,7 @@ def test_it_is_a_frozen_dataclass() -> None:
     with pytest.raises(TypeError):
         ExecutionContext().metadata["k"] = 1  # type: ignore[index]
     assert "turn_id='t1'" in repr(ctx)
+    assert copy.copy(ctx) is ctx  # frozen: in both builds (the compiled one used to raise)
 
 
 async def test_calls_with_no_context_or_a_blank_one_get_the_defaults(tmp_path: Path) -> None:

@@ -60,6 +60,11 @@ class ExecutionContext:
         set_field(self, "trusted", trusted)
         set_field(self, "metadata", metadata)
 
+    def __copy__(self) -> ExecutionContext:
+        # Frozen: a copy would equal it in every way. (Compiled, copying field by field also
+        # ran into the frozen __setattr__, so copy.copy failed in that build only.)
+        return self
+
     def __init_subclass__(cls, **options: Any) -> None:
         # The compiled build never allowed it; both builds now say so the same way.
         raise TypeError("ExecutionContext cannot be subclassed; carry extra data in metadata")
