@@ -217,7 +217,8 @@ async def invoke(
                 runner = _Attempts()
                 body = _start(loop, runner.run(tool, args, ctx, is_async), task_name)
                 await body
-                kind, payload = _returned(runner)
+                assert runner.kind is not None  # run() sets it on every return
+                kind, payload = runner.kind, runner.payload
                 attempts, ended_before_cancel = runner.attempts, runner.ended_before_cancel
                 fired = ctx.signal_fired
         except asyncio.CancelledError:
@@ -267,8 +268,8 @@ async def invoke(
         if body.cancelled():
             return Outcome(_stopped_kind(signal), runner.attempts)
         escaped = body.exception()
-        # Not a tool error (those are kept): a BaseException such as SystemExit.
-        raise escaped if escaped is not None else RuntimeError("the body ended with no outcome")
+        assert escaped is not None  # done, not cancelled, and it did not return: it raised
+        raise escaped  # not a tool error (those are kept): a BaseException such as SystemExit
     fired = ctx.signal_fired
     return _settled(
         ended_with, runner.payload, runner.attempts, runner.ended_before_cancel, fired, ctx
@@ -361,13 +362,6 @@ def _is_failure(value: object) -> bool:
     # return value, is answered first.
     cls = type(value)
     return cls is not str and _FAILURE in cls.__mro__
-
-
-def _returned(runner: _Attempts) -> tuple[str, Any]:
-    kind = runner.kind
-    if kind is None:  # run() sets it on every return
-        raise RuntimeError("the body returned no outcome")
-    return kind, runner.payload
 
 
 def _retrieve(body: asyncio.Future[Any] | None) -> None:

@@ -116,7 +116,7 @@ def _cases(
     contexts = [ExecutionContext(session_id=session) for session in sessions]
     # A server gives each session (or turn) a token to stop its calls with.
     guarded_contexts = [
-        ExecutionContext(session_id=f"session-{i}", cancel=CancelToken()) for i in range(SESSIONS)
+        ExecutionContext(session_id=session, cancel=CancelToken()) for session in sessions
     ]
     noop_args = {"a": "hello", "b": "world"}
     # Existing files (what an edit touches) and files to be created (a new file: resolving a
