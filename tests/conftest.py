@@ -14,8 +14,14 @@ from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from fastgate.runtime import loop_factory
+
+# Examples are judged by what they assert, never by how long one took: the machine running the
+# suite may be busy (CI shares its cores), and a per-example deadline then fails at random.
+settings.register_profile("fastgate", deadline=None)
+settings.load_profile("fastgate")
 
 LOOPS: tuple[str, ...]
 try:
