@@ -165,10 +165,18 @@ async def test_a_subclass_override_is_honoured_by_the_executor_itself() -> None:
 
     class Recording(ToolExecutor):
         async def execute(
-            self, name: str, args: Any, ctx: Any = None, *, call_id: str | None = None
+            self,
+            name: str,
+            args: Any,
+            ctx: Any = None,
+            *,
+            call_id: str | None = None,
+            execution_id: str | None = None,
         ) -> ToolResult:
             seen.append(args["label"])
-            return await super().execute(name, args, ctx, call_id=call_id)
+            return await super().execute(
+                name, args, ctx, call_id=call_id, execution_id=execution_id
+            )
 
     plain = _ex(Tracker())
     ex = Recording(plain.registry, scheduler=plain.scheduler, locks=plain.locks)

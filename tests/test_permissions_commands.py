@@ -295,7 +295,8 @@ def test_harmless_redirections_keep_an_allow(tmp_path: Path) -> None:
 
 
 def test_quoted_heredoc_body_is_data(tmp_path: Path) -> None:
-    assert decide("cat <<'EOF'\n$(rm x)\nEOF", tmp_path) is Decision.ALLOW
+    # data for the program, which no allow rule has seen: asked, never denied for its text
+    assert decide("cat <<'EOF'\n$(rm x)\nEOF", tmp_path) is Decision.ASK
     assert decide("cat <<EOF\n$(rm x)\nEOF", tmp_path) is Decision.DENY
 
 
@@ -320,15 +321,24 @@ def test_reason_names_the_rule_and_command(tmp_path: Path) -> None:
 
 def test_parser_reports_every_substitution() -> None:
     commands, _ = parse_command('a $(b `c`) "$(d)" <(e) ${x:-$(f)} $((1+$(g)))')
-    programs = {c.words[0].value for c in commands}
+    programs = {c.words[0].value for c in commands if c.words}
     assert {"a", "b", "c", "d", "e", "f", "g"} <= programs
 
 
+def _programs_and_hazards(text: str) -> tuple[list[str], list[str]]:
+    commands, _ = parse_command(text)
+    return [c.words[0].value for c in commands if c.words], [c.hazard for c in commands if c.hazard]
+
+
 def test_arithmetic_is_arithmetic_only_when_bash_reads_it_so() -> None:
-    assert [c.words[0].value for c in parse_command("echo $((1 + x * (2 - 1)))")[0]] == ["echo"]
-    # ``$((`` without an adjacent ``))`` is a command substitution starting with a subshell
-    programs = {c.words[0].value for c in parse_command("a $(( b ) ; c)")[0]}
-    assert programs == {"a", "b", "c"}
+    assert _programs_and_hazards("echo $((1 + 2 * (3 - 0x1f)))") == (["echo"], [])
+    # a variable's value is evaluated as an expression, which may run commands
+    programs, hazards = _programs_and_hazards("echo $((1 + x * (2 - 1)))")
+    assert programs == ["echo"] and len(hazards) == 1 and "arithmetic" in hazards[0]
+    # ``$((`` without an adjacent ``))`` is a command substitution starting with a subshell;
+    # bash may read it either way, so both readings count
+    programs, hazards = _programs_and_hazards("a $(( b ) ; c)")
+    assert set(programs) == {"a", "b", "c"} and len(hazards) == 1
 
 
 @pytest.mark.parametrize(
@@ -417,6 +427,6 @@ def test_subshell_followed_by_an_operator(tmp_path: Path) -> None:
 
 
 def test_heredoc_replaces_a_pipe_as_a_shells_input(tmp_path: Path) -> None:
-    assert decide("ls | bash <<'EOF'\nnpm test\nEOF", tmp_path) is Decision.ALLOW
+    assert decide("ls | bash <<'EOF'\nnpm test\nEOF", tmp_path) is Decision.ASK
     assert decide("ls | bash <<'EOF'\nrm x\nEOF", tmp_path) is Decision.DENY
     assert decide("ls | bash", tmp_path) is Decision.DENY

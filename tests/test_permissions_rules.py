@@ -60,10 +60,12 @@ def resolve(
     root: Path,
     mode: PermissionMode = PermissionMode.DEFAULT,
     approvals: ApprovalStore | None = None,
+    session_id: str = "s",
     **config: Any,
 ) -> RuleDecision:
     resolver = PermissionResolver(PermissionConfig(**config), mode, approvals or ApprovalStore())
-    return resolver.decide(tool, args, ExecutionContext(session_id="s", workspace_root=str(root)))
+    ctx = ExecutionContext(session_id=session_id, workspace_root=str(root))
+    return resolver.decide(tool, args, ctx)
 
 
 # -- configuration is refused at load ---------------------------------------------------------
@@ -385,24 +387,36 @@ def test_session_approval_is_keyed_by_signature(tmp_path: Path) -> None:
     store = ApprovalStore()
     first = resolve(BASH, {"command": "make build"}, tmp_path, approvals=store)
     assert first.decision is Decision.ASK
-    store.approve(first.signature)
+    store.approve("s", first.signature)
     again = resolve(BASH, {"command": "make   build"}, tmp_path, approvals=store)
     assert again.decision is Decision.ALLOW and again.source is DecisionSource.SESSION
     other = resolve(BASH, {"command": "make clean"}, tmp_path, approvals=store)
     assert other.decision is Decision.ASK
 
 
+def test_session_approval_covers_its_own_session_only(tmp_path: Path) -> None:
+    store = ApprovalStore()
+    first = resolve(BASH, {"command": "make build"}, tmp_path, approvals=store, session_id="s1")
+    store.approve("s1", first.signature)
+    mine = resolve(BASH, {"command": "make build"}, tmp_path, approvals=store, session_id="s1")
+    theirs = resolve(BASH, {"command": "make build"}, tmp_path, approvals=store, session_id="s2")
+    assert mine.decision is Decision.ALLOW and theirs.decision is Decision.ASK
+    store.clear_session("s1")
+    again = resolve(BASH, {"command": "make build"}, tmp_path, approvals=store, session_id="s1")
+    assert again.decision is Decision.ASK and len(store) == 0
+
+
 def test_session_approval_never_covers_deny_sensitive_or_plan(tmp_path: Path) -> None:
     store = ApprovalStore()
     denied = resolve(BASH, {"command": "rm x"}, tmp_path, approvals=store, deny=["Bash(rm:*)"])
-    store.approve(denied.signature)
+    store.approve("s", denied.signature)
     again = resolve(BASH, {"command": "rm x"}, tmp_path, approvals=store, deny=["Bash(rm:*)"])
     assert again.decision is Decision.DENY
     secret = resolve(READ, {"file_path": ".env"}, tmp_path, approvals=store)
-    store.approve(secret.signature)
+    store.approve("s", secret.signature)
     assert resolve(READ, {"file_path": ".env"}, tmp_path, approvals=store).decision is Decision.ASK
     write = resolve(WRITE, {"file_path": "a"}, tmp_path, approvals=store)
-    store.approve(write.signature)
+    store.approve("s", write.signature)
     plan = resolve(WRITE, {"file_path": "a"}, tmp_path, mode=PermissionMode.PLAN, approvals=store)
     assert plan.decision is Decision.DENY
 

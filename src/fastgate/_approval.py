@@ -1,4 +1,4 @@
-"""Stage 10 of the pipeline: asking the approver, one prompt at a time per ``ApprovalStore``."""
+"""Stage 10 of the pipeline: asking the approver, one prompt at a time per session."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ async def ask_approval(
 ) -> ApprovalResponse | Refusal:
     """The approver's valid answer, or a refusal (no approver, approver failed or gave no answer).
 
-    Prompts are serialized per store; a request whose signature was approved for the session
+    Prompts are serialized per session; a request whose signature was approved for its session
     while it queued is answered without a prompt. ``Aborted`` if ``ctx.cancel`` fires meanwhile.
     """
     approver = ctx.approver
@@ -42,7 +42,8 @@ async def ask_approval(
             f"This call needs approval ({reason}), and no approver is available.",
             {"reason": "no_approver"},
         )
-    lock = approvals.prompt_lock
+    session_id = ctx.session_id
+    lock = approvals.prompt_lock(session_id)
     cancel = ctx.cancel
     await (
         until_cancelled(lock.acquire(), cancel, undo=lambda _: lock.release())
@@ -50,7 +51,7 @@ async def ask_approval(
         else lock.acquire()
     )
     try:
-        if not rule.sensitive and approvals.is_approved(rule.signature):
+        if not rule.sensitive and approvals.is_approved(session_id, rule.signature):
             return ApprovalResponse(True, "session")  # granted while this one queued
         try:
             pending = approver(request)
@@ -88,7 +89,7 @@ def remember_approval(
     """Keep a granted approval for its scope; returns a note for the result when it could not be
     kept as asked."""
     if response.scope == "session" and not rule.sensitive:
-        approvals.approve(rule.signature)
+        approvals.approve(ctx.session_id, rule.signature)
     elif response.scope == "project":
         try:
             resolver.record_project_approval(tool, args, ctx)
@@ -96,7 +97,7 @@ def remember_approval(
             # Not expressible as a rule (or not writable): keep it for the session instead,
             # unless it touches a sensitive file (those are asked every time).
             if not rule.sensitive:
-                approvals.approve(rule.signature)
+                approvals.approve(ctx.session_id, rule.signature)
             log.warning("could not record the project approval: %s", exc)
             return f"(approved for this session only: the project rule could not be saved: {exc})"
     return None

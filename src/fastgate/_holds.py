@@ -98,7 +98,10 @@ async def until_cancelled(
     try:
         await asyncio.wait((inner, fired), return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
-        inner.cancel()
+        if not inner.done():
+            inner.cancel()
+        elif not inner.cancelled() and inner.exception() is None and undo is not None:
+            undo(inner.result())  # it got what it waited for just as its caller went away
         raise
     finally:
         link.remove()

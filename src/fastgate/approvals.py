@@ -24,8 +24,9 @@ class ApprovalRequest(msgspec.Struct, frozen=True):
 
 
 class ApprovalResponse(msgspec.Struct, frozen=True):
-    """``scope``: ``"once"`` (this call), ``"session"`` (this store, in memory) or ``"project"``
-    (an allow rule appended to ``<workspace>/.fastgate/settings.local.json``)."""
+    """``scope``: ``"once"`` (this call), ``"session"`` (this call's session, in the store's
+    memory) or ``"project"`` (an allow rule appended to
+    ``<workspace>/.fastgate/settings.local.json``)."""
 
     approved: bool
     scope: ApprovalScope = "once"
@@ -38,40 +39,94 @@ class ApprovalResponse(msgspec.Struct, frozen=True):
 
 @final
 class ApprovalStore:
-    """Session approvals by permission signature, and the one-prompt-at-a-time lock.
+    """Session approvals, keyed by ``(session_id, signature)``, and each session's prompt lock.
 
-    Share one store between the executors of a session so an approval given to one agent holds
-    for its sub-agents too. Session approvals never cover DENY rules or sensitive paths.
+    One store may serve many sessions (one executor for a whole server): an approval given in one
+    session never covers another, and one session's open prompt never holds back another
+    session's. Share a store between the executors of one session so an approval given to one
+    agent holds for its sub-agents too. Session approvals never cover DENY rules or sensitive
+    paths.
     """
 
-    __slots__ = ("_approved", "_guard", "_prompt_lock")
+    __slots__ = ("_approved", "_guard", "_prompt_locks")
 
     def __init__(self) -> None:
-        self._approved: set[str] = set()
+        self._approved: set[tuple[str | None, str]] = set()
         self._guard = threading.Lock()
-        self._prompt_lock: asyncio.Lock | None = None
+        # Only sessions with a prompt open or waiting have a lock: the dict stays small.
+        self._prompt_locks: dict[str | None, _PromptLock] = {}
 
-    def is_approved(self, signature: str) -> bool:
-        return signature in self._approved
+    def is_approved(self, session_id: str | None, signature: str) -> bool:
+        return (session_id, signature) in self._approved
 
-    def approve(self, signature: str) -> None:
+    def approve(self, session_id: str | None, signature: str) -> None:
         with self._guard:
-            self._approved.add(signature)
+            self._approved.add((session_id, signature))
 
-    def revoke(self, signature: str) -> None:
+    def revoke(self, session_id: str | None, signature: str) -> None:
         with self._guard:
-            self._approved.discard(signature)
+            self._approved.discard((session_id, signature))
 
     def clear(self) -> None:
+        """Forget every session's approvals."""
         with self._guard:
             self._approved.clear()
+
+    def clear_session(self, session_id: str | None) -> None:
+        """Forget one session's approvals (when it ends, say)."""
+        with self._guard:
+            self._approved = {key for key in self._approved if key[0] != session_id}
 
     def __len__(self) -> int:
         return len(self._approved)
 
-    @property
-    def prompt_lock(self) -> asyncio.Lock:
-        """Held while one approval prompt is open: requests are serialized per store."""
-        if self._prompt_lock is None:
-            self._prompt_lock = asyncio.Lock()
-        return self._prompt_lock
+    def prompt_lock(self, session_id: str | None) -> _PromptLock:
+        """The lock held while one of this session's prompts is open: ``async with`` it. Prompts
+        are serialized per session; sessions never wait for each other."""
+        lock = self._prompt_locks.get(session_id)
+        if lock is None:
+            lock = self._prompt_locks[session_id] = _PromptLock(self, session_id)
+        return lock
+
+    def _forget_lock(self, lock: _PromptLock) -> None:
+        if self._prompt_locks.get(lock.session_id) is lock:
+            del self._prompt_locks[lock.session_id]
+
+
+@final
+class _PromptLock:
+    """An ``asyncio.Lock`` that leaves its store once nobody holds or waits for it."""
+
+    __slots__ = ("_lock", "_store", "_users", "session_id")
+
+    def __init__(self, store: ApprovalStore, session_id: str | None) -> None:
+        self._store = store
+        self.session_id = session_id
+        self._lock = asyncio.Lock()
+        self._users = 0  # holding or waiting
+
+    async def acquire(self) -> None:
+        self._users += 1
+        try:
+            await self._lock.acquire()
+        except BaseException:
+            self._left()
+            raise
+
+    def release(self) -> None:
+        self._lock.release()
+        self._left()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+    def _left(self) -> None:
+        self._users -= 1
+        if self._users == 0:
+            self._store._forget_lock(self)
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        self.release()

@@ -277,15 +277,21 @@ class ToolExecutor:
         ctx: ExecutionContext | None = None,
         *,
         call_id: str | None = None,
+        execution_id: str | None = None,
     ) -> ToolResult:
-        """Run one call through every stage; see the module docstring for what raises."""
+        """Run one call through every stage; see the module docstring for what raises.
+
+        ``execution_id``: an id from ``new_execution_id()``, for a caller that recorded the call
+        under it before running it (the streaming executor); by default a new one."""
         if not isinstance(name, str):
             raise TypeError(f"name: expected the tool name as str, got {type(name).__name__}")
         if ctx is None:
             ctx = _NO_CONTEXT  # one for every such call: its merge with the defaults is cached
         elif not isinstance(ctx, ExecutionContext):
             raise TypeError(f"ctx: expected an ExecutionContext, got {type(ctx).__name__}")
-        call = _Call(self._execution_id(), name, call_id, self._merge_defaults(ctx))
+        if execution_id is None:
+            execution_id = self._execution_id()
+        call = _Call(execution_id, name, call_id, self._merge_defaults(ctx))
         try:
             result = await self._pipeline(call, args)
         except asyncio.CancelledError:
@@ -320,6 +326,11 @@ class ToolExecutor:
 
         return await run_parallel(self, list(calls), ctx, max_parallel, on_commit)
 
+    def new_execution_id(self) -> str:
+        """A fresh execution id, unique in this process (and across streaming epochs), for a
+        caller that records a call before passing it to ``execute(..., execution_id=)``."""
+        return self._execution_id()
+
     def history(self) -> list[ToolResult]:
         return self._history.results()
 
@@ -347,13 +358,16 @@ class ToolExecutor:
         *,
         call_id: str | None = None,
         details: dict[str, Any] | None = None,
+        execution_id: str | None = None,
     ) -> ToolResult:
         """The result of a call that will not run at all (recorded in history, observers told).
 
         For callers that decide before ``execute`` (e.g. a streaming batch whose record could not
         be saved): the result still has an execution id and goes through stage 15.
         """
-        call = _Call(self._execution_id(), name, call_id, self._merge_defaults(ctx or _NO_CONTEXT))
+        if execution_id is None:
+            execution_id = self._execution_id()
+        call = _Call(execution_id, name, call_id, self._merge_defaults(ctx or _NO_CONTEXT))
         call.aborted_before_launch = True
         return self._finalize(call, code, message, details=details)
 

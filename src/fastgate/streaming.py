@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import Any, TypeVar
 
@@ -36,12 +35,13 @@ T = TypeVar("T")
 class _Entry:
     """One call of the stream: its place, its record, its task and its result."""
 
-    __slots__ = ("call", "epoch", "record", "record_id", "result", "seq", "task")
+    __slots__ = ("call", "epoch", "execution_id", "record", "result", "seq", "task")
 
-    def __init__(self, call: ToolCall, epoch: int, seq: int) -> None:
+    def __init__(self, call: ToolCall, execution_id: str, epoch: int, seq: int) -> None:
         self.call = call
-        # Unique in the store even when a new epoch reuses the model's call ids.
-        self.record_id = uuid.uuid4().hex
+        # The record's id is the result's: unique even when a new epoch reuses the model's call
+        # ids, so a record, its result and the history entry join on it.
+        self.execution_id = execution_id
         self.epoch = epoch
         self.seq = seq
         self.record: asyncio.Task[BaseException | None] | None = None
@@ -99,7 +99,7 @@ class StreamingToolExecutor:
             raise TypeError(f"call: expected a ToolCall, got {type(call).__name__}")
         if self._finished:
             raise RuntimeError("the stream is finished: call fallback() to start a new epoch")
-        entry = _Entry(call, self._epoch, len(self._entries))
+        entry = _Entry(call, self.executor.new_execution_id(), self._epoch, len(self._entries))
         self._entries.append(entry)
         entry.record = self._spawn(self._write_record(entry, self._last_record))
         self._last_record = entry.record
@@ -214,7 +214,7 @@ class StreamingToolExecutor:
             return None
         call, ctx = entry.call, self._ctx
         record = ToolUseRecord(
-            entry.record_id,
+            entry.execution_id,
             call.id,
             ctx.session_id,
             ctx.turn_id,
@@ -241,6 +241,7 @@ class StreamingToolExecutor:
                 f"The call was not run: its record could not be saved ({record_error}).",
                 self._ctx,
                 call_id=call.id,
+                execution_id=entry.execution_id,
             )
         elif entry.epoch != self._epoch or self._epoch_cancel.cancelled:
             result = self.executor.refuse(
@@ -249,14 +250,19 @@ class StreamingToolExecutor:
                 "The model was switched before this call started; it was not run.",
                 self._ctx,
                 call_id=call.id,
+                execution_id=entry.execution_id,
             )
         else:
             result = await self.executor.execute(
-                call.name, call.args, self._epoch_ctx, call_id=call.id
+                call.name,
+                call.args,
+                self._epoch_ctx,
+                call_id=call.id,
+                execution_id=entry.execution_id,
             )
         if self.store is not None and record_error is None:
             try:
-                await self.store.record_result(entry.record_id, result.durable())
+                await self.store.record_result(entry.execution_id, result.durable())
             except Exception as exc:
                 log.warning("result record of %s not saved: %s", call.id, exc)
         entry.result.set_result(result)

@@ -157,7 +157,7 @@ class PermissionResolver:
             decided = known[1]
         else:
             decided = self._rule_decision(tool, rules, subject, root)
-        return decided if decided is not None else self._mode_decision(tool, subject)
+        return decided if decided is not None else self._mode_decision(tool, subject, ctx)
 
     def _rule_decision(
         self, tool: ToolDefinition, rules: ToolRules, subject: Subject, root: str
@@ -259,10 +259,12 @@ class PermissionResolver:
             self._mode_allows[tool] = cached
         return cached
 
-    def _mode_decision(self, tool: ToolDefinition, subject: Subject) -> RuleDecision:
+    def _mode_decision(
+        self, tool: ToolDefinition, subject: Subject, ctx: ExecutionContext
+    ) -> RuleDecision:
         signature = permission_signature(tool.name, subject.key)
         default, reason = _MODE_REASONS[self.mode, tool.kind]
-        if default is Decision.ASK and self.approvals.is_approved(signature):
+        if default is Decision.ASK and self.approvals.is_approved(ctx.session_id, signature):
             return RuleDecision(
                 Decision.ALLOW,
                 DecisionSource.SESSION,
@@ -497,8 +499,9 @@ def _unreadable(subject: Subject) -> str:
         return ""
     if analysis.error is not None:
         return f"the command cannot be parsed ({analysis.error})"
-    if any(c.unknown for c in analysis.commands):
-        return "the command runs a program that cannot be known before it runs"
+    why = analysis.why_unknown
+    if why:
+        return f"what the command runs cannot be known before it runs: {why}"
     return ""
 
 

@@ -9,6 +9,12 @@ heredoc bodies), redirections and heredocs. Every substitution becomes a simple 
 It is not a full bash parser: constructs it does not model (``case``, function definitions,
 ``coproc``, arrays, ``;;``) raise ``ShellSyntaxError``, and callers treat such a command as one
 that can never match an allow rule (fail closed).
+
+Some constructs make bash evaluate text as code at run time: prompt and escape transformations
+(``${x@P}``), indirect expansion (``${!x}``), and every arithmetic context that reads a
+variable's value as an expression (``$((x))``, ``((x))``, ``$[x]``, ``${s:x}``, ``${a[x]}``,
+``[[ x -eq 1 ]]``), where a value like ``a[$(cmd)]`` runs ``cmd``. The lexer records each as a
+*hazard*: a ``SimpleCommand`` whose ``hazard`` says why the command cannot be known statically.
 """
 
 from __future__ import annotations
@@ -29,6 +35,17 @@ _LEADING_KEYWORDS = frozenset(
     {"!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until"}
 )
 _MAX_DEPTH = 32
+# Numeric literals of bash arithmetic (``0x1f``, ``16#ff``, ``42``): the only words an arithmetic
+# context may hold for its value to be known; any name or ``$`` is a variable's value.
+_NUMERIC_LITERAL = re.compile(r"\b(?:0[xX][0-9A-Fa-f]+|[0-9]+#[0-9A-Za-z@_]+|[0-9]+)\b")
+_VARIABLE_REFERENCE = re.compile(r"[A-Za-z_$]")
+_PARAMETER_HEAD = re.compile(r"([#!]?)([A-Za-z_][A-Za-z0-9_]*|[0-9]+|[@*#?$!-])")
+_LITERAL_INDEX = re.compile(r"\s*(?:[@*]|-?[0-9]+)\s*")
+# ``[[ ... ]]`` operators whose operands bash evaluates as arithmetic, and the ones that look a
+# name up (an array subscript in the name is arithmetic too).
+_ARITHMETIC_TESTS = frozenset({"-eq", "-ne", "-lt", "-le", "-gt", "-ge"})
+_NAME_TESTS = frozenset({"-v", "-R"})
+_NUMERIC_PARAMETER = re.compile(r"[0-9]+|\$[#?$!]|\$\{#[A-Za-z_][A-Za-z0-9_]*\}")
 
 
 class ShellSyntaxError(ValueError):
@@ -63,6 +80,9 @@ class SimpleCommand:
     words: list[Word] = field(default_factory=list)
     redirects: list[Redirect] = field(default_factory=list)
     piped_in: bool = False
+    # Set on a command of its own for text bash will evaluate as code (see the module docs):
+    # what runs then cannot be known statically.
+    hazard: str = ""
 
 
 @dataclass(slots=True)
@@ -153,8 +173,11 @@ class _Lexer:
                 continue
             dangling = None
             if c == "(":
-                if cmd.words or cmd.assignments:
+                if not _at_command_start(cmd):
                     raise ShellSyntaxError("'(' after a word (function definitions, arrays)")
+                if s.startswith("((", self.i) and self._arithmetic_command():
+                    grouped = True
+                    continue
                 self.i += 1
                 self.canon.append("(")
                 self.parse_list(")")
@@ -164,7 +187,9 @@ class _Lexer:
             if c == ")":
                 raise ShellSyntaxError("unbalanced ')'")
             if (c == "<" or c == ">") and s.startswith("(", self.i + 1):
-                cmd.words.append(self._process_substitution())
+                word = self._process_substitution()
+                self.canon.append(word.raw)
+                cmd.words.append(word)
                 continue
             m = _REDIRECT.match(s, self.i)
             if m is not None:
@@ -177,6 +202,9 @@ class _Lexer:
                 cmd.assignments.append(word)
             elif not cmd.words and not word.dynamic and word.value in _UNSUPPORTED_WORDS:
                 raise ShellSyntaxError(f"{word.value!r} is not supported")
+            elif not word.dynamic and word.value == "[[" and _at_command_start(cmd):
+                cmd.words.append(word)
+                self._conditional(cmd)
             else:
                 cmd.words.append(word)
 
@@ -192,6 +220,65 @@ class _Lexer:
             cmd.words.clear()
         if cmd.words or cmd.assignments or cmd.redirects:
             self.out.append(cmd)
+
+    def _arithmetic_command(self) -> bool:
+        """At ``((``: read an arithmetic command when it closes with ``))`` and return True.
+        Otherwise bash may still read it as arithmetic: a hazard, then False (the text is read
+        as nested subshells so the commands of any substitution are still seen)."""
+        s, start = self.s, self.i
+        end = _arithmetic_end(s, start + 2)
+        if end is None:
+            self._hazard("an arithmetic command `((...))` bash may read with variables in it")
+            return False
+        self._arithmetic(s[start + 2 : end - 2], "((...))")
+        self.canon.append(s[start:end])
+        self.i = end
+        return True
+
+    def _conditional(self, cmd: SimpleCommand) -> None:
+        """The words of ``[[ ... ]]`` after ``[[`` (appended to ``cmd``): inside it ``&&``,
+        ``||``, ``(``, ``)``, ``<`` and ``>`` are parts of the test, not shell operators."""
+        s = self.s
+        words: list[Word] = []
+        while True:
+            self._skip_blanks()
+            if self.i >= len(s):
+                raise ShellSyntaxError("'[[' without ']]'")
+            c = s[self.i]
+            if c == "\n":
+                self.i += 1
+                continue
+            if s.startswith(("&&", "||"), self.i):
+                self.canon.append(s[self.i : self.i + 2])
+                self.i += 2
+                continue
+            if c in "()<>":
+                self.canon.append(c)
+                words.append(Word(c, c))
+                self.i += 1
+                continue
+            if c in ";&|":
+                raise ShellSyntaxError(f"{c!r} inside '[[ ... ]]'")
+            word = self._read_word()
+            self.canon.append(word.raw)
+            if word.value == "]]" and not word.dynamic:
+                break
+            words.append(word)
+        cmd.words.extend(words)
+        cmd.words.append(Word("]]", "]]"))
+        reason = _conditional_hazard(words)
+        if reason:
+            self._hazard(reason)
+
+    def _hazard(self, reason: str) -> None:
+        self.out.append(SimpleCommand(hazard=reason))
+
+    def _arithmetic(self, text: str, where: str) -> None:
+        if _VARIABLE_REFERENCE.search(_NUMERIC_LITERAL.sub("0", text)):
+            self._hazard(
+                f"`{where}` evaluates variables' values as arithmetic, where a value such as "
+                "`a[$(cmd)]` runs cmd"
+            )
 
     def _operator(self) -> str | None:
         s, i = self.s, self.i
@@ -221,7 +308,14 @@ class _Lexer:
 
     def _redirect(self, cmd: SimpleCommand, op: str, spelled: str) -> None:
         self._skip_blanks()
-        if self.i >= len(self.s) or self.s[self.i] in _METACHARS:
+        s = self.s
+        if op not in ("<<", "<<-") and s.startswith(("<(", ">("), self.i):
+            # ``> >(tee log)``: the target is a pipe to a command of its own (recorded).
+            target = self._process_substitution()
+            self.canon.append(spelled + target.raw)
+            cmd.redirects.append(Redirect(op, target))
+            return
+        if self.i >= len(s) or s[self.i] in _METACHARS:
             raise ShellSyntaxError(f"redirection {op!r} without a target")
         target = self._read_word()
         self.canon.append(spelled + target.raw)
@@ -301,7 +395,7 @@ class _Lexer:
                 self.i += 1
         raw = s[start : self.i]
         plain = "".join(unquoted)
-        if any(g in plain for g in "*?[") or _BRACE_EXPANSION.search(plain):
+        if _is_pattern(plain) or _BRACE_EXPANSION.search(plain):
             dynamic = True
         return Word("".join(value), raw, dynamic)
 
@@ -340,8 +434,11 @@ class _Lexer:
         if s[start] == "`":
             self._backticks()
         elif s.startswith("$((", start) and (end := _arithmetic_end(s, start + 3)) is not None:
+            self._arithmetic(s[start + 3 : end - 2], "$((...))")
             self.i = end
         elif s.startswith("$(", start):
+            if s.startswith("$((", start):  # bash may still read this as arithmetic
+                self._hazard("an arithmetic expansion `$((...))` bash may read with variables")
             self.i = start + 2
             inner = _Lexer(s, self.out, self.depth + 1)
             inner.i = self.i
@@ -349,6 +446,9 @@ class _Lexer:
             self.i = inner.i
         elif s.startswith("${", start):
             self.i = self._brace_end(start + 2)
+            reason = _parameter_hazard(s[start + 2 : self.i - 1])
+            if reason:
+                self._hazard(reason)
         else:
             m = _NAME.match(s, start + 1)
             if m is not None:
@@ -358,6 +458,9 @@ class _Lexer:
             else:  # a lone "$" is a literal dollar sign
                 value.append("$")
                 self.i = start + 1
+                if s.startswith("[", self.i):  # ``$[x]``: the old spelling of ``$((x))``
+                    self._hazard("`$[...]` evaluates variables' values as arithmetic")
+                    return True
                 return False
         value.append(s[start : self.i])
         return True
@@ -422,7 +525,6 @@ class _Lexer:
         inner.parse_list(")")
         self.i = inner.i
         raw = self.s[start : self.i]
-        self.canon.append(raw)
         return Word(raw, raw, dynamic=True)
 
     def _ansi_c_quoted(self) -> str:
@@ -520,6 +622,82 @@ def _arithmetic_end(s: str, i: int) -> int | None:
             if depth == 1:
                 return i + 1 if s.startswith(")", i) else None
     return None
+
+
+def _is_pattern(plain: str) -> bool:
+    """Unquoted text bash expands as a glob: ``*``, ``?``, or a ``[`` closed later (a lone
+    ``[``, as in ``[ -f x ]`` or ``[[``, is a plain character)."""
+    if "*" in plain or "?" in plain:
+        return True
+    opening = plain.find("[")
+    return opening >= 0 and "]" in plain[opening + 1 :]
+
+
+def _at_command_start(cmd: SimpleCommand) -> bool:
+    """Nothing but reserved words (``if``, ``while``, ``!``...) before this point."""
+    return not cmd.assignments and all(
+        not w.dynamic and w.value in _LEADING_KEYWORDS for w in cmd.words
+    )
+
+
+def _parameter_hazard(inner: str) -> str:
+    """Why ``${inner}`` evaluates text as code, or ``""``."""
+    m = _PARAMETER_HEAD.match(inner)
+    if m is None:
+        return ""  # bash refuses it ("bad substitution")
+    flag = m.group(1)
+    rest = inner[m.end() :]
+    subscript: str | None = None
+    if rest.startswith("["):
+        close = _subscript_end(rest)
+        if close < 0:
+            return "an array subscript bash evaluates as arithmetic"
+        subscript, rest = rest[1:close], rest[close + 1 :]
+    if flag == "!":
+        listing = (subscript is None and rest in ("*", "@")) or (
+            subscript in ("@", "*") and not rest
+        )
+        if not listing:
+            return "`${!name}` reads a variable named by another's value (subscripts included)"
+    if subscript is not None and not _LITERAL_INDEX.fullmatch(subscript):
+        return "an array subscript `${a[...]}` is arithmetic on variables' values"
+    if len(rest) == 2 and rest[0] == "@" and rest[1].isalpha():
+        return f"the `${{...@{rest[1]}}}` transformation can evaluate a value (prompt expansion)"
+    if rest.startswith(":") and rest[1:2] not in ("-", "=", "?", "+"):
+        if _VARIABLE_REFERENCE.search(_NUMERIC_LITERAL.sub("0", rest[1:])):
+            return "substring offsets `${s:offset:length}` are arithmetic on variables' values"
+    return ""
+
+
+def _subscript_end(text: str) -> int:
+    """Index of the ``]`` closing the ``[`` at ``text[0]`` (nested brackets counted), or -1."""
+    depth = 0
+    for i, c in enumerate(text):
+        if c == "[":
+            depth += 1
+        elif c == "]":
+            depth -= 1
+            if depth == 0:
+                return i
+    return -1
+
+
+def _conditional_hazard(words: list[Word]) -> str:
+    """Why ``[[ words ]]`` evaluates text as code, or ``""``: the operands of an arithmetic
+    comparison are expressions (a name is a variable's value), and ``-v``/``-R`` look up a name
+    whose subscript is arithmetic."""
+    for i, word in enumerate(words):
+        if word.dynamic:
+            continue
+        if word.value in _ARITHMETIC_TESTS:
+            operands = words[i - 1 : i] + words[i + 1 : i + 2]
+            if any(not _NUMERIC_PARAMETER.fullmatch(w.raw.strip("'\"")) for w in operands):
+                return f"`[[ ... {word.value} ... ]]` evaluates its operands as arithmetic"
+        elif word.value in _NAME_TESTS:
+            operand = words[i + 1] if i + 1 < len(words) else None
+            if operand is None or operand.dynamic or "[" in operand.value:
+                return f"`[[ {word.value} name ]]` evaluates a subscript of the name"
+    return ""
 
 
 def _is_assignment(word: Word) -> bool:
