@@ -169,6 +169,54 @@ def lock_key(path: str | os.PathLike[str]) -> str:
     return key.casefold() if _FOLD_CASE else key
 
 
+_case_probes: dict[str, bool] = {}
+_PROBE_ENTRIES = 64  # entries of a directory looked at for a name with letters
+
+
+def folds_case(directory: str) -> bool:
+    """Whether names under ``directory`` are compared ignoring case: always on macOS and
+    Windows (their default volumes), elsewhere probed once per directory (a case-insensitive
+    mount, an ext4 casefold directory). A wrong "yes" only makes deny rules and sensitive
+    patterns match more, which is safe."""
+    if _FOLD_CASE:
+        return True
+    known = _case_probes.get(directory)
+    if known is None:
+        known = _probe_case(directory)
+        if len(_case_probes) >= 1024:
+            _case_probes.clear()
+        _case_probes[directory] = known
+    return known
+
+
+def _probe_case(directory: str) -> bool:
+    """Look up an entry's name with its letters' case swapped: the same entry (not a symlink
+    to it: ``lstat``) means the file system ignores case."""
+    try:
+        with os.scandir(directory) as entries:
+            for index, entry in enumerate(entries):
+                if index >= _PROBE_ENTRIES:
+                    break
+                if entry.name.swapcase() != entry.name:
+                    return _same_entry(directory, entry.name)
+    except OSError:
+        pass
+    # No entry to look at: the directory's own name, in its parent.
+    parent, name = os.path.split(os.path.normpath(directory))
+    if name and name.swapcase() != name:
+        return _same_entry(parent, name)
+    return False
+
+
+def _same_entry(directory: str, name: str) -> bool:
+    try:
+        given = os.lstat(os.path.join(directory, name))
+        swapped = os.lstat(os.path.join(directory, name.swapcase()))
+    except OSError:
+        return False  # the other spelling names nothing: case matters here
+    return (given.st_ino, given.st_dev) == (swapped.st_ino, swapped.st_dev)
+
+
 def absolute_path(root: str, path: str) -> str:
     """``os.path.join(root, path)`` for two str, without the general function's cost (it runs
     for every path argument of every call)."""

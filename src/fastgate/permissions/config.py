@@ -23,6 +23,11 @@ class PermissionConfig:
 
     ``additional_dirs`` are absolute (or ``~``) directories that path arguments may reach
     besides the workspace root.
+
+    ``case_insensitive``: whether deny and ask rules, the sensitive patterns and the protected
+    settings directory match paths ignoring case (allow rules never do). ``None``, the default,
+    means where the workspace's file system ignores case (macOS and Windows, or a probed
+    case-insensitive volume); ``True`` forces it everywhere.
     """
 
     allow: Iterable[str] = ()
@@ -30,6 +35,7 @@ class PermissionConfig:
     deny: Iterable[str] = ()
     sensitive: Iterable[str] = DEFAULT_SENSITIVE
     additional_dirs: Iterable[str] = ()
+    case_insensitive: bool | None = None
     rules: RuleSet = field(init=False, repr=False, compare=False)
     sensitive_patterns: tuple[PathPattern, ...] = field(init=False, repr=False, compare=False)
 
@@ -39,6 +45,9 @@ class PermissionConfig:
         deny = parse_rules(self.deny, "deny")
         sensitive = parse_patterns(self.sensitive, "sensitive")
         dirs = _parse_dirs(self.additional_dirs)
+        fold = self.case_insensitive
+        if fold is not None and type(fold) is not bool:
+            raise ValueError(f"case_insensitive: expected True, False or None, got {fold!r}")
         set_ = object.__setattr__
         set_(self, "allow", tuple(r.text for r in allow))
         set_(self, "ask", tuple(r.text for r in ask))

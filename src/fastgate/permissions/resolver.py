@@ -26,7 +26,7 @@ from fastgate.approvals import ApprovalStore
 from fastgate.context import ExecutionContext
 from fastgate.decision import Decision, DecisionSource, PermissionMode
 from fastgate.kinds import ToolKind
-from fastgate.paths import canonical_path, names_any
+from fastgate.paths import canonical_path, folds_case, names_any
 from fastgate.permissions.commands import CommandAnalysis, analyze_command
 from fastgate.permissions.config import PermissionConfig
 from fastgate.permissions.globs import PathPattern, compile_path_pattern
@@ -94,6 +94,7 @@ class PermissionResolver:
         "_sensitive",
         "_sensitive_anchored",
         "_sensitive_anywhere",
+        "_sensitive_anywhere_folded",
         "_sensitive_rooted",
         "_settings",
         "_subject_names",
@@ -115,7 +116,7 @@ class PermissionResolver:
         self._analyses: dict[str, CommandAnalysis] = {}
         # Keyed by definition: two tools may share a name (in different scopes), not a kind.
         self._mode_allows: dict[ToolDefinition, RuleDecision] = {}
-        self._regexes: dict[tuple[str, str], re.Pattern[str]] = {}
+        self._regexes: dict[tuple[str, str, bool], re.Pattern[str]] = {}
         self._path_decisions: dict[tuple[Any, ...], tuple[ToolRules, RuleDecision | None]] = {}
         # Per tool name: (the project's rules, this config's rules plus those).
         self._merged_rules: dict[str, tuple[ToolRules, ToolRules]] = {}
@@ -126,6 +127,7 @@ class PermissionResolver:
         self._sensitive_rooted = any(p.anchor == "root" for p in self._sensitive)
         self._sensitive_anchored = any(p.anchor != "anywhere" for p in self._sensitive)
         self._sensitive_anywhere = _search_regex(self._sensitive)
+        self._sensitive_anywhere_folded = _search_regex(self._sensitive, fold=True)
 
     # -- the decision --------------------------------------------------------------------------
 
@@ -359,11 +361,12 @@ class PermissionResolver:
             self._analyses[command] = cached
         return cached
 
-    def _regex(self, pattern: PathPattern, root: str) -> re.Pattern[str]:
-        key = (pattern.text, root if pattern.anchor == "root" else "")
+    def _regex(self, pattern: PathPattern, root: str, fold: bool) -> re.Pattern[str]:
+        key = (pattern.text, root if pattern.anchor == "root" else "", fold)
         compiled = self._regexes.get(key)
         if compiled is None:
-            compiled = re.compile(pattern.regex(root), re.DOTALL)
+            flags = re.DOTALL | re.IGNORECASE if fold else re.DOTALL
+            compiled = re.compile(pattern.regex(root), flags)
             if len(self._regexes) >= _CACHE_LIMIT:
                 self._regexes.clear()
             self._regexes[key] = compiled
@@ -372,17 +375,19 @@ class PermissionResolver:
     def _path_matches(
         self, pattern: PathPattern, path: ResolvedPath, roots: _Roots, allow: bool
     ) -> bool:
-        """Allow rules must match the canonical path; deny/ask rules match either spelling, and
-        root-anchored ones the root as given or canonical."""
+        """Allow rules must match the canonical path exactly; deny/ask rules match either
+        spelling, root-anchored ones the root as given or canonical, ignoring case where the
+        file system does."""
         forms = (path.canonical,) if allow else path.forms
+        fold = not allow and roots.folds()
         for root in roots.get(pattern, allow):
-            regex = self._regex(pattern, root)
+            regex = self._regex(pattern, root, fold)
             if any(regex.fullmatch(form) for form in forms):
                 return True
         return False
 
     def _first_match(self, rules: tuple[Rule, ...], subject: Subject, root: str) -> Rule | None:
-        roots = _Roots(root)
+        roots = _Roots(root, self.config.case_insensitive)
         for rule in rules:
             if rule.specifier is None:
                 return rule
@@ -409,7 +414,7 @@ class PermissionResolver:
         if subject.kind == "command" and subject.command is not None:
             return command_allowed_by(rules, subject.command)
         if subject.kind == "paths":
-            roots = _Roots(root)
+            roots = _Roots(root, False)  # allow rules match the exact spelling
             used: list[str] = []
             for path in subject.paths:
                 rule = next(
@@ -433,47 +438,57 @@ class PermissionResolver:
             return "(a command with too many words to check)"
         if not subject.paths:
             return None
-        anywhere = self._sensitive_anywhere
+        given = _Roots(root, self.config.case_insensitive)
+        fold = given.folds()
+        anywhere = self._sensitive_anywhere_folded if fold else self._sensitive_anywhere
         anchored: list[re.Pattern[str]] = []
         if self._sensitive_anchored:
-            roots = ("",) + (_Roots(root).get_root() if self._sensitive_rooted else ())
-            anchored = [self._sensitive_regex(r) for r in roots]
+            roots = ("",) + (given.get_root() if self._sensitive_rooted else ())
+            anchored = [self._sensitive_regex(r, fold) for r in roots]
         for path in subject.paths:
             for form in path.forms:
                 if anywhere.search(form) or any(regex.fullmatch(form) for regex in anchored):
                     return path.canonical
         return None
 
-    def _sensitive_regex(self, root: str) -> re.Pattern[str]:
+    def _sensitive_regex(self, root: str, fold: bool) -> re.Pattern[str]:
         """The anchored sensitive patterns as one full-match alternation: the root-anchored
         ones for ``root``, the absolute ones for ``""``."""
-        key = ("\x00sensitive", root)
+        key = ("\x00sensitive", root, fold)
         compiled = self._regexes.get(key)
         if compiled is None:
             wanted = "root" if root else "absolute"
             patterns = [p for p in self._sensitive if p.anchor == wanted]
             body = "|".join(f"(?:{p.regex(root)})" for p in patterns) or "(?!)"
-            compiled = re.compile(body, re.DOTALL)
+            compiled = re.compile(body, re.DOTALL | re.IGNORECASE if fold else re.DOTALL)
             self._regexes[key] = compiled
         return compiled
 
 
-def _search_regex(patterns: tuple[PathPattern, ...]) -> re.Pattern[str]:
+def _search_regex(patterns: tuple[PathPattern, ...], fold: bool = False) -> re.Pattern[str]:
     """Patterns that match at any depth, as one search: a run of whole components."""
     bodies = [f"(?:{p.body})" for p in patterns if p.anchor == "anywhere" and p.body]
     if not bodies:
         return re.compile("(?!)")
-    return re.compile("/(?:" + "|".join(bodies) + ")(?:/|$)", re.DOTALL)
+    flags = re.DOTALL | re.IGNORECASE if fold else re.DOTALL
+    return re.compile("/(?:" + "|".join(bodies) + ")(?:/|$)", flags)
 
 
 class _Roots:
-    """The workspace root as given and canonical, computed at most once per decision."""
+    """The workspace root as given and canonical, and whether its file system ignores case,
+    each computed at most once per decision."""
 
-    __slots__ = ("_canonical", "given")
+    __slots__ = ("_canonical", "_fold", "given")
 
-    def __init__(self, given: str) -> None:
+    def __init__(self, given: str, fold: bool | None) -> None:
         self.given = given
         self._canonical: str | None = None
+        self._fold = fold  # None: probe the root's file system when first asked
+
+    def folds(self) -> bool:
+        if self._fold is None:
+            self._fold = folds_case(self.get_root(True)[0])
+        return self._fold
 
     def get(self, pattern: PathPattern, allow: bool) -> tuple[str, ...]:
         if pattern.anchor != "root":
