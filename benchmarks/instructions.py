@@ -10,7 +10,8 @@ Count a case as the difference between two runs, so start-up and warm-up cancel 
 
 Cases: ``direct`` (the bench's reference, ``await create_task(tool(...))``), ``noop``,
 ``guarded`` (the no-op with a deadline and a caller token), ``fresh-context`` (the no-op with a
-new ``ExecutionContext`` per call), ``write`` and ``write-new`` (the
+new ``ExecutionContext`` per call), ``usual`` (the no-op spelled as the README teaches it: a raw
+JSON Schema tool, a context naming session and workspace per call), ``write`` and ``write-new`` (the
 bench's own ``execute()`` cases), and ``floor``: a sketch doing only what
 no pipeline can skip (an id, a frozen copy, lookup, validation, gate, slot, the body's own task, a
 ``RunContext``, the result structs, history), to show how much of the cost is the stages' own.
@@ -95,6 +96,7 @@ def main() -> None:
         "noop": cases[pipeline.NOOP][0],
         "guarded": cases[pipeline.GUARDED][0],
         "fresh-context": cases[pipeline.FRESH_CONTEXT][0],
+        "usual": cases[pipeline.USUAL][0],
         "write": cases["WRITE with a path"][0],
         "write-new": cases["WRITE of a new file"][0],
         "floor": floor_case(executor),

@@ -63,6 +63,36 @@ def test_merge_fills_exactly_the_unset_fields(
             assert getattr(merged, name) is mine
 
 
+@given(given_fields=SOME_FIELDS, defaults=SOME_FIELDS)
+def test_a_context_lacks_a_default_exactly_when_the_merge_changes_it(
+    given_fields: dict[str, Any], defaults: dict[str, Any]
+) -> None:
+    """The executor skips the merge when ``lacks_any`` says no default would fill a field."""
+    ctx = ExecutionContext(**given_fields)
+    mask = ExecutionContext.field_mask(defaults)
+    reference = _reference_merge(ctx, defaults)
+    would_fill = any(
+        getattr(ctx, name) is None or (name == "metadata" and not ctx.metadata) for name in defaults
+    )
+    assert ctx.lacks_any(mask) is would_fill
+    if not would_fill:
+        assert reference == ctx
+
+
+async def test_a_context_naming_every_default_is_used_as_given(tmp_path: Path) -> None:
+    seen: list[Any] = []
+    ex = executor(
+        tool("probe", lambda args, ctx: seen.append(ctx.context), TEXT),
+        context_defaults={"session_id": "default", "workspace_root": str(tmp_path)},
+    )
+    mine = ExecutionContext(session_id="s1", workspace_root=str(tmp_path))
+    await ex.execute("probe", {"text": "x"}, mine)
+    assert seen[-1] is mine and ex._merged == {}
+    partial = ExecutionContext(session_id="s2")
+    await ex.execute("probe", {"text": "x"}, partial)
+    assert seen[-1].session_id == "s2" and seen[-1].workspace_root == str(tmp_path)
+
+
 def test_merge_without_defaults_is_the_context_itself() -> None:
     ctx = ExecutionContext(session_id="s1")
     assert ctx.merged({}) is ctx

@@ -1,4 +1,4 @@
-"""Issue quality (SPEC §2.2) and bad schemas (issue 3, "Bad input")."""
+"""Issue quality (SPEC §2.2) and bad schemas (SPEC §2.3, §21)."""
 
 from __future__ import annotations
 

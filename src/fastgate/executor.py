@@ -248,6 +248,7 @@ class ToolExecutor:
         self.scheduler = scheduler if scheduler is not None else default_scheduler()
         self.locks = locks if locks is not None else default_lock_manager()
         self._defaults = ExecutionContext.check_defaults(context_defaults or {})
+        self._default_fields = ExecutionContext.field_mask(self._defaults)
         self._history = History(history_limit)
         self._audit = audit
         self.store = store
@@ -829,6 +830,8 @@ class ToolExecutor:
         """``ctx`` with ``context_defaults`` filled in; cached, since callers reuse contexts."""
         if not self._defaults:  # nothing to fill in: no cache to keep contexts made per call
             return ctx
+        if not ctx.lacks_any(self._default_fields):
+            return ctx  # it names everything the defaults would (a context made per call, say)
         cached = self._merged.get(id(ctx))
         if cached is not None and cached[0] is ctx:
             return cached[1]

@@ -3,8 +3,9 @@ directly in its own task (``await asyncio.create_task(tool(...))``), in the same
 
 Cases: a no-op READ_ONLY tool with two string arguments, and a WRITE tool with one path argument
 (worktree check, sensitive-path check, file lock), each uncontended and with 32 sessions x 8
-concurrent callers; and the no-op tool as servers usually run calls, with a time budget and a
-caller's cancel token (the body's deadline and signal).
+concurrent callers; the no-op tool as servers usually run calls, with a time budget and a
+caller's cancel token (the body's deadline and signal); and the no-op call spelled as the README
+teaches it (a tool from a raw JSON Schema, a new context naming session and workspace per call).
 """
 
 from __future__ import annotations
@@ -41,12 +42,21 @@ REGRESSION_WRITE = 2.5
 NOOP = "no-op READ_ONLY"
 GUARDED = "guarded no-op (timeout + cancel token)"
 FRESH_CONTEXT = "no-op, a new context per call"
+USUAL = "no-op, the usual spelling"
 # What each case adds to the no-op call, for the "/ no-op per call" rows.
 ADDED = {
     "WRITE with a path": "worktree + sensitive-path checks + file lock",
     "WRITE of a new file": "worktree + sensitive-path checks + file lock",
     GUARDED: "a 60 s deadline and a caller token fused into the body's signal",
     FRESH_CONTEXT: "ExecutionContext(session_id=...) per call, merged with context_defaults",
+    USUAL: "raw JSON Schema, ExecutionContext(session_id=..., workspace_root=...) per call",
+}
+# The usual tool's schema, as a server writes it or receives it from a config.
+TWO_STRINGS_JSON: dict[str, Any] = {
+    "type": "object",
+    "properties": {"a": {"type": "string"}, "b": {"type": "string"}},
+    "required": ["a", "b"],
+    "additionalProperties": False,
 }
 
 
@@ -83,6 +93,16 @@ def _executor(workspace: str) -> ToolExecutor:
                 timeout=timeout,
             )
         )
+    registry.register(
+        define_tool(
+            "concat_usual",
+            "Join two strings.",
+            TWO_STRINGS_JSON,
+            run_concat,
+            kind=ToolKind.READ_ONLY,
+            parallelism="shared",
+        )
+    )
     registry.register(
         define_tool(
             "touch",
@@ -136,6 +156,10 @@ def _cases(
             "concat", noop_args, ExecutionContext(session_id=sessions[i % SESSIONS])
         )
 
+    def usual(i: int) -> Awaitable[Any]:
+        ctx = ExecutionContext(session_id=sessions[i % SESSIONS], workspace_root=workspace)
+        return executor.execute("concat_usual", noop_args, ctx)
+
     def guarded(i: int) -> Awaitable[Any]:
         return executor.execute("concat_guarded", noop_args, guarded_contexts[i % SESSIONS])
 
@@ -157,6 +181,7 @@ def _cases(
         "WRITE of a new file": (write_new, direct_write),
         GUARDED: (guarded, direct_noop),
         FRESH_CONTEXT: (fresh_context, direct_noop),
+        USUAL: (usual, direct_noop),
     }
 
 
