@@ -4,6 +4,7 @@ body gets) and ``ToolCall`` (one call of a batch). SPEC §7, §9, §11, §13."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, final
@@ -20,6 +21,16 @@ Approver = Callable[["ApprovalRequest"], Awaitable["ApprovalResponse"]]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 _set_field: Final = object.__setattr__  # a frozen dataclass's fields are set past its __setattr__
+# name -> factory(workspace_root, additional_dirs) of the local seam used when a context sets
+# none ("fs": fastgate.builtin installs LocalFileSystem's). The core never imports a capability;
+# a capability registers itself here when it is imported.
+_LOCAL_SEAMS: dict[str, Callable[[str, tuple[str, ...]], Any]] = {}
+
+
+def set_local_seam(name: str, factory: Callable[[str, tuple[str, ...]], Any]) -> None:
+    """Make ``factory(workspace_root, additional_dirs)`` the seam ``name`` (``"fs"``,
+    ``"shell"``) a call gets when neither its context nor ``context_defaults`` sets one."""
+    _LOCAL_SEAMS[name] = factory
 
 
 @final
@@ -36,6 +47,8 @@ class ExecutionContext:
     turn_id: str | None = None
     trusted: bool | None = None
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=lambda: _EMPTY)
+    fs: Any = None  # a fastgate.builtin.FileSystem; None: the local one for the workspace
+    shell: Any = None  # a shell seam; None: the local one
 
     def __init__(
         self,
@@ -47,6 +60,8 @@ class ExecutionContext:
         turn_id: str | None = None,
         trusted: bool | None = None,
         metadata: Mapping[str, Any] = _EMPTY,
+        fs: Any = None,
+        shell: Any = None,
     ) -> None:
         # Compiled, rather than the interpreted one dataclasses would generate: a server making
         # a context per call pays for two (its own and the merge with the defaults).
@@ -59,6 +74,8 @@ class ExecutionContext:
         set_field(self, "turn_id", turn_id)
         set_field(self, "trusted", trusted)
         set_field(self, "metadata", metadata)
+        set_field(self, "fs", fs)
+        set_field(self, "shell", shell)
 
     def __copy__(self) -> ExecutionContext:
         # Frozen: a copy would equal it in every way. (Compiled, copying field by field also
@@ -86,6 +103,8 @@ class ExecutionContext:
             self.turn_id if self.turn_id is not None else get("turn_id"),
             self.trusted if self.trusted is not None else get("trusted"),
             self.metadata if self.metadata else get("metadata", self.metadata),
+            self.fs if self.fs is not None else get("fs"),
+            self.shell if self.shell is not None else get("shell"),
         )
 
     @staticmethod
@@ -119,9 +138,12 @@ class RunContext:
     """
 
     __slots__ = (
+        "_changed",
+        "_fs",
         "_lock_paths",
         "_progress",
         "_signal",
+        "additional_dirs",
         "attempt",
         "context",
         "execution_id",
@@ -139,6 +161,7 @@ class RunContext:
         signal: CancelToken | None = None,
         progress: Callable[[Any], None] | None = None,
         lock_paths: Callable[[Iterable[str]], Awaitable[None]] | None = None,
+        additional_dirs: tuple[str, ...] = (),
     ) -> None:
         """Every argument is optional, so a tool can be called directly in a unit test."""
         context = context if context is not None else ExecutionContext()
@@ -151,6 +174,9 @@ class RunContext:
         self.attempt = 1
         self._progress = progress
         self._lock_paths = lock_paths
+        self.additional_dirs = additional_dirs  # roots besides the workspace (PermissionConfig)
+        self._fs: Any = None
+        self._changed: list[str] | None = None
 
     @property
     def signal(self) -> CancelToken:
@@ -176,3 +202,57 @@ class RunContext:
         if self._lock_paths is None:
             raise RuntimeError("lock_paths is only available inside an executor invocation")
         await self._lock_paths(paths)
+
+    @property
+    def fs(self) -> Any:
+        """The call's file system: the context's ``fs``, else the local one for the workspace
+        (``fastgate.builtin.LocalFileSystem``, once that package is imported)."""
+        fs = self._fs
+        if fs is None:
+            fs = self.context.fs
+            if fs is None:
+                factory = _LOCAL_SEAMS.get("fs")
+                if factory is None:
+                    raise RuntimeError(
+                        "this call has no file system: pass ExecutionContext(fs=...), or import "
+                        "fastgate.builtin for the local one"
+                    )
+                fs = factory(self.workspace_root or os.getcwd(), self.additional_dirs)
+            self._fs = fs
+        return fs
+
+    def files_changed(self, paths: Iterable[str]) -> None:
+        """Report paths this call wrote, created or deleted: they reach the executor's
+        ``on_files_changed`` observers (as canonical paths) once the call succeeds."""
+        changed = self._changed
+        if changed is None:
+            changed = self._changed = []
+        changed.extend(_checked_paths(paths))
+
+    @property
+    def changed_files(self) -> tuple[str, ...]:
+        """What ``files_changed`` reported so far, canonical, in report order."""
+        from fastgate.paths import canonical_path
+
+        root = self.workspace_root or os.getcwd()
+        reported = self._changed or ()
+        return tuple(dict.fromkeys(canonical_path(os.path.join(root, p)) for p in reported))
+
+    def may_read(self, path: str) -> bool:
+        """Whether rules and the sensitive list let ``read`` show ``path`` without asking: no
+        deny or ask rule of ``read`` (or of this tool) covers it and it is not sensitive. Search
+        tools withhold the results it refuses. Outside an executor: the default sensitive list."""
+        from fastgate.permissions.resolver import default_read_check
+
+        return default_read_check(path, self.workspace_root or os.getcwd())
+
+
+def _checked_paths(paths: Iterable[str]) -> list[str]:
+    if isinstance(paths, (str, bytes)):
+        raise TypeError("files_changed takes a list of paths, not a single string")
+    out: list[str] = []
+    for path in paths:
+        if type(path) is not str or not path or "\x00" in path:
+            raise ValueError(f"files_changed: not a usable path: {path!r}")
+        out.append(path)
+    return out
