@@ -35,8 +35,8 @@ class Ledger:
 
     __slots__ = ("_lock", "_records", "limit")
 
-    def __init__(self, limit: int = PER_FILE_SYSTEM) -> None:
-        self.limit = limit
+    def __init__(self, limit: int | None = None) -> None:
+        self.limit = PER_FILE_SYSTEM if limit is None else limit
         self._records: OrderedDict[tuple[str | None, str], Seen] = OrderedDict()
         self._lock = threading.Lock()
 

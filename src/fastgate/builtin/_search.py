@@ -33,7 +33,15 @@ MAX_MATCH_LINE = 500  # characters of a matching line shown
 MAX_RG_OUTPUT = 16 * 1024 * 1024  # bytes of ripgrep output read before it is stopped
 MAX_WALK = 200_000  # entries the seam walk visits at most
 MAX_SEARCH_BYTES = 64 * 1024 * 1024  # a file larger than this is not searched on the seam
-_RG_COMMON = ("--no-config", "--hidden", "--no-require-git", "--glob", "!.git", "--color=never")
+_RG_COMMON = (
+    "--no-config",
+    "--no-messages",
+    "--hidden",
+    "--no-require-git",
+    "--glob",
+    "!.git",
+    "--color=never",
+)
 
 
 @dataclass
@@ -297,7 +305,7 @@ async def _run_rg(rg: str, argv: list[str]) -> tuple[bytes, bool]:
     size = 0
     truncated = False
     try:
-        errors_task = asyncio.ensure_future(process.stderr.read(65536))
+        errors_task = asyncio.ensure_future(_drain(process.stderr, 65536))
         while True:
             chunk = await process.stdout.read(1 << 20)
             if not chunk:
@@ -319,6 +327,17 @@ async def _run_rg(rg: str, argv: list[str]) -> tuple[bytes, bool]:
         message = errors.decode("utf-8", "replace").strip().removeprefix("rg: ")
         raise SearchFailed(Failure(message or "ripgrep failed", code="invalid_pattern"))
     return b"".join(chunks), truncated
+
+
+async def _drain(stream: asyncio.StreamReader, keep: int) -> bytes:
+    """Read ``stream`` to its end, keeping its first ``keep`` bytes."""
+    kept = bytearray()
+    while True:
+        chunk = await stream.read(65536)
+        if not chunk:
+            return bytes(kept)
+        if len(kept) < keep:
+            kept += chunk[: keep - len(kept)]
 
 
 async def _rg_files(rg: str, base: str) -> list[str]:
