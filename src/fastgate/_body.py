@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from fastgate.context import RunContext
 from fastgate.paths import lock_key
@@ -41,6 +41,10 @@ class BodyContext(RunContext):
         self._signal = None
         self.attempt = 1
         self._progress = self._lock_paths = None
+        # A tuple once the config is made (declared as an Iterable for its constructor).
+        self.additional_dirs = cast(tuple[str, ...], executor.permissions.additional_dirs)
+        self._fs = None
+        self._changed = None
         self._executor = executor
         self._call = call
         self._holds = holds
@@ -54,3 +58,8 @@ class BodyContext(RunContext):
         if keys:
             locks = self._executor.locks.acquire_keys(keys, self.execution_id)
             await self._holds.enter(locks, None)
+
+    def may_read(self, path: str) -> bool:
+        plan = self._call.plan
+        assert plan is not None  # a body runs only once its tool is known
+        return self._executor._resolver.may_read(plan.tool, path, self.context)

@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--scenario",
         action="append",
         metavar="NAME",
-        help="uncontended, contended, fairness, multi-lock, validators",
+        help="uncontended, contended, fairness, multi-lock, validators, pipeline, durability, "
+        "files",
     )
     bench.add_argument("--unit", help=argparse.SUPPRESS)
     return parser

@@ -4,6 +4,7 @@ body gets) and ``ToolCall`` (one call of a batch). SPEC §7, §9, §11, §13."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, final
@@ -28,6 +29,8 @@ _AGENT_SCOPE: Final = 16
 _TURN_ID: Final = 32
 _TRUSTED: Final = 64
 _METADATA: Final = 128
+_FS: Final = 256
+_SHELL: Final = 512
 _FIELD_BITS: Final = {
     "session_id": _SESSION_ID,
     "workspace_root": _WORKSPACE_ROOT,
@@ -37,7 +40,19 @@ _FIELD_BITS: Final = {
     "turn_id": _TURN_ID,
     "trusted": _TRUSTED,
     "metadata": _METADATA,
+    "fs": _FS,
+    "shell": _SHELL,
 }
+# name -> factory(workspace_root, additional_dirs) of the local seam used when a context sets
+# none ("fs": fastgate.builtin installs LocalFileSystem's). The core never imports a capability;
+# a capability registers itself here when it is imported.
+_LOCAL_SEAMS: dict[str, Callable[[str, tuple[str, ...]], Any]] = {}
+
+
+def set_local_seam(name: str, factory: Callable[[str, tuple[str, ...]], Any]) -> None:
+    """Make ``factory(workspace_root, additional_dirs)`` the seam ``name`` (``"fs"``,
+    ``"shell"``) a call gets when neither its context nor ``context_defaults`` sets one."""
+    _LOCAL_SEAMS[name] = factory
 
 
 @final
@@ -54,6 +69,8 @@ class ExecutionContext:
     turn_id: str | None = None
     trusted: bool | None = None
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=lambda: _EMPTY)
+    fs: Any = None  # a fastgate.builtin.FileSystem; None: the local one for the workspace
+    shell: Any = None  # a shell seam; None: the local one
 
     def __init__(
         self,
@@ -65,6 +82,8 @@ class ExecutionContext:
         turn_id: str | None = None,
         trusted: bool | None = None,
         metadata: Mapping[str, Any] = _EMPTY,
+        fs: Any = None,
+        shell: Any = None,
     ) -> None:
         # Compiled, rather than the interpreted one dataclasses would generate, and each field
         # set through its own slot descriptor (past the frozen __setattr__) rather than by
@@ -77,6 +96,8 @@ class ExecutionContext:
         _set_turn_id(self, turn_id)
         _set_trusted(self, trusted)
         _set_metadata(self, metadata)
+        _set_fs(self, fs)
+        _set_shell(self, shell)
 
     def __copy__(self) -> ExecutionContext:
         # Frozen: a copy would equal it in every way. (Compiled, copying field by field also
@@ -104,6 +125,8 @@ class ExecutionContext:
             self.turn_id if self.turn_id is not None else get("turn_id"),
             self.trusted if self.trusted is not None else get("trusted"),
             self.metadata if self.metadata else get("metadata", self.metadata),
+            self.fs if self.fs is not None else get("fs"),
+            self.shell if self.shell is not None else get("shell"),
         )
 
     def lacks_any(self, fields: int) -> bool:
@@ -118,6 +141,8 @@ class ExecutionContext:
             or (fields & _TURN_ID and self.turn_id is None)
             or (fields & _TRUSTED and self.trusted is None)
             or (fields & _METADATA and not self.metadata)
+            or (fields & _FS and self.fs is None)
+            or (fields & _SHELL and self.shell is None)
         )
 
     @staticmethod
@@ -155,6 +180,8 @@ _set_agent_scope: Final = _slot_setter("agent_scope")
 _set_turn_id: Final = _slot_setter("turn_id")
 _set_trusted: Final = _slot_setter("trusted")
 _set_metadata: Final = _slot_setter("metadata")
+_set_fs: Final = _slot_setter("fs")
+_set_shell: Final = _slot_setter("shell")
 
 
 class ToolCall(msgspec.Struct, frozen=True):
@@ -176,9 +203,12 @@ class RunContext:
     """
 
     __slots__ = (
+        "_changed",
+        "_fs",
         "_lock_paths",
         "_progress",
         "_signal",
+        "additional_dirs",
         "attempt",
         "context",
         "execution_id",
@@ -196,6 +226,7 @@ class RunContext:
         signal: CancelToken | None = None,
         progress: Callable[[Any], None] | None = None,
         lock_paths: Callable[[Iterable[str]], Awaitable[None]] | None = None,
+        additional_dirs: tuple[str, ...] = (),
     ) -> None:
         """Every argument is optional, so a tool can be called directly in a unit test."""
         context = context if context is not None else ExecutionContext()
@@ -208,6 +239,9 @@ class RunContext:
         self.attempt = 1
         self._progress = progress
         self._lock_paths = lock_paths
+        self.additional_dirs = additional_dirs  # roots besides the workspace (PermissionConfig)
+        self._fs: Any = None
+        self._changed: list[str] | None = None
 
     @property
     def signal(self) -> CancelToken:
@@ -233,3 +267,57 @@ class RunContext:
         if self._lock_paths is None:
             raise RuntimeError("lock_paths is only available inside an executor invocation")
         await self._lock_paths(paths)
+
+    @property
+    def fs(self) -> Any:
+        """The call's file system: the context's ``fs``, else the local one for the workspace
+        (``fastgate.builtin.LocalFileSystem``, once that package is imported)."""
+        fs = self._fs
+        if fs is None:
+            fs = self.context.fs
+            if fs is None:
+                factory = _LOCAL_SEAMS.get("fs")
+                if factory is None:
+                    raise RuntimeError(
+                        "this call has no file system: pass ExecutionContext(fs=...), or import "
+                        "fastgate.builtin for the local one"
+                    )
+                fs = factory(self.workspace_root or os.getcwd(), self.additional_dirs)
+            self._fs = fs
+        return fs
+
+    def files_changed(self, paths: Iterable[str]) -> None:
+        """Report paths this call wrote, created or deleted: they reach the executor's
+        ``on_files_changed`` observers (as canonical paths) once the call succeeds."""
+        changed = self._changed
+        if changed is None:
+            changed = self._changed = []
+        changed.extend(_checked_paths(paths))
+
+    @property
+    def changed_files(self) -> tuple[str, ...]:
+        """What ``files_changed`` reported so far, canonical, in report order."""
+        from fastgate.paths import canonical_path
+
+        root = self.workspace_root or os.getcwd()
+        reported = self._changed or ()
+        return tuple(dict.fromkeys(canonical_path(os.path.join(root, p)) for p in reported))
+
+    def may_read(self, path: str) -> bool:
+        """Whether rules and the sensitive list let ``read`` show ``path`` without asking: no
+        deny or ask rule of ``read`` (or of this tool) covers it and it is not sensitive. Search
+        tools withhold the results it refuses. Outside an executor: the default sensitive list."""
+        from fastgate.permissions.resolver import default_read_check
+
+        return default_read_check(path, self.workspace_root or os.getcwd())
+
+
+def _checked_paths(paths: Iterable[str]) -> list[str]:
+    if isinstance(paths, (str, bytes)):
+        raise TypeError("files_changed takes a list of paths, not a single string")
+    out: list[str] = []
+    for path in paths:
+        if type(path) is not str or not path or "\x00" in path:
+            raise ValueError(f"files_changed: not a usable path: {path!r}")
+        out.append(path)
+    return out

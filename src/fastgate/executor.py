@@ -44,7 +44,15 @@ from fastgate.hooks import (
 )
 from fastgate.invocation import ABORTED, ERROR, FAILURE, TIMEOUT, Outcome, invoke, is_async_tool
 from fastgate.locks import FileLockManager, default_lock_manager
-from fastgate.paths import absolute_path, consistent_paths, given_paths, lock_key, names_any
+from fastgate.paths import (
+    DeclaredPathsError,
+    absolute_path,
+    consistent_paths,
+    declared_paths,
+    given_paths,
+    lock_key,
+    names_any,
+)
 from fastgate.permissions import (
     AuditEvent,
     AuditSink,
@@ -141,6 +149,7 @@ class _Plan:
         "kind",
         "output_checker",
         "path_names",
+        "paths_of",
         "renderer",
         "resolved_names",
         "task_name",
@@ -167,6 +176,7 @@ class _Plan:
         static = not callable(tool.is_concurrency_safe)
         self._safe = tool.concurrency_safe(None) if static else None
         self.path_names = tool.path_args
+        self.paths_of = tool.paths  # declared paths beyond the path arguments (apply_patch)
         # The arguments stages 5 and 6 resolve to paths: the path arguments and a command.
         self.resolved_names = (*tool.path_args, "command")
         # What the hooks registry answers for this tool, asked again once it has changed.
@@ -445,7 +455,7 @@ class ToolExecutor:
             # lock keys agree (no window between them), and nothing is cached beyond the call.
             # A call naming no path or command needs no memo (should a hook rewrite one in, it
             # is still checked everywhere, each check resolving it afresh).
-            named = names_any(plan.resolved_names, args)
+            named = plan.paths_of is not None or names_any(plan.resolved_names, args)
             with consistent_paths(named):
                 # 5. worktree isolation: every path argument must stay inside the allowed roots.
                 refusal = self._check_paths(call, tool, args, plan) if named else None
@@ -574,11 +584,12 @@ class ToolExecutor:
             # (the body's signal is made on first use; invoke has it follow the caller's token
             # and the deadline)
             self._progress.start(call.execution_id)
+            body = BodyContext(self, call, holds)
             try:
                 outcome_ = await invoke(
                     tool,
                     args,
-                    BodyContext(self, call, holds),
+                    body,
                     task_name=plan.task_name,
                     is_async=plan.is_async,
                     time_budget=plan.timeout,
@@ -591,7 +602,7 @@ class ToolExecutor:
             call.attempts = outcome_.attempts
 
             # 13-15. hooks after the call, file-change observers, then the final result.
-            return await self._conclude(call, tool, args, outcome_, plan)
+            return await self._conclude(call, tool, args, outcome_, plan, body)
         except Aborted:
             return self._aborted_before_launch(call)
         finally:
@@ -611,8 +622,18 @@ class ToolExecutor:
     def _check_paths(
         self, call: _Call, tool: ToolDefinition, args: Any, plan: _Plan
     ) -> ToolResult | None:
-        """Stage 5, and the lock keys of the path arguments for stage 11."""
+        """Stage 5, and the lock keys of the path arguments (and declared paths) for stage 11."""
         given = given_paths(plan.path_names, args)
+        if plan.paths_of is not None:
+            try:
+                given += declared_paths(plan.paths_of, args)
+            except DeclaredPathsError as exc:
+                return self._finalize(
+                    call,
+                    ErrorCode.INVALID_ARGS,
+                    str(exc),  # the tool's own words (apply_patch: the patch format's errors)
+                    details={"reason": "paths", "cause": str(exc)},
+                )
         if not given:
             call.lock_keys = ()
             return None
@@ -635,7 +656,13 @@ class ToolExecutor:
         return None
 
     async def _conclude(
-        self, call: _Call, tool: ToolDefinition, args: Any, outcome: Outcome, plan: _Plan
+        self,
+        call: _Call,
+        tool: ToolDefinition,
+        args: Any,
+        outcome: Outcome,
+        plan: _Plan,
+        body: BodyContext,
     ) -> ToolResult:
         """Stages 13 to 15 for a call whose body ran."""
         ctx = call.ctx
@@ -680,10 +707,13 @@ class ToolExecutor:
                     return refusal
             if post.content is not UNSET:  # new content (after a new value, it wins)
                 content = post.content
-        # 14. file-change observers (the LSP seam) for calls that may have written files.
-        if call.lock_keys and self._file_observers and not tool.concurrency_safe(args):
-            for observer in self._file_observers:
-                _isolated(observer, call.lock_keys, "file-change observer")
+        # 14. file-change observers (the LSP seam): the paths the tool reported changing, else
+        #     the paths of a call that may have written them.
+        if self._file_observers:
+            changed = _changed_paths(call, tool, args, body)
+            if changed:
+                for observer in self._file_observers:
+                    _isolated(observer, changed, "file-change observer")
         # 15. finalize.
         return self._finalize(call, None, "", content=content, value=value)
 
@@ -880,6 +910,17 @@ def _snapshot(raw_args: Any) -> Any:
                 return freeze(raw_args)
         return _FROZEN_DICT(raw_args)
     return freeze(raw_args)
+
+
+def _changed_paths(
+    call: _Call, tool: ToolDefinition, args: Any, body: BodyContext
+) -> tuple[str, ...]:
+    """Stage 14's paths: canonical, sorted, without repeats."""
+    if body._changed is not None:
+        return tuple(sorted(set(body.changed_files)))
+    if call.lock_keys and not tool.concurrency_safe(args):
+        return call.lock_keys
+    return ()
 
 
 def _isolated(callback: Callable[..., Any], argument: Any, what: str) -> None:

@@ -275,3 +275,23 @@ class _PathMemo:
 
 
 _INERT: Final = _PathMemo(False)
+
+
+class DeclaredPathsError(ValueError):
+    """A tool's ``paths(args)`` raised or did not return a list of paths (the call is refused
+    as ``INVALID_ARGS`` with this message)."""
+
+
+def declared_paths(paths_of: Any, args: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """("paths", value) for each path a tool's ``paths(args)`` declares (SPEC §5): checked,
+    resolved and locked like path arguments. Raises ``DeclaredPathsError``."""
+    try:
+        declared = paths_of(args)
+    except Exception as exc:
+        message = str(exc) or type(exc).__name__
+        raise DeclaredPathsError(message) from exc
+    if isinstance(declared, (str, bytes)) or not isinstance(declared, (list, tuple)):
+        raise DeclaredPathsError(
+            f"the tool's paths() returned {type(declared).__name__}, not a list of paths"
+        )
+    return [("paths", value) for value in declared]

@@ -27,6 +27,7 @@ SCENARIOS: dict[str, tuple[str, str, bool]] = {
     "validators": ("fastgate.bench.validators", "run_validators", False),
     "pipeline": ("fastgate.bench.pipeline", "run_pipeline", True),
     "durability": ("fastgate.bench.durability", "run_durability", True),
+    "files": ("fastgate.bench.files", "run_files", True),
 }
 
 PROFILES = {

@@ -86,6 +86,7 @@ class PermissionResolver:
     __slots__ = (
         "_analyses",
         "_has_command",
+        "_merged_names",
         "_merged_rules",
         "_mode_allows",
         "_own_rules",
@@ -120,6 +121,9 @@ class PermissionResolver:
         self._path_decisions: dict[tuple[Any, ...], tuple[ToolRules, RuleDecision | None]] = {}
         # Per tool name: (the project's rules, this config's rules plus those).
         self._merged_rules: dict[str, tuple[ToolRules, ToolRules]] = {}
+        # Per tuple of rule names (a tool's name and its rule_names): (the rules of each name,
+        # merged), so the merged rules keep their identity while no name's rules change.
+        self._merged_names: dict[tuple[str, ...], tuple[tuple[ToolRules, ...], ToolRules]] = {}
         self._has_command: dict[ToolDefinition, bool] = {}  # bounded like the other caches
         # Per definition: the arguments a rule could look at (paths, and a command).
         self._subject_names: dict[ToolDefinition, tuple[str, ...]] = {}
@@ -135,7 +139,12 @@ class PermissionResolver:
         self, tool: ToolDefinition, args: Mapping[str, Any], ctx: ExecutionContext
     ) -> RuleDecision:
         root = ctx.workspace_root or os.getcwd()
-        rules = self._rules_for(tool.name, root)
+        names = tool.rule_names
+        rules = (
+            self._rules_for_names((tool.name, *names), root)
+            if names
+            else self._rules_for(tool.name, root)
+        )
         if rules is NO_RULES:
             # No rule, no path, no command, no key: the mode alone decides, whatever the
             # arguments. An ALLOW is then the same decision for every call (cached per tool).
@@ -240,8 +249,8 @@ class PermissionResolver:
             names = tool.path_args
             if self._tool_has_command(tool):
                 names = (*names, "command")
-            if tool.permission_key is not None:
-                names = _ANY_ARGUMENTS  # the key is made from any of them
+            if tool.permission_key is not None or tool.paths is not None:
+                names = _ANY_ARGUMENTS  # the key (or the declared paths) come from any of them
             if len(self._subject_names) >= _DEFINITION_CACHE_LIMIT:
                 self._subject_names.clear()
             self._subject_names[tool] = names
@@ -293,6 +302,17 @@ class PermissionResolver:
         self._settings.forget(root)
         return ", ".join(new_rules)
 
+    def may_read(self, tool: ToolDefinition, path: str, ctx: ExecutionContext) -> bool:
+        """Whether ``read`` may show ``path`` outright: no deny or ask rule of ``read`` (nor of
+        ``tool``'s names) covers it, and it is not sensitive. What search tools show of a file
+        they found (SPEC §16): the rest they withhold."""
+        root = ctx.workspace_root or os.getcwd()
+        names = tuple(dict.fromkeys((tool.name, *tool.rule_names, *_READ_NAMES)))
+        rules = self._rules_for_names(names, root)
+        subject = Subject("paths", path, paths=(resolve_path(path, root),))
+        decided = self._rule_decision(tool, rules, subject, root)
+        return decided is None or decided.decision is Decision.ALLOW
+
     def sensitive_match(self, path: str, workspace_root: str) -> str | None:
         """The canonical form of ``path`` when it is sensitive, else None. For tools that must
         filter what they return (search results listing ``.env``, ...)."""
@@ -318,6 +338,24 @@ class PermissionResolver:
             if len(self._merged_rules) >= _CACHE_LIMIT:
                 self._merged_rules.clear()
             merged = self._merged_rules[name] = (extra, own + extra)
+        return merged[1]
+
+    def _rules_for_names(self, names: tuple[str, ...], root: str) -> ToolRules:
+        """The rules of every name in ``names`` (SPEC §5 ``rule_names``), merged."""
+        parts = tuple(self._rules_for(name, root) for name in names)
+        present = [part for part in parts if part is not NO_RULES]
+        if not present:
+            return NO_RULES
+        if len(present) == 1:
+            return present[0]
+        merged = self._merged_names.get(names)
+        if merged is None or any(a is not b for a, b in zip(merged[0], parts, strict=True)):
+            if len(self._merged_names) >= _CACHE_LIMIT:
+                self._merged_names.clear()
+            combined = present[0]
+            for part in present[1:]:
+                combined = combined + part
+            merged = self._merged_names[names] = (parts, combined)
         return merged[1]
 
     def _subject(self, tool: ToolDefinition, args: Mapping[str, Any], root: str) -> Subject:
@@ -518,6 +556,22 @@ def _unreadable(subject: Subject) -> str:
     if why:
         return f"what the command runs cannot be known before it runs: {why}"
     return ""
+
+
+_READ_NAMES: Final[tuple[str, ...]] = ("read", "Read")  # what governs reading a file (SPEC §5)
+_DEFAULT_READ_CHECK: list[PermissionResolver] = []
+
+
+def default_read_check(path: str, workspace_root: str) -> bool:
+    """``RunContext.may_read`` outside an executor: the default sensitive list only."""
+    if not _DEFAULT_READ_CHECK:
+        _DEFAULT_READ_CHECK.append(
+            PermissionResolver(PermissionConfig(), PermissionMode.DEFAULT, ApprovalStore())
+        )
+    resolver = _DEFAULT_READ_CHECK[0]
+    root = workspace_root
+    subject = Subject("paths", path, paths=(resolve_path(path, root),))
+    return resolver._sensitive_path(subject, root) is None
 
 
 _VERBS = {Decision.ALLOW: "allows", Decision.ASK: "asks before", Decision.DENY: "does not allow"}

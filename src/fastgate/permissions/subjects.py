@@ -14,7 +14,13 @@ from typing import Any, Literal
 
 import msgspec
 
-from fastgate.paths import absolute_path, canonical_path, given_paths
+from fastgate.paths import (
+    DeclaredPathsError,
+    absolute_path,
+    canonical_path,
+    declared_paths,
+    given_paths,
+)
 from fastgate.permissions.commands import CommandAnalysis
 from fastgate.permissions.shell import Word
 from fastgate.tools import ToolDefinition
@@ -100,10 +106,17 @@ def resolve_path(value: str, root: str) -> ResolvedPath:
 
 
 def path_subject(tool: ToolDefinition, args: Mapping[str, Any], root: str) -> Subject | None:
-    """The canonical paths of the call's path arguments; None when it has none."""
+    """The canonical paths of the call's path arguments and of the paths its tool declares
+    (``ToolDefinition.paths``); None when it has none."""
     resolved: list[ResolvedPath] = []
     invalid = ""
-    for name, value in given_paths(tool.path_args, args):
+    given = given_paths(tool.path_args, args)
+    if tool.paths is not None:
+        try:
+            given += declared_paths(tool.paths, args)
+        except DeclaredPathsError as exc:
+            invalid = f"the paths of the call cannot be read: {exc}"
+    for name, value in given:
         if not isinstance(value, str) or not value or "\x00" in value:
             invalid = f"path argument {name!r} is not a usable path: {value!r}"
             continue

@@ -63,6 +63,8 @@ class ToolDefinition:
     present_call: Callable[[Any], Any] | None = None
     present_result: Callable[[Any, Any], Any] | None = None
     permission_key: Callable[[Any], str] | None = None
+    paths: Callable[[Any], Any] | None = None
+    rule_names: tuple[str, ...] = ()
     input_schema: dict[str, Any] = dataclasses.field(init=False, repr=False)
     validator: Validator = dataclasses.field(init=False, repr=False)
 
@@ -125,7 +127,14 @@ def _check_definition(d: ToolDefinition) -> None:
     object.__setattr__(d, "path_args", tuple(d.path_args))
     if not isinstance(d.output, Output):
         raise TypeError(f"tool {d.name}: output must be an Output(...)")
-    for hook in ("finalize_content", "present_call", "present_result", "permission_key"):
+    rule_names: object = d.rule_names
+    if isinstance(rule_names, str) or not isinstance(rule_names, (tuple, list)):
+        raise TypeError(f"tool {d.name}: rule_names must be a tuple of rule tool names")
+    for rule_name in rule_names:
+        if type(rule_name) is not str or not NAME_PATTERN.fullmatch(rule_name):
+            raise ValueError(f"tool {d.name}: invalid rule name {rule_name!r}")
+    object.__setattr__(d, "rule_names", tuple(rule_names))
+    for hook in ("finalize_content", "present_call", "present_result", "permission_key", "paths"):
         value = getattr(d, hook)
         if value is not None and not callable(value):
             raise TypeError(f"tool {d.name}: {hook} must be callable")

@@ -1,0 +1,83 @@
+"""Built-in file tools over swappable seams (SPEC §16): ``read``, ``write``, ``edit``,
+``apply_patch``, ``glob``, ``grep``.
+
+The tools touch files only through ``RunContext.fs`` (a ``FileSystem``): pass your own with
+``ExecutionContext(fs=...)`` (or in ``context_defaults``) to run them on a sandbox; unset, a call
+gets ``LocalFileSystem`` for its workspace. Needs the ``builtin`` extra
+(``pip install 'fastgate[builtin]'``): ``pathspec``, ``google-re2`` and the ``ripgrep`` binary.
+"""
+
+from __future__ import annotations
+
+try:
+    import pathspec  # noqa: F401
+    import re2  # noqa: F401
+except ImportError as exc:  # pragma: no cover - exercised by installs without the extra
+    raise ImportError(
+        f"fastgate.builtin needs the 'builtin' extra ({exc.name} is missing): "
+        "pip install 'fastgate[builtin]'"
+    ) from exc
+
+from collections.abc import Iterable
+
+from fastgate.builtin._fs import FileStat as FileStat
+from fastgate.builtin._fs import FileSystem as FileSystem
+from fastgate.builtin._fs import LocalFileSystem as LocalFileSystem
+from fastgate.builtin._fs import find_ripgrep as find_ripgrep
+from fastgate.builtin._tools import ALL
+from fastgate.context import set_local_seam
+from fastgate.registry import ToolRegistry
+from fastgate.tools import ToolDefinition
+
+__all__ = (
+    "FileStat",
+    "FileSystem",
+    "LocalFileSystem",
+    "builtin_tools",
+    "find_ripgrep",
+    "register_builtins",
+)
+
+NAMES: tuple[str, ...] = tuple(tool.name for tool in ALL)
+
+
+def builtin_tools() -> list[ToolDefinition]:
+    """The built-in tools' definitions (the same frozen definitions every time)."""
+    return list(ALL)
+
+
+def register_builtins(
+    registry: ToolRegistry, scope: str | None = None, include: Iterable[str] | None = None
+) -> list[ToolDefinition]:
+    """Register the built-ins (only those named in ``include``, when given) in ``registry``,
+    globally or in ``scope``; returns what was registered."""
+    if isinstance(include, str):
+        raise TypeError("include: expected a list of tool names, not a single string")
+    wanted = NAMES if include is None else tuple(include)
+    unknown = [name for name in wanted if name not in NAMES]
+    if unknown:
+        raise ValueError(
+            f"include: unknown built-in tool(s) {', '.join(map(repr, unknown))} "
+            f"(known: {', '.join(NAMES)})"
+        )
+    chosen = [tool for tool in ALL if tool.name in wanted]
+    for tool in chosen:
+        registry.register(tool, scope=scope)
+    return chosen
+
+
+_LOCAL: dict[tuple[str, tuple[str, ...]], LocalFileSystem] = {}
+
+
+def _local_file_system(workspace_root: str, additional_dirs: tuple[str, ...]) -> LocalFileSystem:
+    """One ``LocalFileSystem`` per workspace (the read records of a session live with it)."""
+    key = (workspace_root, additional_dirs)
+    fs = _LOCAL.get(key)
+    if fs is None:
+        if len(_LOCAL) >= 256:
+            _LOCAL.clear()
+        fs = _LOCAL[key] = LocalFileSystem(workspace_root, additional_dirs)
+    return fs
+
+
+set_local_seam("fs", _local_file_system)

@@ -1,0 +1,368 @@
+"""The file-system seam (SPEC §16): ``FileStat``, the ``FileSystem`` protocol, ``LocalFileSystem``.
+
+Tools touch files only through a ``FileSystem`` (``RunContext.fs``), so a server can hand them a
+sandbox or an in-memory tree instead of the disk. Every method is async and takes absolute paths
+that stage 5 already checked; errors are the ``OSError`` subclasses Python uses
+(``FileNotFoundError``, ``IsADirectoryError``, ``NotADirectoryError``, ``PermissionError``).
+
+``LocalFileSystem`` checks again at use: each path is opened component by component beneath the
+allowed roots (``fastgate.beneath.open_beneath``), so a directory swapped for a symlink to the
+outside after stage 5 cannot carry a read or a write out, and every operation then works on the
+descriptor it opened. Blocking calls run in the loop's default executor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import secrets
+import shutil
+import stat as stat_
+import sys
+import sysconfig
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+from fastgate.beneath import WorktreeEscape, open_beneath
+from fastgate.worktree import MAX_SYMLINKS, _roots, is_within
+
+T = TypeVar("T")
+_O_PATH = getattr(os, "O_PATH", 0)
+_STAT_FLAGS = (_O_PATH or (os.O_RDONLY | os.O_NONBLOCK)) | os.O_CLOEXEC
+_READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
+
+@dataclass(frozen=True, slots=True)
+class FileStat:
+    """What ``FileSystem.stat`` tells: ``size`` in bytes, ``mtime_ns``, ``is_dir``;
+    ``is_symlink`` when the name itself is a symlink (walks do not follow those)."""
+
+    size: int
+    mtime_ns: int
+    is_dir: bool
+    is_symlink: bool = False
+
+
+@runtime_checkable
+class FileSystem(Protocol):
+    """The seam the built-in tools use for files. Paths are absolute and already checked."""
+
+    async def stat(self, path: str) -> FileStat | None:
+        """The file's stat, following a symlink; None when nothing is there."""
+        ...
+
+    async def read_bytes(self, path: str) -> bytes: ...
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        """Replace the file atomically (readers see the old or the new bytes, never a mix);
+        missing parent directories are created."""
+        ...
+
+    async def remove(self, path: str) -> None:
+        """Delete a file (a symlink itself, not its target); never a directory."""
+        ...
+
+    async def list_dir(self, path: str) -> list[str]:
+        """The names of a directory's entries."""
+        ...
+
+
+class FileTooLarge(OSError):
+    """``read_stat(path, limit)`` found the file larger than ``limit`` bytes (nothing read)."""
+
+    def __init__(self, path: str, size: int, limit: int) -> None:
+        super().__init__(errno.EFBIG, f"{size} bytes, over the {limit} bytes read at once", path)
+        self.size = size
+        self.limit = limit
+
+
+class NotARegularFile(OSError):
+    """A FIFO, socket or device: reading it could block or never end."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(errno.EINVAL, "not a regular file", path)
+
+
+class LocalFileSystem:
+    """The disk, confined to ``workspace_root`` and ``additional_dirs`` at every use.
+
+    ``ripgrep``: the ``rg`` binary ``grep`` and ``glob`` may run on this file system: ``"auto"``
+    (found on ``PATH`` or beside the interpreter), a path, or None (never: search over the seam).
+    """
+
+    __slots__ = ("_dirs", "_root", "ripgrep")
+
+    def __init__(
+        self,
+        workspace_root: str,
+        additional_dirs: Iterable[str] = (),
+        *,
+        ripgrep: str | None = "auto",
+    ) -> None:
+        if not isinstance(workspace_root, str) or not os.path.isabs(workspace_root):
+            raise ValueError(f"workspace_root must be an absolute path, got {workspace_root!r}")
+        self._root = workspace_root
+        self._dirs = tuple(additional_dirs)
+        self.ripgrep = find_ripgrep() if ripgrep == "auto" else ripgrep
+
+    def __repr__(self) -> str:
+        return f"LocalFileSystem({self._root!r}, {self._dirs!r})"
+
+    @property
+    def roots(self) -> tuple[str, ...]:
+        """The canonical roots every path must stay inside."""
+        return _roots(self._root, self._dirs)
+
+    # -- the seam ------------------------------------------------------------------------------
+
+    async def stat(self, path: str) -> FileStat | None:
+        return await _offload(self.stat_now, path)
+
+    async def read_bytes(self, path: str) -> bytes:
+        return (await _offload(self.read_now, path, None))[1]
+
+    async def read_stat(self, path: str, limit: int | None = None) -> tuple[FileStat, bytes]:
+        """The file's stat and bytes from one open descriptor (they agree); ``FileTooLarge``
+        without reading when it is over ``limit`` bytes."""
+        return await _offload(self.read_now, path, limit)
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        await _offload(self.write_now, path, data)
+
+    async def remove(self, path: str) -> None:
+        await _offload(self.remove_now, path)
+
+    async def list_dir(self, path: str) -> list[str]:
+        return await _offload(self.list_now, path)
+
+    # -- the same, blocking (for worker threads) ---------------------------------------------
+
+    def stat_now(self, path: str) -> FileStat | None:
+        try:
+            parent, name = self._parent(path, follow_last=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except _RootItself:
+            fd = self._open(path, _STAT_FLAGS)
+            try:
+                return _file_stat(os.fstat(fd), False)
+            finally:
+                os.close(fd)
+        try:
+            try:
+                own = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            except (FileNotFoundError, NotADirectoryError):
+                return None
+            if not stat_.S_ISLNK(own.st_mode):
+                return _file_stat(own, False)
+        finally:
+            os.close(parent)
+        try:  # a symlink: what it leads to, as long as that stays inside the roots
+            fd = self._open(path, _STAT_FLAGS)
+        except (FileNotFoundError, NotADirectoryError, WorktreeEscape, OSError):
+            return FileStat(0, own.st_mtime_ns, False, True)
+        try:
+            return _file_stat(os.fstat(fd), True)
+        finally:
+            os.close(fd)
+
+    def read_now(self, path: str, limit: int | None) -> tuple[FileStat, bytes]:
+        fd = self._open(path, _READ_FLAGS)
+        try:
+            st = os.fstat(fd)
+            if stat_.S_ISDIR(st.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+            if not stat_.S_ISREG(st.st_mode):
+                raise NotARegularFile(path)
+            if limit is not None and st.st_size > limit:
+                raise FileTooLarge(path, st.st_size, limit)
+            chunks: list[bytes] = []
+            want = st.st_size + 1  # one more: a file that grew meanwhile is read to its end
+            while True:
+                chunk = os.read(fd, max(want, 65536))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                want = 1 << 20
+            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            return _file_stat(st, False), data
+        finally:
+            os.close(fd)
+
+    def write_now(self, path: str, data: bytes) -> None:
+        parent, name = self._parent(path, follow_last=True, create=True)
+        temp = None
+        try:
+            try:
+                old = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            except FileNotFoundError:
+                old = None
+            if old is not None and stat_.S_ISDIR(old.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+            if old is not None and not stat_.S_ISREG(old.st_mode):
+                raise NotARegularFile(path)
+            temp = f".fastgate-{secrets.token_hex(6)}.tmp"
+            create_mode = 0o600 if old is not None else 0o666  # a new file gets the umask
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(temp, flags, create_mode, dir_fd=parent)
+            try:
+                view = memoryview(data)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                if old is not None:
+                    os.fchmod(fd, stat_.S_IMODE(old.st_mode))
+                    if old.st_uid != os.geteuid() or old.st_gid != os.getegid():
+                        try:
+                            os.fchown(fd, old.st_uid, old.st_gid)
+                        except PermissionError:
+                            pass  # not ours to give away: the new file stays ours
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+            temp = None
+            os.fsync(parent)  # the rename itself survives a crash
+        finally:
+            if temp is not None:
+                try:
+                    os.unlink(temp, dir_fd=parent)
+                except OSError:
+                    pass
+            os.close(parent)
+
+    def remove_now(self, path: str) -> None:
+        parent, name = self._parent(path, follow_last=False)
+        try:
+            own = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            if stat_.S_ISDIR(own.st_mode):
+                raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+            os.unlink(name, dir_fd=parent)
+        finally:
+            os.close(parent)
+
+    def list_now(self, path: str) -> list[str]:
+        fd = self._open(path, _DIR_FLAGS)
+        try:
+            return sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
+
+    # -- confinement -------------------------------------------------------------------------
+
+    def _open(self, path: str, flags: int) -> int:
+        return open_beneath(path, flags, self._root, self._dirs)
+
+    def _parent(self, path: str, *, follow_last: bool, create: bool = False) -> tuple[int, str]:
+        """(a descriptor of the directory holding ``path``, opened beneath the roots; the name
+        in it). ``follow_last`` follows a symlink at the end (within the roots) to the file it
+        names; ``create`` makes missing directories, beneath the roots too."""
+        links = 0
+        while True:
+            directory, name = os.path.split(os.path.normpath(path))
+            if name in ("", ".", ".."):
+                raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+            try:
+                parent = self._make_dirs(directory) if create else self._open(directory, _DIR_FLAGS)
+            except WorktreeEscape:
+                if self._is_root(path):
+                    raise _RootItself(path) from None
+                raise
+            if not follow_last:
+                return parent, name
+            try:
+                target = os.readlink(name, dir_fd=parent)
+            except (FileNotFoundError, NotADirectoryError):
+                return parent, name
+            except OSError as exc:
+                if exc.errno == errno.EINVAL:  # not a symlink
+                    return parent, name
+                os.close(parent)
+                raise
+            links += 1
+            if links > MAX_SYMLINKS:
+                os.close(parent)
+                raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+            base = _descriptor_path(parent) or directory
+            os.close(parent)
+            path = os.path.normpath(os.path.join(base, target))
+
+    def _make_dirs(self, directory: str) -> int:
+        """Open ``directory`` beneath the roots, creating what is missing of it, one component
+        at a time, each inside a directory already opened beneath them."""
+        missing: list[str] = []
+        current = directory
+        while True:
+            try:
+                fd = self._open(current, _DIR_FLAGS)
+                break
+            except FileNotFoundError:
+                current, name = os.path.split(current)
+                if not name:
+                    raise
+                missing.append(name)
+        try:
+            for name in reversed(missing):
+                try:
+                    os.mkdir(name, 0o777, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                # O_NOFOLLOW: a symlink planted in its place meanwhile is refused, not followed
+                child = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _is_root(self, path: str) -> bool:
+        try:
+            real = os.path.realpath(path)
+        except (OSError, ValueError):
+            return False
+        return real in self.roots
+
+
+class _RootItself(Exception):
+    """``_parent`` of an allowed root: its directory lies outside the roots."""
+
+
+def _file_stat(st: os.stat_result, is_symlink: bool) -> FileStat:
+    return FileStat(st.st_size, st.st_mtime_ns, stat_.S_ISDIR(st.st_mode), is_symlink)
+
+
+def _descriptor_path(fd: int) -> str | None:
+    try:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    return path if path.startswith("/") and not path.endswith(" (deleted)") else None
+
+
+async def _offload(fn: Callable[..., T], *args: Any) -> T:
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+def within_roots(path: str, roots: tuple[str, ...]) -> bool:
+    return any(is_within(path, root) for root in roots)
+
+
+_RIPGREP: list[str | None] = []
+
+
+def find_ripgrep() -> str | None:
+    """The ``rg`` binary: ``FASTGATE_RIPGREP`` (empty: none), else on ``PATH``, else among this
+    interpreter's scripts (where the ``ripgrep`` wheel puts it in a venv). Looked up once."""
+    if not _RIPGREP:
+        chosen = os.environ.get("FASTGATE_RIPGREP")
+        if chosen is None:
+            scripts = sysconfig.get_path("scripts")
+            beside = os.path.dirname(sys.executable)
+            path = os.pathsep.join([os.environ.get("PATH", ""), scripts, beside])
+            chosen = shutil.which("rg", path=path)
+        _RIPGREP.append(chosen or None)
+    return _RIPGREP[0]

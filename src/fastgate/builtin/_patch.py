@@ -1,0 +1,516 @@
+"""``apply_patch``: the ``*** Begin Patch`` format models are trained on (Codex's), applied to
+all its files or to none.
+
+The parser keeps the format's established error texts (``invalid patch: ...``, ``invalid hunk
+at line N, ...``, ``Failed to find expected lines in ...``) and its lenient reading (markers
+padded with whitespace, a heredoc wrapper, hunks located forward with exact, trailing-space,
+surrounding-space and then Unicode-punctuation matching). Where it differs, on purpose:
+
+- all or nothing: every file's new bytes are computed first, then written; a write that fails
+  puts back what was already replaced;
+- a chunk whose lines match at more than one place (after its ``@@`` anchor) is refused as
+  ambiguous instead of taking the first;
+- line endings, BOM, encoding and the final newline of each file are kept outside the change;
+- ``Add File`` onto an existing file and ``Move to`` onto one are refused, not overwritten.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastgate.builtin._common import absolute, ledger_key, os_failure, read_file, shown
+from fastgate.builtin._ledger import ledger_of
+from fastgate.builtin._text import (
+    PLAIN_UTF8,
+    BinaryFile,
+    Encoding,
+    UndecodableFile,
+    UnencodableText,
+    decode,
+    line_body,
+    line_break,
+    newline_of,
+    split_lines,
+)
+from fastgate.context import RunContext
+from fastgate.results import Failure
+
+BEGIN = "*** Begin Patch"
+END = "*** End Patch"
+ADD = "*** Add File: "
+DELETE = "*** Delete File: "
+UPDATE = "*** Update File: "
+MOVE = "*** Move to: "
+END_OF_FILE = "*** End of File"
+
+
+class PatchError(ValueError):
+    """A patch that does not parse; the message is the format's own text."""
+
+
+@dataclass
+class Chunk:
+    context: str | None
+    old: list[str] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
+    end_of_file: bool = False
+
+
+@dataclass
+class Hunk:
+    kind: str  # "add" | "delete" | "update"
+    path: str
+    move_to: str | None = None
+    contents: str = ""  # "add"
+    chunks: list[Chunk] = field(default_factory=list)  # "update"
+
+
+def parse_patch(text: str) -> list[Hunk]:
+    """The hunks of a patch, in order; ``PatchError`` with the format's message otherwise."""
+    if not isinstance(text, str):
+        raise PatchError("invalid patch: the patch must be a string")
+    lines = text.strip().split("\n")
+    lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    body = _boundaries(lines)
+    if body is None:
+        inner = lines[1:-1]
+        heredoc = (
+            len(lines) >= 4
+            and lines[0] in ("<<EOF", "<<'EOF'", '<<"EOF"')
+            and lines[-1].endswith("EOF")
+        )
+        if heredoc and _boundaries(inner) is not None:
+            lines = inner
+            body = _boundaries(inner)
+        else:
+            _raise_boundary_error(lines)
+    assert body is not None
+    hunks: list[Hunk] = []
+    number = 2
+    rest = body
+    while rest:
+        hunk, used = _parse_hunk(rest, number)
+        hunks.append(hunk)
+        number += used
+        rest = rest[used:]
+    return hunks
+
+
+def _boundaries(lines: list[str]) -> list[str] | None:
+    if len(lines) >= 2 and lines[0].strip() == BEGIN and lines[-1].strip() == END:
+        return lines[1:-1]
+    return None
+
+
+def _raise_boundary_error(lines: list[str]) -> None:
+    if not lines or lines[0].strip() != BEGIN:
+        raise PatchError("invalid patch: The first line of the patch must be '*** Begin Patch'")
+    raise PatchError("invalid patch: The last line of the patch must be '*** End Patch'")
+
+
+def _hunk_error(message: str, number: int) -> PatchError:
+    return PatchError(f"invalid hunk at line {number}, {message}")
+
+
+def _parse_hunk(lines: list[str], number: int) -> tuple[Hunk, int]:
+    first = lines[0].strip()
+    if first.startswith(ADD):
+        contents: list[str] = []
+        used = 1
+        for line in lines[1:]:
+            if not line.startswith("+"):
+                break
+            contents.append(line[1:] + "\n")
+            used += 1
+        return Hunk("add", _path_of(first, ADD, number), contents="".join(contents)), used
+    if first.startswith(DELETE):
+        return Hunk("delete", _path_of(first, DELETE, number)), 1
+    if first.startswith(UPDATE):
+        path = _path_of(first, UPDATE, number)
+        used = 1
+        rest = lines[1:]
+        move_to = None
+        if rest and rest[0].startswith(MOVE):
+            move_to = _path_of(rest[0].strip(), MOVE, number + 1)
+            rest = rest[1:]
+            used += 1
+        chunks: list[Chunk] = []
+        while rest:
+            if not rest[0].strip():
+                rest = rest[1:]
+                used += 1
+                continue
+            if rest[0].startswith("*"):
+                break
+            chunk, taken = _parse_chunk(rest, number + used, first_chunk=not chunks)
+            chunks.append(chunk)
+            rest = rest[taken:]
+            used += taken
+        if not chunks:
+            raise _hunk_error(f"Update file hunk for path '{path}' is empty", number)
+        return Hunk("update", path, move_to=move_to, chunks=chunks), used
+    raise _hunk_error(
+        f"'{first}' is not a valid hunk header. Valid hunk headers: '*** Add File: {{path}}', "
+        "'*** Delete File: {path}', '*** Update File: {path}'",
+        number,
+    )
+
+
+def _path_of(line: str, marker: str, number: int) -> str:
+    path = line[len(marker) :].strip()
+    if not path:
+        raise _hunk_error(f"'{line}' names no file", number)
+    return path
+
+
+def _parse_chunk(lines: list[str], number: int, first_chunk: bool) -> tuple[Chunk, int]:
+    if lines[0] == "@@":
+        chunk, start = Chunk(None), 1
+    elif lines[0].startswith("@@ "):
+        chunk, start = Chunk(lines[0][3:]), 1
+    elif first_chunk:
+        chunk, start = Chunk(None), 0
+    else:
+        raise _hunk_error(
+            f"Expected update hunk to start with a @@ context marker, got: '{lines[0]}'", number
+        )
+    if start >= len(lines):
+        raise _hunk_error("Update hunk does not contain any lines", number + 1)
+    taken = 0
+    for line in lines[start:]:
+        if line == END_OF_FILE:
+            if taken == 0:
+                raise _hunk_error("Update hunk does not contain any lines", number + 1)
+            chunk.end_of_file = True
+            taken += 1
+            break
+        marker = line[:1]
+        if marker == "":
+            chunk.old.append("")
+            chunk.new.append("")
+        elif marker == " ":
+            chunk.old.append(line[1:])
+            chunk.new.append(line[1:])
+        elif marker == "+":
+            chunk.new.append(line[1:])
+        elif marker == "-":
+            chunk.old.append(line[1:])
+        else:
+            if taken == 0:
+                raise _hunk_error(
+                    f"Unexpected line found in update hunk: '{line}'. Every line should start "
+                    "with ' ' (context line), '+' (added line), or '-' (removed line)",
+                    number + 1,
+                )
+            break
+        taken += 1
+    return chunk, taken + start
+
+
+def patch_paths(args: Any) -> list[str]:
+    """``ToolDefinition.paths`` of apply_patch: every file the patch adds, deletes, updates or
+    moves to, as written in it (stage 5 resolves them against the workspace)."""
+    paths: list[str] = []
+    for hunk in parse_patch(args["patch"]):
+        paths.append(hunk.path)
+        if hunk.move_to is not None:
+            paths.append(hunk.move_to)
+    if not paths:
+        raise PatchError("No files were modified.")
+    return paths
+
+
+# -- locating chunks -------------------------------------------------------------------------
+
+_PUNCTUATION = str.maketrans(
+    {
+        **dict.fromkeys("\u2010\u2011\u2012\u2013\u2014\u2015\u2212", "-"),
+        **dict.fromkeys("\u2018\u2019\u201a\u201b", "'"),
+        **dict.fromkeys("\u201c\u201d\u201e\u201f", '"'),
+        **dict.fromkeys(
+            "\u00a0\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u202f\u205f\u3000", " "
+        ),
+    }
+)
+_PASSES: tuple[Callable[[str], str], ...] = (
+    lambda s: s,
+    str.rstrip,
+    str.strip,
+    lambda s: s.strip().translate(_PUNCTUATION),
+)
+
+
+class Ambiguous(Exception):
+    def __init__(self, places: list[int]) -> None:
+        super().__init__(places)
+        self.places = places
+
+
+def seek(lines: list[str], pattern: list[str], start: int, eof: bool) -> int | None:
+    """Where ``pattern`` starts in ``lines`` at or after ``start``: the strictest pass that
+    matches anywhere decides, and it must match at one place only (``Ambiguous``)."""
+    if not pattern:
+        return start
+    if len(pattern) > len(lines):
+        return None
+    last = len(lines) - len(pattern)
+    for normal in _PASSES:
+        wanted = [normal(p) for p in pattern]
+        if eof and [normal(x) for x in lines[last:]] == wanted:
+            return last  # anchored at the end of the file: one place by definition
+        places = [
+            i
+            for i in range(start, last + 1)
+            if normal(lines[i]) == wanted[0]
+            and all(normal(lines[i + k]) == wanted[k] for k in range(1, len(wanted)))
+        ]
+        if len(places) == 1:
+            return places[0]
+        if places:
+            raise Ambiguous(places)
+    return None
+
+
+# -- applying --------------------------------------------------------------------------------
+
+
+@dataclass
+class _File:
+    """One path the patch touches: what it was, and what it becomes (None: absent)."""
+
+    path: str
+    original: bytes | None
+    current: bytes | None
+
+
+class _Refused(Exception):
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+async def apply_patch(args: Any, ctx: RunContext) -> Any:
+    try:
+        hunks = parse_patch(args["patch"])
+    except PatchError as exc:
+        return Failure(str(exc), code="invalid_patch")
+    if not hunks:
+        return Failure("No files were modified.", code="empty_patch")
+    fs = ctx.fs
+    files: dict[str, _File] = {}
+    try:
+        summary = [await _stage(ctx, fs, files, hunk) for hunk in hunks]
+    except _Refused as refused:
+        return refused.failure
+    changed = [f for f in files.values() if f.current != f.original]
+    failure = await _commit(ctx, fs, changed)
+    if failure is not None:
+        return failure
+    ledger = ledger_of(fs)
+    for f in changed:
+        key = ledger_key(fs, f.path)
+        if f.current is None:
+            ledger.forget(ctx.session_id, key)
+        else:
+            try:
+                stat = await fs.stat(f.path)
+            except OSError:
+                stat = None
+            ledger.remember(ctx.session_id, key, stat, f.current)
+    ctx.files_changed([f.path for f in changed])
+    return "Success. Updated the following files:\n" + "\n".join(summary)
+
+
+async def _load(ctx: RunContext, fs: Any, files: dict[str, _File], path: str) -> _File:
+    known = files.get(path)
+    if known is None:
+        try:
+            _, data = await read_file(fs, path)
+        except FileNotFoundError:
+            data = None
+        except OSError as exc:
+            raise _Refused(os_failure(exc, shown(ctx, path), "changed")) from None
+        known = files[path] = _File(path, data, data)
+    return known
+
+
+async def _stage(ctx: RunContext, fs: Any, files: dict[str, _File], hunk: Hunk) -> str:
+    """Work out one hunk on the staged files; its summary line (``A|M|D path``)."""
+    path = absolute(ctx, hunk.path)
+    target = await _load(ctx, fs, files, path)
+    name = hunk.path
+    if hunk.kind == "add":
+        if target.current is not None:
+            raise _Refused(
+                Failure(
+                    f"Add File: {name} already exists. Use '*** Update File: {name}' to change "
+                    "it (or delete it first). No file was changed.",
+                    code="file_exists",
+                )
+            )
+        target.current = _encode(PLAIN_UTF8, hunk.contents, name)
+        return f"A {name}"
+    if hunk.kind == "delete":
+        if target.current is None:
+            raise _Refused(
+                Failure(
+                    f"Failed to delete file {name}: it does not exist. No file was changed.",
+                    code="not_found",
+                )
+            )
+        target.current = None
+        return f"D {name}"
+    if target.current is None:
+        raise _Refused(
+            Failure(
+                f"Failed to read file to update {name}: No such file or directory. No file was "
+                "changed.",
+                code="not_found",
+            )
+        )
+    try:
+        text, encoding = decode(target.current)
+    except (BinaryFile, UndecodableFile) as exc:
+        raise _Refused(
+            Failure(
+                f"Failed to read file to update {name}: {exc}. No file was changed.",
+                code="undecodable",
+            )
+        ) from None
+    new_text = _apply_chunks(text, hunk.chunks, name)
+    new_bytes = _encode(encoding, new_text, name)
+    if hunk.move_to is None:
+        target.current = new_bytes
+        return f"M {name}"
+    destination = await _load(ctx, fs, files, absolute(ctx, hunk.move_to))
+    if destination is not target:
+        if destination.current is not None:
+            raise _Refused(
+                Failure(
+                    f"Move to: {hunk.move_to} already exists; nothing is overwritten by a move. "
+                    "No file was changed.",
+                    code="file_exists",
+                )
+            )
+        destination.current = new_bytes
+        target.current = None
+    else:
+        target.current = new_bytes
+    return f"M {hunk.move_to}"
+
+
+def _encode(encoding: Encoding, text: str, name: str) -> bytes:
+    try:
+        return encoding.encode(text)
+    except UnencodableText as exc:
+        raise _Refused(
+            Failure(f"{name}: {exc}. No file was changed.", code="unencodable")
+        ) from None
+
+
+def _apply_chunks(text: str, chunks: list[Chunk], name: str) -> str:
+    lines = split_lines(text)
+    bodies = [line_body(line) for line in lines]
+    newline = newline_of(text)
+    replacements: list[tuple[int, int, list[str]]] = []
+    index = 0
+    for chunk in chunks:
+        if chunk.context is not None:
+            try:
+                found = seek(bodies, [chunk.context], index, False)
+            except Ambiguous as exc:
+                found = exc.places[0]  # the anchor narrows; its first match after the last
+            if found is None:
+                raise _Refused(
+                    Failure(
+                        f"Failed to find context '{chunk.context}' in {name}",
+                        code="context_not_found",
+                    )
+                )
+            index = found + 1
+        if not chunk.old:
+            at = index if chunk.context is not None else len(lines)
+            replacements.append((at, 0, chunk.new))
+            continue
+        old, new = chunk.old, chunk.new
+        try:
+            found = seek(bodies, old, index, chunk.end_of_file)
+            if found is None and old[-1] == "":
+                old = old[:-1]
+                new = new[:-1] if new and new[-1] == "" else new
+                found = seek(bodies, old, index, chunk.end_of_file)
+        except Ambiguous as exc:
+            places = ", ".join(str(p + 1) for p in exc.places[:10])
+            raise _Refused(
+                Failure(
+                    f"Ambiguous hunk in {name}: the expected lines match at lines {places}"
+                    f"{' (after the @@ context)' if chunk.context is not None else ''}. Add "
+                    "context lines (or an @@ line naming the enclosing function or class) so "
+                    "they match at one place. No file was changed. Expected lines:\n"
+                    + "\n".join(chunk.old),
+                    code="ambiguous_hunk",
+                    details={"lines": [p + 1 for p in exc.places]},
+                )
+            ) from None
+        if found is None:
+            raise _Refused(
+                Failure(
+                    f"Failed to find expected lines in {name}:\n" + "\n".join(chunk.old),
+                    code="hunk_not_found",
+                )
+            )
+        replacements.append((found, len(old), new))
+        index = found + len(old)
+    for start, length, new_lines in sorted(replacements, key=lambda r: r[0], reverse=True):
+        # New lines get the file's line ending, but the last of them keeps the break of the
+        # last line it replaces: a file without a final newline still has none.
+        made = [body + newline for body in new_lines]
+        if length and made:
+            made[-1] = new_lines[-1] + line_break(lines[start + length - 1])
+        elif not length and made and start == len(lines) and lines and not line_break(lines[-1]):
+            lines[-1] += newline  # appended after a last line that had no line break
+            made[-1] = new_lines[-1]
+        lines[start : start + length] = made
+    return "".join(lines)
+
+
+async def _commit(ctx: RunContext, fs: Any, changed: list[_File]) -> Failure | None:
+    """Write every staged file; on a failure, put back the ones already written."""
+    done: list[_File] = []
+    for f in changed:
+        try:
+            if f.current is None:
+                await fs.remove(f.path)
+            else:
+                await fs.write_bytes(f.path, f.current)
+        except OSError as exc:
+            undone = await _restore(fs, done)
+            failure = os_failure(exc, shown(ctx, f.path), "changed")
+            note = (
+                "No file was changed: the files already written were restored."
+                if not undone
+                else "These could not be restored: " + ", ".join(shown(ctx, p) for p in undone)
+            )
+            return Failure(
+                f"Failed to write {shown(ctx, f.path)}: {failure.message} {note}",
+                code="write_failed",
+                details={"unrestored": [shown(ctx, p) for p in undone]},
+            )
+        done.append(f)
+    return None
+
+
+async def _restore(fs: Any, done: list[_File]) -> list[str]:
+    """Put back the originals of ``done`` (newest first); the paths that could not be."""
+    failed: list[str] = []
+    for f in reversed(done):
+        try:
+            if f.original is None:
+                await fs.remove(f.path)
+            else:
+                await fs.write_bytes(f.path, f.original)
+        except OSError:
+            failed.append(f.path)
+    return failed

@@ -1,0 +1,560 @@
+"""``glob`` and ``grep`` (SPEC §16): ripgrep on the local disk, the same search over the seam
+anywhere else; results a read rule or the sensitive list covers are withheld either way.
+
+Both routes list the same files: hidden ones included, ``.git`` skipped, ``.gitignore`` files
+respected (``--no-require-git``: a workspace need not be a repository), symlinks never
+followed. The fallback reads ``.gitignore`` files through the seam and matches them with
+``pathspec``'s git rules, and runs ripgrep's regex dialect on RE2 (``google-re2``): the same
+family of syntax, and linear time, so a model's pattern cannot hang the server on either route.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pathspec
+import re2
+
+from fastgate.builtin._common import absolute, root_of, shown
+from fastgate.builtin._fs import FileStat, LocalFileSystem
+from fastgate.builtin._globs import GlobError, compile_glob
+from fastgate.builtin._text import BINARY_PROBE, BinaryFile, UndecodableFile, decode
+from fastgate.context import RunContext
+from fastgate.results import Failure
+
+GLOB_LIMIT = 100
+MAX_OUTPUT_CHARS = 40_000
+MAX_MATCH_LINE = 500  # characters of a matching line shown
+MAX_RG_OUTPUT = 16 * 1024 * 1024  # bytes of ripgrep output read before it is stopped
+MAX_WALK = 200_000  # entries the seam walk visits at most
+MAX_SEARCH_BYTES = 64 * 1024 * 1024  # a file larger than this is not searched on the seam
+_RG_COMMON = (
+    "--no-config",
+    "--no-messages",
+    "--hidden",
+    "--no-require-git",
+    "--glob",
+    "!.git",
+    "--color=never",
+)
+
+
+@dataclass
+class Found:
+    """What a search found in one file."""
+
+    path: str  # absolute
+    mtime_ns: int = 0
+    count: int = 0
+    lines: list[tuple[int, bool, str]] = field(default_factory=list)  # (number, match?, text)
+
+
+class SearchFailed(Exception):
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+# -- glob ------------------------------------------------------------------------------------
+
+
+async def glob(args: Any, ctx: RunContext) -> Any:
+    pattern: str = args["pattern"]
+    try:
+        base = _search_root(ctx, args.get("path"))
+        rel_pattern = _pattern_under(ctx, pattern, base)
+        matcher = compile_glob(rel_pattern)
+    except SearchFailed as exc:
+        return exc.failure
+    except GlobError as exc:
+        return Failure(f"invalid glob pattern {pattern!r}: {exc}", code="invalid_pattern")
+    fs = ctx.fs
+    try:
+        stat = await fs.stat(base)
+        if stat is None or not stat.is_dir:
+            what = "does not exist" if stat is None else "is a file, not a directory"
+            return Failure(f"path {shown(ctx, base)} {what}.", code="bad_path")
+        rg = _ripgrep_of(fs)
+        if rg is not None:
+            candidates = await _rg_files(rg, base)
+            files = await _with_mtimes([c for c in candidates if _matches(matcher, c, base)])
+        else:
+            files = [
+                Found(path, st.mtime_ns)
+                async for path, st in walk(fs, base, root_of(ctx))
+                if _matches(matcher, path, base)
+            ]
+    except SearchFailed as exc:
+        return exc.failure
+    except OSError as exc:
+        return Failure(f"glob could not list {shown(ctx, base)}: {exc}", code="os_error")
+    shown_files, withheld = _withhold(ctx, files)
+    shown_files.sort(key=lambda f: (-f.mtime_ns, f.path))
+    total = len(shown_files)
+    listed = [shown(ctx, f.path) for f in shown_files[:GLOB_LIMIT]]
+    lines = listed or [f"No files match {pattern!r} under {shown(ctx, base)}."]
+    if total > GLOB_LIMIT:
+        lines.append(
+            f"(Showing the {GLOB_LIMIT} newest of {total:,} matching files: narrow the pattern "
+            "or the path to see the others.)"
+        )
+    lines.extend(_withheld_note(withheld))
+    return "\n".join(lines)
+
+
+def _matches(matcher: re.Pattern[str], path: str, base: str) -> bool:
+    return matcher.fullmatch(_relative(path, base)) is not None
+
+
+# -- grep ------------------------------------------------------------------------------------
+
+
+async def grep(args: Any, ctx: RunContext) -> Any:
+    pattern: str = args["pattern"]
+    mode: str = args.get("output_mode", "files_with_matches")
+    ignore_case: bool = args.get("case_insensitive", False)
+    context: int = args.get("context", 0) if mode == "content" else 0
+    head_limit: int = args.get("head_limit", 100)
+    file_glob: str | None = args.get("glob")
+    try:
+        base = _search_root(ctx, args.get("path"))
+        file_filter = compile_glob(file_glob, names_anywhere=True) if file_glob else None
+    except SearchFailed as exc:
+        return exc.failure
+    except GlobError as exc:
+        return Failure(f"invalid glob {file_glob!r}: {exc}", code="invalid_pattern")
+    fs = ctx.fs
+    try:
+        stat = await fs.stat(base)
+        if stat is None:
+            return Failure(f"path {shown(ctx, base)} does not exist.", code="bad_path")
+        rg = _ripgrep_of(fs)
+        if rg is not None:
+            found, truncated = await _rg_grep(
+                rg, base, pattern, mode, ignore_case, context, file_glob
+            )
+            if mode == "files_with_matches":
+                found = await _with_mtimes([f.path for f in found])
+        else:
+            regex = _compile_re2(pattern, ignore_case)
+            found, truncated = await _seam_grep(
+                fs, base, stat, root_of(ctx), regex, mode, context, file_filter
+            )
+    except SearchFailed as exc:
+        return exc.failure
+    except OSError as exc:
+        return Failure(f"grep could not search {shown(ctx, base)}: {exc}", code="os_error")
+    kept, withheld = _withhold(ctx, found)
+    text = _render(ctx, kept, mode, head_limit, pattern)
+    notes = _withheld_note(withheld)
+    if truncated:
+        notes.append("(The search stopped early: it found too much. Narrow the pattern or path.)")
+    return "\n".join([text, *notes])
+
+
+def _render(ctx: RunContext, found: list[Found], mode: str, head_limit: int, pattern: str) -> str:
+    if not found:
+        return f"No matches for {pattern!r}."
+    entries: list[str] = []
+    if mode == "files_with_matches":
+        found.sort(key=lambda f: (-f.mtime_ns, f.path))
+        entries = [shown(ctx, f.path) for f in found]
+        head = f"Found {len(found):,} file{'s' if len(found) != 1 else ''}"
+    elif mode == "count":
+        found.sort(key=lambda f: f.path)
+        entries = [f"{shown(ctx, f.path)}:{f.count}" for f in found]
+        total = sum(f.count for f in found)
+        head = f"Found {total:,} matching line{'s' if total != 1 else ''} in {len(found):,} files"
+    else:
+        found.sort(key=lambda f: f.path)
+        previous: int | None = None
+        for f in found:
+            name = shown(ctx, f.path)
+            if entries:
+                entries.append("--")
+            previous = None
+            for number, is_match, line in f.lines:
+                if previous is not None and number > previous + 1:
+                    entries.append("--")
+                entries.append(
+                    f"{name}{':' if is_match else '-'}{number}{':' if is_match else '-'}"
+                    f"{_clip(line)}"
+                )
+                previous = number
+        head = ""
+    limited = entries if head_limit == 0 else entries[:head_limit]
+    body: list[str] = [head] if head else []
+    size = len(head)
+    shown_count = 0
+    for entry in limited:
+        if size + len(entry) + 1 > MAX_OUTPUT_CHARS:
+            break
+        body.append(entry)
+        size += len(entry) + 1
+        shown_count += 1
+    left = len(entries) - shown_count
+    if left > 0:
+        body.append(
+            f"({left:,} more {'lines' if mode == 'content' else 'entries'} not shown: raise "
+            "head_limit, or narrow the pattern, path or glob.)"
+        )
+    return "\n".join(body)
+
+
+def _clip(line: str) -> str:
+    if len(line) <= MAX_MATCH_LINE:
+        return line
+    return f"{line[:MAX_MATCH_LINE]}… [{len(line) - MAX_MATCH_LINE:,} more characters]"
+
+
+def _compile_re2(pattern: str, ignore_case: bool) -> Any:
+    options = re2.Options()
+    options.case_sensitive = not ignore_case
+    options.never_nl = True  # like ripgrep: a match never spans lines
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        raise SearchFailed(
+            Failure(
+                f"regex parse error: {exc}; grep takes ripgrep's regex syntax.",
+                code="invalid_pattern",
+            )
+        ) from None
+
+
+# -- shared ----------------------------------------------------------------------------------
+
+
+def _search_root(ctx: RunContext, path: str | None) -> str:
+    return absolute(ctx, path) if path else os.path.normpath(root_of(ctx))
+
+
+def _pattern_under(ctx: RunContext, pattern: str, base: str) -> str:
+    """A glob pattern relative to the search root (an absolute one must lie under it)."""
+    if not pattern.startswith("/"):
+        return pattern
+    prefix = base.rstrip("/") + "/"
+    if pattern.startswith(prefix):
+        return pattern[len(prefix) :]
+    raise SearchFailed(
+        Failure(
+            f"the absolute pattern {pattern!r} is not under the search path {shown(ctx, base)}; "
+            "give a pattern relative to it (e.g. '**/*.py').",
+            code="invalid_pattern",
+        )
+    )
+
+
+def _relative(path: str, base: str) -> str:
+    prefix = base.rstrip("/") + "/"
+    return path[len(prefix) :] if path.startswith(prefix) else os.path.basename(path)
+
+
+def _ripgrep_of(fs: Any) -> str | None:
+    return fs.ripgrep if isinstance(fs, LocalFileSystem) else None
+
+
+def _withhold(ctx: RunContext, found: list[Found]) -> tuple[list[Found], int]:
+    kept = [f for f in found if ctx.may_read(f.path)]
+    return kept, len(found) - len(kept)
+
+
+def _withheld_note(withheld: int) -> list[str]:
+    if not withheld:
+        return []
+    files = "file was" if withheld == 1 else "files were"
+    return [
+        f"({withheld:,} {files} withheld: a deny rule or the sensitive-file list covers "
+        "reading them.)"
+    ]
+
+
+async def _with_mtimes(paths: list[str]) -> list[Found]:
+    def stat_all() -> list[Found]:
+        out: list[Found] = []
+        for path in paths:
+            try:
+                out.append(Found(path, os.stat(path, follow_symlinks=False).st_mtime_ns))
+            except OSError:
+                continue  # gone since it was listed
+        return out
+
+    return await asyncio.get_running_loop().run_in_executor(None, stat_all)
+
+
+# -- ripgrep ---------------------------------------------------------------------------------
+
+
+async def _run_rg(rg: str, argv: list[str]) -> tuple[bytes, bool]:
+    """ripgrep's output (at most ``MAX_RG_OUTPUT`` bytes: then it is stopped) and whether it
+    was cut. A cancelled call kills it: no search outlives its call."""
+    process = await asyncio.create_subprocess_exec(
+        rg,
+        *argv,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    chunks: list[bytes] = []
+    size = 0
+    truncated = False
+    try:
+        errors_task = asyncio.ensure_future(_drain(process.stderr, 65536))
+        while True:
+            chunk = await process.stdout.read(1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if size >= MAX_RG_OUTPUT:
+                truncated = True
+                process.kill()
+                break
+        errors = await errors_task
+        code = await process.wait()
+    except BaseException:
+        if process.returncode is None:
+            process.kill()
+            await asyncio.shield(process.wait())
+        raise
+    if code == 2 and not truncated and not chunks:
+        message = errors.decode("utf-8", "replace").strip().removeprefix("rg: ")
+        raise SearchFailed(Failure(message or "ripgrep failed", code="invalid_pattern"))
+    return b"".join(chunks), truncated
+
+
+async def _drain(stream: asyncio.StreamReader, keep: int) -> bytes:
+    """Read ``stream`` to its end, keeping its first ``keep`` bytes."""
+    kept = bytearray()
+    while True:
+        chunk = await stream.read(65536)
+        if not chunk:
+            return bytes(kept)
+        if len(kept) < keep:
+            kept += chunk[: keep - len(kept)]
+
+
+async def _rg_files(rg: str, base: str) -> list[str]:
+    out, _ = await _run_rg(rg, [*_RG_COMMON, "--files", "--null", "--", base])
+    return [os.fsdecode(p) for p in out.split(b"\x00") if p]
+
+
+async def _rg_grep(
+    rg: str,
+    base: str,
+    pattern: str,
+    mode: str,
+    ignore_case: bool,
+    context: int,
+    file_glob: str | None,
+) -> tuple[list[Found], bool]:
+    argv = [*_RG_COMMON, "--null", "--with-filename", "--no-heading"]
+    if ignore_case:
+        argv.append("--ignore-case")
+    if file_glob:
+        argv += ["--glob", file_glob]
+    if mode == "files_with_matches":
+        argv.append("--files-with-matches")
+    elif mode == "count":
+        argv.append("--count")
+    else:
+        argv += ["--line-number", "--max-columns=4000", "--max-columns-preview"]
+        if context:
+            argv.append(f"--context={context}")
+    argv += ["--regexp", pattern, "--", base]
+    out, truncated = await _run_rg(rg, argv)
+    if mode == "files_with_matches":
+        return [Found(os.fsdecode(p)) for p in out.split(b"\x00") if p.strip(b"\n")], truncated
+    found: dict[str, Found] = {}
+    for raw in out.split(b"\n"):
+        if not raw or raw == b"--" or b"\x00" not in raw:
+            continue
+        path_bytes, _, rest = raw.partition(b"\x00")
+        path = os.fsdecode(path_bytes)
+        entry = found.get(path)
+        if entry is None:
+            entry = found[path] = Found(path)
+        if mode == "count":
+            entry.count = int(rest or b"0")
+            continue
+        number, is_match, text = _content_line(rest)
+        if number:
+            entry.lines.append((number, is_match, text))
+            entry.count += is_match
+    return list(found.values()), truncated
+
+
+def _content_line(rest: bytes) -> tuple[int, bool, str]:
+    """``12:text`` (a match) or ``12-text`` (context) after ripgrep's NUL."""
+    for i, byte in enumerate(rest[:24]):
+        if byte in b":-":
+            try:
+                number = int(rest[:i])
+            except ValueError:
+                return 0, False, ""
+            return number, byte == ord(":"), rest[i + 1 :].decode("utf-8", "replace")
+    return 0, False, ""
+
+
+# -- over the seam -----------------------------------------------------------------------------
+
+
+async def walk(fs: Any, base: str, workspace: str) -> AsyncIterator[tuple[str, FileStat]]:
+    """Every file under ``base`` a search looks at, through ``fs`` alone: hidden files too,
+    never ``.git``, nothing a ``.gitignore`` excludes, no symlink followed."""
+    ignores = await _parent_ignores(fs, base, workspace)
+    stack: list[tuple[str, list[tuple[str, pathspec.GitIgnoreSpec]]]] = [(base, ignores)]
+    visited = 0
+    while stack:
+        directory, specs = stack.pop()
+        try:
+            names = await fs.list_dir(directory)
+        except OSError:
+            continue
+        if ".gitignore" in names:
+            spec = await _ignore_file(fs, os.path.join(directory, ".gitignore"))
+            if spec is not None:
+                specs = [*specs, (directory, spec)]
+        subdirs: list[str] = []
+        for name in sorted(names):
+            if name == ".git":
+                continue
+            visited += 1
+            if visited > MAX_WALK:
+                raise SearchFailed(
+                    Failure(
+                        f"the search visited {MAX_WALK:,} entries and stopped; give a narrower "
+                        "path.",
+                        code="too_many_files",
+                    )
+                )
+            path = os.path.join(directory, name)
+            try:
+                st = await fs.stat(path)
+            except OSError:
+                continue
+            if st is None or st.is_symlink or _ignored(specs, path, st.is_dir):
+                continue
+            if st.is_dir:
+                subdirs.append(path)
+            else:
+                yield path, st
+        stack.extend((d, specs) for d in reversed(subdirs))
+
+
+async def _parent_ignores(
+    fs: Any, base: str, workspace: str
+) -> list[tuple[str, pathspec.GitIgnoreSpec]]:
+    """The ``.gitignore`` files from the workspace root down to (not including) ``base``."""
+    specs: list[tuple[str, pathspec.GitIgnoreSpec]] = []
+    for directory in _ancestors(base, workspace):
+        spec = await _ignore_file(fs, os.path.join(directory, ".gitignore"))
+        if spec is not None:
+            specs.append((directory, spec))
+    return specs
+
+
+def _ancestors(base: str, workspace: str) -> list[str]:
+    """The directories from the workspace root down to ``base``'s parent (none outside it)."""
+    root = os.path.normpath(workspace)
+    if base == root or not base.startswith(root.rstrip("/") + "/"):
+        return []
+    chain: list[str] = []
+    current = os.path.dirname(base)
+    while current == root or current.startswith(root.rstrip("/") + "/"):
+        chain.append(current)
+        if current == root:
+            break
+        current = os.path.dirname(current)
+    return chain[::-1]
+
+
+async def _ignore_file(fs: Any, path: str) -> pathspec.GitIgnoreSpec | None:
+    try:
+        st = await fs.stat(path)
+        if st is None or st.is_dir or st.size > 1 << 20:
+            return None
+        data = await fs.read_bytes(path)
+    except OSError:
+        return None
+    return pathspec.GitIgnoreSpec.from_lines(data.decode("utf-8", "replace").splitlines())
+
+
+def _ignored(specs: list[tuple[str, pathspec.GitIgnoreSpec]], path: str, is_dir: bool) -> bool:
+    """Git's answer: the deepest ``.gitignore`` with a matching pattern decides."""
+    for directory, spec in reversed(specs):
+        relative = path[len(directory.rstrip("/")) + 1 :]
+        result = spec.check_file(relative + "/" if is_dir else relative)
+        if result.include is not None:
+            return bool(result.include)
+    return False
+
+
+async def _seam_grep(
+    fs: Any,
+    base: str,
+    base_stat: FileStat,
+    workspace: str,
+    regex: Any,
+    mode: str,
+    context: int,
+    file_filter: re.Pattern[str] | None,
+) -> tuple[list[Found], bool]:
+    found: list[Found] = []
+    if base_stat.is_dir:
+        files = walk(fs, base, workspace)
+    else:
+        files = _single(base, base_stat)
+    async for path, st in files:
+        if file_filter is not None and file_filter.fullmatch(_relative(path, base)) is None:
+            continue
+        if st.size > MAX_SEARCH_BYTES:
+            continue
+        try:
+            data = await fs.read_bytes(path)
+        except OSError:
+            continue
+        hit = _search_text(path, st, data, regex, mode, context)
+        if hit is not None:
+            found.append(hit)
+    return found, False
+
+
+async def _single(path: str, st: FileStat) -> AsyncIterator[tuple[str, FileStat]]:
+    yield path, st
+
+
+def _search_text(
+    path: str, st: FileStat, data: bytes, regex: Any, mode: str, context: int
+) -> Found | None:
+    try:
+        text, _ = decode(data)
+    except BinaryFile:
+        return None  # ripgrep skips binary files too
+    except UndecodableFile:
+        if b"\x00" in data[:BINARY_PROBE]:
+            return None
+        text = data.decode("utf-8", "replace")
+    if regex.search(text) is None:
+        return None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    matching = [i for i, line in enumerate(lines) if regex.search(line.rstrip("\r"))]
+    if not matching:
+        return None
+    result = Found(path, st.mtime_ns, len(matching))
+    if mode == "content":
+        wanted: dict[int, bool] = {}
+        for i in matching:
+            for j in range(max(0, i - context), min(len(lines), i + context + 1)):
+                wanted.setdefault(j, False)
+            wanted[i] = True
+        result.lines = [(j + 1, wanted[j], lines[j].rstrip("\r")) for j in sorted(wanted)]
+    return result

@@ -1,0 +1,309 @@
+"""apply_patch: the format and its texts, all files or none, and declared paths checked before
+anything runs (SPEC §5, §16)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fastgate import (
+    ApprovalResponse,
+    ErrorCode,
+    PermissionConfig,
+    PermissionMode,
+)
+from fastgate.builtin._patch import PatchError, parse_patch
+from tests.builtin_kit import MemoryFileSystem, builtin_executor, call, failure_code, real, text
+
+
+def patch(*body: str) -> str:
+    return "\n".join(("*** Begin Patch", *body, "*** End Patch"))
+
+
+async def test_add_update_delete_move_and_the_success_text(tmp_path: Path) -> None:
+    (tmp_path / "mod.py").write_text("a = 1\nb = 2\nc = 3\n")
+    (tmp_path / "gone.txt").write_text("bye\n")
+    (tmp_path / "old.txt").write_text("keep\nme\n")
+    ex = builtin_executor(tmp_path)
+    result = await call(
+        ex,
+        "apply_patch",
+        {
+            "patch": patch(
+                "*** Add File: new/hello.txt",
+                "+hello",
+                "+world",
+                "*** Update File: mod.py",
+                "@@",
+                " a = 1",
+                "-b = 2",
+                "+b = 20",
+                " c = 3",
+                "*** Delete File: gone.txt",
+                "*** Update File: old.txt",
+                "*** Move to: moved/new.txt",
+                "@@",
+                "-me",
+                "+you",
+            )
+        },
+    )
+    assert result.ok, result.content
+    assert text(result) == (
+        "Success. Updated the following files:\nA new/hello.txt\nM mod.py\nD gone.txt\n"
+        "M moved/new.txt"
+    )
+    assert (tmp_path / "new/hello.txt").read_text() == "hello\nworld\n"
+    assert (tmp_path / "mod.py").read_text() == "a = 1\nb = 20\nc = 3\n"
+    assert not (tmp_path / "gone.txt").exists() and not (tmp_path / "old.txt").exists()
+    assert (tmp_path / "moved/new.txt").read_text() == "keep\nyou\n"
+
+
+async def test_a_failing_second_hunk_leaves_the_first_file_untouched(tmp_path: Path) -> None:
+    (tmp_path / "one.txt").write_text("x\n")
+    (tmp_path / "two.txt").write_text("y\n")
+    ex = builtin_executor(tmp_path)
+    result = await call(
+        ex,
+        "apply_patch",
+        {
+            "patch": patch(
+                "*** Update File: one.txt",
+                "-x",
+                "+X",
+                "*** Update File: two.txt",
+                "-not there",
+                "+Y",
+            )
+        },
+    )
+    assert failure_code(result) == "hunk_not_found"
+    assert text(result) == "Failed to find expected lines in two.txt:\nnot there"
+    assert (tmp_path / "one.txt").read_text() == "x\n"
+
+
+async def test_a_failed_write_puts_back_what_was_replaced(tmp_path: Path) -> None:
+    root = str(tmp_path)
+    fs = MemoryFileSystem(
+        {f"{root}/a.txt": b"a\n", f"{root}/b.txt": b"b\n", f"{root}/c.txt": b"c\n"}
+    )
+    fs.fail_writes.add(f"{root}/c.txt")
+    ex = builtin_executor(tmp_path, fs=fs)
+    result = await call(
+        ex,
+        "apply_patch",
+        {
+            "patch": patch(
+                "*** Update File: a.txt",
+                "-a",
+                "+A",
+                "*** Delete File: b.txt",
+                "*** Add File: d.txt",
+                "+d",
+                "*** Update File: c.txt",
+                "-c",
+                "+C",
+            )
+        },
+    )
+    assert failure_code(result) == "write_failed" and "restored" in text(result)
+    assert fs.files == {f"{root}/a.txt": b"a\n", f"{root}/b.txt": b"b\n", f"{root}/c.txt": b"c\n"}
+    assert not os.listdir(tmp_path)  # the disk was never touched
+
+
+@pytest.mark.parametrize(
+    ("patch_text", "message"),
+    [
+        ("bad", "invalid patch: The first line of the patch must be '*** Begin Patch'"),
+        (
+            "*** Begin Patch\nbad",
+            "invalid patch: The last line of the patch must be '*** End Patch'",
+        ),
+        (
+            patch("*** Frobnicate File: x"),
+            "invalid hunk at line 2, '*** Frobnicate File: x' is not a valid hunk header. Valid "
+            "hunk headers: '*** Add File: {path}', '*** Delete File: {path}', "
+            "'*** Update File: {path}'",
+        ),
+        (
+            patch("*** Update File: a.txt"),
+            "invalid hunk at line 2, Update file hunk for path 'a.txt' is empty",
+        ),
+        (patch(), "No files were modified."),
+        (
+            patch("*** Update File: a.txt", "@@", "?what"),
+            "invalid hunk at line 4, Unexpected line found in update hunk: '?what'. Every line "
+            "should start with ' ' (context line), '+' (added line), or '-' (removed line)",
+        ),
+    ],
+)
+async def test_malformed_and_empty_patches(tmp_path: Path, patch_text: str, message: str) -> None:
+    (tmp_path / "a.txt").write_text("a\n")
+    result = await call(builtin_executor(tmp_path), "apply_patch", {"patch": patch_text})
+    assert result.error is not None and result.error.code == ErrorCode.INVALID_ARGS
+    assert result.error.message == message
+    assert (tmp_path / "a.txt").read_text() == "a\n" and os.listdir(tmp_path) == ["a.txt"]
+
+
+def test_parse_is_lenient_where_the_format_is() -> None:
+    hunks = parse_patch("<<'EOF'\n  *** Begin Patch \n*** Add File: f\n+x\n *** End Patch\nEOF\n")
+    assert [(h.kind, h.path, h.contents) for h in hunks] == [("add", "f", "x\n")]
+    with pytest.raises(PatchError):
+        parse_patch(patch("*** Update File: a", "@@", "-x", "junk after"))  # next hunk header
+
+
+async def test_hunks_that_match_twice_or_not_at_all(tmp_path: Path) -> None:
+    (tmp_path / "r.py").write_text("def f():\n    pass\n\ndef g():\n    pass\n")
+    ex = builtin_executor(tmp_path)
+    twice = await call(
+        ex, "apply_patch", {"patch": patch("*** Update File: r.py", "@@", "-    pass", "+    ...")}
+    )
+    assert failure_code(twice) == "ambiguous_hunk" and "lines 2, 5" in text(twice)
+    anchored = await call(
+        ex,
+        "apply_patch",
+        {"patch": patch("*** Update File: r.py", "@@ def g():", "-    pass", "+    return 7")},
+    )
+    assert anchored.ok, anchored.content
+    assert (tmp_path / "r.py").read_text() == "def f():\n    pass\n\ndef g():\n    return 7\n"
+    no_context = await call(
+        ex,
+        "apply_patch",
+        {"patch": patch("*** Update File: r.py", "@@ def nope():", "-x", "+y")},
+    )
+    assert text(no_context) == "Failed to find context 'def nope():' in r.py"
+    missing = await call(ex, "apply_patch", {"patch": patch("*** Delete File: absent.txt")})
+    assert failure_code(missing) == "not_found"
+    exists = await call(ex, "apply_patch", {"patch": patch("*** Add File: r.py", "+x")})
+    assert failure_code(exists) == "file_exists"
+
+
+async def test_patches_keep_line_endings_bom_and_final_newline(tmp_path: Path) -> None:
+    (tmp_path / "w.txt").write_bytes(b"\xef\xbb\xbfone\r\ntwo\r\nthree")
+    (tmp_path / "fuzzy.txt").write_text("say \u201chi\u201d  \n")
+    ex = builtin_executor(tmp_path)
+    result = await call(
+        ex,
+        "apply_patch",
+        {
+            "patch": patch(
+                "*** Update File: w.txt",
+                "@@",
+                " one",
+                "-two",
+                "+2",
+                "+2b",
+                "*** Update File: fuzzy.txt",
+                '-say "hi"',
+                "+said hi",
+            )
+        },
+    )
+    assert result.ok, result.content
+    assert (tmp_path / "w.txt").read_bytes() == b"\xef\xbb\xbfone\r\n2\r\n2b\r\nthree"
+    assert (tmp_path / "fuzzy.txt").read_text() == "said hi\n"
+    end = await call(
+        ex, "apply_patch", {"patch": patch("*** Update File: w.txt", "-three", "+3", "+4")}
+    )
+    assert end.ok and (tmp_path / "w.txt").read_bytes().endswith(b"2b\r\n3\r\n4")
+
+
+async def test_declared_paths_meet_every_check_before_approval(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/a.py").write_text("a\n")
+    asked: list[Any] = []
+
+    async def approver(request: Any) -> ApprovalResponse:
+        asked.append(request)
+        return ApprovalResponse(approved=False, feedback="no")
+
+    ex = builtin_executor(
+        tmp_path,
+        mode=PermissionMode.YOLO,
+        permissions=PermissionConfig(deny=("Edit(./src/secret.py)",)),
+    )
+    sensitive = await call(
+        ex,
+        "apply_patch",
+        {"patch": patch("*** Add File: notes.txt", "+x", "*** Add File: .env", "+K=1")},
+        approver=approver,
+    )
+    assert sensitive.error is not None and sensitive.error.code == ErrorCode.USER_REJECTED
+    assert len(asked) == 1 and "sensitive" in asked[0].reason  # asked even in YOLO
+    escape = await call(
+        ex,
+        "apply_patch",
+        {"patch": patch("*** Add File: ok.txt", "+x", "*** Add File: ../../evil.txt", "+x")},
+    )
+    assert escape.error is not None and escape.error.code == ErrorCode.WORKTREE_VIOLATION
+    denied = await call(
+        ex,
+        "apply_patch",
+        {
+            "patch": patch(
+                "*** Update File: src/a.py", "-a", "+b", "*** Add File: src/secret.py", "+s"
+            )
+        },
+    )
+    assert denied.error is not None and denied.error.code == ErrorCode.PERMISSION_DENIED
+    assert "Edit(./src/secret.py)" in denied.error.message
+    assert sorted(os.listdir(tmp_path)) == ["src"] and os.listdir(tmp_path / "src") == ["a.py"]
+    assert (tmp_path / "src/a.py").read_text() == "a\n"
+
+
+async def test_edit_rules_govern_patches_with_move_targets(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src/a.py").write_text("a\n")
+    ex = builtin_executor(
+        tmp_path,
+        mode=PermissionMode.DEFAULT,
+        permissions=PermissionConfig(allow=("Edit(./src/**)",)),
+    )
+    inside = await call(
+        ex,
+        "apply_patch",
+        {"patch": patch("*** Update File: src/a.py", "*** Move to: src/b.py", "-a", "+b")},
+    )
+    assert inside.ok, inside.content
+    outside = await call(
+        ex,
+        "apply_patch",
+        {"patch": patch("*** Update File: src/b.py", "*** Move to: docs/b.py", "-b", "+c")},
+    )
+    # The move target is outside the allow rule: DEFAULT mode asks, and no approver is there.
+    assert outside.error is not None and outside.error.code == ErrorCode.PERMISSION_DENIED
+    assert outside.error.details.get("reason") == "no_approver"
+
+
+async def test_a_patch_holds_the_sorted_locks_of_all_its_paths(tmp_path: Path) -> None:
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (tmp_path / name).write_text("x\n")
+    ex = builtin_executor(tmp_path)
+    keys = {n: real(tmp_path / n) for n in ("a.txt", "b.txt", "c.txt")}
+    body = patch(
+        *("*** Update File: c.txt", "-x", "+c"),
+        *("*** Update File: a.txt", "-x", "+a"),
+        *("*** Update File: b.txt", "-x", "+b"),
+    )
+    # An outsider holds b.txt: the patch (written c, a, b) waits there, having taken a (first
+    # in sorted order) and not c (after b): sorted order, so two patches never deadlock.
+    async with ex.locks.acquire(keys["b.txt"], owner="outsider"):
+        task = asyncio.ensure_future(call(ex, "apply_patch", {"patch": body}))
+        for _ in range(100):
+            await asyncio.sleep(0)
+            if ex.locks.locked(keys["a.txt"]):
+                break
+        assert ex.locks.locked(keys["a.txt"]) and not ex.locks.locked(keys["c.txt"])
+        assert not task.done() and (tmp_path / "a.txt").read_text() == "x\n"
+    result = await task
+    assert result.ok, result.content
+    assert [(tmp_path / n).read_text() for n in ("a.txt", "b.txt", "c.txt")] == [
+        "a\n",
+        "b\n",
+        "c\n",
+    ]
+    assert len(ex.locks) == 0

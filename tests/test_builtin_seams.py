@@ -1,0 +1,137 @@
+"""The seams: a server's own FileSystem through ExecutionContext(fs=...) serves every file tool
+without the disk; LocalFileSystem re-checks at use, so a directory swapped for a symlink after
+stage 5 cannot carry a read or a write outside (SPEC §16)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from fastgate import ExecutionContext, Hooks, PreToolUseEvent, RunContext
+from fastgate.builtin import FileSystem, LocalFileSystem
+from tests.builtin_kit import MemoryFileSystem, builtin_executor, call, failure_code, text
+
+
+async def test_every_file_tool_runs_on_a_servers_own_file_system(tmp_path: Path) -> None:
+    root = str(tmp_path / "ws")  # never created: nothing may touch the disk
+    fs = MemoryFileSystem({f"{root}/a.txt": b"alpha\nbeta\n", f"{root}/src/m.py": b"x = 1\n"})
+    assert isinstance(fs, FileSystem)
+    ex = builtin_executor(tmp_path / "ws")
+    ctx = ExecutionContext(session_id="mem", fs=fs)  # per call here, not from the defaults
+    steps: list[tuple[str, dict[str, Any]]] = [
+        ("read", {"file_path": "a.txt"}),
+        ("edit", {"file_path": "a.txt", "old_string": "beta", "new_string": "BETA"}),
+        ("write", {"file_path": "new/n.txt", "content": "new file\n"}),
+        (
+            "apply_patch",
+            {
+                "patch": "*** Begin Patch\n*** Update File: src/m.py\n-x = 1\n+x = 2\n"
+                "*** Add File: src/k.py\n+k = 3\n*** End Patch"
+            },
+        ),
+        ("glob", {"pattern": "**/*.py"}),
+        ("grep", {"pattern": "BETA|k = ", "output_mode": "content"}),
+    ]
+    outputs = []
+    for name, args in steps:
+        result = await ex.execute(name, args, ctx)
+        assert result.ok, (name, result.content)
+        outputs.append(text(result))
+    assert fs.files == {
+        f"{root}/a.txt": b"alpha\nBETA\n",
+        f"{root}/src/m.py": b"x = 2\n",
+        f"{root}/src/k.py": b"k = 3\n",
+        f"{root}/new/n.txt": b"new file\n",
+    }
+    assert outputs[4].split("\n") == ["src/k.py", "src/m.py"]
+    assert outputs[5].split("\n") == ["a.txt:2:BETA", "--", "src/k.py:1:k = 3"]
+    assert not (tmp_path / "ws").exists()
+
+
+async def test_context_defaults_carry_the_file_system(tmp_path: Path) -> None:
+    fs = MemoryFileSystem({f"{tmp_path}/d.txt": b"from defaults\n"})
+    ex = builtin_executor(tmp_path, fs=fs)
+    result = await call(ex, "read", {"file_path": "d.txt"})
+    assert result.ok and "from defaults" in text(result)
+    assert ("read_bytes", f"{tmp_path}/d.txt") in fs.calls
+
+
+def test_unset_means_the_local_file_system_of_the_workspace(tmp_path: Path) -> None:
+    ctx = RunContext(context=ExecutionContext(workspace_root=str(tmp_path)))
+    assert isinstance(ctx.fs, LocalFileSystem) and ctx.fs.roots == (os.path.realpath(tmp_path),)
+
+
+def _swap_hook(directory: Path, outside: Path) -> Hooks:
+    """A PreToolUse hook (it runs after stages 5 and 6) that swaps ``directory`` for a symlink
+    to ``outside``: the race a checker without a re-check at use loses."""
+
+    def swap(event: PreToolUseEvent) -> None:
+        shutil.rmtree(directory)
+        os.symlink(outside, directory)
+
+    hooks = Hooks()
+    hooks.add_pre_tool_use(swap)
+    return hooks
+
+
+async def test_a_directory_swapped_after_the_check_cannot_carry_a_write_out(
+    tmp_path: Path,
+) -> None:
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    (ws / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "victim.txt").write_text("precious\n")
+    cases: list[tuple[str, dict[str, Any]]] = [
+        ("write", {"file_path": "sub/new.txt", "content": "escaped"}),
+        ("write", {"file_path": "sub/deeper/new.txt", "content": "escaped"}),
+        ("read", {"file_path": "sub/victim.txt"}),
+        (
+            "apply_patch",
+            {"patch": "*** Begin Patch\n*** Delete File: sub/victim.txt\n*** End Patch"},
+        ),
+        ("apply_patch", {"patch": "*** Begin Patch\n*** Add File: sub/p.txt\n+x\n*** End Patch"}),
+    ]
+    for name, args in cases:
+        if (ws / "sub").is_symlink():
+            os.unlink(ws / "sub")
+            (ws / "sub").mkdir()
+        (ws / "sub" / "victim.txt").write_text("inside\n")
+        ex = builtin_executor(ws, hooks=_swap_hook(ws / "sub", outside))
+        result = await call(ex, name, args)
+        assert not result.ok, (name, result.content)
+        assert failure_code(result) == "outside_workspace", (name, result.content)
+        assert sorted(os.listdir(outside)) == ["victim.txt"], name
+        assert (outside / "victim.txt").read_text() == "precious\n"
+
+
+async def test_local_file_system_refuses_what_leads_outside(tmp_path: Path) -> None:
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    ws.mkdir()
+    outside.mkdir()
+    (outside / "s.txt").write_text("secret")
+    os.symlink(outside / "s.txt", ws / "link.txt")
+    os.symlink(ws / "real.txt", ws / "inner.txt")
+    fs = LocalFileSystem(str(ws))
+    for operation in (fs.read_bytes, fs.list_dir):
+        try:
+            await operation(str(ws / "link.txt"))
+        except PermissionError:
+            pass
+        else:
+            raise AssertionError(f"{operation.__name__} followed a link out of the workspace")
+    stat = await fs.stat(str(ws / "link.txt"))
+    assert stat is not None and stat.is_symlink and stat.size == 0  # the target is not shown
+    # A link inside the workspace is written through, to its target, atomically.
+    await fs.write_bytes(str(ws / "inner.txt"), b"via link")
+    assert (ws / "real.txt").read_bytes() == b"via link" and (ws / "inner.txt").is_symlink()
+    await fs.remove(str(ws / "inner.txt"))  # removes the link, not its target
+    assert not (ws / "inner.txt").exists() and (ws / "real.txt").exists()
+    os.mkfifo(ws / "fifo")
+    try:
+        await fs.read_bytes(str(ws / "fifo"))
+    except OSError as exc:
+        assert "not a regular file" in str(exc)
+    else:
+        raise AssertionError("a FIFO was read")
