@@ -82,7 +82,7 @@ def test_project_approval_of_paths_uses_canonical_paths(tmp_path: Path) -> None:
     (tmp_path / "star*").mkdir()
     ctx = context(tmp_path)
     written = new_resolver().record_project_approval(WRITE, {"file_path": "d/../star*/f"}, ctx)
-    assert written == f"Write({os.path.realpath(tmp_path)}/star\\*/f)"
+    assert written == f"Write(/{os.path.realpath(tmp_path)}/star\\*/f)"
     resolver = new_resolver()
     assert resolver.decide(WRITE, {"file_path": "star*/f"}, ctx).decision is Decision.ALLOW
     assert resolver.decide(WRITE, {"file_path": "star*/g"}, ctx).decision is Decision.ASK

@@ -190,7 +190,7 @@ def test_glob_patterns(tmp_path: Path, pattern: str, path: str, matches: bool) -
 def test_absolute_and_home_patterns(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
-    allow = [f"Write({outside}/**)"]
+    allow = [f"Write(/{outside}/**)"]  # ``//`` + the path: absolute
     result = resolve(WRITE, {"file_path": str(outside / "f")}, tmp_path / "ws", allow=allow)
     assert result.decision is Decision.ALLOW
     home = os.path.expanduser("~")

@@ -50,12 +50,13 @@ class PermissionMode(StrEnum):
 
     @classmethod
     def parse(cls, value: object, *, field: str = "mode") -> PermissionMode:
-        """A member, its value or its name in any case (``acceptEdits`` too)."""
+        """A member, its value or its name in any case (Claude Code's ``acceptEdits`` and
+        ``bypassPermissions`` too)."""
         if isinstance(value, cls):
             return value
         if isinstance(value, str):
             key = value.replace("-", "_").lower()
-            key = {"acceptedits": "accept_edits"}.get(key, key)
+            key = {"acceptedits": "accept_edits", "bypasspermissions": "yolo"}.get(key, key)
             try:
                 return cls(key)
             except ValueError:

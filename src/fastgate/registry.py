@@ -173,6 +173,12 @@ class ToolRegistry:
             seen.update(layers[name])
         return seen
 
+    def definitions(self) -> list[ToolDefinition]:
+        """Every registered definition, of every layer (global first, then scopes by name)."""
+        layers = self._layers
+        order = [None, *sorted(name for name in layers if name is not None)]
+        return [defn for layer in order for defn in layers[layer].values()]
+
     def schemas(self, scope: str | None = None) -> list[dict[str, Any]]:
         """What the model sees: ``{name, description, parameters}`` per tool, by name; nothing
         else (timeout, parallelism, kind and the rest are host metadata)."""

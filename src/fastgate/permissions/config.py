@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING
 
+from fastgate.decision import PermissionMode
 from fastgate.permissions.globs import PathPattern
 from fastgate.permissions.rules import (
     DEFAULT_SENSITIVE,
@@ -14,6 +17,11 @@ from fastgate.permissions.rules import (
     parse_patterns,
     parse_rules,
 )
+
+if TYPE_CHECKING:
+    from fastgate.registry import ToolRegistry
+
+_NO_SOURCES: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -28,16 +36,24 @@ class PermissionConfig:
     settings directory match paths ignoring case (allow rules never do). ``None``, the default,
     means where the workspace's file system ignores case (macOS and Windows, or a probed
     case-insensitive volume); ``True`` forces it everywhere.
+
+    ``default_mode``: the mode the settings ask for (``defaultMode``), or ``None``; the host
+    decides whether to use it. Rules may be given as text or as parsed ``Rule`` objects (what
+    ``load`` does, so a ``/x`` pattern keeps the project of the file it came from).
     """
 
-    allow: Iterable[str] = ()
-    ask: Iterable[str] = ()
-    deny: Iterable[str] = ()
+    allow: Iterable[str | Rule] = ()
+    ask: Iterable[str | Rule] = ()
+    deny: Iterable[str | Rule] = ()
     sensitive: Iterable[str] = DEFAULT_SENSITIVE
     additional_dirs: Iterable[str] = ()
     case_insensitive: bool | None = None
+    default_mode: PermissionMode | None = None
     rules: RuleSet = field(init=False, repr=False, compare=False)
     sensitive_patterns: tuple[PathPattern, ...] = field(init=False, repr=False, compare=False)
+    # Set by ``load``: each rule's settings file, and what the files said that has no effect.
+    _sources: Mapping[str, str] = field(init=False, repr=False, compare=False)
+    _notes: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         allow = parse_rules(self.allow, "allow")
@@ -48,7 +64,11 @@ class PermissionConfig:
         fold = self.case_insensitive
         if fold is not None and type(fold) is not bool:
             raise ValueError(f"case_insensitive: expected True, False or None, got {fold!r}")
+        mode = None if self.default_mode is None else PermissionMode.parse(self.default_mode)
         set_ = object.__setattr__
+        set_(self, "default_mode", mode)
+        set_(self, "_sources", _NO_SOURCES)
+        set_(self, "_notes", ())
         set_(self, "allow", tuple(r.text for r in allow))
         set_(self, "ask", tuple(r.text for r in ask))
         set_(self, "deny", tuple(r.text for r in deny))
@@ -56,6 +76,62 @@ class PermissionConfig:
         set_(self, "additional_dirs", dirs)
         set_(self, "rules", RuleSet.of(deny, ask, allow))
         set_(self, "sensitive_patterns", sensitive)
+
+    @classmethod
+    def load(
+        cls,
+        *paths: str | os.PathLike[str],
+        sensitive: Iterable[str] = DEFAULT_SENSITIVE,
+        case_insensitive: bool | None = None,
+    ) -> PermissionConfig:
+        """The rules of Claude Code-shaped settings files, merged in order (SPEC §5): rules add
+        up, ``additionalDirectories`` add up (relative ones are relative to each file's
+        project), a later ``defaultMode`` wins. ``ValueError`` naming the file for a JSON error,
+        an unknown key inside ``permissions`` or a malformed rule; nothing is half-applied."""
+        from fastgate.permissions.settings_files import read_settings_file
+
+        allow: list[Rule] = []
+        ask: list[Rule] = []
+        deny: list[Rule] = []
+        dirs: list[str] = []
+        sources: dict[str, str] = {}
+        notes: list[str] = []
+        mode: PermissionMode | None = None
+        for path in paths:
+            loaded = read_settings_file(path)
+            for into, rules in ((allow, loaded.allow), (ask, loaded.ask), (deny, loaded.deny)):
+                into.extend(rules)
+                for rule in rules:
+                    sources.setdefault(rule.text, loaded.path)
+            dirs.extend(d for d in loaded.additional_dirs if d not in dirs)
+            notes.extend(loaded.notes)
+            mode = loaded.default_mode if loaded.default_mode is not None else mode
+        config = cls(
+            allow=allow,
+            ask=ask,
+            deny=deny,
+            sensitive=sensitive,
+            additional_dirs=dirs,
+            case_insensitive=case_insensitive,
+            default_mode=mode,
+        )
+        object.__setattr__(config, "_sources", MappingProxyType(sources))
+        object.__setattr__(config, "_notes", tuple(notes))
+        return config
+
+    def source_of(self, rule: str) -> str | None:
+        """The settings file ``rule`` (its text) was first loaded from; ``None`` for a rule
+        given in code (or not in this configuration)."""
+        return self._sources.get(rule)
+
+    def warnings(self, registry: ToolRegistry | None = None) -> list[str]:
+        """Rules that can never match, each named with its file, as Claude Code warns at start:
+        with a ``registry``, names no tool answers to and specifiers the tools cannot take;
+        always, empty patterns and ``/x`` patterns whose absolute reading exists on disk; and
+        settings the files hold that fastgate does not act on."""
+        from fastgate.permissions.dead_rules import dead_rule_warnings
+
+        return [*dead_rule_warnings(self.all_rules, self.source_of, registry), *self._notes]
 
     @property
     def all_rules(self) -> tuple[Rule, ...]:

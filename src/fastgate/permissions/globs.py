@@ -5,8 +5,10 @@
   ``\\x`` a literal ``x``.
 - A pattern with no ``/`` (other than a trailing one) matches a basename at any depth; one that
   starts with ``**/`` matches at any depth of the absolute path.
-- ``./x`` and other patterns containing ``/`` are relative to the workspace root, ``/x`` is
-  absolute, ``~/x`` is under the home directory.
+- Claude Code's anchors: ``//x`` is the absolute ``/x``; ``~/x`` is under the home directory;
+  ``/x`` is relative to the project (the workspace root, unless a ``project`` directory is
+  given: the one a settings file stands for); ``./x`` and other patterns containing ``/`` are
+  relative to the workspace root.
 - A pattern that matches a directory also matches everything below it (a trailing ``/`` says
   the pattern names a directory; it matches the same paths).
 
@@ -41,8 +43,9 @@ class PathPattern:
         return re.escape(base) + ("/" + tail if self.body else tail)
 
 
-def compile_path_pattern(text: str) -> PathPattern:
-    """Parse one pattern; ``ValueError`` for an empty or malformed one."""
+def compile_path_pattern(text: str, project: str | None = None) -> PathPattern:
+    """Parse one pattern; ``ValueError`` for an empty or malformed one. ``project``: the
+    absolute directory ``/x`` is relative to (``None``: the workspace root)."""
     if not text or text.strip() != text:
         raise ValueError("empty path pattern or surrounding whitespace")
     if "\x00" in text:
@@ -52,8 +55,14 @@ def compile_path_pattern(text: str) -> PathPattern:
     prefix = ""
     if pattern.startswith("~/") or pattern == "~":
         anchor, prefix, pattern = "absolute", os.path.expanduser("~"), pattern[2:]
-    elif pattern.startswith("/"):
+    elif pattern.startswith("//"):
         anchor, prefix, pattern = "absolute", "/", pattern.lstrip("/")
+    elif pattern.startswith("/"):
+        pattern = pattern.lstrip("/")
+        if project is None:
+            anchor = "root"
+        else:
+            anchor, prefix = "absolute", project
     elif pattern.startswith("./") or pattern == ".":
         anchor, pattern = "root", pattern[2:]
     elif pattern.startswith("**/"):

@@ -5,6 +5,11 @@ compared by basename, and a word whose value is unknown (``$x``, a glob) matches
 there on. ALLOW rules *must* match: every sub-command needs an allow rule that matches one of its
 allow forms word for word, and nothing else about it (redirections, assignments to ``PATH``…)
 may be unaccounted for.
+
+Wildcard rules (``git * main``) match a simple command's words joined by ``WORD_SEPARATOR``
+against their regex: an allow form must match it whole, as written. A deny or ask rule may match
+through that regex (the program by basename too) or word by word, options skipped, a ``*`` word
+standing for any run of words and a word known only at run time for anything.
 """
 
 from __future__ import annotations
@@ -16,7 +21,14 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from fastgate.permissions.commands import CommandAnalysis, CommandFacts, program_name
-from fastgate.permissions.rules import Rule, parse_rule
+from fastgate.permissions.rules import (
+    WORD_SEPARATOR,
+    Rule,
+    has_star,
+    is_star,
+    parse_rule,
+    word_regex,
+)
 from fastgate.permissions.shell import Word
 
 if TYPE_CHECKING:
@@ -33,8 +45,12 @@ def command_matches(rule: Rule, analysis: CommandAnalysis) -> bool:
     tokens = rule.tokens
     if tokens is None:
         return False
+    wildcard = rule.wildcard
     return any(
-        _may_match(tokens, rule.prefix, form) for facts in analysis.commands for form in facts.forms
+        _may_match(tokens, rule.prefix, form)
+        or (wildcard is not None and _wildcard_may_match(wildcard, form))
+        for facts in analysis.commands
+        for form in facts.forms
     )
 
 
@@ -47,11 +63,45 @@ def _may_match(tokens: tuple[Word, ...], prefix: bool, form: tuple[Word, ...]) -
     program = form[0]
     if program.dynamic:
         return True  # could expand to the rule's program
-    if program.value != tokens[0].value and program_name(program) != program_name(tokens[0]):
+    first = tokens[0]
+    if has_star(first):
+        named = Word(program_name(program), program.raw)
+        if not (is_star(first) or _token_matches(first, program) or _token_matches(first, named)):
+            return False
+    elif program.value != first.value and program_name(program) != program_name(first):
         return False
     if len(form) > _MAX_SKIP_SEARCH:
         return True  # too long to search: assume the worst
+    if is_star(first):  # any program, then the rest of the rule anywhere after it
+        return any(_rest_may_match(tokens, 1, form, j, prefix, {}) for j in range(len(form) + 1))
     return _rest_may_match(tokens, 1, form, 1, prefix, {})
+
+
+def _wildcard_may_match(wildcard: re.Pattern[str], form: tuple[Word, ...]) -> bool:
+    """The wildcard's regex over the command's words (its program as written or by basename);
+    a form holding a word known only at run time is left to the word-by-word match."""
+    if not form or any(w.dynamic for w in form):
+        return False
+    rest = [w.value for w in form[1:]]
+    for program in {form[0].value, program_name(form[0])}:
+        if wildcard.fullmatch(WORD_SEPARATOR.join([program, *rest])):
+            return True
+    return False
+
+
+def _token_matches(token: Word, word: Word) -> bool:
+    """One rule word against one command word: equal, or matched by its ``*`` pattern."""
+    if not has_star(token):
+        return word.value == token.value
+    pattern = _word_patterns.get(token.raw)
+    if pattern is None:
+        if len(_word_patterns) >= 256:
+            _word_patterns.clear()
+        pattern = _word_patterns[token.raw] = re.compile(word_regex(token), re.DOTALL)
+    return pattern.fullmatch(word.value) is not None
+
+
+_word_patterns: dict[str, re.Pattern[str]] = {}
 
 
 def _rest_may_match(
@@ -68,13 +118,21 @@ def _rest_may_match(
     if known is not None:
         return known
     result = False
-    wanted = tokens[ti].value
+    wanted = tokens[ti]
+    if is_star(wanted):  # any run of words, none included
+        result = any(
+            _rest_may_match(tokens, ti + 1, form, j, prefix, memo) for j in range(fi, len(form) + 1)
+        )
+        memo[(ti, fi)] = result
+        return result
     for j in range(fi, len(form)):
         word = form[j]
         if word.dynamic:
             result = True  # could expand to the rest of the rule
             break
-        if word.value == wanted and _rest_may_match(tokens, ti + 1, form, j + 1, prefix, memo):
+        if _token_matches(wanted, word) and _rest_may_match(
+            tokens, ti + 1, form, j + 1, prefix, memo
+        ):
             result = True
             break
         if not (_is_option(word) or (j > fi and _takes_argument(form[j - 1]))):
@@ -91,8 +149,11 @@ def _takes_argument(word: Word) -> bool:
     return _is_option(word) and "=" not in word.value
 
 
-def _must_match(tokens: tuple[Word, ...], prefix: bool, form: tuple[Word, ...]) -> bool:
-    if len(form) < len(tokens) or (not prefix and len(form) != len(tokens)):
+def _must_match(rule: Rule, tokens: tuple[Word, ...], form: tuple[Word, ...]) -> bool:
+    wildcard = rule.wildcard
+    if wildcard is not None:
+        return wildcard.fullmatch(WORD_SEPARATOR.join(w.text for w in form)) is not None
+    if len(form) < len(tokens) or (not rule.prefix and len(form) != len(tokens)):
         return False
     return all(form[i].text == token.text for i, token in enumerate(tokens))
 
@@ -104,9 +165,7 @@ def _facts_allowed_by(rules: Sequence[Rule], facts: CommandFacts) -> str | None:
         return ""  # its nested commands are checked on their own
     for rule in rules:
         tokens = rule.tokens
-        if tokens is not None and any(
-            _must_match(tokens, rule.prefix, f) for f in facts.allow_forms
-        ):
+        if tokens is not None and any(_must_match(rule, tokens, f) for f in facts.allow_forms):
             return rule.text
     return None
 
@@ -151,7 +210,8 @@ def project_rules_for(tool_name: str, subject: Subject) -> list[str]:
         if not rules:
             raise ValueError("the command runs nothing a rule could describe")
     elif subject.kind == "paths":
-        rules = [f"{tool_name}({_escape_glob(p.canonical)})" for p in subject.paths]
+        # ``//`` + the canonical path: absolute (a single ``/`` is relative to the project)
+        rules = [f"{tool_name}(/{_escape_glob(p.canonical)})" for p in subject.paths]
     elif subject.kind == "key":
         rules = [f"{tool_name}({subject.key})"]
     else:

@@ -4,7 +4,9 @@ A rule is ``Tool`` (every call of the tool) or ``Tool(specifier)``. The specifie
 ways, and the tool decides which applies when a call is matched (see ``resolver``):
 
 - as a command rule (tools with a ``command`` argument): ``npm test`` exact, ``npm test:*`` or
-  ``npm test *`` a prefix on word boundaries; it must be one simple command;
+  ``npm test *`` a prefix on word boundaries; with a ``*`` anywhere else (``git * main``) a
+  wildcard, ``*`` standing for any run of characters within one simple command (a ``*`` word
+  alone may also stand for no word at all); it must be one simple command;
 - as a path pattern (tools with path arguments): see ``globs``;
 - as a ``permission_key`` pattern (other tools): exact, or ``prefix:*``.
 """
@@ -48,11 +50,17 @@ DEFAULT_SENSITIVE: tuple[str, ...] = (
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _RULE = re.compile(r"(?s)([^()]*)(?:\((.*)\))?")  # greedy: the specifier ends at the last ")"
+# Words of a command are joined with a character no word can hold (NUL is refused), so a wildcard
+# pattern's literal text never matches across a word boundary it did not write.
+WORD_SEPARATOR = "\x00"
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """One parsed rule. ``tokens`` is None when the specifier is not a command."""
+    """One parsed rule. ``tokens`` is None when the specifier is not a command. ``wildcard`` is
+    set for a command specifier with a ``*`` other than a trailing ``:*``/`` *``: a full-match
+    regex over a simple command's words joined by ``WORD_SEPARATOR``. ``project``: the directory
+    a ``/x`` path pattern is relative to (``None``: the workspace root)."""
 
     text: str
     kind: RuleKind
@@ -61,19 +69,26 @@ class Rule:
     prefix: bool = False  # ``:*`` / `` *`` suffix
     tokens: tuple[Word, ...] | None = None
     path: PathPattern | None = None
+    wildcard: re.Pattern[str] | None = None
+    project: str | None = None
 
 
-def parse_rule(text: object, kind: RuleKind) -> Rule:
-    """Parse one rule; ``ValueError`` naming the rule and what is wrong with it."""
+def parse_rule(text: object, kind: RuleKind, project: str | None = None) -> Rule:
+    """Parse one rule; ``ValueError`` naming the rule and what is wrong with it. A ``Rule``
+    already parsed for ``kind`` is returned as it is."""
+    if isinstance(text, Rule):
+        if text.kind != kind:
+            raise ValueError(f"{kind} rule {text.text!r}: parsed as a {text.kind} rule")
+        return text
     if not isinstance(text, str):
         raise ValueError(f"{kind} rule {text!r}: a rule must be a string")
     try:
-        return _parse_rule(text, kind)
+        return _parse_rule(text, kind, project)
     except ValueError as exc:
         raise ValueError(f"{kind} rule {text!r}: {exc}") from None
 
 
-def _parse_rule(text: str, kind: RuleKind) -> Rule:
+def _parse_rule(text: str, kind: RuleKind, project: str | None) -> Rule:
     if text != text.strip():
         raise ValueError("leading or trailing whitespace")
     if not _balanced(text):
@@ -107,8 +122,91 @@ def _parse_rule(text: str, kind: RuleKind) -> Rule:
         raise ValueError("empty prefix before ':*'")
     tokens = _command_tokens(body)
     # For path tools a prefix rule names the path and everything below it.
-    path = _path_pattern(body if prefix else specifier)
-    return Rule(text, kind, name, body, prefix, tokens, path)
+    path = _path_pattern(body if prefix else specifier, project)
+    wildcard = _wildcard(tokens, prefix) if tokens is not None else None
+    return Rule(text, kind, name, body, prefix, tokens, path, wildcard, project)
+
+
+def is_star(word: Word) -> bool:
+    """A word that is an unquoted ``*`` and nothing else."""
+    return word.dynamic and word.raw == "*"
+
+
+def _wildcard(tokens: tuple[Word, ...], prefix: bool) -> re.Pattern[str] | None:
+    """The full-match regex of a command specifier with a ``*`` inside, else None."""
+    if not any(has_star(w) for w in tokens):
+        return None
+    sep = re.escape(WORD_SEPARATOR)
+    parts: list[str] = []
+    for index, word in enumerate(tokens):
+        if is_star(word):
+            # A ``*`` word: any run of words there, none included (``git * main`` matches
+            # ``git main``); a leading one carries the separator after it.
+            parts.append(f"(?:.*{sep})?" if index == 0 else f"(?:{sep}.*)?")
+            continue
+        if index > 0 and not (index == 1 and is_star(tokens[0])):
+            parts.append(sep)
+        parts.append(word_regex(word))
+    if prefix:
+        parts.append(f"(?:{sep}.*)?")
+    return re.compile("".join(parts), re.DOTALL)
+
+
+def has_star(word: Word) -> bool:
+    """A word with an unquoted ``*`` in it (a wildcard word of a specifier)."""
+    return word.dynamic and "*" in _unquoted_stars(word.raw)
+
+
+def _unquoted_stars(raw: str) -> str:
+    """``raw`` with quoted and escaped text blanked, so only unquoted ``*`` remain."""
+    out: list[str] = []
+    quote = ""
+    escaped = False
+    for c in raw:
+        if escaped:
+            out.append("_")
+            escaped = False
+        elif quote:
+            out.append("_")
+            if c == quote:
+                quote = ""
+        elif c == "\\":
+            escaped = True
+            out.append("_")
+        elif c in "'\"":
+            quote = c
+            out.append("_")
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def word_regex(word: Word) -> str:
+    """One specifier word as a regex: its text literally, each unquoted ``*`` any run of
+    characters (within the simple command: word boundaries included)."""
+    if not has_star(word):
+        return re.escape(word.value)
+    out: list[str] = []
+    quote = ""
+    escaped = False
+    for c in word.raw:
+        if escaped:
+            out.append(re.escape(c))
+            escaped = False
+        elif quote:
+            if c == quote:
+                quote = ""
+            else:
+                out.append(re.escape(c))
+        elif c == "\\":
+            escaped = True
+        elif c in "'\"":
+            quote = c
+        elif c == "*":
+            out.append(".*")
+        else:
+            out.append(re.escape(c))
+    return "".join(out)
 
 
 def _balanced(text: str) -> bool:
@@ -148,17 +246,19 @@ def _command_tokens(body: str) -> tuple[Word, ...] | None:
     return tuple(commands[0].words)
 
 
-def _path_pattern(specifier: str) -> PathPattern | None:
+def _path_pattern(specifier: str, project: str | None) -> PathPattern | None:
     try:
-        return compile_path_pattern(specifier)
+        return compile_path_pattern(specifier, project)
     except ValueError:
         return None  # only usable as a command or a key
 
 
-def parse_rules(rules: Iterable[object], kind: RuleKind) -> tuple[Rule, ...]:
+def parse_rules(
+    rules: Iterable[object], kind: RuleKind, project: str | None = None
+) -> tuple[Rule, ...]:
     if isinstance(rules, (str, bytes)):
         raise ValueError(f"{kind}: expected a list of rules, got a single string {rules!r}")
-    return tuple(parse_rule(r, kind) for r in rules)
+    return tuple(parse_rule(r, kind, project) for r in rules)
 
 
 def parse_patterns(patterns: Iterable[object], field_name: str) -> tuple[PathPattern, ...]:
