@@ -46,9 +46,14 @@ def command_matches(rule: Rule, analysis: CommandAnalysis) -> bool:
     if tokens is None:
         return False
     wildcard = rule.wildcard
+    if wildcard is None:
+        return any(
+            _may_match(tokens, rule.prefix, form)
+            for facts in analysis.commands
+            for form in facts.forms
+        )
     return any(
-        _may_match(tokens, rule.prefix, form)
-        or (wildcard is not None and _wildcard_may_match(wildcard, form))
+        _wildcard_may_match(wildcard, form) or _starred_may_match(tokens, rule.prefix, form)
         for facts in analysis.commands
         for form in facts.forms
     )
@@ -63,45 +68,11 @@ def _may_match(tokens: tuple[Word, ...], prefix: bool, form: tuple[Word, ...]) -
     program = form[0]
     if program.dynamic:
         return True  # could expand to the rule's program
-    first = tokens[0]
-    if has_star(first):
-        named = Word(program_name(program), program.raw)
-        if not (is_star(first) or _token_matches(first, program) or _token_matches(first, named)):
-            return False
-    elif program.value != first.value and program_name(program) != program_name(first):
+    if program.value != tokens[0].value and program_name(program) != program_name(tokens[0]):
         return False
     if len(form) > _MAX_SKIP_SEARCH:
         return True  # too long to search: assume the worst
-    if is_star(first):  # any program, then the rest of the rule anywhere after it
-        return any(_rest_may_match(tokens, 1, form, j, prefix, {}) for j in range(len(form) + 1))
     return _rest_may_match(tokens, 1, form, 1, prefix, {})
-
-
-def _wildcard_may_match(wildcard: re.Pattern[str], form: tuple[Word, ...]) -> bool:
-    """The wildcard's regex over the command's words (its program as written or by basename);
-    a form holding a word known only at run time is left to the word-by-word match."""
-    if not form or any(w.dynamic for w in form):
-        return False
-    rest = [w.value for w in form[1:]]
-    for program in {form[0].value, program_name(form[0])}:
-        if wildcard.fullmatch(WORD_SEPARATOR.join([program, *rest])):
-            return True
-    return False
-
-
-def _token_matches(token: Word, word: Word) -> bool:
-    """One rule word against one command word: equal, or matched by its ``*`` pattern."""
-    if not has_star(token):
-        return word.value == token.value
-    pattern = _word_patterns.get(token.raw)
-    if pattern is None:
-        if len(_word_patterns) >= 256:
-            _word_patterns.clear()
-        pattern = _word_patterns[token.raw] = re.compile(word_regex(token), re.DOTALL)
-    return pattern.fullmatch(word.value) is not None
-
-
-_word_patterns: dict[str, re.Pattern[str]] = {}
 
 
 def _rest_may_match(
@@ -118,27 +89,103 @@ def _rest_may_match(
     if known is not None:
         return known
     result = False
-    wanted = tokens[ti]
-    if is_star(wanted):  # any run of words, none included
-        result = any(
-            _rest_may_match(tokens, ti + 1, form, j, prefix, memo) for j in range(fi, len(form) + 1)
-        )
-        memo[(ti, fi)] = result
-        return result
+    wanted = tokens[ti].value
     for j in range(fi, len(form)):
         word = form[j]
         if word.dynamic:
             result = True  # could expand to the rest of the rule
             break
-        if _token_matches(wanted, word) and _rest_may_match(
-            tokens, ti + 1, form, j + 1, prefix, memo
-        ):
+        if word.value == wanted and _rest_may_match(tokens, ti + 1, form, j + 1, prefix, memo):
             result = True
             break
         if not (_is_option(word) or (j > fi and _takes_argument(form[j - 1]))):
             break
     memo[(ti, fi)] = result
     return result
+
+
+def _wildcard_may_match(wildcard: re.Pattern[str], form: tuple[Word, ...]) -> bool:
+    """The wildcard's regex over the command's words (its program as written or by basename);
+    a form holding a word known only at run time is left to the word-by-word match."""
+    if not form or any(w.dynamic for w in form):
+        return False
+    rest = [w.value for w in form[1:]]
+    for program in {form[0].value, program_name(form[0])}:
+        if wildcard.fullmatch(WORD_SEPARATOR.join([program, *rest])):
+            return True
+    return False
+
+
+def _starred_may_match(tokens: tuple[Word, ...], prefix: bool, form: tuple[Word, ...]) -> bool:
+    """``_may_match`` for a wildcard rule: a ``*`` word stands for any run of words, a word
+    with a ``*`` in it for the words its pattern matches."""
+    if not form:
+        return False
+    program = form[0]
+    if program.dynamic:
+        return True
+    first = tokens[0]
+    if len(form) > _MAX_SKIP_SEARCH:
+        return True
+    if is_star(first):  # any program, then the rest of the rule anywhere after it
+        memo: dict[tuple[int, int], bool] = {}
+        return any(_starred_rest(tokens, 1, form, j, prefix, memo) for j in range(len(form) + 1))
+    named = Word(program_name(program), program.raw)
+    if not (_token_matches(first, program) or _token_matches(first, named)):
+        if has_star(first) or program_name(program) != program_name(first):
+            return False
+    return _starred_rest(tokens, 1, form, 1, prefix, {})
+
+
+def _starred_rest(
+    tokens: tuple[Word, ...],
+    ti: int,
+    form: tuple[Word, ...],
+    fi: int,
+    prefix: bool,
+    memo: dict[tuple[int, int], bool],
+) -> bool:
+    if ti == len(tokens):
+        return prefix or fi == len(form) or any(w.dynamic for w in form[fi:])
+    known = memo.get((ti, fi))
+    if known is not None:
+        return known
+    result = False
+    wanted = tokens[ti]
+    if is_star(wanted):  # any run of words, none included
+        result = any(
+            _starred_rest(tokens, ti + 1, form, j, prefix, memo) for j in range(fi, len(form) + 1)
+        )
+    else:
+        for j in range(fi, len(form)):
+            word = form[j]
+            if word.dynamic:
+                result = True  # could expand to the rest of the rule
+                break
+            if _token_matches(wanted, word) and _starred_rest(
+                tokens, ti + 1, form, j + 1, prefix, memo
+            ):
+                result = True
+                break
+            if not (_is_option(word) or (j > fi and _takes_argument(form[j - 1]))):
+                break
+    memo[(ti, fi)] = result
+    return result
+
+
+def _token_matches(token: Word, word: Word) -> bool:
+    """One rule word against one command word: equal, or matched by its ``*`` pattern."""
+    if not has_star(token):
+        return word.value == token.value
+    pattern = _word_patterns.get(token.raw)
+    if pattern is None:
+        if len(_word_patterns) >= 256:
+            _word_patterns.clear()
+        pattern = _word_patterns[token.raw] = re.compile(word_regex(token), re.DOTALL)
+    return pattern.fullmatch(word.value) is not None
+
+
+_word_patterns: dict[str, re.Pattern[str]] = {}
 
 
 def _is_option(word: Word) -> bool:
