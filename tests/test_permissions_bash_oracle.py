@@ -159,14 +159,18 @@ def test_bash_runs_only_programs_the_analysis_saw(sandbox: tuple[Path, Path], co
     if analysis.has_unknown:
         return  # never allowed, and denied when a deny rule exists
     seen = {program_name(form[0]) for facts in analysis.commands for form in facts.forms}
-    log = work / f"log-{uuid.uuid4().hex}"  # background jobs of other examples log elsewhere
+    # A directory and a log of its own: a process substitution of an earlier example, which
+    # ``wait`` does not wait for, may still be writing into the last one.
+    here = work / uuid.uuid4().hex
+    here.mkdir()
+    log = work / f"log-{here.name}"
     log.write_text("")
-    env = {"PATH": str(bin_dir), "ORACLE_LOG": str(log), "HOME": str(work), "ORACLE_CMD": command}
+    env = {"PATH": str(bin_dir), "ORACLE_LOG": str(log), "HOME": str(here), "ORACLE_CMD": command}
     assert BASH is not None
     subprocess.run(
         # eval parses the text exactly as a script; ``wait`` lets background jobs log too
         [BASH, "--norc", "--noprofile", "-c", 'eval "$ORACLE_CMD"; wait'],
-        cwd=work,
+        cwd=here,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -175,11 +179,8 @@ def test_bash_runs_only_programs_the_analysis_saw(sandbox: tuple[Path, Path], co
         check=False,
     )
     ran = set(log.read_text().split())
-    log.unlink()
     assert ran <= seen, f"bash ran {sorted(ran - seen)} unseen in {command!r}"
-    created = [p.name for p in work.iterdir() if not p.name.startswith("log-")]
-    for name in created:
-        (work / name).unlink()
+    created = sorted(p.name for p in here.iterdir())
     if all(facts.allowable for facts in analysis.commands):
         assert created == [], f"{command!r} wrote {created} with no redirection seen"
 
