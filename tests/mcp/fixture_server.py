@@ -115,9 +115,11 @@ async def slow(seconds: float, steps: int = 0, tag: str = "", ctx: Context | Non
 
 
 @server.tool()
-async def versioned(seconds: float = 0.0, tag: str = "") -> Versioned:
+async def versioned(seconds: float = 0.0, tag: str = "", ctx: Context | None = None) -> Versioned:
     """Typed output whose schema changes at the next generation (see ``bump``)."""
     record("start", tag=tag)
+    if ctx is not None:
+        await ctx.report_progress(0, 1, "started")  # the test knows the call is in flight
     await anyio.sleep(seconds)
     record("done", tag=tag)
     return Versioned(v=1)

@@ -118,6 +118,18 @@ class MCPBridge:
             for name, link in self._links.items()
         }
 
+    async def wait_for(
+        self, server: str, *, state: str | None = READY, generation: int = 0
+    ) -> None:
+        """Wait until ``server`` is in ``state`` (None: any) with its tools at ``generation`` or
+        later: after a restart, or a ``tools/list_changed`` the host wants to see applied.
+        Bound it with ``asyncio.timeout``."""
+        link = self._links[server]
+        while not ((state is None or link.state == state) and link.generation >= generation):
+            if link.state == CLOSED:
+                raise RuntimeError(f"MCP server {server!r} is closed")
+            await link.changed()
+
     def _configs(self) -> list[MCPServerConfig]:
         return [link.config for link in self._links.values()]
 

@@ -81,6 +81,7 @@ class ServerLink:
         self._refresh_wanted = False
         self._fingerprint = b""
         self.first_attempt = asyncio.Event()
+        self._change = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._requests: set[asyncio.Task[Any]] = set()
 
@@ -102,6 +103,14 @@ class ServerLink:
         if self._requests:
             await asyncio.gather(*self._requests, return_exceptions=True)
         self.state = CLOSED
+
+    async def changed(self) -> None:
+        """Wait for the next change of state or generation."""
+        await self._change.wait()
+
+    def _changed(self) -> None:
+        self._change.set()
+        self._change = asyncio.Event()
 
     def closing(self) -> bool:
         return self._closing
@@ -125,11 +134,13 @@ class ServerLink:
                     break
                 failures = 1 if time.monotonic() - began > STABLE_AFTER else failures + 1
                 self.state = RESTARTING
+                self._changed()
                 delay = min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (failures - 1))
                 await self._sleep(delay * random.uniform(0.8, 1.2))
                 self.restarts += 1
         finally:
             self.state = CLOSED
+            self._changed()
 
     async def _sleep(self, seconds: float) -> None:
         self._wake.clear()
@@ -173,6 +184,7 @@ class ServerLink:
             self.state = READY
             self.last_error = None
             self.first_attempt.set()
+            self._changed()
             async with anyio.create_task_group() as group:
                 if modern:
                     group.start_soon(self._listen, client)
@@ -236,6 +248,7 @@ class ServerLink:
         self._install(self, listing)
         self._fingerprint = fingerprint
         self.generation += 1
+        self._changed()
 
     def _name_taken(self, name: str) -> bool:
         return self._taken(self, name)

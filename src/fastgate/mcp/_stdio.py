@@ -143,8 +143,13 @@ class StdioTransport:
             if not await _exited(process, self.exited, TERM_GRACE):
                 _signal_group(process.pid, signal.SIGKILL)
                 await _exited(process, self.exited, TERM_GRACE)
-        # A server that exited by itself can leave children in its group: end them too.
+        # A server that exited by itself can leave children in its group: end them too, and
+        # return once the kernel has (a killed process lingers for a moment).
         _signal_group(process.pid, signal.SIGKILL)
+        for _ in range(int(TERM_GRACE / 0.01)):
+            if not process_group_members(process.pid):
+                break
+            await asyncio.sleep(0.01)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
