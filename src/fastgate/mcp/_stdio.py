@@ -100,16 +100,19 @@ class StdioTransport:
         env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
         env.update(self.env)
         loop = asyncio.get_running_loop()
-        transport, protocol = await loop.subprocess_exec(
-            lambda: _Protocol(self.exited, loop),
-            *self.argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            cwd=self.cwd,
-            start_new_session=True,  # its own group: closing ends it and all it started
-        )
+        try:
+            transport, protocol = await loop.subprocess_exec(
+                lambda: _Protocol(self.exited, loop),
+                *self.argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=env,
+                cwd=self.cwd,
+                start_new_session=True,  # its own group: closing ends it and all it started
+            )
+        except OSError as exc:  # said the same way on every loop (uvloop omits the file name)
+            raise OSError(exc.errno, f"cannot start {self.argv[0]!r}: {exc.strerror}") from None
         self.process = asyncio.subprocess.Process(transport, protocol, loop)
         if self.on_spawn is not None:
             self.on_spawn(self.process.pid)
