@@ -211,12 +211,13 @@ async def test_trusted_read_only_hints_never_loosen_a_rule() -> None:
     async with running(registry, fixture(trust_annotations=True)):
         echo = registry.resolve("mcp__fx__echo")
         assert echo is not None and echo.kind is ToolKind.READ_ONLY
-        for rules, code in (
-            ({"deny": ["mcp__fx__echo"]}, ErrorCode.PERMISSION_DENIED),
-            ({"ask": ["mcp__fx"]}, ErrorCode.PERMISSION_DENIED),
+        # A deny rule denies; an ask rule asks (no approver here: refused, reason no_approver).
+        for permissions in (
+            PermissionConfig(deny=["mcp__fx__echo"]),
+            PermissionConfig(ask=["mcp__fx"]),
         ):
-            executor = ToolExecutor(registry, permissions=PermissionConfig(**rules))
+            executor = ToolExecutor(registry, permissions=permissions)
             result = await executor.execute("mcp__fx__echo", {"text": "x"}, CTX)
-            assert result.error is not None and result.error.code is code
+            assert result.error is not None and result.error.code is ErrorCode.PERMISSION_DENIED
         allowed = await ToolExecutor(registry).execute("mcp__fx__echo", {"text": "x"}, CTX)
         assert allowed.ok  # read-only by its trusted hint: DEFAULT mode allows it
