@@ -55,6 +55,7 @@ from fastgate.results import ErrorCode as ErrorCode
 from fastgate.results import Failure as Failure
 from fastgate.results import ResultMeta as ResultMeta
 from fastgate.results import ToolError as ToolError
+from fastgate.results import ToolFault as ToolFault
 from fastgate.results import ToolResult as ToolResult
 from fastgate.runtime import install_uvloop as install_uvloop
 from fastgate.runtime import run as run
@@ -128,6 +129,7 @@ __all__ = (
     "ToolDefinition",
     "ToolError",
     "ToolExecutor",
+    "ToolFault",
     "ToolKind",
     "ToolRegistry",
     "ToolResult",

@@ -10,7 +10,7 @@ from typing import Any
 from fastgate.decision import Decision, DecisionSource
 from fastgate.invocation import ABORTED, TIMEOUT, Outcome
 from fastgate.permissions import RuleDecision
-from fastgate.results import ErrorCode
+from fastgate.results import ErrorCode, ToolFault
 from fastgate.schema import ValidationIssue
 from fastgate.tools import ToolDefinition
 
@@ -64,7 +64,10 @@ def merge_decision(
     return rule.decision, rule.source, rule.reason
 
 
-def failure_of(tool: ToolDefinition, outcome: Outcome) -> tuple[ErrorCode, str, dict[str, Any]]:
+def failure_of(
+    tool: ToolDefinition, outcome: Outcome
+) -> tuple[ErrorCode, str, dict[str, Any], bool]:
+    """(code, message, details, retryable) of a body that did not return."""
     details: dict[str, Any] = {}
     if outcome.runaway is not None:
         details["still_running"] = True
@@ -74,14 +77,20 @@ def failure_of(tool: ToolDefinition, outcome: Outcome) -> tuple[ErrorCode, str, 
             ErrorCode.TIMEOUT,
             f"{tool.name} did not finish within {tool.timeout:g}s and was stopped.",
             details,
+            False,
         )
     if outcome.kind == ABORTED:
         return (
             ErrorCode.ABORTED,
             "The call was cancelled while running; it may have had side effects.",
             details,
+            False,
         )
     exc = outcome.error
     assert exc is not None
+    if isinstance(exc, ToolFault):  # the body chose its code and words
+        details.update(exc.details)
+        return exc.code, exc.message, details, exc.retryable
     details["type"] = type(exc).__name__
-    return ErrorCode.TOOL_ERROR, f"{tool.name} raised {type(exc).__name__}: {exc}", details
+    message = f"{tool.name} raised {type(exc).__name__}: {exc}"
+    return ErrorCode.TOOL_ERROR, message, details, False

@@ -674,14 +674,14 @@ class ToolExecutor:
                 details["code"] = failure.code
             return self._finalize(call, ErrorCode.TOOL_FAILURE, failure.message, details=details)
         if outcome.kind in (ERROR, TIMEOUT, ABORTED):
-            code, message, details = failure_of(tool, outcome)
-            error = ToolError(code, message, retryable=False, details=details)
+            code, message, details, retryable = failure_of(tool, outcome)
+            error = ToolError(code, message, retryable=retryable, details=details)
             if plan.has_post_failure(self.hooks):
                 extra = await run_post_tool_use_failure(
                     self.hooks, PostToolUseFailureEvent(tool.name, args, ctx, error)
                 )
                 call.additional_context += tuple(extra)
-            return self._finalize(call, code, message, details=details)
+            return self._finalize(call, code, message, retryable=retryable, details=details)
         value = outcome.value
         content, refusal = self._content_of(call, plan, value)
         if refusal is not None:

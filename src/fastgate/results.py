@@ -86,3 +86,27 @@ class Failure(msgspec.Struct, frozen=True):
     message: str
     code: str | None = None
     details: dict[str, Any] | None = None
+
+
+class ToolFault(Exception):
+    """Raised by a tool body whose failure is not the tool's own exception: a bridge that lost
+    its server, a remote call that timed out. The result gets ``code`` (``TOOL_ERROR`` or
+    ``TIMEOUT``), the message as written (for the model), ``details`` and ``retryable``."""
+
+    CODES = frozenset({ErrorCode.TOOL_ERROR, ErrorCode.TIMEOUT})
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: ErrorCode = ErrorCode.TOOL_ERROR,
+        retryable: bool = False,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        if code not in self.CODES:
+            raise ValueError(f"ToolFault code must be TOOL_ERROR or TIMEOUT, got {code!r}")
+        super().__init__(message)
+        self.message = message
+        self.code = ErrorCode(code)
+        self.retryable = retryable
+        self.details = dict(details or {})

@@ -28,6 +28,7 @@ SCENARIOS: dict[str, tuple[str, str, bool]] = {
     "pipeline": ("fastgate.bench.pipeline", "run_pipeline", True),
     "durability": ("fastgate.bench.durability", "run_durability", True),
     "files": ("fastgate.bench.files", "run_files", True),
+    "mcp": ("fastgate.bench.mcp", "run_mcp", True),
 }
 
 PROFILES = {

@@ -1,0 +1,158 @@
+"""``MCPBridge``: MCP servers' tools in a ``ToolRegistry``, called through the full pipeline."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from types import TracebackType
+from typing import Any
+
+from fastgate import FastgateError, ToolRegistry
+from fastgate.mcp._config import MCPServerConfig
+from fastgate.mcp._server import CLOSED, READY, ServerLink
+from fastgate.mcp._tools import Listing
+
+log = logging.getLogger("fastgate.mcp")
+
+
+class MCPStartupError(FastgateError):
+    """A server marked ``required=True`` did not start; ``server`` names it."""
+
+    def __init__(self, server: str, reason: str) -> None:
+        super().__init__(f"MCP server {server!r} did not start: {reason}")
+        self.server = server
+        self.reason = reason
+
+
+class MCPBridge:
+    """Registers the tools of ``servers`` in ``registry`` (each in its config's ``scope``) and
+    keeps them current: ``tools/list_changed`` swaps a server's tools by generation, a server
+    that dies is restarted with backoff. ``async with bridge:`` starts and stops it all;
+    ``aclose()`` stops every server process, leaving none behind.
+    """
+
+    def __init__(self, registry: ToolRegistry, servers: Iterable[MCPServerConfig]) -> None:
+        if not isinstance(registry, ToolRegistry):
+            raise TypeError(f"registry: expected a ToolRegistry, got {type(registry).__name__}")
+        configs = list(servers)
+        for config in configs:
+            if not isinstance(config, MCPServerConfig):
+                raise TypeError(f"servers: expected MCPServerConfig, got {type(config).__name__}")
+        names = [c.name for c in configs]
+        duplicate = next((n for n in names if names.count(n) > 1), None)
+        if duplicate is not None:
+            raise ValueError(f"servers: the name {duplicate!r} is used twice")
+        self.registry = registry
+        self._links = {c.name: ServerLink(c, self._install, self._taken) for c in configs}
+        self._started = False
+        self._closed = False
+
+    async def __aenter__(self) -> MCPBridge:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def start(self) -> None:
+        """Connect to every server and register its tools. Returns once each server is ready
+        or has failed its first attempt (a failed one keeps retrying in the background);
+        ``MCPStartupError`` if a ``required`` server failed."""
+        if self._started:
+            raise RuntimeError("this MCPBridge was already started")
+        if self._closed:
+            raise RuntimeError("this MCPBridge is closed")
+        self._started = True
+        for config in self._configs():
+            if config.scope is not None and self.registry.get_scope(config.scope) is None:
+                raise ValueError(
+                    f"MCP server {config.name!r}: scope {config.scope!r} does not exist"
+                )
+        for link in self._links.values():
+            link.start()
+        try:
+            await asyncio.gather(*(link.first_attempt.wait() for link in self._links.values()))
+        except BaseException:
+            await self.aclose()
+            raise
+        for link in self._links.values():
+            if link.config.required and link.state != READY:
+                reason = link.last_error or "unknown"
+                await self.aclose()
+                raise MCPStartupError(link.config.name, reason)
+
+    async def aclose(self) -> None:
+        """Unregister every tool of the bridge and stop every server (its whole process group)."""
+        if self._closed:
+            return
+        self._closed = True
+        for link in self._links.values():
+            self._install(link, Listing((), {}, {}))
+        await asyncio.gather(*(link.close() for link in self._links.values()))
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        """Per server: ``state`` (starting, ready, restarting, closed), ``transport``, ``tools``
+        (count), ``generation``, ``quarantined`` (tool -> reason), ``last_error``,
+        ``stderr_tail``, ``pid``, ``restarts``, ``protocol_version``."""
+        return {
+            name: {
+                "state": link.state if not self._closed else CLOSED,
+                "transport": link.config.transport,
+                "tools": len(link.tools),
+                "tool_names": sorted(link.tools),
+                "generation": link.generation,
+                "quarantined": dict(link.quarantined),
+                "last_error": link.last_error,
+                "stderr_tail": link.stderr.text(),
+                "pid": link.pid,
+                "pids": list(link.pids),
+                "restarts": link.restarts,
+                "protocol_version": link.protocol_version,
+            }
+            for name, link in self._links.items()
+        }
+
+    async def wait_for(
+        self, server: str, *, state: str | None = READY, generation: int = 0
+    ) -> None:
+        """Wait until ``server`` is in ``state`` (None: any) with its tools at ``generation`` or
+        later: after a restart, or a ``tools/list_changed`` the host wants to see applied.
+        Bound it with ``asyncio.timeout``."""
+        link = self._links[server]
+        while not ((state is None or link.state == state) and link.generation >= generation):
+            if link.state == CLOSED:
+                raise RuntimeError(f"MCP server {server!r} is closed")
+            await link.changed()
+
+    def _configs(self) -> list[MCPServerConfig]:
+        return [link.config for link in self._links.values()]
+
+    # -- the registry ---------------------------------------------------------------------------
+
+    def _taken(self, link: ServerLink, name: str) -> bool:
+        """Whether ``name`` belongs to a tool that is not ``link``'s (another server's, or the
+        host's own): an MCP tool never replaces it."""
+        found = self.registry.resolve(name, link.config.scope)
+        return found is not None and link.tools.get(name) is not found
+
+    def _install(self, link: ServerLink, listing: Listing) -> None:
+        """Swap ``link``'s tools for ``listing``'s in one step: no ``await`` in between, so no
+        call on this loop sees half a generation. Calls in flight keep the definitions they
+        resolved."""
+        registry, scope = self.registry, link.config.scope
+        new = {d.name: d for d in listing.definitions}
+        for name, old in link.tools.items():
+            if name not in new and registry.resolve(name, scope) is old:
+                registry.unregister(name, scope)
+        for definition in listing.definitions:
+            registry.register(definition, scope)
+        link.tools = new
+        link.quarantined = dict(listing.quarantined)
+        for tool, reason in listing.quarantined.items():
+            log.warning("MCP server %s: tool %r not registered: %s", link.config.name, tool, reason)

@@ -1,0 +1,473 @@
+"""One MCP server connection: its owner task, its tools, its calls (SPEC §14 supervision).
+
+The owner task enters and leaves the SDK client (anyio scopes must be exited by the task that
+entered them), lists the tools, refreshes them on ``tools/list_changed``, and restarts a server
+that died, with backoff. Calls come from the executor's tasks and use the session the owner
+holds; while there is none, they fail at once with ``server_unavailable``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable
+from typing import Any, Final
+
+import anyio
+import mcp_types
+import msgspec
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import TypeAdapter, ValidationError
+
+from fastgate import ErrorCode, RunContext, ToolDefinition, ToolFault
+from fastgate.mcp._config import MCPServerConfig
+from fastgate.mcp._stdio import StderrTail, StdioTransport
+from fastgate.mcp._tools import Listing, build_listing, value_of
+from mcp import Client
+
+log = logging.getLogger("fastgate.mcp")
+
+STARTING: Final = "starting"
+READY: Final = "ready"
+RESTARTING: Final = "restarting"
+CLOSED: Final = "closed"
+
+BACKOFF_FIRST = 0.25  # seconds before the first restart; doubled each time, up to the cap
+BACKOFF_CAP = 30.0
+STABLE_AFTER = 30.0  # a connection that lasted this long starts the backoff afresh
+CANCEL_SETTLE = 5.0  # how long a cancelled call waits for its cancellation to be sent
+MAX_LIST_PAGES = 100
+_RAW: Final = TypeAdapter(dict[str, Any])
+_UNAVAILABLE: Final = "server_unavailable"
+
+
+class ConnectionLost(Exception):
+    pass
+
+
+class ServerLink:
+    """Everything about one configured server. ``install`` puts a generation's definitions
+    into the registry (the bridge's part); ``call`` is the body of every tool of this server."""
+
+    def __init__(
+        self,
+        config: MCPServerConfig,
+        install: Callable[[ServerLink, Listing], None],
+        taken: Callable[[ServerLink, str], bool],
+    ) -> None:
+        self.config = config
+        self._install = install
+        self._taken = taken
+        self.state = STARTING
+        self.generation = 0
+        self.tools: dict[str, ToolDefinition] = {}
+        self.quarantined: dict[str, str] = {}
+        self.last_error: str | None = None
+        self.stderr = StderrTail()
+        self.pid: int | None = None  # the server process now (stdio)
+        self.pids: list[int] = []  # every server process started, in order
+        self.protocol_version: str | None = None
+        self.restarts = 0
+        self._mode = "auto"  # "legacy" once the server proved to speak the handshake era
+        self._client: Client | None = None
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._serving = False
+        self._lost: str | None = None
+        self._refresh_wanted = False
+        self._fingerprint = b""
+        self.first_attempt = asyncio.Event()
+        self._change = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._requests: set[asyncio.Task[Any]] = set()
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._own(), name=f"fastgate-mcp:{self.config.name}")
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wake.set()
+        task = self._task
+        if task is None:
+            return
+        if not self._serving and not task.done():
+            task.cancel()  # still connecting (or waiting to): nothing to wind down gracefully
+        await asyncio.wait({task})
+        if self._requests:
+            await asyncio.gather(*self._requests, return_exceptions=True)
+        self.state = CLOSED
+
+    async def changed(self) -> None:
+        """Wait for the next change of state or generation."""
+        await self._change.wait()
+
+    def _changed(self) -> None:
+        self._change.set()
+        self._change = asyncio.Event()
+
+    def closing(self) -> bool:
+        return self._closing
+
+    async def _own(self) -> None:
+        failures = 0
+        try:
+            while not self._closing:
+                began = time.monotonic()
+                try:
+                    await self._connect_and_serve()
+                except Exception as exc:  # a server that fails is retried; the reason is kept
+                    if not self._closing:
+                        self.last_error = _describe(exc, self.stderr.text())
+                        log.warning("MCP server %s: %s", self.config.name, self.last_error)
+                finally:
+                    self._client = None
+                    self._serving = False
+                    self.first_attempt.set()
+                if self.closing():  # (a method: it changes while we await)
+                    break
+                failures = 1 if time.monotonic() - began > STABLE_AFTER else failures + 1
+                self.state = RESTARTING
+                self._changed()
+                delay = min(BACKOFF_CAP, BACKOFF_FIRST * 2 ** (failures - 1))
+                await self._sleep(delay * random.uniform(0.8, 1.2))
+                self.restarts += 1
+        finally:
+            self.state = CLOSED
+            self._changed()
+
+    async def _sleep(self, seconds: float) -> None:
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                while not self._closing:
+                    await self._wake.wait()
+                    self._wake.clear()
+
+    async def _connect_and_serve(self) -> None:
+        config = self.config
+        self._lost = None
+        async with contextlib.AsyncExitStack() as stack:
+            transport: Any
+            if config.command is not None:
+                argv = tuple(config.command)
+                stdio = StdioTransport(argv, config.env, config.cwd, self.stderr)
+                stdio.on_lost = self._connection_lost
+                stdio.on_spawn = self._spawned
+                transport = stdio
+            else:
+                transport = await _http_transport(stack, config)
+            client = Client(
+                transport,
+                mode=self._mode,
+                message_handler=self._on_message,
+                cache=None,
+                client_info=mcp_types.Implementation(name="fastgate", version=_version()),
+            )
+            # asyncio's timeout, not anyio's: the client's own scopes, entered in here, stay
+            # open past it (anyio requires its scopes to be exited in order).
+            async with asyncio.timeout(config.startup_timeout):
+                await stack.enter_async_context(client)
+                self.protocol_version = client.protocol_version
+                modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
+                if not modern:
+                    self._mode = "legacy"  # no discover probe on the next connect
+                await self._refresh(client)
+            self._client = client
+            self._serving = True
+            self.state = READY
+            self.last_error = None
+            self.first_attempt.set()
+            self._changed()
+            async with anyio.create_task_group() as group:
+                if modern:
+                    group.start_soon(self._listen, client)
+                await self._serve(client)
+                group.cancel_scope.cancel()
+
+    async def _serve(self, client: Client) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._closing:
+                return
+            if self._lost is not None:
+                raise ConnectionLost(self._lost)
+            if self._refresh_wanted:
+                self._refresh_wanted = False
+                try:
+                    with anyio.fail_after(self.config.startup_timeout):
+                        await self._refresh(client)
+                except (MCPError, TimeoutError, ValidationError, ValueError) as exc:
+                    self.last_error = f"refreshing the tool list failed: {exc}"
+                    log.warning("MCP server %s: %s", self.config.name, self.last_error)
+
+    async def _listen(self, client: Client) -> None:
+        """``tools/list_changed`` on the 2026 protocol comes through a subscription."""
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                self._want_refresh()  # a change between the first listing and the ack
+                async for _ in subscription:
+                    self._want_refresh()
+        except Exception as exc:
+            log.info("MCP server %s: no list_changed subscription (%s)", self.config.name, exc)
+
+    def _spawned(self, pid: int) -> None:
+        self.pid = pid
+        self.pids.append(pid)
+
+    def _want_refresh(self) -> None:
+        self._refresh_wanted = True
+        self._wake.set()
+
+    def _connection_lost(self, reason: str) -> None:
+        if self._lost is None:
+            self._lost = reason
+        self._wake.set()
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            self._want_refresh()
+        elif isinstance(message, Exception):
+            log.debug("MCP server %s: stream: %s", self.config.name, message)
+
+    # -- tools ---------------------------------------------------------------------------------
+
+    async def _refresh(self, client: Client) -> None:
+        raw_tools = await self._list_raw(client)
+        fingerprint = msgspec.json.encode(raw_tools)
+        if fingerprint == self._fingerprint:
+            return  # the same tools: keep the definitions (and every cache keyed by them)
+        listing = build_listing(self.config, raw_tools, self.call, self._name_taken)
+        self._install(self, listing)
+        self._fingerprint = fingerprint
+        self.generation += 1
+        self._changed()
+
+    def _name_taken(self, name: str) -> bool:
+        return self._taken(self, name)
+
+    async def _list_raw(self, client: Client) -> list[Any]:
+        """Every page of ``tools/list``, unparsed: the SDK refuses a whole listing for one
+        malformed tool, and one bad tool must only quarantine itself."""
+        tools: list[Any] = []
+        cursor: str | None = None
+        for _ in range(MAX_LIST_PAGES):
+            page = await _raw_request(client, "tools/list", {"cursor": cursor} if cursor else None)
+            listed = page.get("tools")
+            if not isinstance(listed, list):
+                raise ValueError("the tools/list reply has no list of tools")
+            tools.extend(listed)
+            cursor = page.get("nextCursor")
+            if not isinstance(cursor, str) or not cursor:
+                return tools
+        raise ValueError(f"the tools/list reply did not end within {MAX_LIST_PAGES} pages")
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    async def call(self, remote: str, args: Any, ctx: RunContext) -> Any:
+        client = self._client
+        if client is None or self._lost is not None:
+            raise self._unavailable("is not connected", sent=False)
+        request = mcp_types.CallToolRequest(
+            params=mcp_types.CallToolRequestParams(name=remote, arguments=args)
+        )
+        loop = asyncio.get_running_loop()
+        watch = _Watch(loop, self.config, ctx)
+        task = loop.create_task(
+            client.session.send_request(request, _RAW, progress_callback=watch.progress),  # type: ignore[type-var]
+            name=f"fastgate-mcp:{self.config.name}:{remote}",
+        )
+        self._requests.add(task)
+        task.add_done_callback(self._request_done)
+        watch.arm(task)
+        try:
+            reply = await asyncio.shield(task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if watch.expired is None or (current is not None and current.cancelling()):
+                # We were cancelled (the caller, the executor): cancel the request once, so
+                # exactly one notifications/cancelled goes out, and let it be sent.
+                if not task.done():
+                    task.cancel()
+                await _settle(task)
+                raise
+            raise self._timeout(remote, watch.expired) from None
+        except MCPError as exc:
+            if exc.code == mcp_types.CONNECTION_CLOSED:
+                raise self._unavailable(
+                    "closed the connection during the call", sent=True
+                ) from None
+            raise ToolFault(
+                f"MCP server {self.config.name} refused the call of {remote}: {exc.error.message} "
+                f"(JSON-RPC error {exc.code})",
+                details={
+                    "reason": "server_error",
+                    "server": self.config.name,
+                    "mcp_code": exc.code,
+                },
+            ) from None
+        except ValidationError as exc:
+            raise ToolFault(
+                f"MCP server {self.config.name} answered the call of {remote} with a reply that "
+                f"is not a valid tools/call result: {exc.error_count()} problem(s)",
+                details={"reason": "protocol_error", "server": self.config.name},
+            ) from None
+        except (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
+            self._connection_lost(f"transport failure: {exc}")
+            raise self._unavailable(f"could not be reached ({exc})", sent=True) from None
+        except Exception as exc:
+            if _is_transport_error(exc):
+                self._connection_lost(f"transport failure: {exc}")
+                raise self._unavailable(f"could not be reached ({exc})", sent=True) from None
+            raise
+        finally:
+            watch.disarm()
+        return value_of(reply, self.config.name, remote)
+
+    def _request_done(self, task: asyncio.Task[Any]) -> None:
+        self._requests.discard(task)
+        if not task.cancelled():
+            task.exception()  # seen: the call that awaited it reported it, or was cancelled
+
+    def _unavailable(self, what: str, *, sent: bool) -> ToolFault:
+        name = self.config.name
+        outcome = (
+            "The call may or may not have run on the server; it is not repeated automatically."
+            if sent
+            else "The call was not sent."
+        )
+        detail = self.last_error or self._lost
+        why = f" ({detail})" if detail and not sent else ""
+        return ToolFault(
+            f"MCP server {name} {what}{why}. {outcome} Try again later.",
+            retryable=True,
+            details={"reason": _UNAVAILABLE, "server": name, "state": self.state, "sent": sent},
+        )
+
+    def _timeout(self, remote: str, which: str) -> ToolFault:
+        config = self.config
+        if which == "idle_timeout":
+            message = (
+                f"{remote} on MCP server {config.name} sent no progress for "
+                f"{config.idle_timeout:g}s (idle_timeout) and was cancelled."
+            )
+            limit = config.idle_timeout
+        else:
+            message = (
+                f"{remote} on MCP server {config.name} did not finish within "
+                f"{config.call_timeout:g}s (call_timeout) and was cancelled."
+            )
+            limit = config.call_timeout
+        return ToolFault(
+            message,
+            code=ErrorCode.TIMEOUT,
+            details={"reason": which, "server": config.name, "limit": limit},
+        )
+
+
+class _Watch:
+    """The two clocks of one call: silence (``idle_timeout``, restarted by every progress
+    notification) and the whole call (``call_timeout``). When one runs out, the request is
+    cancelled, once."""
+
+    __slots__ = ("_ctx", "_deadline", "_handle", "_idle", "_loop", "_task", "expired")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, config: MCPServerConfig, ctx: RunContext):
+        self._loop = loop
+        self._ctx = ctx
+        self._idle = config.idle_timeout
+        self._deadline = loop.time() + config.call_timeout
+        self._handle: asyncio.TimerHandle | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self.expired: str | None = None
+
+    def arm(self, task: asyncio.Task[Any]) -> None:
+        self._task = task
+        self._schedule()
+
+    def disarm(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _schedule(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        at = min(self._loop.time() + self._idle, self._deadline)
+        self._handle = self._loop.call_at(at, self._expire)
+
+    def _expire(self) -> None:
+        self._handle = None
+        task = self._task
+        if task is None or task.done() or self.expired is not None:
+            return
+        self.expired = "call_timeout" if self._loop.time() >= self._deadline else "idle_timeout"
+        task.cancel()
+
+    async def progress(self, progress: float, total: float | None, message: str | None) -> None:
+        if self.expired is None and self._handle is not None:
+            self._schedule()
+        self._ctx.report_progress({"progress": progress, "total": total, "message": message})
+
+
+async def _settle(task: asyncio.Task[Any]) -> None:
+    """Wait (bounded) for a cancelled request to finish sending its cancellation. ``wait`` never
+    cancels what it waits for: a second cancellation of ours ends the wait, not the request."""
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait({task}, timeout=CANCEL_SETTLE)
+
+
+async def _raw_request(client: Client, method: str, params: dict[str, Any] | None) -> Any:
+    """A request whose reply is returned unvalidated. The SDK's own ``send_request`` checks the
+    reply against the protocol's types first; this is the same request, stamped the same way."""
+    session = client.session
+    data: dict[str, Any] = {"method": method}
+    if params is not None:
+        data["params"] = params
+    opts: dict[str, Any] = {}
+    session._stamp(data, opts)  # type: ignore[arg-type]  # the era's _meta and headers
+    return await session._dispatcher.send_raw_request(method, data.get("params"), opts)  # type: ignore[arg-type]
+
+
+async def _http_transport(stack: contextlib.AsyncExitStack, config: MCPServerConfig) -> Any:
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    # Reads are not timed here: a call is bounded by its idle and call timeouts.
+    http = httpx2.AsyncClient(headers=dict(config.headers), timeout=httpx2.Timeout(30.0, read=None))
+    await stack.enter_async_context(http)
+    assert config.url is not None
+    return streamable_http_client(config.url, http_client=http)
+
+
+def _is_transport_error(exc: Exception) -> bool:
+    try:
+        import httpx2
+    except ImportError:  # pragma: no cover - the SDK depends on it
+        return False
+    return isinstance(exc, httpx2.TransportError)
+
+
+def _describe(exc: BaseException, stderr: str) -> str:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, TimeoutError):
+        text = "did not start (connect and list its tools) within startup_timeout"
+    else:
+        text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if stderr:
+        text += "; its stderr ends with: " + stderr[-800:]
+    return text
+
+
+def _version() -> str:
+    from fastgate import __version__
+
+    return __version__

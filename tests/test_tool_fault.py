@@ -1,0 +1,58 @@
+"""``ToolFault``: a body chooses its failure's code, words, details and retryability."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fastgate import ErrorCode, Hooks, PostToolUseFailureEvent, ToolFault
+from tests.pipeline_kit import executor, tool
+
+
+async def test_a_tool_fault_becomes_its_own_error() -> None:
+    def body(args: Any, ctx: Any) -> Any:
+        raise ToolFault(
+            "the server is gone; try again",
+            retryable=True,
+            details={"reason": "server_unavailable"},
+        )
+
+    result = await executor(tool("remote", body)).execute("remote", {"text": "x"})
+    assert not result.ok and result.error is not None
+    assert result.error.code is ErrorCode.TOOL_ERROR
+    assert result.error.message == result.content == "the server is gone; try again"
+    assert result.error.retryable is True
+    assert result.error.details == {"reason": "server_unavailable"}
+
+
+async def test_a_tool_fault_can_be_a_timeout_and_failure_hooks_see_it() -> None:
+    seen: list[Any] = []
+
+    def on_failure(event: PostToolUseFailureEvent) -> None:
+        seen.append(event.error)
+
+    hooks = Hooks()
+    hooks.add_post_tool_use_failure(on_failure)
+
+    def body(args: Any, ctx: Any) -> Any:
+        raise ToolFault("no progress for 5s", code=ErrorCode.TIMEOUT, details={"limit": "idle"})
+
+    result = await executor(tool("remote", body), hooks=hooks).execute("remote", {"text": "x"})
+    assert result.error is not None and result.error.code is ErrorCode.TIMEOUT
+    assert result.error.retryable is False and result.error.details == {"limit": "idle"}
+    assert [e.code for e in seen] == [ErrorCode.TIMEOUT]
+
+
+async def test_an_ordinary_exception_is_still_a_tool_error_and_not_retryable() -> None:
+    def body(args: Any, ctx: Any) -> Any:
+        raise RuntimeError("boom")
+
+    result = await executor(tool("t", body)).execute("t", {"text": "x"})
+    assert result.error is not None and result.error.code is ErrorCode.TOOL_ERROR
+    assert result.error.retryable is False and result.error.details == {"type": "RuntimeError"}
+
+
+def test_a_tool_fault_cannot_claim_a_policy_code() -> None:
+    with pytest.raises(ValueError, match="TOOL_ERROR or TIMEOUT"):
+        ToolFault("sneaky", code=ErrorCode.PERMISSION_DENIED)
