@@ -4,6 +4,7 @@ turning content blocks into what each provider accepts."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -77,6 +78,14 @@ def _resolve(
         return registry.resolve(name, ctx.agent_scope if ctx is not None else None)
     except KeyError:  # an unknown scope: the executor reports it on the call
         return None
+
+
+def in_scope(ctx: ExecutionContext | None, scope: str | None) -> ExecutionContext | None:
+    """The call's context, running in ``scope`` unless it names an agent scope of its own (a
+    framework's tools list what ``scope`` sees, so they run there too)."""
+    if scope is None or (ctx is not None and ctx.agent_scope is not None):
+        return ctx
+    return dataclasses.replace(ctx or ExecutionContext(), agent_scope=scope)
 
 
 async def run_in_order(

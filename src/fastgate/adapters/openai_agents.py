@@ -39,6 +39,7 @@ from fastgate.adapters._common import (
     error_text,
     flat_text,
     image_of,
+    in_scope,
     model_tools,
     read_arguments,
     resource_text,
@@ -81,16 +82,18 @@ def function_tools(
                 name=schema["name"],
                 description=schema["description"],
                 params_json_schema=parameters,
-                on_invoke_tool=_invoker(executor, schema["name"], context),
+                on_invoke_tool=_invoker(executor, schema["name"], context, scope),
                 strict_json_schema=form is not None,
             )
         )
     return out
 
 
-def _invoker(executor: ToolExecutor, name: str, context: ContextSource) -> Callable[..., Any]:
+def _invoker(
+    executor: ToolExecutor, name: str, context: ContextSource, scope: str | None
+) -> Callable[..., Any]:
     async def invoke(tool_context: ToolContext[Any], arguments: str) -> Any:
-        ctx = _context_of(context, tool_context)
+        ctx = in_scope(_context_of(context, tool_context), scope)
         call_id = tool_context.tool_call_id
         call = read_arguments(executor, call_id, name, arguments, ctx, decoder_for)
         if call.unreadable is not None:
