@@ -3,6 +3,8 @@
 One executor, one no-op tool (the pipeline scenario's ``concat``), timed in alternating rounds
 with and without instrumentation, in the same run:
 
+- ``a tracer that does nothing``: the executor's tracer hook alone (``set_tracer``), what any
+  instrumentation pays before it does anything;
 - ``API only``: ``opentelemetry-api`` with no SDK configured (its no-op tracer and meter): what a
   server that installs the extra but exports nothing pays;
 - ``SDK``: the OpenTelemetry SDK recording every span (a ``BatchSpanProcessor`` to an exporter
@@ -37,7 +39,7 @@ from fastgate import (
 from fastgate.bench.model import BenchConfig, Measurement
 from fastgate.bench.pipeline import run_concat
 from fastgate.runtime import loop_factory
-from fastgate.telemetry import instrument, uninstrument
+from fastgate.telemetry import instrument
 
 ARGS = {"a": "hello", "b": "world"}
 
@@ -60,6 +62,14 @@ def _executor() -> ToolExecutor:
         scheduler=ConcurrencyScheduler(SchedulerLimits()),
         locks=FileLockManager(),
     )
+
+
+class _NullTracer:
+    def call_started(self, name: str, ctx: ExecutionContext) -> None:
+        return None
+
+    def call_ended(self, token: Any, result: Any, trace: Any) -> None:
+        return None
 
 
 def _providers() -> list[tuple[str, Any, Any, Callable[[], None]]]:
@@ -112,35 +122,53 @@ async def _measure(config: BenchConfig) -> list[Measurement]:
     ctx = ExecutionContext(session_id="s1")
     n = max(500, config.ops // 25)
     out: list[Measurement] = []
+
+    def null_tracer() -> None:
+        executor.set_tracer(_NullTracer())
+
+    rows: list[tuple[str, Callable[[], None]]] = [("a tracer that does nothing", null_tracer)]
+    shutdowns: list[Callable[[], None]] = []
     for label, tracer_provider, meter_provider, shutdown in _providers():
+        rows.append((label, _instrumenting(executor, tracer_provider, meter_provider)))
+        shutdowns.append(shutdown)
+    for label, install in rows:
         plain_us: list[float] = []
         traced_us: list[float] = []
         ratios: list[float] = []
         await _serial(executor, ctx, n // 5)  # warm up, both ways
-        instrument(executor, tracer_provider=tracer_provider, meter_provider=meter_provider)
+        install()
         await _serial(executor, ctx, n // 5)
-        uninstrument(executor)
+        executor.set_tracer(None)
         for _ in range(config.rounds):
             plain = await _serial(executor, ctx, n)
-            instrument(executor, tracer_provider=tracer_provider, meter_provider=meter_provider)
+            install()
             traced = await _serial(executor, ctx, n)
-            uninstrument(executor)
+            executor.set_tracer(None)
             plain_us.append(plain / n * 1e6)
             traced_us.append(traced / n * 1e6)
             ratios.append(traced / plain)
-        shutdown()
         bad = [r for r in executor.history()[-50:] if not r.ok]
         if bad:
             raise RuntimeError(f"benchmark calls failed: {bad[0].error}")
+        what = label if label.startswith("a tracer") else f"instrumented ({label})"
         out.append(
             Measurement(
                 "telemetry",
-                f"no-op, instrumented ({label}) / not instrumented",
+                f"no-op, {what} / not instrumented",
                 statistics.median(ratios),
                 reference="the same executor, not instrumented",
                 detail=f"{statistics.median(traced_us):.1f} us vs "
                 f"{statistics.median(plain_us):.1f} us per call",
             )
         )
+    for shutdown in shutdowns:
+        shutdown()
     executor.dispose()
     return out
+
+
+def _instrumenting(executor: ToolExecutor, tracer_provider: Any, meter_provider: Any) -> Any:
+    def install() -> None:
+        instrument(executor, tracer_provider=tracer_provider, meter_provider=meter_provider)
+
+    return install

@@ -96,6 +96,8 @@ class Instrumentation:
         span = self._tracer.start_span(
             f"{OPERATION} {name}", kind=SpanKind.INTERNAL, attributes=attributes
         )
+        if not span.get_span_context().is_valid:  # no SDK: nothing to be the parent of
+            return span, None, name
         # Current while the call runs: the body's task copies the context, so spans the tool
         # makes are children of this one.
         return span, otel_context.attach(trace.set_span_in_context(span)), name
@@ -104,7 +106,8 @@ class Instrumentation:
         if token is None:  # call_started failed (logged by the executor)
             return
         span, attached, name = token
-        otel_context.detach(attached)
+        if attached is not None:
+            otel_context.detach(attached)
         if result is None:  # execute raised: a caller's programming error, or a bug
             outcome = "exception"
         else:
