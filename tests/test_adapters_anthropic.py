@@ -82,7 +82,7 @@ async def test_tool_uses_answer_in_model_order_marking_every_failure() -> None:
     assert [b["tool_use_id"] for b in blocks] == [f"t{i}" for i in range(1, 10) if i != 0]
     for block in blocks:
         assert_fits(ToolResultBlockParam, block)
-    by_id = {b["tool_use_id"]: b for b in blocks}
+    by_id: dict[str, Any] = {b["tool_use_id"]: b for b in blocks}
     assert by_id["t1"] == {"type": "tool_result", "tool_use_id": "t1", "content": "one"}
     assert by_id["t7"]["content"] == "from a string"
     assert by_id["t9"]["content"] == "nine"
@@ -169,7 +169,7 @@ async def test_a_messages_loop_through_the_sdk() -> None:
                 model="scripted",
                 max_tokens=100,
                 messages=messages,
-                tools=tools,  # type: ignore[arg-type]
+                tools=tools,
             )
             messages.append({"role": "assistant", "content": response.content})
             if response.stop_reason != "tool_use":

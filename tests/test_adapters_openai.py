@@ -98,7 +98,7 @@ def test_strict_only_where_the_schema_says_the_same_thing() -> None:
         parameters = out[name]["parameters"]
         # Already strict: the Agents SDK's own strictness pass finds nothing to change.
         assert ensure_strict_json_schema(copy.deepcopy(parameters)) == parameters
-    search = out["search"]["parameters"]
+    search: Any = out["search"]["parameters"]
     assert search["required"] == ["query", "limit"]
     assert search["properties"]["limit"] == {"type": ["integer", "null"], "minimum": 1}
     assert out["note_null"]["parameters"]["required"] == ["title", "body"]
@@ -236,7 +236,7 @@ async def test_malformed_arguments_get_an_invalid_args_message_never_an_exceptio
         _call("ok", "echo", '{"text": "fine"}'),
     ]
     messages = await fg_openai.execute_tool_calls(ex, calls)
-    content = {m["tool_call_id"]: m["content"] for m in messages}
+    content: dict[str, Any] = {m["tool_call_id"]: m["content"] for m in messages}
     assert content["bad"].startswith("Error (INVALID_ARGS): The arguments of echo are not valid")
     assert content["unknown"].startswith("Error (UNKNOWN_TOOL):")
     assert content["array"].startswith("Error (INVALID_ARGS):")
@@ -270,8 +270,8 @@ async def test_a_tool_with_optional_fields_both_ways(strict: bool) -> None:
         _call("d", "note", '{"title": "t", "body": null}'),
         _call("e", "note", '{"title": "t"}'),
     ]
-    content = {m["tool_call_id"]: m["content"] for m in await fg_openai.execute_tool_calls(
-        ex, calls, ExecutionContext(approver=_approve))}  # fmt: skip
+    answers = await fg_openai.execute_tool_calls(ex, calls, ExecutionContext(approver=_approve))
+    content: dict[str, Any] = {m["tool_call_id"]: m["content"] for m in answers}
     assert json.loads(content["a"]) == {"query": "q", "limit": "absent"}
     assert json.loads(content["b"]) == {"query": "q", "limit": 3}
     assert content["c"] == "body=None"  # null is what the schema says absent means
@@ -291,7 +291,9 @@ async def test_policy_answers_come_back_as_tool_messages() -> None:
 
     ex = _executor(permissions=PermissionConfig(deny=("run(rm:*)",)))
     calls = [_call("1", "run", '{"command": "rm -rf /"}'), _call("2", "run", '{"command": "ls"}')]
-    messages = await fg_openai.execute_tool_calls(ex, calls, ExecutionContext(approver=approver))
+    messages: list[Any] = await fg_openai.execute_tool_calls(
+        ex, calls, ExecutionContext(approver=approver)
+    )
     assert messages[0]["content"].startswith("Error (PERMISSION_DENIED): Not permitted")
     assert messages[1]["content"] == "Error (USER_REJECTED): not during the demo"
     assert asked == ["run"]
@@ -309,7 +311,7 @@ async def test_response_calls_skip_other_items_and_answer_in_order() -> None:
         {"type": "function_call", "call_id": "c3", "name": "boom", "arguments": "{}"},
         {"type": "function_call", "call_id": "c4", "name": "echo", "arguments": "{oops"},
     ]
-    items = await fg_openai.execute_response_calls(ex, output)
+    items: list[Any] = await fg_openai.execute_response_calls(ex, output)
     assert [item["call_id"] for item in items] == ["c1", "c2", "c3", "c4"]
     for item in items:
         assert_fits(FunctionCallOutput, item)
@@ -366,7 +368,7 @@ async def test_a_chat_completions_loop_through_the_sdk() -> None:
             response = await client.chat.completions.create(
                 model="scripted",
                 messages=messages,
-                tools=tools,  # type: ignore[arg-type]
+                tools=tools,
             )
             message = response.choices[0].message
             messages.append(message)  # as the README writes it: the SDK's own message object
@@ -412,10 +414,10 @@ async def test_a_responses_loop_through_the_sdk() -> None:
     tools = fg_openai.response_tools(ex.registry, strict=True)
     items: list[Any] = [{"role": "user", "content": "go"}]
     async with client:
-        response = await client.responses.create(model="scripted", input=items, tools=tools)  # type: ignore[arg-type]
+        response = await client.responses.create(model="scripted", input=items, tools=tools)
         outputs = await fg_openai.execute_response_calls(ex, response.output)
         items += [item.model_dump(exclude_none=True) for item in response.output] + outputs
-        final = await client.responses.create(model="scripted", input=items, tools=tools)  # type: ignore[arg-type]
+        final = await client.responses.create(model="scripted", input=items, tools=tools)
     assert final.output_text == "done"
     sent = server.requests[1]["body"]["input"]
     assert sent[-1] == {"type": "function_call_output", "call_id": "call_1", "output": "hi"}

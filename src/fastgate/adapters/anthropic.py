@@ -20,7 +20,7 @@ images (MCP's or Anthropic's shape) as image blocks.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from fastgate.adapters._common import (
     as_json_text,
@@ -39,13 +39,16 @@ from fastgate.executor import ToolExecutor
 from fastgate.registry import ToolRegistry
 from fastgate.results import ToolResult
 
+if TYPE_CHECKING:  # the SDK's own types, for callers' type checkers; not needed at run time
+    from anthropic.types import ToolParam, ToolResultBlockParam
+
 __all__ = ("execute_tool_uses", "tools")
 
 # Blocks a tool_result may hold as they are (Anthropic's own shapes).
 _NATIVE: Final = frozenset({"document", "search_result"})
 
 
-def tools(registry: ToolRegistry, scope: str | None = None) -> list[dict[str, Any]]:
+def tools(registry: ToolRegistry, scope: str | None = None) -> list[ToolParam]:
     """Messages API tools (``{"name", "description", "input_schema"}``), sorted by name."""
     return [
         {
@@ -63,7 +66,7 @@ async def execute_tool_uses(
     ctx: ExecutionContext | None = None,
     *,
     max_parallel: int = 10,
-) -> list[dict[str, Any]]:
+) -> list[ToolResultBlockParam]:
     """Run the ``tool_use`` blocks of an assistant message's content; one ``tool_result`` block
     per call, in model order."""
     pending = [
@@ -81,8 +84,8 @@ async def execute_tool_uses(
     return [_tool_result(call.call_id, r) for call, r in zip(pending, results, strict=True)]
 
 
-def _tool_result(tool_use_id: str, result: ToolResult) -> dict[str, Any]:
-    block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id}
+def _tool_result(tool_use_id: str, result: ToolResult) -> ToolResultBlockParam:
+    block: ToolResultBlockParam = {"type": "tool_result", "tool_use_id": tool_use_id}
     if not result.ok:
         block["content"] = error_text(result)
         block["is_error"] = True
@@ -93,7 +96,8 @@ def _tool_result(tool_use_id: str, result: ToolResult) -> dict[str, Any]:
     return block
 
 
-def _content_blocks(content: Any) -> list[dict[str, Any]] | str:
+def _content_blocks(content: Any) -> Any:
+    """The tool_result's content blocks (or "" when none is left)."""
     out: list[dict[str, Any]] = []
     for block in blocks_of(content):
         text = text_of(block)

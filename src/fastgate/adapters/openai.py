@@ -22,7 +22,7 @@ come back in the order the model made the calls. Arguments that are not JSON get
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -45,6 +45,18 @@ from fastgate.executor import ToolExecutor
 from fastgate.registry import ToolRegistry
 from fastgate.results import ToolResult
 
+if TYPE_CHECKING:  # the SDK's own types, for callers' type checkers; not needed at run time
+    from openai.types.chat import (
+        ChatCompletionContentPartTextParam,
+        ChatCompletionToolMessageParam,
+        ChatCompletionToolParam,
+    )
+    from openai.types.responses import FunctionToolParam
+    from openai.types.responses.response_function_call_output_item_list_param import (
+        ResponseFunctionCallOutputItemParam,
+    )
+    from openai.types.responses.response_input_item_param import FunctionCallOutput
+
 __all__ = ("execute_response_calls", "execute_tool_calls", "response_tools", "tools")
 
 
@@ -61,16 +73,16 @@ def _parameters(tool: Any, schema: dict[str, Any], strict: bool) -> tuple[dict[s
 
 def tools(
     registry: ToolRegistry, scope: str | None = None, strict: bool = False
-) -> list[dict[str, Any]]:
+) -> list[ChatCompletionToolParam]:
     """Chat Completions tools (``{"type": "function", "function": {...}}``), sorted by name.
 
     With ``strict=True`` each tool whose schema strict mode can say exactly gets its strict form
     and ``"strict": true``; any other gets its own schema and ``"strict": false``.
     """
-    out: list[dict[str, Any]] = []
+    out: list[ChatCompletionToolParam] = []
     for tool, schema in model_tools(registry, scope):
         parameters, is_strict = _parameters(tool, schema, strict)
-        function: dict[str, Any] = {
+        function: Any = {
             "name": schema["name"],
             "description": schema["description"],
             "parameters": parameters,
@@ -83,9 +95,9 @@ def tools(
 
 def response_tools(
     registry: ToolRegistry, scope: str | None = None, strict: bool = False
-) -> list[dict[str, Any]]:
+) -> list[FunctionToolParam]:
     """Responses API function tools (``{"type": "function", "name", ..., "strict"}``)."""
-    out: list[dict[str, Any]] = []
+    out: list[FunctionToolParam] = []
     for tool, schema in model_tools(registry, scope):
         parameters, is_strict = _parameters(tool, schema, strict)
         out.append(
@@ -106,7 +118,7 @@ async def execute_tool_calls(
     ctx: ExecutionContext | None = None,
     *,
     max_parallel: int = 10,
-) -> list[dict[str, Any]]:
+) -> list[ChatCompletionToolMessageParam]:
     """Run a Chat Completions message's ``tool_calls``; one ``{"role": "tool", "tool_call_id",
     "content"}`` message per call, in model order. A failed call's content starts with
     ``Error (CODE):``."""
@@ -124,7 +136,7 @@ async def execute_response_calls(
     ctx: ExecutionContext | None = None,
     *,
     max_parallel: int = 10,
-) -> list[dict[str, Any]]:
+) -> list[FunctionCallOutput]:
     """Run the ``function_call`` items of a response's ``output`` (other items are skipped);
     one ``function_call_output`` item per call, in model order."""
     pending = [
@@ -158,7 +170,7 @@ def _chat_call(executor: ToolExecutor, call: Any, ctx: ExecutionContext | None) 
     return read_arguments(executor, call_id, str(name), raw, ctx, decoder_for)
 
 
-def _chat_content(result: ToolResult) -> str | list[dict[str, Any]]:
+def _chat_content(result: ToolResult) -> str | list[ChatCompletionContentPartTextParam]:
     """A tool message's content: text, or text parts for content blocks (a tool message holds
     no images: an image block is named in its place)."""
     if not result.ok:
@@ -168,13 +180,13 @@ def _chat_content(result: ToolResult) -> str | list[dict[str, Any]]:
     return [{"type": "text", "text": flat_text(block)} for block in blocks_of(result.content)]
 
 
-def _response_output(result: ToolResult) -> str | list[dict[str, Any]]:
+def _response_output(result: ToolResult) -> str | list[ResponseFunctionCallOutputItemParam]:
     """A ``function_call_output``'s output: text, or input_text / input_image items."""
     if not result.ok:
         return error_text(result)
     if isinstance(result.content, str):
         return result.content
-    items: list[dict[str, Any]] = []
+    items: list[ResponseFunctionCallOutputItemParam] = []
     for block in blocks_of(result.content):
         text = text_of(block)
         if text is None:
