@@ -68,6 +68,7 @@ from fastgate.scheduler import ConcurrencyScheduler, default_scheduler
 from fastgate.schema import compile as compile_schema
 from fastgate.store import ToolUseRecord, ToolUseStore
 from fastgate.tools import ToolDefinition
+from fastgate.tracing import CallTrace, CallTracer
 from fastgate.worktree import check_given_paths
 
 log = logging.getLogger("fastgate.executor")
@@ -100,6 +101,7 @@ class _Call:
         "attempts",
         "call_id",
         "ctx",
+        "decision",
         "decision_source",
         "execution_id",
         "lock_keys",
@@ -108,6 +110,7 @@ class _Call:
         "recorded",
         "started_at",
         "t0",
+        "trace",
     )
 
     def __init__(
@@ -123,10 +126,12 @@ class _Call:
         self.args: Any = None
         self.attempts = 0
         self.aborted_before_launch = False
+        self.decision: Decision | None = None
         self.decision_source: str | None = None
         self.additional_context: tuple[str, ...] = ()  # rarely added to: a tuple is cheaper
         self.lock_keys: tuple[str, ...] = ()
         self.recorded = False  # its tool-use record is in the store
+        self.trace: CallTrace | None = None  # only when the executor has a tracer
 
     def elapsed_ms(self) -> float:
         return (_perf_clock() - self.t0) * 1000.0
@@ -277,6 +282,7 @@ class ToolExecutor:
         # Per caller context, by id (checked): the context merged with context_defaults.
         self._merged: dict[int, tuple[ExecutionContext, ExecutionContext]] = {}
         self._background: set[asyncio.Future[None]] = set()
+        self._tracer: CallTracer | None = None
         self._disposed = False
 
     # -- public API -----------------------------------------------------------------------------
@@ -303,17 +309,12 @@ class ToolExecutor:
         if execution_id is None:
             execution_id = self._execution_id()
         call = _Call(execution_id, name, call_id, self._merge_defaults(ctx))
+        if self._tracer is not None:
+            return await self._execute_traced(self._tracer, call, args)
         try:
             result = await self._pipeline(call, args)
         except asyncio.CancelledError:
-            elapsed_ms = call.elapsed_ms()
-            message = "the caller cancelled the call"
-            aborted = self._result(call, elapsed_ms, ErrorCode.ABORTED, message)
-            self._history.add(aborted, call.name, ErrorCode.ABORTED, elapsed_ms)
-            if call.recorded:  # we cannot await here: record it in the background
-                task = asyncio.ensure_future(self._record_result(call, aborted))
-                self._background.add(task)
-                task.add_done_callback(self._background.discard)
+            self._caller_cancelled(call)
             raise
         if call.recorded:
             await self._record_result(call, result)
@@ -341,6 +342,16 @@ class ToolExecutor:
         """A fresh execution id, unique in this process (and across streaming epochs), for a
         caller that records a call before passing it to ``execute(..., execution_id=)``."""
         return self._execution_id()
+
+    def set_tracer(self, tracer: CallTracer | None) -> CallTracer | None:
+        """Install ``tracer`` (``None`` removes it) for the calls that start from now on;
+        returns the one it replaces. See ``fastgate.tracing``."""
+        previous, self._tracer = self._tracer, tracer
+        return previous
+
+    @property
+    def tracer(self) -> CallTracer | None:
+        return self._tracer
 
     def history(self) -> list[ToolResult]:
         return self._history.results()
@@ -380,7 +391,14 @@ class ToolExecutor:
             execution_id = self._execution_id()
         call = _Call(execution_id, name, call_id, self._merge_defaults(ctx or _NO_CONTEXT))
         call.aborted_before_launch = True
-        return self._finalize(call, code, message, details=details)
+        tracer = self._tracer
+        if tracer is None:
+            return self._finalize(call, code, message, details=details)
+        token = _started(tracer, call)
+        trace = call.trace = CallTrace()
+        result = self._finalize(call, code, message, details=details)
+        _ended(tracer, token, result, call, trace)
+        return result
 
     def classify(self, name: str, args: Any, ctx: ExecutionContext | None = None) -> str:
         """``"shared"`` or ``"exclusive"`` for this call now (unknown tools are exclusive)."""
@@ -496,7 +514,7 @@ class ToolExecutor:
 
                 # 8. decision merge: the strictest of rule and hook; a hook tightens, never loosens.
                 decision, source, reason = merge_decision(rule, hook_decision, hook_reason)
-                call.decision_source = source
+                call.decision, call.decision_source = decision, source
                 self._audit_decision(call, decision, source, reason, rule)
                 if decision is _DENY:
                     return self._finalize(
@@ -510,7 +528,7 @@ class ToolExecutor:
                 if self.guards:
                     reason_denied = run_guards(self.guards, ToolCallView(tool.name, args, ctx))
                     if reason_denied is not None:
-                        call.decision_source = DecisionSource.GUARD
+                        call.decision, call.decision_source = _DENY, DecisionSource.GUARD
                         self._audit_decision(
                             call, Decision.DENY, DecisionSource.GUARD, reason_denied, rule
                         )
@@ -537,8 +555,8 @@ class ToolExecutor:
                         return self._finalize(
                             call, answer.code, answer.message, details=answer.details
                         )
-                    call.decision_source = DecisionSource.USER
                     verdict = Decision.ALLOW if answer.approved else Decision.DENY
+                    call.decision, call.decision_source = verdict, DecisionSource.USER
                     self._audit_decision(
                         call, verdict, DecisionSource.USER, answer.feedback or "", rule
                     )
@@ -556,6 +574,9 @@ class ToolExecutor:
             # 11. admission: a scheduler slot, then the file locks of a non-concurrency-safe tool.
             if cancel is not None and cancel.cancelled:
                 return self._aborted_before_launch(call)
+            trace = call.trace  # None unless a tracer asked for the admission and run times
+            if trace is not None:
+                trace.admission_began = _perf_clock()
             try:
                 await holds.enter(self.scheduler.slot(ctx.session_id, plan.kind, self), cancel)
                 if call.lock_keys and not plan.is_concurrency_safe(args):
@@ -573,6 +594,8 @@ class ToolExecutor:
                 )
             except SchedulerClosed:
                 return self._finalize(call, ErrorCode.DISPOSED, "the scheduler has been closed")
+            if trace is not None:
+                trace.admitted = _perf_clock()
 
             # 11b. the durable tool-use record, before any side effect.
             if self.store is not None:
@@ -585,6 +608,8 @@ class ToolExecutor:
             # and the deadline)
             self._progress.start(call.execution_id)
             body = BodyContext(self, call, holds)
+            if trace is not None:
+                trace.run_began = _perf_clock()
             try:
                 outcome_ = await invoke(
                     tool,
@@ -599,6 +624,8 @@ class ToolExecutor:
                 )
             finally:
                 self._progress.finish(call.execution_id)
+            if trace is not None:
+                trace.run_ended = _perf_clock()
             call.attempts = outcome_.attempts
 
             # 13-15. hooks after the call, file-change observers, then the final result.
@@ -607,6 +634,36 @@ class ToolExecutor:
             return self._aborted_before_launch(call)
         finally:
             holds.release()
+
+    async def _execute_traced(self, tracer: CallTracer, call: _Call, args: Any) -> ToolResult:
+        """``execute`` with the tracer told of the call's start and end (``fastgate.tracing``)."""
+        token = _started(tracer, call)
+        trace = call.trace = CallTrace()
+        result: ToolResult | None = None
+        try:
+            try:
+                result = await self._pipeline(call, args)
+            except asyncio.CancelledError:
+                result = self._caller_cancelled(call)
+                raise
+            if call.recorded:
+                await self._record_result(call, result)
+            return result
+        finally:
+            _ended(tracer, token, result, call, trace)
+
+    def _caller_cancelled(self, call: _Call) -> ToolResult:
+        """The ABORTED result of a call whose awaiting task was cancelled: in history, and in the
+        store once the background can write it."""
+        elapsed_ms = call.elapsed_ms()
+        message = "the caller cancelled the call"
+        aborted = self._result(call, elapsed_ms, ErrorCode.ABORTED, message)
+        self._history.add(aborted, call.name, ErrorCode.ABORTED, elapsed_ms)
+        if call.recorded:  # we cannot await here: record it in the background
+            task = asyncio.ensure_future(self._record_result(call, aborted))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+        return aborted
 
     # -- stages in detail -----------------------------------------------------------------------
 
@@ -921,6 +978,25 @@ def _changed_paths(
     if call.lock_keys and not tool.concurrency_safe(args):
         return call.lock_keys
     return ()
+
+
+def _started(tracer: CallTracer, call: _Call) -> Any:
+    try:
+        return tracer.call_started(call.name, call.ctx)
+    except Exception:
+        log.exception("tracer %r failed at the start of a call; the call goes on", tracer)
+        return None
+
+
+def _ended(
+    tracer: CallTracer, token: Any, result: ToolResult | None, call: _Call, trace: CallTrace
+) -> None:
+    trace.decision = call.decision
+    trace.ended = _perf_clock()
+    try:
+        tracer.call_ended(token, result, trace)
+    except Exception:
+        log.exception("tracer %r failed at the end of a call; the result is unchanged", tracer)
 
 
 def _isolated(callback: Callable[..., Any], argument: Any, what: str) -> None:

@@ -29,6 +29,7 @@ SCENARIOS: dict[str, tuple[str, str, bool]] = {
     "durability": ("fastgate.bench.durability", "run_durability", True),
     "files": ("fastgate.bench.files", "run_files", True),
     "mcp": ("fastgate.bench.mcp", "run_mcp", True),
+    "telemetry": ("fastgate.bench.telemetry", "run_telemetry", True),
 }
 
 PROFILES = {

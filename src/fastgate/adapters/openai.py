@@ -1,0 +1,201 @@
+"""OpenAI's formats: the registry as tools, the model's tool calls run in model order (SPEC §19).
+
+Chat Completions::
+
+    from fastgate.adapters import openai as fg_openai
+
+    response = await client.chat.completions.create(
+        model=model, messages=messages, tools=fg_openai.tools(registry, strict=True)
+    )
+    message = response.choices[0].message
+    messages.append(message)
+    messages += await fg_openai.execute_tool_calls(executor, message.tool_calls or [], ctx)
+
+The Responses API has ``response_tools`` and ``execute_response_calls`` (``response.output`` in,
+``function_call_output`` items out). Calls are read from the SDK's objects or from plain dicts;
+the SDK itself is not needed at run time. Several calls of one message run through
+``executor.execute_parallel`` (shared tools overlap, exclusive ones are barriers) and the answers
+come back in the order the model made the calls. Arguments that are not JSON get an
+``INVALID_ARGS`` answer, never an exception.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from fastgate.adapters._common import (
+    Pending,
+    blocks_of,
+    error_text,
+    field,
+    flat_text,
+    image_of,
+    model_tools,
+    read_arguments,
+    resource_text,
+    run_in_order,
+    text_of,
+)
+from fastgate.adapters._strict import decoder_for, strict_form_of
+from fastgate.context import ExecutionContext
+from fastgate.executor import ToolExecutor
+from fastgate.registry import ToolRegistry
+from fastgate.results import ToolResult
+
+if TYPE_CHECKING:  # the SDK's own types, for callers' type checkers; not needed at run time
+    from openai.types.chat import (
+        ChatCompletionContentPartTextParam,
+        ChatCompletionToolMessageParam,
+        ChatCompletionToolParam,
+    )
+    from openai.types.responses import FunctionToolParam
+    from openai.types.responses.response_function_call_output_item_list_param import (
+        ResponseFunctionCallOutputItemParam,
+    )
+    from openai.types.responses.response_input_item_param import FunctionCallOutput
+
+__all__ = ("execute_response_calls", "execute_tool_calls", "response_tools", "tools")
+
+
+def _parameters(tool: Any, schema: dict[str, Any], strict: bool) -> tuple[dict[str, Any], bool]:
+    """(parameters, strict?) of one tool: its strict form when asked and equivalent."""
+    if strict:
+        form = strict_form_of(tool)
+        if form is not None:
+            # A copy: the caller may change what it is handed; the cached form must not change.
+            copy: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(form.schema))
+            return copy, True
+    return schema["parameters"], False
+
+
+def tools(
+    registry: ToolRegistry, scope: str | None = None, strict: bool = False
+) -> list[ChatCompletionToolParam]:
+    """Chat Completions tools (``{"type": "function", "function": {...}}``), sorted by name.
+
+    With ``strict=True`` each tool whose schema strict mode can say exactly gets its strict form
+    and ``"strict": true``; any other gets its own schema and ``"strict": false``.
+    """
+    out: list[ChatCompletionToolParam] = []
+    for tool, schema in model_tools(registry, scope):
+        parameters, is_strict = _parameters(tool, schema, strict)
+        function: Any = {
+            "name": schema["name"],
+            "description": schema["description"],
+            "parameters": parameters,
+        }
+        if strict:
+            function["strict"] = is_strict
+        out.append({"type": "function", "function": function})
+    return out
+
+
+def response_tools(
+    registry: ToolRegistry, scope: str | None = None, strict: bool = False
+) -> list[FunctionToolParam]:
+    """Responses API function tools (``{"type": "function", "name", ..., "strict"}``)."""
+    out: list[FunctionToolParam] = []
+    for tool, schema in model_tools(registry, scope):
+        parameters, is_strict = _parameters(tool, schema, strict)
+        out.append(
+            {
+                "type": "function",
+                "name": schema["name"],
+                "description": schema["description"],
+                "parameters": parameters,
+                "strict": is_strict,
+            }
+        )
+    return out
+
+
+async def execute_tool_calls(
+    executor: ToolExecutor,
+    tool_calls: Iterable[Any] | None,
+    ctx: ExecutionContext | None = None,
+    *,
+    max_parallel: int = 10,
+) -> list[ChatCompletionToolMessageParam]:
+    """Run a Chat Completions message's ``tool_calls``; one ``{"role": "tool", "tool_call_id",
+    "content"}`` message per call, in model order. A failed call's content starts with
+    ``Error (CODE):``."""
+    pending = [_chat_call(executor, call, ctx) for call in tool_calls or ()]
+    results = await run_in_order(executor, pending, ctx, max_parallel)
+    return [
+        {"role": "tool", "tool_call_id": call.call_id, "content": _chat_content(result)}
+        for call, result in zip(pending, results, strict=True)
+    ]
+
+
+async def execute_response_calls(
+    executor: ToolExecutor,
+    output_items: Iterable[Any] | None,
+    ctx: ExecutionContext | None = None,
+    *,
+    max_parallel: int = 10,
+) -> list[FunctionCallOutput]:
+    """Run the ``function_call`` items of a response's ``output`` (other items are skipped);
+    one ``function_call_output`` item per call, in model order."""
+    pending = [
+        read_arguments(
+            executor,
+            str(field(item, "call_id", "")),
+            str(field(item, "name", "")),
+            field(item, "arguments", ""),
+            ctx,
+            decoder_for,
+        )
+        for item in output_items or ()
+        if field(item, "type") == "function_call"
+    ]
+    results = await run_in_order(executor, pending, ctx, max_parallel)
+    return [
+        {"type": "function_call_output", "call_id": call.call_id, "output": _response_output(r)}
+        for call, r in zip(pending, results, strict=True)
+    ]
+
+
+def _chat_call(executor: ToolExecutor, call: Any, ctx: ExecutionContext | None) -> Pending:
+    call_id = str(field(call, "id", ""))
+    kind = field(call, "type", "function")
+    if kind == "custom":  # a free-form call: its input is read as the JSON arguments
+        custom = field(call, "custom")
+        name, raw = field(custom, "name", ""), field(custom, "input", "")
+    else:
+        function = field(call, "function")
+        name, raw = field(function, "name", ""), field(function, "arguments", "")
+    return read_arguments(executor, call_id, str(name), raw, ctx, decoder_for)
+
+
+def _chat_content(result: ToolResult) -> str | list[ChatCompletionContentPartTextParam]:
+    """A tool message's content: text, or text parts for content blocks (a tool message holds
+    no images: an image block is named in its place)."""
+    if not result.ok:
+        return error_text(result)
+    if isinstance(result.content, str):
+        return result.content
+    return [{"type": "text", "text": flat_text(block)} for block in blocks_of(result.content)]
+
+
+def _response_output(result: ToolResult) -> str | list[ResponseFunctionCallOutputItemParam]:
+    """A ``function_call_output``'s output: text, or input_text / input_image items."""
+    if not result.ok:
+        return error_text(result)
+    if isinstance(result.content, str):
+        return result.content
+    items: list[ResponseFunctionCallOutputItemParam] = []
+    for block in blocks_of(result.content):
+        text = text_of(block)
+        if text is None:
+            text = resource_text(block)
+        image = image_of(block) if text is None else None
+        if image is not None:
+            media, data = image
+            items.append({"type": "input_image", "image_url": f"data:{media};base64,{data}"})
+        else:
+            text = text if text is not None else flat_text(block)
+            items.append({"type": "input_text", "text": text})
+    return items

@@ -1,0 +1,67 @@
+"""Call tracing: what a tracer (``fastgate.telemetry``, or a server's own) sees of each call.
+
+``executor.set_tracer(tracer)`` installs one tracer on an executor. The executor then calls
+``tracer.call_started(name, ctx)`` when a call enters ``execute`` (or ``refuse``), in the
+caller's task, and ``tracer.call_ended(token, result, trace)`` when it leaves, whatever the
+outcome: ``token`` is what ``call_started`` returned, ``result`` the final result (``None`` only
+when ``execute`` raised something other than cancellation, a caller's programming error) and
+``trace`` the timings and decision the result does not carry. A call cancelled by its caller
+ends with its ``ABORTED`` result before the cancellation propagates. A tracer that raises is
+logged and changes nothing.
+
+Without a tracer the executor does none of this work: no clock reads, no trace object.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from fastgate.context import ExecutionContext
+from fastgate.decision import Decision
+from fastgate.results import ToolResult
+
+
+class CallTrace:
+    """Timestamps (``time.perf_counter()`` seconds) and the decision of one traced call.
+
+    A stage the call never reached leaves its timestamps ``None``. ``decision`` is the verdict
+    the call got: the merged rule/hook decision (stage 8), ``DENY`` when a guard refused it, the
+    approver's ALLOW or DENY once asked; ``ASK`` when an approval was needed and none was given
+    (no approver, an approver error, a cancellation); ``None`` when it was refused before a
+    decision was made (unknown tool, invalid arguments, worktree violation).
+    """
+
+    __slots__ = ("admission_began", "admitted", "decision", "ended", "run_began", "run_ended")
+
+    def __init__(self) -> None:
+        self.decision: Decision | None = None
+        self.admission_began: float | None = None  # asked for the scheduler slot
+        self.admitted: float | None = None  # holds its slot and file locks
+        self.run_began: float | None = None  # the body's first attempt is about to start
+        self.run_ended: float | None = None  # the body (every attempt) has settled
+        self.ended: float | None = None  # the call left the pipeline
+
+    @property
+    def admission_wait_ms(self) -> float | None:
+        """Time spent waiting for the slot and the file locks, admitted or refused (None when
+        the call never asked for a slot)."""
+        if self.admission_began is None:
+            return None
+        end = self.admitted if self.admitted is not None else self.ended
+        return None if end is None else (end - self.admission_began) * 1000.0
+
+    @property
+    def run_ms(self) -> float | None:
+        """Time the body ran, retries and their backoff included (None when it never started)."""
+        if self.run_began is None:
+            return None
+        end = self.run_ended if self.run_ended is not None else self.ended
+        return None if end is None else (end - self.run_began) * 1000.0
+
+
+class CallTracer(Protocol):
+    """Told of every call of the executor it is installed on (see the module docstring)."""
+
+    def call_started(self, name: str, ctx: ExecutionContext) -> Any: ...
+
+    def call_ended(self, token: Any, result: ToolResult | None, trace: CallTrace) -> None: ...

@@ -1,0 +1,156 @@
+"""``fastgate.adapters.pydantic_ai``: a pydantic-ai ``Agent`` driven by its ``FunctionModel`` calls
+its tools through fastgate: a deny rule denies, an approval is asked, and the answers come back
+as pydantic-ai's own parts (returned, denied, retried, failed)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pydantic_ai", reason="needs the test extra (pydantic-ai-slim)")
+
+from pydantic_ai import Agent, BinaryContent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from fastgate import ApprovalResponse, ExecutionContext, PermissionConfig, ToolExecutor, ToolResult
+from fastgate.adapters.pydantic_ai import FastgateToolset, toolset
+from tests.adapters_kit import PNG, registry
+from tests.pipeline_kit import assert_idle, executor
+
+
+def _executor(**options: Any) -> ToolExecutor:
+    ex = executor(**options)
+    ex.registry = registry()
+    return ex
+
+
+class Approver:
+    def __init__(self, approve: bool) -> None:
+        self.approve = approve
+        self.asked: list[str] = []
+
+    async def __call__(self, request: Any) -> ApprovalResponse:
+        self.asked.append(request.tool_name)
+        return ApprovalResponse(self.approve, feedback=None if self.approve else "not now")
+
+
+CALLS = [
+    ToolCallPart("echo", {"text": "hi"}, tool_call_id="c-echo"),
+    ToolCallPart("run", {"command": "rm -rf /"}, tool_call_id="c-denied"),
+    ToolCallPart("run", {"command": "ls"}, tool_call_id="c-asked"),
+    ToolCallPart("search", {"query": "q", "limit": None}, tool_call_id="c-strict"),
+    ToolCallPart("echo", {"text": 5}, tool_call_id="c-invalid"),
+    ToolCallPart("boom", {}, tool_call_id="c-boom"),
+    ToolCallPart("picture", {}, tool_call_id="c-picture"),
+]
+
+
+class Script:
+    """The model: every call at once, then a final answer once it has seen the returns."""
+
+    def __init__(self) -> None:
+        self.tools_seen: list[str] = []
+        self.strict: dict[str, bool | None] = {}
+        self.requests: list[ModelRequest] = []
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.tools_seen = [t.name for t in info.function_tools]
+        self.strict = {t.name: t.strict for t in info.function_tools}
+        last = messages[-1]
+        assert isinstance(last, ModelRequest)
+        self.requests.append(last)
+        if len(self.requests) == 1:
+            return ModelResponse(parts=list(CALLS))
+        return ModelResponse(parts=[TextPart("all done")])
+
+
+def _returns(messages: list[ModelMessage]) -> dict[str, ToolReturnPart]:
+    return {
+        part.tool_call_id: part
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, ToolReturnPart)
+    }
+
+
+@pytest.mark.parametrize("approve", [True, False])
+async def test_an_agent_runs_its_calls_through_fastgate(approve: bool) -> None:
+    ex = _executor(permissions=PermissionConfig(deny=("run(rm:*)",)))
+    approver = Approver(approve)
+    script = Script()
+    agent = Agent(FunctionModel(script), toolsets=[toolset(ex)], deps_type=ExecutionContext)
+    ctx = ExecutionContext(session_id="pyd-session", approver=approver)
+    result = await agent.run("work", deps=ctx)
+    assert result.output == "all done"
+    assert script.tools_seen == sorted(ex.registry.visible())
+    assert script.strict["search"] is True and script.strict["note"] is False
+    returns = _returns(result.all_messages())
+    echo = returns["c-echo"]
+    assert echo.outcome == "success" and echo.content == "hi"
+    assert isinstance(echo.metadata, ToolResult) and echo.metadata.ok
+    denied = returns["c-denied"]
+    assert denied.outcome == "denied"
+    assert str(denied.content).startswith("Error (PERMISSION_DENIED): Not permitted")
+    assert approver.asked == ["run"]
+    asked = returns["c-asked"]
+    if approve:
+        assert asked.outcome == "success" and asked.content == "ran ls"
+    else:
+        assert asked.outcome == "denied"
+        assert asked.content == "Error (USER_REJECTED): not now"
+    assert returns["c-strict"].content == '{"query":"q","limit":"absent"}'
+    invalid = returns["c-invalid"]
+    assert invalid.outcome == "retried"  # pydantic-ai asks the model to fix the arguments
+    assert "Error (INVALID_ARGS)" in str(invalid.content)
+    boom = returns["c-boom"]
+    assert boom.outcome == "failed" and str(boom.content).startswith("Error (TOOL_ERROR):")
+    picture = returns["c-picture"].content
+    assert isinstance(picture, list) and picture[0] == "a chart"
+    assert isinstance(picture[1], BinaryContent) and picture[1].media_type == "image/png"
+    assert picture[1].data == base64.b64decode(PNG)
+    # fastgate saw every call, with the run's session and the model's call ids.
+    history = {r.meta.call_id: r for r in ex.history()}
+    assert set(history) == {p.tool_call_id for p in CALLS}
+    assert {r.meta.session_id for r in history.values()} == {"pyd-session"}
+    assert_idle(ex)
+
+
+async def test_a_context_function_and_a_scope() -> None:
+    ex = _executor()
+    ex.registry.scope("helper", allow=("echo",))
+    seen: list[str | None] = []
+
+    def context_for(run: Any) -> ExecutionContext:
+        seen.append(run.tool_call_id)
+        return ExecutionContext(session_id=f"user-{run.deps['user']}")
+
+    class Once:
+        def __init__(self) -> None:
+            self.tools: list[str] = []
+
+        def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+            self.tools = [t.name for t in info.function_tools]
+            if len(messages) == 1:
+                return ModelResponse(parts=[ToolCallPart("echo", {"text": "x"}, tool_call_id="c1")])
+            return ModelResponse(parts=[TextPart("ok")])
+
+    model = Once()
+    tools = toolset(ex, scope="helper", context=context_for, id="fastgate")
+    assert isinstance(tools, FastgateToolset) and tools.id == "fastgate"
+    agent = Agent(FunctionModel(model), toolsets=[tools])
+    result = await agent.run("go", deps={"user": "ada"})
+    assert result.output == "ok" and model.tools == ["echo"]
+    assert seen == ["c1"]
+    (done,) = ex.history()
+    assert done.ok and done.meta.session_id == "user-ada"
