@@ -1,4 +1,4 @@
-"""No lost update: 32 concurrent edits from 8 sessions on 4 files (SPEC §16, issue point 4).
+"""No lost update: 32 concurrent edits from 8 sessions on 4 files (SPEC §16).
 
 Each editor reads its file and inserts its own marker; a read that went stale before its edit
 is refused (``stale_file``) and the editor reads again. Afterwards every marker whose edit
