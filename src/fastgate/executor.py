@@ -336,6 +336,28 @@ class ToolExecutor:
             await self._record_result(call, result)
         return result
 
+    async def execute_nested(
+        self, parent_execution_id: str, name: str, args: Any, ctx: ExecutionContext
+    ) -> ToolResult:
+        """A call made by the program of the ``run_code`` call ``parent_execution_id`` (code
+        mode, SPEC §15): every stage as ``execute``, and ``meta.parent_execution_id`` set."""
+        if not isinstance(parent_execution_id, str) or not isinstance(name, str):
+            raise TypeError("execute_nested: the parent's execution id and the name are str")
+        if not isinstance(ctx, ExecutionContext):
+            raise TypeError(f"ctx: expected an ExecutionContext, got {type(ctx).__name__}")
+        call = _Call(self._execution_id(), name, None, self._merge_defaults(ctx))
+        call.parent_execution_id = parent_execution_id
+        if self._tracer is not None:
+            return await self._execute_traced(self._tracer, call, args)
+        try:  # as in execute (not shared through one more coroutine: execute is the hot path)
+            result = await self._pipeline(call, args)
+        except asyncio.CancelledError:
+            self._caller_cancelled(call)
+            raise
+        if call.recorded:
+            await self._record_result(call, result)
+        return result
+
     async def execute_all(
         self, calls: Iterable[ToolCall], ctx: ExecutionContext | None = None
     ) -> list[ToolResult]:
