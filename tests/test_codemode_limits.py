@@ -5,6 +5,9 @@ the programs print)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import threading
 
 import pytest
 
@@ -12,13 +15,15 @@ from fastgate import (
     CancelToken,
     ErrorCode,
     ExecutionContext,
+    Hooks,
     PermissionConfig,
+    PreToolUseEvent,
     ToolKind,
     ToolResult,
     define_tool,
     schema,
 )
-from fastgate.codemode import CodeMode, _run
+from fastgate.codemode import CodeMode, _pool, _run
 from tests.codemode_kit import (
     Env,
     Gate,
@@ -376,3 +381,69 @@ def test_dispose_stops_the_warm_workers(env: Env) -> None:
 def test_bad_settings_are_refused_when_made(options: dict[str, object], message: str) -> None:
     with pytest.raises((TypeError, ValueError), match=message):
         CodeMode(**options)  # type: ignore[arg-type]
+
+
+async def test_the_server_holds_a_bounded_amount_of_a_programs_arguments(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_run, "MAX_IN_FLIGHT_BYTES", 100_000)
+    gate = Gate()
+    arrived: list[int] = []
+    three = asyncio.Event()
+
+    def count(event: PreToolUseEvent) -> None:
+        arrived.append(len(event.args["label"]))
+        if len(arrived) == 3:
+            three.set()
+
+    hooks = Hooks()
+    hooks.add_pre_tool_use(count, matcher="slow")
+    tool = slow_tool(gate, kind=ToolKind.READ_ONLY, parallelism="shared")
+    executor = env.make(tool, hooks=hooks)
+    code = "await asyncio.gather(*(tools.slow(label=str(i) * 40_000) for i in range(10)))"
+    program = asyncio.ensure_future(run(executor, code))
+    await within(three.wait(), program)
+    for _ in range(50):  # the program's further calls would arrive now if it were read on
+        await asyncio.sleep(0)
+    assert len(arrived) == 3  # 3 x 40 kB in flight: past 100 kB the channel is not read
+    gate.release.set()
+    result = await program
+    assert result.ok, result.content
+    assert len(arrived) == 10
+
+
+async def test_a_cold_start_cancelled_midway_leaves_no_process(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    starting, go_on = threading.Event(), threading.Event()
+
+    class HeldWorker(_pool.Worker):
+        def __init__(self, spec: _pool.WorkerSpec) -> None:
+            starting.set()
+            go_on.wait(30)  # the run is cancelled while its worker is being started
+            super().__init__(spec)
+
+    monkeypatch.setattr(_pool, "Worker", HeldWorker)
+    executor = env.make(noop_tool(), code_mode=CodeMode(pool_size=0))
+    task = asyncio.ensure_future(run(executor, "print('never')"))
+    assert await asyncio.to_thread(starting.wait, 30)
+    (thread,) = [t for t in threading.enumerate() if t.name == "fastgate-codemode-start"]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    go_on.set()
+    await asyncio.to_thread(thread.join)
+    for _ in range(3):
+        await asyncio.sleep(0)  # its delivery, then the clean-up, run on the loop
+    # (the fixture checks that the worker started after the cancellation is gone)
+
+
+async def test_a_warm_worker_killed_while_idle_is_replaced(env: Env) -> None:
+    code_mode = CodeMode(pool_size=1)
+    executor = env.make(noop_tool(), code_mode=code_mode)
+    (idle,) = code_mode.worker_pids()
+    os.kill(idle, signal.SIGKILL)
+    result = await run(executor, PRINT_PID)
+    assert result.ok, result.content
+    assert pid_of(result) != idle
+    assert gone(idle)

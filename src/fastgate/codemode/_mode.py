@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fastgate import schema
 from fastgate.codemode import _sandbox
 from fastgate.codemode._pool import Pool, WorkerSpec
-from fastgate.codemode._run import Run, render
+from fastgate.codemode._run import Run, WorkerExited, render
 from fastgate.context import ExecutionContext, RunContext
 from fastgate.kinds import ToolKind
 from fastgate.results import ErrorCode
@@ -201,6 +201,10 @@ class CodeMode:
         """Warm workers ready to take a program now."""
         return self._pool.idle() if self._pool is not None else 0
 
+    def warm_workers(self) -> int:
+        """Idle workers already confined and waiting: a run taking one starts at once."""
+        return self._pool.confined_idle() if self._pool is not None else 0
+
     def worker_pids(self) -> list[int]:
         """The process ids of the warm workers (each is its process group's id)."""
         return self._pool.idle_pids() if self._pool is not None else []
@@ -212,24 +216,12 @@ class CodeMode:
     # -- one run ---------------------------------------------------------------------------------
 
     async def _run(self, args: Any, ctx: RunContext) -> Any:
-        executor, pool = self._executor, self._pool
-        assert executor is not None and pool is not None
-        worker, _ = pool.take()
-        run = Run(
-            worker,
-            executor,
-            ctx.context,
-            ctx.execution_id,
-            self.max_tool_calls,
-            self.max_output_chars,
-        )
+        run = await self._ready_run(ctx)
         self._live[ctx.execution_id] = run
         try:
-            run.start()
-            report = await run.ready()
-            self._check_sandbox(report)
             run.send_program(args["code"], self._specs_for(ctx.context.agent_scope))
-            pool.refill_soon()  # its successor starts meanwhile
+            assert self._pool is not None
+            self._pool.refill_soon()  # its successor starts meanwhile
             try:
                 await run.finish()
             except asyncio.CancelledError:  # timeout or the caller: calls first, then the program
@@ -238,12 +230,37 @@ class CodeMode:
             return run.outcome()
         finally:
             del self._live[ctx.execution_id]
-            run.detach()
-            run.stop()
+            await _close(run)
+
+    async def _ready_run(self, ctx: RunContext) -> Run:
+        """A run on a confined worker: a warm one, or one started now (also when the warm one
+        turns out to have died while it waited)."""
+        executor, pool = self._executor, self._pool
+        assert executor is not None and pool is not None
+        warm = pool.take_idle()
+        while True:
+            worker = warm if warm is not None else await pool.start()
+            run = Run(
+                worker,
+                executor,
+                ctx.context,
+                ctx.execution_id,
+                self.max_tool_calls,
+                self.max_output_chars,
+            )
             try:
-                await run.reaped()
-            finally:
-                run.release_when_reaped()
+                run.start()
+                report = await run.ready()
+                self._check_sandbox(report)
+                return run
+            except WorkerExited:
+                await _close(run)
+                if warm is None:
+                    raise
+                warm = None  # start one instead
+            except BaseException:
+                await _close(run)
+                raise
 
     def _check_sandbox(self, report: dict[str, Any]) -> None:
         errors = report.get("errors") or []
@@ -289,6 +306,16 @@ class CodeMode:
             spec = {"name": definition.name, "attr": attr, "signature": signature, "doc": doc}
             self._specs[definition] = spec
         return spec
+
+
+async def _close(run: Run) -> None:
+    """Stop the run's worker and wait until it is reaped (its ends released then)."""
+    run.detach()
+    run.stop()
+    try:
+        await run.reaped()
+    finally:
+        run.release_when_reaped()
 
 
 def _attr(name: str) -> str:

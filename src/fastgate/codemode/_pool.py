@@ -9,6 +9,7 @@ Workers are not tied to an event loop while they wait: a run binds one to its lo
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import logging
 import os
@@ -118,6 +119,13 @@ class Worker:
                 self.pidfd = None  # an old kernel: the run waits for the exit in a thread
         self._closed = False
 
+    def confined(self) -> bool:
+        """Whether it has reported ``ready`` (confined, waiting for a program); not consumed."""
+        try:
+            return bool(self.channel.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except OSError:  # nothing yet (BlockingIOError), or closed
+            return False
+
     def alive(self) -> bool:
         return self.process.poll() is None
 
@@ -182,22 +190,58 @@ class Pool:
     def idle(self) -> int:
         return len(self._idle)
 
+    def confined_idle(self) -> int:
+        with self._lock:
+            return sum(1 for w in self._idle if w.confined())
+
     def idle_pids(self) -> list[int]:
         with self._lock:
             return [w.pid for w in self._idle]
 
-    def take(self) -> tuple[Worker, bool]:
-        """(worker, warm): an idle worker that is still alive, else a new one."""
+    def take_idle(self) -> Worker | None:
+        """An idle worker that is still alive, or ``None``."""
         while True:
             with self._lock:
                 if self._closed:
                     raise RuntimeError("code mode has been closed")
                 worker = self._idle.popleft() if self._idle else None
-            if worker is None:
-                return Worker(self.spec), False
-            if worker.alive():
-                return worker, True
-            worker.destroy()  # died while idle (killed from outside): start another
+            if worker is None or worker.alive():
+                return worker
+            worker.destroy()  # died while idle (killed from outside): try the next
+
+    async def start(self) -> Worker:
+        """A new worker, started in a thread of its own (the event loop does not wait for the
+        exec); one that arrives after the caller was cancelled is stopped."""
+        loop = asyncio.get_running_loop()
+        started: asyncio.Future[Worker] = loop.create_future()
+
+        def deliver(worker: Worker | None, error: BaseException | None) -> None:
+            if started.done():  # cannot happen while shielded; never leak a process
+                if worker is not None:
+                    worker.destroy()
+            elif worker is not None:
+                started.set_result(worker)
+            else:
+                started.set_exception(error or RuntimeError("the worker did not start"))
+
+        def start_in_thread() -> None:
+            worker, error = None, None
+            try:
+                worker = Worker(self.spec)
+            except BaseException as exc:
+                error = exc
+            try:
+                loop.call_soon_threadsafe(deliver, worker, error)
+            except RuntimeError:  # the loop is closed: nobody will take it
+                if worker is not None:
+                    worker.destroy()
+
+        threading.Thread(target=start_in_thread, name="fastgate-codemode-start").start()
+        try:
+            return await asyncio.shield(started)
+        except asyncio.CancelledError:
+            started.add_done_callback(_destroy_unclaimed)
+            raise
 
     def refill_soon(self) -> None:
         """``refill()`` in a thread of its own (one at a time): starting a process blocks for
@@ -244,6 +288,11 @@ class Pool:
         if thread is not None and thread is not threading.current_thread():
             thread.join()  # a worker it is starting now is stopped by it, before we return
         self._finalizer()
+
+
+def _destroy_unclaimed(started: asyncio.Future[Worker]) -> None:
+    if not started.cancelled() and started.exception() is None:
+        started.result().destroy()
 
 
 def _destroy_all(idle: collections.deque[Worker], lock: threading.Lock) -> None:

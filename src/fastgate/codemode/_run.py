@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 # A line of the channel longer than this is not a tool call but a flood.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# The arguments of a program's calls in flight the server holds at most; past it, the channel is
+# not read until some settle.
+MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024
 # Output past this is not read on: the program is stopped (what was kept is reported).
 MAX_OUTPUT_BYTES = 16 * 1024 * 1024
 # Calls refused for the budget that a program may still make before it is stopped.
@@ -38,6 +41,11 @@ CANCEL_SETTLE = 5.0
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
+
+
+class WorkerExited(RuntimeError):
+    """The worker ended before it reported ``ready`` (killed from outside, or it could not
+    start)."""
 
 
 class ProtocolViolation(Exception):
@@ -117,7 +125,11 @@ class Run:
         self.channel_closed = False  # its end of the channel closed (by it, or at its exit)
         self._ids: set[int] = set()  # ids of calls not yet answered
         self._tasks: set[asyncio.Task[None]] = set()
-        self._inbox = b""
+        self._inbox = bytearray()
+        self._lines: collections.deque[bytearray] = collections.deque()  # read, not yet handled
+        self._in_flight_bytes = 0  # the size of the calls in flight, as sent
+        self._paused = False  # not reading the channel until calls in flight settle
+        self._stopped = False
         self._outbox = bytearray()
         self._loop = asyncio.get_running_loop()
         self._ready: asyncio.Future[dict[str, Any]] = self._loop.create_future()
@@ -143,7 +155,7 @@ class Run:
         """The worker's report of its confinement, once it has confined itself."""
         await asyncio.wait((self._ready, self._exited), return_when=asyncio.FIRST_COMPLETED)
         if not self._ready.done():
-            raise RuntimeError(
+            raise WorkerExited(
                 f"the code-mode worker exited while starting (status {self.returncode}): "
                 f"{self.output.text()[-2000:]}"
             )
@@ -177,6 +189,7 @@ class Run:
 
     def stop(self) -> None:
         """Kill the program's process group and stop listening to it (synchronous)."""
+        self._stopped = True
         self.worker.kill()
         for fd in self._readers:
             self._loop.remove_reader(fd)
@@ -264,20 +277,31 @@ class Run:
                 limit = MAX_MESSAGE_BYTES // (1024 * 1024)
                 self._violate(f"it sent a message larger than {limit} MiB on the tool channel")
             return
-        *lines, self._inbox = self._inbox.split(b"\n")
-        for line in lines:
+        lines = self._inbox.split(b"\n")
+        self._inbox = lines.pop()
+        self._lines.extend(lines)
+        self._process()
+
+    def _process(self) -> None:
+        while self._lines and not self._paused:
+            line = self._lines.popleft()
             try:
-                self._on_message(_decode(line))
+                self._on_message(_decode(line), len(line))
             except (msgspec.DecodeError, ProtocolViolation) as exc:
                 self._violate(f"it broke the tool channel ({exc})")
                 return
+            if self._in_flight_bytes > MAX_IN_FLIGHT_BYTES:
+                # Backpressure: the program's sends block until its calls in flight settle,
+                # so the server holds at most this (and one call) of its arguments at once.
+                self._paused = True
+                self._unwatch(self.worker.channel.fileno())
 
-    def _on_message(self, message: Any) -> None:
+    def _on_message(self, message: Any, size: int) -> None:
         if self.violation is not None or self.done is not None:
             return  # stopped or finished: what comes after is ignored
         kind = message.get("t") if type(message) is dict else None
         if kind == "call":
-            self._on_call(message)
+            self._on_call(message, size)
         elif kind == "done" and self._ready.done():
             self.done = message
             self.worker.kill()  # nothing of the program may outlive its end
@@ -287,7 +311,7 @@ class Run:
         else:
             raise ProtocolViolation(f"unexpected message {str(message)[:80]!r}")
 
-    def _on_call(self, message: dict[str, Any]) -> None:
+    def _on_call(self, message: dict[str, Any], size: int) -> None:
         call_id, name, args = message.get("id"), message.get("name"), message.get("args")
         if type(call_id) is not int or type(name) is not str or call_id in self._ids:
             raise ProtocolViolation("a call needs a fresh integer id and a tool name")
@@ -307,11 +331,14 @@ class Run:
             self._reply(call_id, False, code=entry["code"], message=message_text)
             return
         self._ids.add(call_id)
-        task = self._loop.create_task(self._nested(call_id, name, args, entry))
+        self._in_flight_bytes += size
+        task = self._loop.create_task(self._nested(call_id, name, args, entry, size))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _nested(self, call_id: int, name: str, args: Any, entry: dict[str, Any]) -> None:
+    async def _nested(
+        self, call_id: int, name: str, args: Any, entry: dict[str, Any], size: int
+    ) -> None:
         try:
             result = await self.executor.execute_nested(self.execution_id, name, args, self.ctx)
         except asyncio.CancelledError:
@@ -319,6 +346,7 @@ class Run:
             raise
         finally:
             self._ids.discard(call_id)
+            self._settled(size)
         entry["execution_id"] = result.meta.execution_id
         entry["ok"] = result.ok
         if result.ok:
@@ -327,6 +355,14 @@ class Run:
             assert result.error is not None
             entry["code"] = result.error.code.value
             self._reply(call_id, False, code=entry["code"], message=result.error.message)
+
+    def _settled(self, size: int) -> None:
+        self._in_flight_bytes -= size
+        if self._paused and self._in_flight_bytes <= MAX_IN_FLIGHT_BYTES:
+            self._paused = False
+            self._process()  # what was read already, first
+            if not (self._paused or self._stopped or self.violation or self.done):
+                self._watch(self.worker.channel.fileno(), self._on_channel)
 
     # -- sending ------------------------------------------------------------------------------
 
