@@ -12,10 +12,15 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from typing import Any
+
+import msgspec
 
 from fastgate import (
     ConcurrencyScheduler,
@@ -90,13 +95,15 @@ async def _measure(config: BenchConfig, workspace: str) -> list[Measurement]:
     direct = _executor(workspace, None)
     try:
         warm_ms, cold_ms = await _starts(config, warm, warm_mode, cold)
-        nested_us, direct_us, gathered_us, direct_gathered_us = await _calls(config, warm, direct)
+        calls = await _calls(config, warm, direct)
+        nested_us, direct_us, gathered_us, direct_gathered_us, floor_us = calls
     finally:
         for executor in (warm, cold, direct):
             executor.dispose()
     warm_p50, cold_p50 = statistics.median(warm_ms), statistics.median(cold_ms)
     ratios = [n / d for n, d in zip(nested_us, direct_us, strict=True)]
     gathered = [n / d for n, d in zip(gathered_us, direct_gathered_us, strict=True)]
+    floors = [f / d for f, d in zip(floor_us, direct_us, strict=True)]
     return [
         Measurement(
             "code",
@@ -128,6 +135,14 @@ async def _measure(config: BenchConfig, workspace: str) -> list[Measurement]:
             target=Target("<=", 3.0, ci_bound=CI_NESTED),
             detail=f"{statistics.median(nested_us):.1f} us vs {statistics.median(direct_us):.1f}"
             " us per call, one after another",
+        ),
+        Measurement(
+            "code",
+            "bare channel round trip / execute()",
+            statistics.median(floors),
+            reference="the same call through execute()",
+            detail=f"{statistics.median(floor_us):.1f} us: the worker's channel, answered at once"
+            " by a parent doing nothing else (the floor of any call from a program)",
         ),
         Measurement(
             "code",
@@ -188,11 +203,11 @@ print((time.perf_counter() - start) / {n} * 1e6)
 
 async def _calls(
     config: BenchConfig, coded: ToolExecutor, direct: ToolExecutor
-) -> tuple[list[float], list[float], list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
     n = NESTED_CALLS
     ctx = ExecutionContext(session_id="bench")
     args = {"a": "hello", "b": "world"}
-    nested, plain, gathered, plain_gathered = [], [], [], []
+    nested, plain, gathered, plain_gathered, floor = [], [], [], [], []
     await _program_us(coded, _SERIAL.format(n=n // 5))  # warm up both
     for _ in range(n // 5):
         await direct.execute("concat", args, ctx)
@@ -202,11 +217,72 @@ async def _calls(
         for _ in range(n):
             await direct.execute("concat", args, ctx)
         plain.append((time.perf_counter() - start) / n * 1e6)
+        floor.append(await _floor_us(n))
         gathered.append(await _program_us(coded, _GATHERED.format(n=n)))
         start = time.perf_counter()
         await asyncio.gather(*(direct.execute("concat", args, ctx) for _ in range(n)))
         plain_gathered.append((time.perf_counter() - start) / n * 1e6)
-    return nested, plain, gathered, plain_gathered
+    return nested, plain, gathered, plain_gathered, floor
+
+
+# The floor: the worker's own channel code in a child process, calling a parent that answers at
+# once (no pipeline, no task): what any call from a program pays for crossing processes.
+_FLOOR_CHILD = """
+import asyncio, socket, sys, time
+from fastgate.codemode._worker import Channel
+channel = Channel(socket.socket(fileno=int(sys.argv[1])))
+async def main(n):
+    for _ in range(n // 5):
+        await channel.call("concat", {"a": "hello", "b": "world"})
+    start = time.perf_counter()
+    for _ in range(n):
+        await channel.call("concat", {"a": "hello", "b": "world"})
+    print((time.perf_counter() - start) / n * 1e6, flush=True)
+asyncio.run(main(int(sys.argv[2])))
+"""
+
+
+def _floor_child(channel: socket.socket, n: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", _FLOOR_CHILD, str(channel.fileno()), str(n)],
+        pass_fds=(channel.fileno(),),
+        stdout=subprocess.PIPE,
+    )
+
+
+async def _floor_us(n: int) -> float:
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)
+    child = _floor_child(theirs, n)
+    theirs.close()
+    decode, encode = msgspec.json.Decoder().decode, msgspec.json.Encoder().encode
+    inbox = bytearray()
+    ended: asyncio.Future[None] = loop.create_future()
+
+    def answer() -> None:
+        data = ours.recv(64 * 1024)
+        if not data:
+            loop.remove_reader(ours.fileno())
+            ended.set_result(None)
+            return
+        inbox.extend(data)
+        *lines, rest = inbox.split(b"\n")
+        inbox[:] = rest
+        for line in lines:
+            call = decode(line)
+            ours.send(encode({"t": "result", "id": call["id"], "ok": True, "value": None}) + b"\n")
+
+    loop.add_reader(ours.fileno(), answer)
+    try:
+        await ended
+        out, _ = await asyncio.to_thread(child.communicate)
+    finally:
+        ours.close()
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    return float(out.split()[0])
 
 
 async def _program_us(executor: ToolExecutor, code: str) -> float:

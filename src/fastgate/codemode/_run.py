@@ -39,6 +39,9 @@ MAX_CALLS_PAST_BUDGET = 100
 # Seconds the calls in flight get to settle when the run is cancelled.
 CANCEL_SETTLE = 5.0
 
+# Bytes asked of one recv: a large request (1 MiB) makes each read allocate, and shrink, that
+# much, which doubled a call's round trip.
+_CHUNK = 64 * 1024
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder().decode
 
@@ -249,7 +252,7 @@ class Run:
 
     def _on_channel(self) -> None:
         try:
-            data = self.worker.channel.recv(1 << 20)
+            data = self.worker.channel.recv(_CHUNK)
         except BlockingIOError:
             return
         except OSError:
@@ -263,7 +266,7 @@ class Run:
     def _drain_channel(self) -> None:
         while True:
             try:
-                data = self.worker.channel.recv(1 << 20)
+                data = self.worker.channel.recv(_CHUNK)
             except OSError:  # nothing more (BlockingIOError) or already closed
                 return
             if not data:

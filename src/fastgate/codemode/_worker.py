@@ -26,6 +26,8 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+_CHUNK = 64 * 1024  # bytes asked of one recv (a large request costs an allocation per read)
+
 
 class ToolCallError(Exception):
     """A tool call from a program did not succeed: ``code`` is the result's ``ErrorCode`` name
@@ -37,10 +39,12 @@ class ToolCallError(Exception):
         self.message = message
 
 
+# Made once: json.dumps with options builds an encoder on every call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def encode(message: dict[str, Any]) -> bytes:
-    return (
-        json.dumps(message, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"
-    ).encode()
+    return (_ENCODER.encode(message) + "\n").encode()
 
 
 class Channel:
@@ -60,7 +64,7 @@ class Channel:
     def receive_one(self) -> dict[str, Any] | None:
         """Block for the next message (before the program runs); ``None`` at end of stream."""
         while b"\n" not in self.buffer:
-            chunk = self.sock.recv(1 << 20)
+            chunk = self.sock.recv(_CHUNK)
             if not chunk:
                 return None
             self.buffer += chunk
@@ -107,7 +111,7 @@ class Channel:
 
     def _readable(self) -> None:
         try:
-            chunk = self.sock.recv(1 << 20, socket.MSG_DONTWAIT)
+            chunk = self.sock.recv(_CHUNK, socket.MSG_DONTWAIT)
         except BlockingIOError:
             return
         except OSError:
