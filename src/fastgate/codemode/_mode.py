@@ -146,12 +146,15 @@ class CodeMode:
             if tool is None or tool is self._tool:
                 return None
             if self._allows(name):
-                how = f"write a program that calls `await tools.{_attr(name)}(...)`"
+                message = (
+                    f"Code mode is on: call {name} from a program, with {RUN_CODE} and "
+                    f"`await tools.{_attr(name)}(...)` in its code."
+                )
             else:
-                how = "it is not available to programs either"
-            message = (
-                f"Code mode is on: {name} cannot be called directly. Call {RUN_CODE} and {how}."
-            )
+                message = (
+                    f"Code mode is on: tools are called from {RUN_CODE} programs only, and "
+                    f"{name} is not available to them."
+                )
             return ErrorCode.PERMISSION_DENIED, message, {"reason": "code_mode"}
         if parent_execution_id not in self._live:
             message = f"{name} was called for a program that is not running."
