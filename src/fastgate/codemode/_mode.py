@@ -92,6 +92,7 @@ class CodeMode:
         self._pool: Pool | None = None
         self._live: dict[str, Run] = {}  # running programs, by their run_code execution id
         self._specs: dict[ToolDefinition, dict[str, Any]] = {}
+        self._allowed: dict[str, bool] = {}
 
     # -- what the executor calls ----------------------------------------------------------------
 
@@ -284,7 +285,13 @@ class CodeMode:
             )
 
     def _allows(self, name: str) -> bool:
-        return name != RUN_CODE and any(fnmatch.fnmatchcase(name, p) for p in self.allowed)
+        allowed = self._allowed.get(name)  # asked on every call from a program: remembered
+        if allowed is None:
+            if len(self._allowed) > 4096:
+                self._allowed.clear()
+            allowed = name != RUN_CODE and any(fnmatch.fnmatchcase(name, p) for p in self.allowed)
+            self._allowed[name] = allowed
+        return allowed
 
     def _visible(self, scope: str | None) -> dict[str, ToolDefinition]:
         assert self._executor is not None

@@ -396,6 +396,16 @@ class Run:
         data = _encode(message) + b"\n"  # raises before anything is queued
         if self.violation is not None or self.worker.process.returncode is not None:
             return
+        if not self._outbox:  # the usual case: all of it goes at once, nothing is queued
+            try:
+                sent = self.worker.channel.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:  # the program closed its end: nobody to answer
+                return
+            if sent == len(data):
+                return
+            data = data[sent:]
         self._outbox += data
         self._flush()
 
