@@ -396,3 +396,23 @@ def test_one_code_mode_per_executor_and_run_code_is_reserved(env: Env) -> None:
         assert "reserved" in str(exc)
     else:
         raise AssertionError("a second run_code was registered")
+
+
+async def test_a_program_calls_as_its_agent_scope_sees_the_tools(env: Env) -> None:
+    executor = env.make(noop_tool(), value_tool())
+    executor.registry.scope("sub", allow=("noop", "run_code"))
+    executor.registry.register(noop_tool("own"), scope="sub")
+    code = """
+print(sorted(dir(tools)))
+await tools.noop()
+await tools.own()
+try:
+    await tools.value(n=1)
+except ToolCallError as e:
+    print(e.code)
+"""
+    result = await run(executor, code, ExecutionContext(agent_scope="sub"))
+    assert result.ok, result.content
+    assert result.value["stdout"].splitlines() == ["['noop', 'own']", "UNKNOWN_TOOL"]
+    outside = await run(executor, "await tools.own()")
+    assert outside.error is not None and "UNKNOWN_TOOL" in outside.content
