@@ -480,7 +480,7 @@ class ToolExecutor:
                 return self._aborted_before_launch(call)
             if (
                 ctx.turn_id is not None
-                and call.parent_execution_id is None  # a program's calls count against it
+                and call.parent_execution_id is None  # (a program's calls: max_tool_calls)
                 and not self._admit_turn(ctx.turn_id)
             ):
                 return self._finalize(
