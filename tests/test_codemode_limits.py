@@ -447,3 +447,21 @@ async def test_a_warm_worker_killed_while_idle_is_replaced(env: Env) -> None:
     assert result.ok, result.content
     assert pid_of(result) != idle
     assert gone(idle)
+
+
+async def test_a_scratch_file_cannot_grow_past_its_limit(env: Env) -> None:
+    executor = env.make(noop_tool())
+    code = """
+import resource
+print(resource.getrlimit(resource.RLIMIT_FSIZE)[0] // 2**20)
+with open("big.bin", "wb") as f:
+    try:
+        for _ in range(100):
+            f.write(b"x" * 2**20)
+            f.flush()
+    except OSError as e:
+        print("stopped", type(e).__name__)
+"""
+    result = await run(executor, code)
+    assert result.ok, result.content
+    assert result.value["stdout"].splitlines() == ["64", "stopped OSError"]

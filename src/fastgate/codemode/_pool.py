@@ -28,6 +28,7 @@ log = logging.getLogger("fastgate.codemode")
 
 WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker.py")
 _MAX_FILES = 64
+_MAX_FILE_BYTES = 64 * 1024 * 1024  # each file of the scratch directory (RLIMIT_FSIZE)
 # Variables a program sees; nothing of the server's environment but the time zone.
 _ENV_PASSED = ("TZ",)
 
@@ -58,7 +59,7 @@ class WorkerSpec:
             "memory_bytes": memory,
             "cpu_seconds": self.cpu_seconds,
             "max_files": _MAX_FILES,
-            "max_file_bytes": memory,
+            "max_file_bytes": min(memory, _MAX_FILE_BYTES),
             "landlock": self.landlock_abi,
             "seccomp": self.seccomp_arch,
         }
