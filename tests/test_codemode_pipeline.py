@@ -416,3 +416,21 @@ except ToolCallError as e:
     assert result.value["stdout"].splitlines() == ["['noop', 'own']", "UNKNOWN_TOOL"]
     outside = await run(executor, "await tools.own()")
     assert outside.error is not None and "UNKNOWN_TOOL" in outside.content
+
+
+async def test_plain_code_may_run_a_loop_of_its_own_and_odd_names_are_reached(env: Env) -> None:
+    executor = env.make(noop_tool("read-file"), value_tool())
+    code = """
+import asyncio
+
+async def main():
+    await tools["read-file"]()
+    await tools.read_file()
+    return (await tools.value(n=3))["n"]
+
+print(asyncio.run(main()))
+"""
+    result = await run(executor, code)
+    assert result.ok, result.content
+    assert result.value["stdout"] == "3\n"
+    assert [c["name"] for c in result.value["calls"]] == ["read-file", "read-file", "value"]
