@@ -16,7 +16,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from fastgate import _refusals
 from fastgate._approval import Refusal, ask_approval, remember_approval
@@ -71,6 +71,9 @@ from fastgate.tools import ToolDefinition
 from fastgate.tracing import CallTrace, CallTracer
 from fastgate.worktree import check_given_paths
 
+if TYPE_CHECKING:
+    from fastgate._types import CodeModeHost
+
 log = logging.getLogger("fastgate.executor")
 
 TURN_LIMIT = 64
@@ -106,6 +109,7 @@ class _Call:
         "execution_id",
         "lock_keys",
         "name",
+        "parent_execution_id",
         "plan",
         "recorded",
         "started_at",
@@ -132,6 +136,7 @@ class _Call:
         self.lock_keys: tuple[str, ...] = ()
         self.recorded = False  # its tool-use record is in the store
         self.trace: CallTrace | None = None  # only when the executor has a tracer
+        self.parent_execution_id: str | None = None  # the run_code call it came from
 
     def elapsed_ms(self) -> float:
         return (_perf_clock() - self.t0) * 1000.0
@@ -149,6 +154,7 @@ class _Plan:
         "_hooks_generation",
         "_safe",
         "_shared",
+        "admitted",
         "finalize_content",
         "is_async",
         "kind",
@@ -188,6 +194,9 @@ class _Plan:
         self._hooks: Hooks | None = None
         self._hooks_generation = -1
         self._has_pre = self._has_post = self._has_post_failure = False
+        # Passes the gate and takes a scheduler slot. Not so code mode's run_code: the calls
+        # its program makes do, and they would wait forever behind a slot it held.
+        self.admitted = True
 
     def is_shared(self, args: Any) -> bool:
         if self._shared is None:
@@ -237,6 +246,7 @@ class ToolExecutor:
         locks: FileLockManager | None = None,
         store: ToolUseStore | None = None,
         auto_verify: object = None,
+        code_mode: CodeModeHost | None = None,
         context_defaults: Mapping[str, Any] | None = None,
         history_limit: int = 1000,
         *,
@@ -284,6 +294,12 @@ class ToolExecutor:
         self._background: set[asyncio.Future[None]] = set()
         self._tracer: CallTracer | None = None
         self._disposed = False
+        # Code mode (SPEC §15): its run_code tool is registered, every other tool is called
+        # from a program only.
+        self._code_mode = code_mode
+        self._run_code: ToolDefinition | None = None
+        if code_mode is not None:
+            self._run_code = code_mode.attach(self)
 
     # -- public API -----------------------------------------------------------------------------
 
@@ -312,6 +328,28 @@ class ToolExecutor:
         if self._tracer is not None:
             return await self._execute_traced(self._tracer, call, args)
         try:
+            result = await self._pipeline(call, args)
+        except asyncio.CancelledError:
+            self._caller_cancelled(call)
+            raise
+        if call.recorded:
+            await self._record_result(call, result)
+        return result
+
+    async def execute_nested(
+        self, parent_execution_id: str, name: str, args: Any, ctx: ExecutionContext
+    ) -> ToolResult:
+        """A call made by the program of the ``run_code`` call ``parent_execution_id`` (code
+        mode, SPEC §15): every stage as ``execute``, and ``meta.parent_execution_id`` set."""
+        if not isinstance(parent_execution_id, str) or not isinstance(name, str):
+            raise TypeError("execute_nested: the parent's execution id and the name are str")
+        if not isinstance(ctx, ExecutionContext):
+            raise TypeError(f"ctx: expected an ExecutionContext, got {type(ctx).__name__}")
+        call = _Call(self._execution_id(), name, None, self._merge_defaults(ctx))
+        call.parent_execution_id = parent_execution_id
+        if self._tracer is not None:
+            return await self._execute_traced(self._tracer, call, args)
+        try:  # as in execute (not shared through one more coroutine: execute is the hot path)
             result = await self._pipeline(call, args)
         except asyncio.CancelledError:
             self._caller_cancelled(call)
@@ -415,6 +453,8 @@ class ToolExecutor:
         self._gate.close()
         self.scheduler.cancel_owner(self)
         self._progress.close()
+        if self._code_mode is not None:
+            self._code_mode.close()
 
     @property
     def disposed(self) -> bool:
@@ -438,7 +478,11 @@ class ToolExecutor:
                 )
             if cancel is not None and cancel.cancelled:
                 return self._aborted_before_launch(call)
-            if ctx.turn_id is not None and not self._admit_turn(ctx.turn_id):
+            if (
+                ctx.turn_id is not None
+                and call.parent_execution_id is None  # (a program's calls: max_tool_calls)
+                and not self._admit_turn(ctx.turn_id)
+            ):
                 return self._finalize(
                     call,
                     ErrorCode.RESOURCE_EXHAUSTED,
@@ -450,6 +494,10 @@ class ToolExecutor:
 
             # 2. lookup in the registry, as the calling agent's scope sees it.
             tool = self.registry.resolve(call.name, ctx.agent_scope)
+            if self._code_mode is not None:  # the model calls tools from run_code's program
+                refusal = self._code_mode_refusal(call, tool)
+                if refusal is not None:
+                    return refusal
             if tool is None:
                 message, details = _refusals.unknown_tool(
                     call.name, self.registry.visible(ctx.agent_scope)
@@ -463,11 +511,14 @@ class ToolExecutor:
                 return refusal
 
             # 4. the executor's gate: shared calls overlap, exclusive ones are barriers.
-            passage = self._gate.shared() if plan.is_shared(args) else self._gate.exclusive()
-            try:
-                await holds.enter(passage, cancel)
-            except GateClosed:
-                return self._finalize(call, ErrorCode.DISPOSED, "this executor has been disposed")
+            if plan.admitted:
+                passage = self._gate.shared() if plan.is_shared(args) else self._gate.exclusive()
+                try:
+                    await holds.enter(passage, cancel)
+                except GateClosed:
+                    return self._finalize(
+                        call, ErrorCode.DISPOSED, "this executor has been disposed"
+                    )
 
             # Stages 5 to 10 resolve each path once, so the worktree check, the rules and the
             # lock keys agree (no window between them), and nothing is cached beyond the call.
@@ -578,7 +629,8 @@ class ToolExecutor:
             if trace is not None:
                 trace.admission_began = _perf_clock()
             try:
-                await holds.enter(self.scheduler.slot(ctx.session_id, plan.kind, self), cancel)
+                if plan.admitted:
+                    await holds.enter(self.scheduler.slot(ctx.session_id, plan.kind, self), cancel)
                 if call.lock_keys and not plan.is_concurrency_safe(args):
                     await holds.enter(
                         self.locks.acquire_keys(call.lock_keys, call.execution_id), cancel
@@ -863,6 +915,7 @@ class ToolExecutor:
             call.aborted_before_launch,
             call.decision_source,
             call.additional_context,
+            call.parent_execution_id,
         )
         if code is None:
             return _TOOL_RESULT(True, content, None, meta, value)
@@ -908,7 +961,19 @@ class ToolExecutor:
             if len(self._plans) >= _CACHE_LIMIT:
                 self._plans.clear()
             plan = self._plans[tool] = _Plan(tool)
+            if tool is self._run_code:
+                plan.admitted = False
         return plan
+
+    def _code_mode_refusal(self, call: _Call, tool: ToolDefinition | None) -> ToolResult | None:
+        """Stage 2 in code mode: a direct call of any tool but run_code, or a call from a
+        program that may not make it, is refused before any policy stage sees it."""
+        assert self._code_mode is not None
+        verdict = self._code_mode.judge(call.name, tool, call.parent_execution_id, call.ctx)
+        if verdict is None:
+            return None
+        code, message, details = verdict
+        return self._finalize(call, code, message, details=details)
 
     def _execution_id(self) -> str:
         return _ID_PREFIX + str(_next(self._ids))

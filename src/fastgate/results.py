@@ -54,6 +54,7 @@ class ResultMeta(msgspec.Struct, frozen=True):
     aborted_before_launch: bool = False
     decision_source: str | None = None
     additional_context: tuple[str, ...] = ()
+    parent_execution_id: str | None = None  # the run_code call a call from code came from
 
 
 class ToolResult(msgspec.Struct, frozen=True):

@@ -30,6 +30,7 @@ SCENARIOS: dict[str, tuple[str, str, bool]] = {
     "files": ("fastgate.bench.files", "run_files", True),
     "mcp": ("fastgate.bench.mcp", "run_mcp", True),
     "telemetry": ("fastgate.bench.telemetry", "run_telemetry", True),
+    "code": ("fastgate.bench.codemode", "run_code_scenario", True),
 }
 
 PROFILES = {

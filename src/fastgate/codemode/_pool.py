@@ -1,0 +1,304 @@
+"""Worker processes: how one is started, and the warm pool that starts them ahead.
+
+A worker is started with everything a program must not have already gone: no site-packages
+(``-I -S``), an environment of a few fixed variables, a fresh temporary directory as its cwd,
+no file descriptor but its stdio and its channel, a session (and process group) of its own. It
+confines itself before it says ``ready``, so a warm worker is ready to run a program at once.
+Workers are not tied to an event loop while they wait: a run binds one to its loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("fastgate.codemode")
+
+WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker.py")
+_MAX_FILES = 64
+_MAX_FILE_BYTES = 64 * 1024 * 1024  # each file of the scratch directory (RLIMIT_FSIZE)
+# Variables a program sees; nothing of the server's environment but the time zone.
+_ENV_PASSED = ("TZ",)
+
+
+def _interpreter() -> str:
+    """The base interpreter, never a virtual environment's (whose packages a program must not
+    see)."""
+    base = getattr(sys, "_base_executable", None)
+    if base and os.path.exists(base):
+        return str(base)
+    return sys.executable
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """How every worker of one ``CodeMode`` is started and confined."""
+
+    memory_mb: int
+    cpu_seconds: int
+    landlock_abi: int  # 0: no Landlock layer
+    seccomp_arch: str | None  # None: no seccomp layer
+
+    def config(self, tmp: str, fd: int) -> dict[str, Any]:
+        memory = self.memory_mb * 1024 * 1024
+        return {
+            "fd": fd,
+            "tmp": tmp,
+            "memory_bytes": memory,
+            "cpu_seconds": self.cpu_seconds,
+            "max_files": _MAX_FILES,
+            "max_file_bytes": min(memory, _MAX_FILE_BYTES),
+            "landlock": self.landlock_abi,
+            "seccomp": self.seccomp_arch,
+        }
+
+
+def _environment(tmp: str) -> dict[str, str]:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HOME": tmp,
+        "TMPDIR": tmp,
+        "LANG": "C.UTF-8",
+        "MALLOC_ARENA_MAX": "2",  # each thread's malloc arena would reserve address space
+    }
+    for name in _ENV_PASSED:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+class Worker:
+    """One started worker: its process, its channel socket and its output pipe (stdout and
+    stderr together)."""
+
+    def __init__(self, spec: WorkerSpec) -> None:
+        self.tmp = tempfile.mkdtemp(prefix="fastgate-code-")
+        ours, theirs = socket.socketpair()
+        out_read, out_write = os.pipe()
+        try:
+            argv = [_interpreter(), "-I", "-S", "-B", "-X", "utf8", WORKER_PATH]
+            argv.append(_json(spec.config(self.tmp, theirs.fileno())))
+            self.process = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out_write,
+                stderr=out_write,
+                pass_fds=(theirs.fileno(),),
+                close_fds=True,
+                start_new_session=True,  # its own session and process group
+                cwd=self.tmp,
+                env=_environment(self.tmp),
+            )
+        except BaseException:
+            ours.close()
+            os.close(out_read)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            raise
+        finally:
+            theirs.close()
+            os.close(out_write)
+        self.pid = self.process.pid
+        self.channel = ours
+        self.output = out_read
+        self.pidfd: int | None = None
+        if hasattr(os, "pidfd_open"):
+            try:
+                self.pidfd = os.pidfd_open(self.pid)
+            except OSError:
+                self.pidfd = None  # an old kernel: the run waits for the exit in a thread
+        self._closed = False
+
+    def confined(self) -> bool:
+        """Whether it has reported ``ready`` (confined, waiting for a program); not consumed."""
+        try:
+            return bool(self.channel.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+        except OSError:  # nothing yet (BlockingIOError), or closed
+            return False
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the worker's whole process group (while the leader is not reaped, its group
+        id cannot be reused)."""
+        if self.process.returncode is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+    def release(self) -> None:
+        """Close our ends and remove its temporary directory (once it has been reaped)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.channel.close()
+        for fd in (self.output, self.pidfd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def destroy(self) -> None:
+        """Kill, reap and release, blocking (the worker dies at once: SIGKILL)."""
+        self.kill()
+        try:
+            self.process.wait()
+        except ChildProcessError:
+            pass
+        self.release()
+
+
+def _json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, separators=(",", ":"))
+
+
+class Pool:
+    """Keeps ``size`` idle workers started ahead. ``take()`` hands one out (or starts one when
+    none is idle); each runs one program and exits, and ``refill()`` replaces it."""
+
+    def __init__(self, spec: WorkerSpec, size: int) -> None:
+        self.spec = spec
+        self.size = size
+        self._idle: collections.deque[Worker] = collections.deque()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._refilling = False
+        self._thread: threading.Thread | None = None
+        # Idle workers die with the pool (also when it is collected, or at interpreter exit).
+        self._finalizer = weakref.finalize(self, _destroy_all, self._idle, self._lock)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def idle(self) -> int:
+        return len(self._idle)
+
+    def confined_idle(self) -> int:
+        with self._lock:
+            return sum(1 for w in self._idle if w.confined())
+
+    def idle_pids(self) -> list[int]:
+        with self._lock:
+            return [w.pid for w in self._idle]
+
+    def take_idle(self) -> Worker | None:
+        """An idle worker that is still alive, or ``None``."""
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("code mode has been closed")
+                worker = self._idle.popleft() if self._idle else None
+            if worker is None or worker.alive():
+                return worker
+            worker.destroy()  # died while idle (killed from outside): try the next
+
+    async def start(self) -> Worker:
+        """A new worker, started in a thread of its own (the event loop does not wait for the
+        exec); one that arrives after the caller was cancelled is stopped."""
+        loop = asyncio.get_running_loop()
+        started: asyncio.Future[Worker] = loop.create_future()
+
+        def deliver(worker: Worker | None, error: BaseException | None) -> None:
+            if started.done():  # cannot happen while shielded; never leak a process
+                if worker is not None:
+                    worker.destroy()
+            elif worker is not None:
+                started.set_result(worker)
+            else:
+                started.set_exception(error or RuntimeError("the worker did not start"))
+
+        def start_in_thread() -> None:
+            worker, error = None, None
+            try:
+                worker = Worker(self.spec)
+            except BaseException as exc:
+                error = exc
+            try:
+                loop.call_soon_threadsafe(deliver, worker, error)
+            except RuntimeError:  # the loop is closed: nobody will take it
+                if worker is not None:
+                    worker.destroy()
+
+        threading.Thread(target=start_in_thread, name="fastgate-codemode-start").start()
+        try:
+            return await asyncio.shield(started)
+        except asyncio.CancelledError:
+            started.add_done_callback(_destroy_unclaimed)
+            raise
+
+    def refill_soon(self) -> None:
+        """``refill()`` in a thread of its own (one at a time): starting a process blocks for
+        milliseconds (the exec of the interpreter), which the event loop must not wait for."""
+        with self._lock:
+            if self._refilling or self._closed or len(self._idle) >= self.size:
+                return
+            self._refilling = True
+            thread = threading.Thread(target=self._refill_in_thread, name="fastgate-codemode-pool")
+            self._thread = thread
+        thread.start()
+
+    def _refill_in_thread(self) -> None:
+        try:
+            self.refill()
+        finally:
+            with self._lock:
+                self._refilling = False
+
+    def refill(self) -> None:
+        """Start workers until ``size`` are idle."""
+        while True:
+            with self._lock:
+                if self._closed or len(self._idle) >= self.size:
+                    return
+            try:
+                worker = Worker(self.spec)
+            except OSError as exc:
+                log.warning("code mode: could not start a warm worker: %s", exc)
+                return
+            with self._lock:
+                closed = self.closed  # closed meanwhile (a property: read afresh)
+                if not closed:
+                    self._idle.append(worker)
+            if closed:
+                worker.destroy()
+                return
+
+    def close(self) -> None:
+        """Stop every idle worker; later ``take()`` calls fail. Idempotent."""
+        with self._lock:
+            self._closed = True
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()  # a worker it is starting now is stopped by it, before we return
+        self._finalizer()
+
+
+def _destroy_unclaimed(started: asyncio.Future[Worker]) -> None:
+    if not started.cancelled() and started.exception() is None:
+        started.result().destroy()
+
+
+def _destroy_all(idle: collections.deque[Worker], lock: threading.Lock) -> None:
+    with lock:
+        workers = list(idle)
+        idle.clear()
+    for worker in workers:
+        worker.destroy()

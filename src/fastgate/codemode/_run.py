@@ -1,0 +1,533 @@
+"""One ``run_code`` call: a worker bound to the loop, its program's tool calls sent through the
+executor's pipeline, its output collected, its end turned into a value or a failure.
+
+The run ends when the worker has exited and its output is drained. A ``done`` message (the
+program finished) or a broken rule of the channel makes the parent kill the worker's process
+group at once; so does the run's own cancellation (timeout or caller), after the calls in
+flight have been cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import collections
+import dataclasses
+import signal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from fastgate.cancel import CancelToken
+from fastgate.codemode._pool import Worker
+from fastgate.context import ExecutionContext
+from fastgate.results import ErrorCode, Failure, ToolResult
+
+if TYPE_CHECKING:
+    from fastgate.executor import ToolExecutor
+
+# A line of the channel longer than this is not a tool call but a flood.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# The arguments of a program's calls in flight the server holds at most; past it, the channel is
+# not read until some settle.
+MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024
+# Output past this is not read on: the program is stopped (what was kept is reported).
+MAX_OUTPUT_BYTES = 16 * 1024 * 1024
+# Calls refused for the budget that a program may still make before it is stopped.
+MAX_CALLS_PAST_BUDGET = 100
+# Seconds the calls in flight get to settle when the run is cancelled.
+CANCEL_SETTLE = 5.0
+
+# Bytes asked of one recv: a large request (1 MiB) makes each read allocate, and shrink, that
+# much, which doubled a call's round trip.
+_CHUNK = 64 * 1024
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+
+class WorkerExited(RuntimeError):
+    """The worker ended before it reported ``ready`` (killed from outside, or it could not
+    start)."""
+
+
+class ProtocolViolation(Exception):
+    """The program broke the channel's rules (garbage, a flood, a reused id)."""
+
+
+class Output:
+    """The program's output as text, its head and tail kept within ``max_chars``."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._head: list[str] = []
+        self._head_chars = 0
+        self._tail: collections.deque[str] = collections.deque()
+        self._tail_chars = 0
+        self.chars = 0
+        self.bytes = 0
+
+    def feed(self, data: bytes, final: bool = False) -> None:
+        self.bytes += len(data)
+        text = self._decoder.decode(data, final)
+        self.chars += len(text)
+        room = self.max_chars - self._head_chars
+        if room > 0:
+            self._head.append(text[:room])
+            self._head_chars += min(room, len(text))
+            text = text[room:]
+        if text:
+            self._tail.append(text)
+            self._tail_chars += len(text)
+            while self._tail_chars - len(self._tail[0]) >= self.max_chars:
+                self._tail_chars -= len(self._tail.popleft())
+
+    def text(self) -> str:
+        """What was printed, or its head and tail with a marker saying how much was cut."""
+        self.feed(b"", final=True)
+        head, tail = "".join(self._head), "".join(self._tail)
+        if self.chars <= self.max_chars:
+            return head + tail
+        if self._head_chars + self._tail_chars == self.chars:  # nothing dropped yet
+            head = tail = head + tail
+        marker = "\n[... {} characters cut ...]\n"
+        keep = max(0, self.max_chars - len(marker.format(self.chars)))
+        keep_head = keep * 2 // 3
+        keep_tail = keep - keep_head
+        omitted = self.chars - keep_head - keep_tail
+        return head[:keep_head] + marker.format(omitted) + (tail[-keep_tail:] if keep_tail else "")
+
+
+class Run:
+    """The parent's side of one program."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        executor: ToolExecutor,
+        ctx: ExecutionContext,
+        execution_id: str,
+        max_tool_calls: int,
+        max_output_chars: int,
+    ) -> None:
+        self.worker = worker
+        self.executor = executor
+        # The program's calls run under the run's context, with a token of the run's own: to
+        # cancel them is to fire it, so each ends with its own result (ABORTED...), recorded.
+        self._cancel = CancelToken.any(ctx.cancel)  # follows the caller's token, if any
+        self.ctx = dataclasses.replace(ctx, cancel=self._cancel)
+        self.execution_id = execution_id
+        self.max_tool_calls = max_tool_calls
+        self.output = Output(max_output_chars)
+        self.calls: list[dict[str, Any]] = []  # in the order the program made them
+        self.attempts = 0
+        self.violation: str | None = None
+        self.done: dict[str, Any] | None = None
+        self.returncode: int | None = None
+        self.channel_closed = False  # its end of the channel closed (by it, or at its exit)
+        self._ids: set[int] = set()  # ids of calls not yet answered
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._inbox = bytearray()
+        self._lines: collections.deque[bytearray] = collections.deque()  # read, not yet handled
+        self._in_flight_bytes = 0  # the size of the calls in flight, as sent
+        self._paused = False  # not reading the channel until calls in flight settle
+        self._stopped = False
+        self._outbox = bytearray()
+        self._loop = asyncio.get_running_loop()
+        self._ready: asyncio.Future[dict[str, Any]] = self._loop.create_future()
+        self._exited: asyncio.Future[None] = self._loop.create_future()
+        self._drained: asyncio.Future[None] = self._loop.create_future()
+        self._readers: list[int] = []
+        self._writing = False
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        loop, worker = self._loop, self.worker
+        worker.channel.setblocking(False)
+        self._watch(worker.channel.fileno(), self._on_channel)
+        self._watch(worker.output, self._on_output)
+        if worker.pidfd is not None:
+            self._watch(worker.pidfd, self._on_exit)
+        else:  # no pidfd (an old kernel): a thread waits for the exit
+            waiting = loop.run_in_executor(None, worker.process.wait)
+            waiting.add_done_callback(lambda _: self._on_exit())
+
+    async def ready(self) -> dict[str, Any]:
+        """The worker's report of its confinement, once it has confined itself."""
+        await asyncio.wait((self._ready, self._exited), return_when=asyncio.FIRST_COMPLETED)
+        if not self._ready.done():
+            raise WorkerExited(
+                f"the code-mode worker exited while starting (status {self.returncode}): "
+                f"{self.output.text()[-2000:]}"
+            )
+        return self._ready.result()
+
+    def send_program(self, code: str, specs: list[dict[str, Any]]) -> None:
+        self._send({"t": "run", "code": code, "tools": specs})
+
+    async def finish(self) -> None:
+        """Wait for the program to end, then for the calls it left in flight."""
+        # Shielded: cancelling the run must not cancel these, which say what really happened.
+        await asyncio.shield(self._exited)
+        await asyncio.shield(self._drained)
+        self._drain_channel()  # a done message written just before the exit
+        while self._tasks:
+            await asyncio.wait(tuple(self._tasks))
+
+    async def cancel_calls(self) -> None:
+        """Cancel the calls in flight (through their token: each ends with its own result) and
+        give them a bounded time to settle; those still running then are cancelled outright."""
+        self._cancel.cancel("run_code was cancelled")
+        tasks = tuple(self._tasks)
+        if tasks:
+            await asyncio.wait(tasks, timeout=CANCEL_SETTLE)
+        for task in tasks:
+            task.cancel()
+
+    def detach(self) -> None:
+        """Stop following the caller's token (a session's may live long)."""
+        self._cancel.detach()
+
+    def stop(self) -> None:
+        """Kill the program's process group and stop listening to it (synchronous)."""
+        self._stopped = True
+        self.worker.kill()
+        for fd in self._readers:
+            self._loop.remove_reader(fd)
+        if self._writing:
+            self._loop.remove_writer(self.worker.channel.fileno())
+            self._writing = False
+        self._readers.clear()
+
+    async def reaped(self) -> None:
+        """Wait until the killed worker is reaped (its pidfd or thread reports the exit)."""
+        if self.worker.pidfd is not None and not self._exited.done():
+            self._loop.add_reader(self.worker.pidfd, self._on_exit)
+            self._readers.append(self.worker.pidfd)
+        await asyncio.shield(self._exited)
+
+    def release_when_reaped(self) -> None:
+        """Close the worker's ends once it is reaped (at once, or when its exit is seen)."""
+        if self._exited.done():
+            self.worker.release()
+        else:  # interrupted while waiting: the exit watch stays, and releases it then
+            self._exited.add_done_callback(lambda _: self.worker.release())
+
+    def _watch(self, fd: int, callback: Callable[[], None]) -> None:
+        self._loop.add_reader(fd, callback)
+        self._readers.append(fd)
+
+    def _unwatch(self, fd: int) -> None:
+        if fd in self._readers:
+            self._loop.remove_reader(fd)
+            self._readers.remove(fd)
+
+    # -- events -------------------------------------------------------------------------------
+
+    def _on_exit(self) -> None:
+        if self._exited.done():
+            return
+        if self.worker.pidfd is not None:
+            self._unwatch(self.worker.pidfd)
+        self.returncode = self.worker.process.poll()
+        if self.returncode is None:  # a pidfd is readable only once the process has exited
+            self.returncode = self.worker.process.wait()
+        self._exited.set_result(None)
+
+    def _on_output(self) -> None:
+        try:
+            data = _read(self.worker.output)
+        except BlockingIOError:
+            return
+        if not data:
+            self._unwatch(self.worker.output)
+            if not self._drained.done():
+                self._drained.set_result(None)
+            return
+        self.output.feed(data)
+        if self.output.bytes > MAX_OUTPUT_BYTES:
+            self._violate(f"it printed more than {MAX_OUTPUT_BYTES // (1024 * 1024)} MiB")
+
+    def _on_channel(self) -> None:
+        try:
+            data = self.worker.channel.recv(_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._unwatch(self.worker.channel.fileno())
+            self.channel_closed = True
+            return
+        self._take(data)
+
+    def _drain_channel(self) -> None:
+        while True:
+            try:
+                data = self.worker.channel.recv(_CHUNK)
+            except OSError:  # nothing more (BlockingIOError) or already closed
+                return
+            if not data:
+                return
+            self._take(data)
+
+    def _take(self, data: bytes) -> None:
+        self._inbox += data
+        if b"\n" not in data:
+            if len(self._inbox) > MAX_MESSAGE_BYTES:
+                limit = MAX_MESSAGE_BYTES // (1024 * 1024)
+                self._violate(f"it sent a message larger than {limit} MiB on the tool channel")
+            return
+        lines = self._inbox.split(b"\n")
+        self._inbox = lines.pop()
+        self._lines.extend(lines)
+        self._process()
+
+    def _process(self) -> None:
+        while self._lines and not self._paused:
+            line = self._lines.popleft()
+            try:
+                self._on_message(_decode(line), len(line))
+            except (msgspec.DecodeError, ProtocolViolation) as exc:
+                self._violate(f"it broke the tool channel ({exc})")
+                return
+            if self._in_flight_bytes > MAX_IN_FLIGHT_BYTES:
+                # Backpressure: the program's sends block until its calls in flight settle,
+                # so the server holds at most this (and one call) of its arguments at once.
+                self._paused = True
+                self._unwatch(self.worker.channel.fileno())
+
+    def _on_message(self, message: Any, size: int) -> None:
+        if self.violation is not None or self.done is not None:
+            return  # stopped or finished: what comes after is ignored
+        kind = message.get("t") if type(message) is dict else None
+        if kind == "call":
+            self._on_call(message, size)
+        elif kind == "done" and self._ready.done():
+            self.done = message
+            self.worker.kill()  # nothing of the program may outlive its end
+        elif kind == "ready" and not self._ready.done():
+            sandbox = message.get("sandbox")
+            self._ready.set_result(sandbox if type(sandbox) is dict else {})
+        else:
+            raise ProtocolViolation(f"unexpected message {str(message)[:80]!r}")
+
+    def _on_call(self, message: dict[str, Any], size: int) -> None:
+        call_id, name, args = message.get("id"), message.get("name"), message.get("args")
+        if type(call_id) is not int or type(name) is not str or call_id in self._ids:
+            raise ProtocolViolation("a call needs a fresh integer id and a tool name")
+        self.attempts += 1
+        entry: dict[str, Any] = {"name": name, "ok": False, "code": None, "execution_id": None}
+        self.calls.append(entry)
+        if self.attempts > self.max_tool_calls:  # counted before dispatch
+            entry["code"] = ErrorCode.RESOURCE_EXHAUSTED.value
+            if self.attempts > self.max_tool_calls + MAX_CALLS_PAST_BUDGET:
+                raise ProtocolViolation(
+                    f"it went on calling tools after its budget of {self.max_tool_calls} calls"
+                )
+            message_text = (
+                f"This program has used its {self.max_tool_calls} tool calls; no more calls "
+                "can be made from it."
+            )
+            self._reply(call_id, False, code=entry["code"], message=message_text)
+            return
+        self._ids.add(call_id)
+        self._in_flight_bytes += size
+        task = self._loop.create_task(self._nested(call_id, name, args, entry, size))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _nested(
+        self, call_id: int, name: str, args: Any, entry: dict[str, Any], size: int
+    ) -> None:
+        try:
+            result = await self.executor.execute_nested(self.execution_id, name, args, self.ctx)
+        except asyncio.CancelledError:
+            entry["code"] = ErrorCode.ABORTED.value
+            raise
+        finally:
+            self._ids.discard(call_id)
+            self._settled(size)
+        entry["execution_id"] = result.meta.execution_id
+        entry["ok"] = result.ok
+        if result.ok:
+            self._reply(call_id, True, value=result.value, fallback=result)
+        else:
+            assert result.error is not None
+            entry["code"] = result.error.code.value
+            self._reply(call_id, False, code=entry["code"], message=result.error.message)
+
+    def _settled(self, size: int) -> None:
+        self._in_flight_bytes -= size
+        if self._paused and self._in_flight_bytes <= MAX_IN_FLIGHT_BYTES:
+            self._paused = False
+            self._process()  # what was read already, first
+            if not (self._paused or self._stopped or self.violation or self.done):
+                self._watch(self.worker.channel.fileno(), self._on_channel)
+
+    # -- sending ------------------------------------------------------------------------------
+
+    def _reply(
+        self,
+        call_id: int,
+        ok: bool,
+        *,
+        value: Any = None,
+        fallback: ToolResult | None = None,
+        code: str | None = None,
+        message: str | None = None,
+    ) -> None:
+        if ok:
+            reply = {"t": "result", "id": call_id, "ok": True, "value": value}
+            try:
+                self._send(reply)
+            except (TypeError, ValueError, OverflowError):  # a value JSON cannot carry
+                content = fallback.content if fallback is not None else None
+                reply["value"] = content if isinstance(content, str) else repr(content)
+                self._send(reply)
+        else:
+            self._send(
+                {"t": "result", "id": call_id, "ok": False, "code": code, "message": message}
+            )
+
+    def _send(self, message: dict[str, Any]) -> None:
+        data = _encode(message) + b"\n"  # raises before anything is queued
+        if self.violation is not None or self.worker.process.returncode is not None:
+            return
+        if not self._outbox:  # the usual case: all of it goes at once, nothing is queued
+            try:
+                sent = self.worker.channel.send(data)
+            except BlockingIOError:
+                sent = 0
+            except OSError:  # the program closed its end: nobody to answer
+                return
+            if sent == len(data):
+                return
+            data = data[sent:]
+        self._outbox += data
+        self._flush()
+
+    def _flush(self) -> None:
+        sock = self.worker.channel
+        while self._outbox:
+            try:
+                sent = sock.send(self._outbox)
+            except BlockingIOError:
+                break
+            except OSError:  # the program closed its end: nobody to answer
+                self._outbox.clear()
+                break
+            del self._outbox[:sent]
+        if self._outbox and not self._writing:
+            self._loop.add_writer(sock.fileno(), self._flush)
+            self._writing = True
+        elif not self._outbox and self._writing:
+            self._loop.remove_writer(sock.fileno())
+            self._writing = False
+
+    def _violate(self, reason: str) -> None:
+        if self.violation is None and self.done is None:
+            self.violation = reason
+            self.worker.kill()
+
+    # -- the outcome --------------------------------------------------------------------------
+
+    def outcome(self) -> dict[str, Any] | Failure:
+        """The value ``{"stdout", "calls"}``, or the program's failure."""
+        stdout = self.output.text()
+        calls = [dict(entry) for entry in self.calls]
+        if self.violation is not None:
+            return _failure(
+                stdout, calls, f"The program was stopped: {self.violation}.", "protocol"
+            )
+        done = self.done
+        if done is None:
+            if self.returncode == 0 and self.channel_closed:
+                ended = "The program closed its tool channel and ended without reporting."
+            else:
+                ended = _ended_early(self.returncode)
+            return _failure(stdout, calls, ended, "crashed")
+        if done.get("ok") is True:
+            return {"stdout": stdout, "calls": calls}
+        error = done.get("error")
+        error = error if type(error) is dict else {}
+        kind = error.get("kind")
+        if kind == "syntax":
+            line, column = error.get("line"), error.get("column")
+            where = f" at line {line}, column {column}" if line is not None else ""
+            text = f"{error.get('type', 'SyntaxError')}{where}: {error.get('message')}"
+            if error.get("text"):
+                text += f"\n    {error['text']}"
+            extra = {"line": line, "column": column}
+            return _failure(stdout, calls, text, "syntax_error", extra)
+        if kind == "exit":
+            return _failure(
+                stdout, calls, f"The program exited with status {error.get('message')}.", "exit"
+            )
+        text = str(error.get("traceback") or f"{error.get('type')}: {error.get('message')}")
+        return _failure(stdout, calls, text, "exception", {"type": error.get("type")})
+
+
+def _read(fd: int) -> bytes:
+    import os
+
+    return os.read(fd, 1 << 16)
+
+
+def _ended_early(returncode: int | None) -> str:
+    if returncode is not None and returncode < 0:
+        signum = -returncode
+        name = signal.Signals(signum).name if signum in signal.valid_signals() else str(signum)
+        hint = {
+            "SIGXCPU": " (its CPU time limit)",
+            "SIGKILL": " (it may have run out of memory)",
+        }.get(name, "")
+        return f"The program was killed by {name}{hint} before it finished."
+    return f"The program exited (status {returncode}) before it finished."
+
+
+def _failure(
+    stdout: str,
+    calls: list[dict[str, Any]],
+    error_text: str,
+    reason: str,
+    extra: dict[str, Any] | None = None,
+) -> Failure:
+    parts = [stdout.rstrip("\n")] if stdout.strip() else []
+    parts.append(error_text)
+    lines = call_lines(calls)
+    if lines:
+        parts.append("Tool calls:\n" + "\n".join(lines))
+    details = {"reason": reason, "calls": calls, **(extra or {})}
+    return Failure("\n\n".join(parts), details=details)
+
+
+def call_lines(calls: list[dict[str, Any]]) -> list[str]:
+    """A line per call (name, ok or error code); runs of the same line said once, counted."""
+    lines: list[str] = []
+    previous, count = "", 0
+    for entry in calls:
+        line = f"- {entry['name']}: {'ok' if entry['ok'] else entry['code']}"
+        if line == previous:
+            count += 1
+            continue
+        if count:
+            lines.append(previous + (f" (x{count})" if count > 1 else ""))
+        previous, count = line, 1
+    if count:
+        lines.append(previous + (f" (x{count})" if count > 1 else ""))
+    return lines
+
+
+def render(value: Any) -> str:
+    """run_code's content: the program's output, then a line per tool call."""
+    parts = []
+    stdout = value.get("stdout", "") if isinstance(value, dict) else ""
+    if stdout.strip():
+        parts.append(stdout.rstrip("\n"))
+    lines = call_lines(value.get("calls", [])) if isinstance(value, dict) else []
+    if lines:
+        parts.append("Tool calls:\n" + "\n".join(lines))
+    return "\n\n".join(parts) or "(the program printed nothing and called no tool)"

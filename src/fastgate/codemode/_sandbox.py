@@ -1,0 +1,405 @@
+"""Confinement of a code-mode worker on Linux, applied by the worker to itself before it reads
+a program: hard rlimits, ``no_new_privs``, every capability dropped, Landlock (file system, TCP,
+abstract sockets and signals) and a seccomp filter (no new process, no socket, no exec, no
+ptrace, no signal to another process, no raised limit).
+
+Standard library only (``ctypes``): the worker runs ``python -I -S`` and loads this file by its
+path, never the fastgate package. The parent imports it too, to probe what the host offers.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import resource
+import stat
+import struct
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+# -- syscalls and constants (linux/landlock.h, linux/prctl.h, linux/seccomp.h, linux/filter.h) --
+
+_SYS_LANDLOCK_CREATE_RULESET = 444  # the same number on every architecture
+_SYS_LANDLOCK_ADD_RULE = 445
+_SYS_LANDLOCK_RESTRICT_SELF = 446
+_LANDLOCK_CREATE_RULESET_VERSION = 1
+_LANDLOCK_RULE_PATH_BENEATH = 1
+
+FS_EXECUTE = 1 << 0
+FS_WRITE_FILE = 1 << 1
+FS_READ_FILE = 1 << 2
+FS_READ_DIR = 1 << 3
+_FS_ABI1 = (1 << 13) - 1  # EXECUTE .. MAKE_SYM
+_FS_REFER = 1 << 13  # ABI 2
+_FS_TRUNCATE = 1 << 14  # ABI 3
+_FS_IOCTL_DEV = 1 << 15  # ABI 5
+_NET_TCP = (1 << 0) | (1 << 1)  # BIND_TCP, CONNECT_TCP (ABI 4)
+_SCOPE_ALL = (1 << 0) | (1 << 1)  # ABSTRACT_UNIX_SOCKET, SIGNAL (ABI 6)
+# Rights that apply to a file (not a directory) in a path-beneath rule.
+_FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
+
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAPBSET_DROP = 24
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_CLEAR_ALL = 4
+_PR_SET_SECCOMP = 22
+_PR_GET_SECCOMP = 21
+_SECCOMP_MODE_FILTER = 2
+_CAPABILITY_VERSION_3 = 0x20080522
+
+_RET_KILL_PROCESS = 0x80000000
+_RET_ERRNO = 0x00050000
+_RET_ALLOW = 0x7FFF0000
+_LD_ABS_W = 0x20  # BPF_LD | BPF_W | BPF_ABS
+_JEQ = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
+_JGE = 0x35  # BPF_JMP | BPF_JGE | BPF_K
+_JSET = 0x45  # BPF_JMP | BPF_JSET | BPF_K
+_RET = 0x06  # BPF_RET | BPF_K
+_CLONE_THREAD = 0x00010000
+
+# seccomp_data: nr (u32), arch (u32), instruction_pointer (u64), args (u64[6]), little-endian.
+_NR, _ARCH = 0, 4
+
+
+def _arg_lo(i: int) -> int:
+    return 16 + 8 * i
+
+
+def _arg_hi(i: int) -> int:
+    return 20 + 8 * i
+
+
+# Syscall numbers per architecture: x86_64 from asm/unistd_64.h; aarch64 from the generic table
+# (asm-generic/unistd.h; it has no fork or vfork).
+_X86_64 = """
+    socket 41 connect 42 accept 43 bind 49 listen 50 clone 56 fork 57 vfork 58 execve 59 kill 62
+    ptrace 101 rt_sigqueueinfo 129 pivot_root 155 setrlimit 160 chroot 161 mount 165 umount2 166
+    tkill 200 tgkill 234 add_key 248 request_key 249 keyctl 250 unshare 272 accept4 288
+    rt_tgsigqueueinfo 297 perf_event_open 298 prlimit64 302 setns 308 process_vm_readv 310
+    process_vm_writev 311 bpf 321 execveat 322 userfaultfd 323 pidfd_send_signal 424
+    io_uring_setup 425 io_uring_enter 426 io_uring_register 427 pidfd_open 434 clone3 435
+    pidfd_getfd 438
+"""
+_AARCH64 = """
+    umount2 39 mount 40 pivot_root 41 chroot 51 unshare 97 ptrace 117 kill 129 tkill 130
+    tgkill 131 rt_sigqueueinfo 138 setrlimit 164 socket 198 bind 200 listen 201 accept 202
+    connect 203 add_key 217 request_key 218 keyctl 219 clone 220 execve 221 rt_tgsigqueueinfo 240
+    perf_event_open 241 accept4 242 prlimit64 261 setns 268 process_vm_readv 270
+    process_vm_writev 271 bpf 280 execveat 281 userfaultfd 282 pidfd_send_signal 424
+    io_uring_setup 425 io_uring_enter 426 io_uring_register 427 pidfd_open 434 clone3 435
+    pidfd_getfd 438
+"""
+
+
+def _table(text: str) -> dict[str, int]:
+    words = text.split()
+    return {name: int(number) for name, number in zip(words[::2], words[1::2], strict=True)}
+
+
+_ARCHES: dict[str, tuple[int, dict[str, int]]] = {
+    "x86_64": (0xC000003E, _table(_X86_64)),
+    "aarch64": (0xC00000B7, _table(_AARCH64)),
+}
+# Refused outright (EPERM): new processes and programs, sockets (a socketpair stays allowed: it
+# reaches nothing), other processes' memory, namespaces, mounts, kernel keys, io_uring (its
+# operations would bypass this filter), raised limits.
+_DENIED = """
+    fork vfork execve execveat socket connect bind listen accept accept4 ptrace process_vm_readv
+    process_vm_writev pidfd_open pidfd_getfd pidfd_send_signal unshare setns mount umount2
+    pivot_root chroot bpf perf_event_open userfaultfd add_key request_key keyctl io_uring_setup
+    io_uring_enter io_uring_register setrlimit
+""".split()
+# Signals only to itself (its first argument is its own pid; kill(0, ...) is its own group).
+_SIGNALS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
+
+
+class SandboxError(OSError):
+    """A confinement layer could not be applied."""
+
+
+def _libc() -> ctypes.CDLL:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    libc.prctl.restype = ctypes.c_int
+    return libc
+
+
+def _fail(what: str) -> SandboxError:
+    code = ctypes.get_errno()
+    return SandboxError(code, f"{what}: {os.strerror(code)}")
+
+
+# -- probing (the parent asks before it starts workers) --------------------------------------
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 when Landlock is not available."""
+    if sys.platform != "linux":
+        return 0
+    try:
+        libc = _libc()
+    except OSError:
+        return 0
+    version = libc.syscall(
+        ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET),
+        None,
+        ctypes.c_size_t(0),
+        ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION),
+    )
+    return int(version) if version > 0 else 0
+
+
+def seccomp_arch() -> str | None:
+    """The architecture the seccomp filter is written for, when this host is one of them and
+    seccomp filters are enabled; else ``None``."""
+    machine = platform.machine()
+    if sys.platform != "linux" or machine not in _ARCHES:
+        return None
+    try:
+        libc = _libc()
+    except OSError:
+        return None
+    if libc.prctl(_PR_GET_SECCOMP, 0, 0, 0, 0) != 0:  # -1: no seccomp; 2: already filtered is 0
+        return None
+    return machine
+
+
+def missing() -> list[str]:
+    """What this host lacks to confine a program; empty when it can."""
+    lacks = []
+    if sys.platform != "linux":
+        return [f"code mode confines programs on Linux only (this is {sys.platform})"]
+    if landlock_abi() < 1:
+        lacks.append(
+            "Landlock is not available (Linux >= 5.13 with landlock in the kernel's LSM list)"
+        )
+    if seccomp_arch() is None:
+        lacks.append(
+            f"no seccomp filter for this host (needs seccomp filters on x86_64 or aarch64; "
+            f"this is {platform.machine()})"
+        )
+    return lacks
+
+
+# -- applying (the worker, to itself) --------------------------------------------------------
+
+
+def set_limits(memory_bytes: int, cpu_seconds: int, max_files: int, max_file_bytes: int) -> None:
+    """Hard limits (soft == hard): without CAP_SYS_RESOURCE, dropped below, none can be raised."""
+    for which, value in (
+        (resource.RLIMIT_AS, memory_bytes),
+        (resource.RLIMIT_CPU, cpu_seconds),
+        (resource.RLIMIT_NOFILE, max_files),
+        (resource.RLIMIT_FSIZE, max_file_bytes),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        _, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(which, (value, value))
+
+
+def no_new_privs(libc: ctypes.CDLL) -> None:
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise _fail("prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def drop_capabilities(libc: ctypes.CDLL) -> None:
+    """Empty the bounding, ambient, effective, permitted and inheritable sets (root included)."""
+    for cap in range(64):
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            code = ctypes.get_errno()
+            if code == errno.EINVAL:  # past the last capability this kernel knows
+                break
+            if code != errno.EPERM:  # EPERM: we never had CAP_SETPCAP, so hold nothing to drop
+                raise _fail(f"prctl(PR_CAPBSET_DROP, {cap})")
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # EINVAL before Linux 4.3
+    header = ctypes.create_string_buffer(struct.pack("=Ii", _CAPABILITY_VERSION_3, 0))
+    data = ctypes.create_string_buffer(24)  # two (effective, permitted, inheritable) u32 triples
+    if libc.capset(header, data) != 0:
+        raise _fail("capset")
+    if libc.capget(header, data) != 0 or any(data.raw):
+        raise SandboxError(errno.EPERM, "capabilities remain after capset")
+
+
+def landlock(
+    libc: ctypes.CDLL, abi: int, read_only: Iterable[str], read_write: Iterable[str]
+) -> None:
+    """Only reads beneath ``read_only`` and everything but execution beneath ``read_write``;
+    no TCP bind or connect (ABI >= 4); no abstract unix socket or signal outside (ABI >= 6)."""
+    handled = _FS_ABI1
+    if abi >= 2:
+        handled |= _FS_REFER
+    if abi >= 3:
+        handled |= _FS_TRUNCATE
+    if abi >= 5:
+        handled |= _FS_IOCTL_DEV
+    if abi >= 6:
+        attr = struct.pack("=QQQ", handled, _NET_TCP, _SCOPE_ALL)
+    elif abi >= 4:
+        attr = struct.pack("=QQ", handled, _NET_TCP)
+    else:
+        attr = struct.pack("=Q", handled)
+    attr_buf = ctypes.create_string_buffer(attr, len(attr))
+    ruleset = libc.syscall(
+        ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET),
+        attr_buf,
+        ctypes.c_size_t(len(attr)),
+        ctypes.c_uint32(0),
+    )
+    if ruleset < 0:
+        raise _fail("landlock_create_ruleset")
+    try:
+        writable = handled & ~FS_EXECUTE
+        for paths, access in ((read_only, FS_READ_FILE | FS_READ_DIR), (read_write, writable)):
+            for path in paths:
+                _add_path_rule(libc, int(ruleset), path, access)
+        no_new_privs(libc)
+        if libc.syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ruleset, 0) != 0:
+            raise _fail("landlock_restrict_self")
+    finally:
+        os.close(int(ruleset))
+
+
+def _add_path_rule(libc: ctypes.CDLL, ruleset: int, path: str, access: int) -> None:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return  # not on this host: nothing to allow
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            access &= _FILE_RIGHTS
+        rule = ctypes.create_string_buffer(struct.pack("=Qi", access, fd), 12)
+        if libc.syscall(ctypes.c_long(_SYS_LANDLOCK_ADD_RULE), ruleset, 1, rule, 0) != 0:
+            raise _fail(f"landlock_add_rule({path})")
+    finally:
+        os.close(fd)
+
+
+def seccomp_filter(arch: str, own_pid: int) -> bytes:
+    """The BPF program (``struct sock_filter[]``) for ``arch``."""
+    audit_arch, numbers = _ARCHES[arch]
+    prog: list[tuple[int, int, int, int]] = [
+        (_LD_ABS_W, 0, 0, _ARCH),
+        (_JEQ, 1, 0, audit_arch),
+        (_RET, 0, 0, _RET_KILL_PROCESS),  # another ABI's numbers would mean other syscalls
+        (_LD_ABS_W, 0, 0, _NR),
+    ]
+    if arch == "x86_64":  # the x32 ABI: the same arch value, numbers from 0x40000000
+        prog += [(_JGE, 0, 1, 0x40000000), (_RET, 0, 0, _RET_ERRNO | errno.EPERM)]
+    deny = _RET_ERRNO | errno.EPERM
+    for name in _DENIED:
+        if name in numbers:
+            prog += [(_JEQ, 0, 1, numbers[name]), (_RET, 0, 0, deny)]
+    # clone3 hides its flags behind a pointer: ENOSYS makes the C library fall back to clone.
+    prog += [(_JEQ, 0, 1, numbers["clone3"]), (_RET, 0, 0, _RET_ERRNO | errno.ENOSYS)]
+    # clone: threads only.
+    prog += [
+        (_JEQ, 0, 4, numbers["clone"]),
+        (_LD_ABS_W, 0, 0, _arg_lo(0)),
+        (_JSET, 0, 1, _CLONE_THREAD),
+        (_RET, 0, 0, _RET_ALLOW),
+        (_RET, 0, 0, deny),
+    ]
+    # prlimit64: reading a limit only (no new limit given).
+    prog += [
+        (_JEQ, 0, 6, numbers["prlimit64"]),
+        (_LD_ABS_W, 0, 0, _arg_lo(2)),
+        (_JEQ, 0, 3, 0),
+        (_LD_ABS_W, 0, 0, _arg_hi(2)),
+        (_JEQ, 0, 1, 0),
+        (_RET, 0, 0, _RET_ALLOW),
+        (_RET, 0, 0, deny),
+    ]
+    # Signals: to itself only (the kernel reads a pid argument's low 32 bits).
+    for name in _SIGNALS:
+        prog += [
+            (_JEQ, 0, 5, numbers[name]),
+            (_LD_ABS_W, 0, 0, _arg_lo(0)),
+            (_JEQ, 2, 0, own_pid),
+            (_JEQ, 1 if name == "kill" else 0, 0, 0),  # kill(0, sig): its own process group
+            (_RET, 0, 0, deny),
+            (_RET, 0, 0, _RET_ALLOW),
+        ]
+    prog.append((_RET, 0, 0, _RET_ALLOW))
+    return b"".join(struct.pack("=HBBI", *insn) for insn in prog)
+
+
+def install_seccomp(libc: ctypes.CDLL, arch: str) -> None:
+    code = seccomp_filter(arch, os.getpid())
+    filters = ctypes.create_string_buffer(code, len(code))
+
+    class _Prog(ctypes.Structure):
+        _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
+
+    prog = _Prog(len(code) // 8, ctypes.addressof(filters))
+    no_new_privs(libc)
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        raise _fail("prctl(PR_SET_SECCOMP)")
+
+
+def interpreter_paths() -> list[str]:
+    """What the worker may read: the standard library (each entry, so site-packages stays
+    out), the directories of the shared libraries it has mapped and the system's library
+    directories (extension modules load theirs lazily), the loader's cache, time zones."""
+    paths: set[str] = set()
+    stdlib = os.path.dirname(os.__file__)
+    for entry in os.listdir(stdlib):
+        if entry not in ("site-packages", "dist-packages"):
+            paths.add(os.path.join(stdlib, entry))
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                fields = line.split(None, 5)
+                mapped = fields[5].strip() if len(fields) == 6 else ""
+                name = os.path.basename(mapped)
+                # Shared objects only (never a deleted file's or a memfd's "directory").
+                if mapped.startswith("/") and (name.endswith(".so") or ".so." in name):
+                    paths.add(os.path.dirname(mapped))
+    except OSError:
+        pass
+    multiarch = getattr(sys.implementation, "_multiarch", "")
+    for base in ("/lib", "/usr/lib", "/lib64", "/usr/lib64"):
+        paths.add(os.path.join(base, multiarch) if multiarch else base)
+    paths.update(("/lib64", "/etc/ld.so.cache", "/usr/share/zoneinfo"))
+    return sorted(os.path.realpath(p) for p in paths)
+
+
+def confine(config: dict[str, Any]) -> dict[str, Any]:
+    """Apply every layer ``config`` asks for; return what holds (the worker reports it)."""
+    set_limits(
+        config["memory_bytes"],
+        config["cpu_seconds"],
+        config["max_files"],
+        config["max_file_bytes"],
+    )
+    applied: dict[str, Any] = {"limits": True}
+    errors: list[str] = []
+    if sys.platform != "linux":
+        return {**applied, "errors": errors}
+    libc = _libc()
+    try:
+        no_new_privs(libc)
+        applied["no_new_privs"] = True
+        drop_capabilities(libc)
+        applied["capabilities"] = "none"
+    except OSError as exc:
+        errors.append(str(exc))
+    abi = int(config.get("landlock", 0))
+    if abi:
+        try:
+            landlock(libc, abi, interpreter_paths(), [config["tmp"]])
+            applied["landlock"] = abi
+        except OSError as exc:
+            errors.append(str(exc))
+    arch = config.get("seccomp")
+    if arch:
+        try:
+            install_seccomp(libc, str(arch))
+            applied["seccomp"] = arch
+        except OSError as exc:
+            errors.append(str(exc))
+    return {**applied, "errors": errors}
