@@ -203,7 +203,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert all((n == 0) == (counted is None) for n in numbers)
         fast = self.model.room(session, kind, counted) and not self.closed
         results = [
-            core.try_acquire(session, kind, n) for core, n in zip(self.cores, numbers, strict=True)
+            core.try_acquire_in_pool(session, kind, n) if n else core.try_acquire(session, kind)
+            for core, n in zip(self.cores, numbers, strict=True)
         ]
         assert results == [fast] * len(self.cores)
         if fast:
@@ -227,7 +228,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         session, kind, counted, waiters, numbers = self.holding.pop(seq)
         if waiters is None:
             results = [
-                core.release(session, kind, n) for core, n in zip(self.cores, numbers, strict=True)
+                core.release_in_pool(session, kind, n) if n else core.release(session, kind)
+                for core, n in zip(self.cores, numbers, strict=True)
             ]
         else:
             results = [core.finish(w) for core, w in zip(self.cores, waiters, strict=True)]

@@ -35,6 +35,21 @@ cdef class SlotWaiter:
 
 
 @cython.final
+cdef class PoolTable:
+    cdef public dict numbers
+    cdef public list names
+    cdef public list limits
+    cdef public list in_flight
+    cdef public list queued
+    cdef Py_ssize_t kind_queued[3]
+
+    cpdef add(self, str name, Py_ssize_t limit)
+    cdef bint has_room(self, Py_ssize_t pool) except -1
+    @cython.locals(pool=Py_ssize_t, base=Py_ssize_t)
+    cpdef tuple counts(self)
+
+
+@cython.final
 @cython.freelist(64)
 cdef class SchedulerCore:
     cdef public object ready
@@ -54,12 +69,7 @@ cdef class SchedulerCore:
     cdef public Py_ssize_t in_flight
     cdef Py_ssize_t kind_in_flight[3]
     cdef Py_ssize_t kind_queued[3]
-    cdef Py_ssize_t pooled_kind_queued[3]
-    cdef public dict pool_index
-    cdef public list pool_names
-    cdef public list pool_limits
-    cdef public list pool_in_flight
-    cdef public list pool_kind_queued
+    cdef public PoolTable pools
     cdef public dict session_in_flight
     cdef public dict queues
     cdef public SessionQueue cursor
@@ -72,10 +82,12 @@ cdef class SchedulerCore:
     @cython.locals(slot=Slot)
     cpdef Slot slot(self, object session_id, object kind, object owner=*, object pool=*)
     cpdef Py_ssize_t pool_number(self, object pool) except -1
-    @cython.locals(number=Py_ssize_t)
+    @cython.locals(number=Py_ssize_t, pools=PoolTable)
     cpdef object set_pool_limit(self, str name, Py_ssize_t limit)
     @cython.locals(held=Py_ssize_t, sessions=dict, kind_in_flight=cython.p_Py_ssize_t)
-    cpdef bint try_acquire(self, object session_id, int kind, Py_ssize_t pool) except -1
+    cpdef bint try_acquire(self, object session_id, int kind) except -1
+    @cython.locals(pools=PoolTable)
+    cpdef bint try_acquire_in_pool(self, object session_id, int kind, Py_ssize_t pool) except -1
     @cython.locals(queue=SessionQueue, waiter=SlotWaiter, tail=SlotWaiter)
     cpdef SlotWaiter enqueue(self, object session_id, int kind, object owner, Py_ssize_t pool=*)
     @cython.locals(queue=SessionQueue, tail=SlotWaiter, kind=int, pool=Py_ssize_t, lane=Py_ssize_t)
@@ -83,7 +95,9 @@ cdef class SchedulerCore:
     @cython.locals(lanes=list, i=Py_ssize_t)
     cdef Py_ssize_t _pool_lane(self, SessionQueue queue, Py_ssize_t key) except -1
     @cython.locals(held=Py_ssize_t, sessions=dict, kind_in_flight=cython.p_Py_ssize_t)
-    cpdef object release(self, object session_id, int kind, Py_ssize_t pool)
+    cpdef object release(self, object session_id, int kind)
+    @cython.locals(pools=PoolTable)
+    cpdef object release_in_pool(self, object session_id, int kind, Py_ssize_t pool)
     cpdef object finish(self, SlotWaiter waiter)
     cpdef bint remove(self, SlotWaiter waiter) except -1
     cpdef object withdraw(self, SlotWaiter waiter)
@@ -104,8 +118,7 @@ cdef class SchedulerCore:
     @cython.locals(queue=SessionQueue, kind=int, pool=Py_ssize_t, lane=Py_ssize_t,
                    prev=SlotWaiter, nxt=SlotWaiter)
     cdef int _unlink(self, SlotWaiter waiter) except -1
-    cdef bint _pool_open(self, Py_ssize_t pool) except -1
-    @cython.locals(kind=int, queued=Py_ssize_t, pool=Py_ssize_t)
+    @cython.locals(kind=int, queued=Py_ssize_t, pool=Py_ssize_t, pools=PoolTable)
     cdef bint _any_lane_open(self) except -1
     @cython.locals(best=SlotWaiter, head=SlotWaiter, heads=list, lane=Py_ssize_t)
     cdef SlotWaiter _first_admissible(self, SessionQueue queue)
@@ -116,7 +129,6 @@ cdef class SchedulerCore:
     cpdef list cancel_owner(self, object owner)
     cpdef list close(self)
     cpdef tuple kind_counts(self)
-    @cython.locals(pool=Py_ssize_t, base=Py_ssize_t, counts=list)
     cpdef tuple pool_counts(self)
     cpdef tuple session_counts(self)
 

@@ -10,9 +10,9 @@ the earliest-arrived lane head whose kind and pool have room goes first. So one 
 cannot starve the others, and a waiter blocked only by its kind's or its pool's limit never holds
 back waiters of other kinds or pools.
 
-Pools are numbered: 0 is "no pool" (a slot that names no pool, or one without a limit), the pools
-with a limit are 1, 2, ... in the order they were configured. A pool's number never changes, so
-a queued waiter keeps it when another pool is added.
+Pools are numbered: 0 (``NO_POOL``, false) is "no pool" (a slot that names no pool, or one without
+a limit), the pools with a limit are 1, 2, ... in the order they were configured. A pool's number
+never changes, so a queued waiter keeps it when another pool is added.
 
 Invariant after every operation: no queued waiter could be admitted. That is what lets the
 uncontended path (``try_acquire``) skip the queues without ever overtaking an admissible waiter.
@@ -111,6 +111,41 @@ class SessionQueue:
         self.ring_next: SessionQueue | None = None
 
 
+class PoolTable:
+    """The pools with a limit, by number: name, limit, slots held and waiters. Number 0 (no
+    pool) is a placeholder, so that a number indexes every list directly."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[str, int] = {}
+        self.names: list[str | None] = [None]
+        self.limits: list[int] = [0]
+        self.in_flight: list[int] = [0]
+        self.queued: list[int] = [0, 0, 0]  # per (pool, kind), at ``pool * NKINDS + kind``
+        self.kind_queued = [0, 0, 0]  # per kind, the waiters in any pool
+
+    def add(self, name: str, limit: int) -> None:
+        self.numbers[name] = len(self.names)
+        self.names.append(name)
+        self.limits.append(limit)
+        self.in_flight.append(0)
+        self.queued.extend((0, 0, 0))
+
+    def has_room(self, pool: int) -> bool:
+        return not pool or self.in_flight[pool] < self.limits[pool]
+
+    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(in flight per pool, queued per pool), for every pool."""
+        in_flight: dict[str, int] = {}
+        queued: dict[str, int] = {}
+        for pool in range(1, len(self.names)):
+            name = self.names[pool]
+            assert name is not None
+            in_flight[name] = self.in_flight[pool]
+            base = pool * NKINDS
+            queued[name] = self.queued[base] + self.queued[base + 1] + self.queued[base + 2]
+        return in_flight, queued
+
+
 class SchedulerCore:
     def __init__(
         self,
@@ -140,14 +175,9 @@ class SchedulerCore:
         self.in_flight = 0
         self.kind_in_flight = [0, 0, 0]
         self.kind_queued = [0, 0, 0]
-        self.pooled_kind_queued = [0, 0, 0]  # of kind_queued: the waiters in a pool
-        # Per pool number (0, "no pool", is a placeholder): name, limit, slots held.
-        self.pool_index: dict[str, int] = {}
-        self.pool_names: list[str | None] = [None]
-        self.pool_limits: list[int] = [0]
-        self.pool_in_flight: list[int] = [0]
-        # Waiters per (pool, kind), at ``pool * NKINDS + kind``.
-        self.pool_kind_queued: list[int] = [0, 0, 0]
+        # One attribute for the pools: an interpreted instance with more than 30 attributes
+        # loses CPython's shared-key layout, and every attribute read gets slower.
+        self.pools = PoolTable()
         self.session_in_flight: dict[Hashable, int] = {}
         self.queues: dict[Hashable, SessionQueue] = {}
         self.cursor: SessionQueue | None = None
@@ -185,34 +215,29 @@ class SchedulerCore:
         """The number of a pool name: 0 for a pool without a limit (it adds no dimension)."""
         if type(pool) is not str:
             raise TypeError(f"a scheduler pool is a string or None, got {pool!r}")
-        return self.pool_index.get(pool, NO_POOL)
+        return self.pools.numbers.get(pool, NO_POOL)
 
     def set_pool_limit(self, name: str, limit: int) -> list[SlotWaiter] | None:
         """Give pool ``name`` a limit (a new pool, or a new limit for a known one); returns the
         waiters a raised limit admits. Slots taken before the pool had a limit are not counted
         in it. A lowered limit admits nothing new until the pool is below it."""
-        number = self.pool_index.get(name, NO_POOL)
+        pools = self.pools
+        number = pools.numbers.get(name, NO_POOL)
         if number == NO_POOL:
-            number = len(self.pool_names)
-            self.pool_index[name] = number
-            self.pool_names.append(name)
-            self.pool_limits.append(limit)
-            self.pool_in_flight.append(0)
-            self.pool_kind_queued.extend((0, 0, 0))
+            pools.add(name, limit)
             return None  # nobody queued in it yet
-        self.pool_limits[number] = limit
+        pools.limits[number] = limit
         if self.queued:
             return self._grant()
         return None
 
-    def try_acquire(self, session_id: Hashable, kind: int, pool: int) -> bool:
-        """Take a slot now if every dimension has room; False means the caller must queue."""
+    def try_acquire(self, session_id: Hashable, kind: int) -> bool:
+        """Take a slot in no pool now if all three dimensions have room; False means the caller
+        must queue."""
         if self.in_flight >= self.global_limit:
             return False
         kind_in_flight = self.kind_in_flight
         if kind_in_flight[kind] >= self.kind_limits[kind]:
-            return False
-        if pool != NO_POOL and self.pool_in_flight[pool] >= self.pool_limits[pool]:
             return False
         sessions = self.session_in_flight
         held = sessions.get(session_id, 0)
@@ -221,9 +246,18 @@ class SchedulerCore:
         sessions[session_id] = held + 1
         self.in_flight += 1
         kind_in_flight[kind] += 1
-        if pool != NO_POOL:
-            self.pool_in_flight[pool] += 1
         self.admitted += 1
+        return True
+
+    def try_acquire_in_pool(self, session_id: Hashable, kind: int, pool: int) -> bool:
+        """``try_acquire`` for a slot in pool number ``pool`` (not 0): its pool needs room too.
+        (Separate, so that a slot in no pool pays nothing for the pools.)"""
+        pools = self.pools
+        if pools.in_flight[pool] >= pools.limits[pool]:
+            return False
+        if not self.try_acquire(session_id, kind):
+            return False
+        pools.in_flight[pool] += 1
         return True
 
     def enqueue(
@@ -247,12 +281,12 @@ class SchedulerCore:
             self.queues[session_id] = queue
         if queue.queued == 0:
             self._ring_insert(queue)
-        if pool == NO_POOL:
+        if not pool:
             lane = kind
         else:
             lane = self._pool_lane(queue, pool * NKINDS + kind)
-            self.pool_kind_queued[pool * NKINDS + kind] += 1
-            self.pooled_kind_queued[kind] += 1
+            self.pools.queued[pool * NKINDS + kind] += 1
+            self.pools.kind_queued[kind] += 1
         waiter.queue = queue
         waiter.lane = lane
         waiter.seq = self.seq
@@ -286,17 +320,14 @@ class SchedulerCore:
         queue.tails.append(None)
         return NKINDS + len(lanes) - 1
 
-    def release(self, session_id: Hashable, kind: int, pool: int) -> list[SlotWaiter] | None:
-        """Give a slot back; returns the waiters granted in its place (None when nobody waits)."""
+    def release(self, session_id: Hashable, kind: int) -> list[SlotWaiter] | None:
+        """Give a slot in no pool back; returns the waiters granted in its place (None when
+        nobody waits)."""
         sessions = self.session_in_flight
         held = sessions.get(session_id, 0)
         kind_in_flight = self.kind_in_flight
         if held <= 0 or kind_in_flight[kind] <= 0:
             raise RuntimeError("scheduler slot released twice")
-        if pool != NO_POOL:
-            if self.pool_in_flight[pool] <= 0:
-                raise RuntimeError("scheduler slot released twice")
-            self.pool_in_flight[pool] -= 1
         if held == 1:
             del sessions[session_id]
             if self.queues:
@@ -309,12 +340,24 @@ class SchedulerCore:
             return self._grant()
         return None
 
+    def release_in_pool(
+        self, session_id: Hashable, kind: int, pool: int
+    ) -> list[SlotWaiter] | None:
+        """``release`` for a slot in pool number ``pool`` (not 0)."""
+        pools = self.pools
+        if pools.in_flight[pool] <= 0:
+            raise RuntimeError("scheduler slot released twice")
+        pools.in_flight[pool] -= 1  # first: the waiters granted in its place may need it
+        return self.release(session_id, kind)
+
     def finish(self, waiter: SlotWaiter) -> list[SlotWaiter] | None:
         """A granted waiter gives its slot back (after use, or unused when it was cancelled)."""
         if waiter.state != GRANTED:
             raise RuntimeError("scheduler slot released twice")
         waiter.state = FINISHED
-        return self.release(waiter.session_id, waiter.kind, waiter.pool)
+        if waiter.pool:
+            return self.release_in_pool(waiter.session_id, waiter.kind, waiter.pool)
+        return self.release(waiter.session_id, waiter.kind)
 
     def remove(self, waiter: SlotWaiter) -> bool:
         """Withdraw a queued waiter; False when it was no longer queued (granted or dropped).
@@ -457,25 +500,23 @@ class SchedulerCore:
         kind = waiter.kind
         self.kind_queued[kind] -= 1
         pool = waiter.pool
-        if pool != NO_POOL:
-            self.pool_kind_queued[pool * NKINDS + kind] -= 1
-            self.pooled_kind_queued[kind] -= 1
+        if pool:
+            self.pools.queued[pool * NKINDS + kind] -= 1
+            self.pools.kind_queued[kind] -= 1
         self.queued -= 1
         if queue.queued == 0:
             self._ring_remove(queue)
 
-    def _pool_open(self, pool: int) -> bool:
-        return pool == NO_POOL or self.pool_in_flight[pool] < self.pool_limits[pool]
-
     def _any_lane_open(self) -> bool:
         """Whether some waiter's kind and pool have room (its session's limit aside)."""
+        pools = self.pools
         for kind in range(NKINDS):
             queued = self.kind_queued[kind]
             if queued and self.kind_in_flight[kind] < self.kind_limits[kind]:
-                if queued > self.pooled_kind_queued[kind]:
+                if queued > pools.kind_queued[kind]:
                     return True  # a waiter of this kind in no pool
-                for pool in range(1, len(self.pool_limits)):
-                    if self.pool_kind_queued[pool * NKINDS + kind] and self._pool_open(pool):
+                for pool in range(1, len(pools.limits)):
+                    if pools.queued[pool * NKINDS + kind] and pools.has_room(pool):
                         return True
         return False
 
@@ -488,7 +529,7 @@ class SchedulerCore:
             if (
                 head is not None
                 and self.kind_in_flight[head.kind] < self.kind_limits[head.kind]
-                and self._pool_open(head.pool)
+                and self.pools.has_room(head.pool)
             ):
                 if best is None or head.seq < best.seq:
                     best = head
@@ -518,8 +559,8 @@ class SchedulerCore:
             self._unlink(waiter)
             self.in_flight += 1
             self.kind_in_flight[waiter.kind] += 1
-            if waiter.pool != NO_POOL:
-                self.pool_in_flight[waiter.pool] += 1
+            if waiter.pool:
+                self.pools.in_flight[waiter.pool] += 1
             self.admitted += 1
             waiter.state = GRANTED
             granted.append(waiter)
@@ -563,16 +604,7 @@ class SchedulerCore:
 
     def pool_counts(self) -> tuple[dict[str, int], dict[str, int]]:
         """(in flight per pool, queued per pool), for every pool with a limit."""
-        in_flight: dict[str, int] = {}
-        queued: dict[str, int] = {}
-        for pool in range(1, len(self.pool_names)):
-            name = self.pool_names[pool]
-            assert name is not None
-            in_flight[name] = self.pool_in_flight[pool]
-            base = pool * NKINDS
-            counts = self.pool_kind_queued
-            queued[name] = counts[base] + counts[base + 1] + counts[base + 2]
-        return in_flight, queued
+        return self.pools.counts()
 
     def session_counts(self) -> tuple[dict[Hashable, int], dict[Hashable, int]]:
         """(in flight per session, queued per session); sessions with neither are absent."""
@@ -598,7 +630,12 @@ class Slot(SlotWaiter):
         core = self.core
         if self.phase != NEW:
             raise RuntimeError("a scheduler slot can be entered only once")
-        if core.try_acquire(self.session_id, self.kind, self.pool):
+        # A slot in no pool (pool 0) goes straight to try_acquire: it pays nothing for pools.
+        if (
+            core.try_acquire_in_pool(self.session_id, self.kind, self.pool)
+            if self.pool
+            else core.try_acquire(self.session_id, self.kind)
+        ):
             self.phase = HELD
             return core.ready
         self.phase = DONE
@@ -610,7 +647,10 @@ class Slot(SlotWaiter):
         self.phase = DONE
         core = self.core
         if self.queue is None:  # admitted at once: never queued
-            granted = core.release(self.session_id, self.kind, self.pool)
+            if self.pool:
+                granted = core.release_in_pool(self.session_id, self.kind, self.pool)
+            else:
+                granted = core.release(self.session_id, self.kind)
         else:
             granted = core.finish(self)
         if granted:
