@@ -1,8 +1,8 @@
 """Random workloads through the real async façades, with cancellations at random moments.
 
-Each call passes the gate, a scheduler slot and a file lock, in the executor's order. Inside, the
-test counts holders per dimension; afterwards everything must be back to zero: no slot, gate
-passage, lock entry or task leaks, whatever was cancelled where.
+Each call passes the gate, a scheduler slot (in a pool or not) and a file lock, in the executor's
+order. Inside, the test counts holders per dimension; afterwards everything must be back to zero:
+no slot, gate passage, lock entry or task leaks, whatever was cancelled where.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from fastgate import (
 call = st.tuples(
     st.sampled_from("abcd"),  # session
     st.sampled_from(list(ToolKind)),
+    st.sampled_from([None, "pool-1", "pool-2", "unlimited"]),  # scheduler pool
     st.booleans(),  # exclusive at the gate
     st.sampled_from(["p0", "p1", "p2", None]),  # file locked while running
     st.integers(0, 3),  # loop iterations spent inside
@@ -40,6 +41,7 @@ call = st.tuples(
     global_limit=st.integers(1, 6),
     session_limit=st.integers(1, 3),
     kind_limit=st.integers(1, 3),
+    pool_limits=st.dictionaries(st.sampled_from(["pool-1", "pool-2"]), st.integers(1, 2)),
 )
 def test_random_workload_respects_limits_and_leaks_nothing(
     runner: asyncio.Runner,
@@ -48,8 +50,11 @@ def test_random_workload_respects_limits_and_leaks_nothing(
     global_limit: int,
     session_limit: int,
     kind_limit: int,
+    pool_limits: dict[str, int],
 ) -> None:
-    limits = SchedulerLimits(global_limit, session_limit, dict.fromkeys(ToolKind, kind_limit))
+    limits = SchedulerLimits(
+        global_limit, session_limit, dict.fromkeys(ToolKind, kind_limit), pool_limits
+    )
     runner.run(_scenario(tmp_path, calls, limits))
 
 
@@ -62,22 +67,31 @@ async def _scenario(
     total = 0
     by_session: Counter[object] = Counter()
     by_kind: Counter[object] = Counter()
+    by_pool: Counter[object] = Counter()
     files: set[str] = set()
     completed = 0
 
     async def one(
-        session: str, kind: ToolKind, exclusive: bool, path: str | None, spin: int
+        session: str,
+        kind: ToolKind,
+        pool: str | None,
+        exclusive: bool,
+        path: str | None,
+        spin: int,
     ) -> None:
         nonlocal total, completed
         async with gate.exclusive() if exclusive else gate.shared():
-            async with sched.slot(session, kind, owner=session):
+            async with sched.slot(session, kind, owner=session, pool=pool):
                 total += 1
                 by_session[session] += 1
                 by_kind[kind] += 1
+                by_pool[pool] += 1
                 try:
                     assert total <= limits.global_limit
                     assert by_session[session] <= limits.session_limit
                     assert by_kind[kind] <= limits.limit_for(kind)
+                    if pool is not None and pool in limits.pool_limits:
+                        assert by_pool[pool] <= limits.pool_limits[pool]
                     if path is not None:
                         async with locks.acquire(tmp_path / path):
                             assert path not in files
@@ -95,11 +109,12 @@ async def _scenario(
                     total -= 1
                     by_session[session] -= 1
                     by_kind[kind] -= 1
+                    by_pool[pool] -= 1
 
     tasks = []
     cancels = []
-    for session, kind, exclusive, path, spin, cancel_after in calls:
-        task = asyncio.create_task(one(session, kind, exclusive, path, spin))  # type: ignore[arg-type]
+    for session, kind, pool, exclusive, path, spin, cancel_after in calls:
+        task = asyncio.create_task(one(session, kind, pool, exclusive, path, spin))  # type: ignore[arg-type]
         tasks.append(task)
         if cancel_after is not None:
             cancels.append((cancel_after, task))
@@ -115,6 +130,8 @@ async def _scenario(
     assert completed == sum(r is None for r in results)
     stats = sched.stats()
     assert stats.in_flight == 0 and stats.queued == 0 and stats.in_flight_by_session == {}
+    assert set(stats.in_flight_by_pool.values()) <= {0}
+    assert set(stats.queued_by_pool.values()) <= {0}
     gstats = gate.statistics()
     assert gstats.shared_running == 0 and not gstats.exclusive_running and gstats.queued == 0
     assert len(locks) == 0

@@ -37,37 +37,57 @@ def _nothing(*args: object) -> None:
 # ------------------------------------------------------------------------------------------------
 # Scheduler
 
+POOLS = (None, "p1", "p2", "p3", "free")  # "free" never has a limit; "p3" gets one mid-run
+
 
 class SchedModel:
-    """Reference round-robin scheduler on plain lists; independent of the core's linked lists."""
+    """Reference round-robin scheduler on plain lists; independent of the core's linked lists.
 
-    def __init__(self, global_limit: int, session_limit: int, kind_limits: list[int]) -> None:
+    A request's pool is the name of a pool that had a limit when the request was made, or None.
+    """
+
+    def __init__(
+        self,
+        global_limit: int,
+        session_limit: int,
+        kind_limits: list[int],
+        pool_limits: dict[str, int],
+    ) -> None:
         self.global_limit = global_limit
         self.session_limit = session_limit
         self.kind_limits = kind_limits
+        self.pool_limits = dict(pool_limits)
         self.in_flight = 0
         self.by_kind = [0] * NKINDS
         self.by_session: dict[Hashable, int] = {}
-        self.queues: dict[Hashable, list[tuple[int, int]]] = {}  # session -> [(seq, kind)]
+        self.by_pool: dict[str, int] = dict.fromkeys(pool_limits, 0)
+        # session -> [(seq, kind, pool)]
+        self.queues: dict[Hashable, list[tuple[int, int, str | None]]] = {}
         self.ring: list[Hashable] = []  # sessions with waiters; ring[0] is served next
 
-    def room(self, session: Hashable, kind: int) -> bool:
+    def effective_pool(self, pool: str | None) -> str | None:
+        return pool if pool in self.pool_limits else None
+
+    def room(self, session: Hashable, kind: int, pool: str | None) -> bool:
         return (
             self.in_flight < self.global_limit
             and self.by_kind[kind] < self.kind_limits[kind]
             and self.by_session.get(session, 0) < self.session_limit
+            and (pool is None or self.by_pool[pool] < self.pool_limits[pool])
         )
 
-    def take(self, session: Hashable, kind: int) -> None:
+    def take(self, session: Hashable, kind: int, pool: str | None) -> None:
         self.in_flight += 1
         self.by_kind[kind] += 1
         self.by_session[session] = self.by_session.get(session, 0) + 1
+        if pool is not None:
+            self.by_pool[pool] += 1
 
-    def enqueue(self, session: Hashable, kind: int, seq: int) -> None:
+    def enqueue(self, session: Hashable, kind: int, pool: str | None, seq: int) -> None:
         if session not in self.queues:
             self.queues[session] = []
             self.ring.append(session)  # end of the current round
-        self.queues[session].append((seq, kind))
+        self.queues[session].append((seq, kind, pool))
 
     def drop(self, session: Hashable, seq: int) -> None:
         self.queues[session] = [w for w in self.queues[session] if w[0] != seq]
@@ -75,21 +95,28 @@ class SchedModel:
             del self.queues[session]
             self.ring.remove(session)
 
-    def release(self, session: Hashable, kind: int) -> list[int]:
+    def release(self, session: Hashable, kind: int, pool: str | None) -> list[int]:
         self.in_flight -= 1
         self.by_kind[kind] -= 1
         self.by_session[session] -= 1
         if not self.by_session[session]:
             del self.by_session[session]
+        if pool is not None:
+            self.by_pool[pool] -= 1
         return self.grant()
 
-    def admissible(self, session: Hashable) -> tuple[int, int] | None:
+    def set_pool_limit(self, pool: str, limit: int) -> list[int]:
+        self.by_pool.setdefault(pool, 0)
+        self.pool_limits[pool] = limit
+        return self.grant()
+
+    def admissible(self, session: Hashable) -> tuple[int, int, str | None] | None:
         if self.by_session.get(session, 0) >= self.session_limit:
             return None
-        fits = [w for w in self.queues[session] if self.room(session, w[1])]
+        fits = [w for w in self.queues[session] if self.room(session, w[1], w[2])]
         return min(fits) if fits else None
 
-    def next_grant(self) -> tuple[int, Hashable, tuple[int, int]] | None:
+    def next_grant(self) -> tuple[int, Hashable, tuple[int, int, str | None]] | None:
         """(ring position, session, waiter) of the next admission, or None."""
         if self.in_flight >= self.global_limit:
             return None
@@ -102,13 +129,18 @@ class SchedModel:
     def grant(self) -> list[int]:
         granted = []
         while (found := self.next_grant()) is not None:
-            position, session, (seq, kind) = found
+            position, session, (seq, kind, pool) = found
             # rotate so the session after the served one leads the next round
             self.ring = self.ring[position + 1 :] + self.ring[: position + 1]
             self.drop(session, seq)
-            self.take(session, kind)
+            self.take(session, kind, pool)
             granted.append(seq)
         return granted
+
+
+# seq -> (session, kind, pool the model counts it in, per-core waiters or None for a fast-path
+# holder, per-core pool numbers)
+Request = tuple[Hashable, int, "str | None", "list[Any] | None", list[int]]
 
 
 class SchedulerMachine(RuleBasedStateMachine):
@@ -117,9 +149,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.cores: list[Any] = []
         self.model: SchedModel | None = None
         self.seq = 0
-        # seq -> (session, kind, per-core waiters or None for a fast-path holder)
-        self.holding: dict[int, tuple[Hashable, int, list[Any] | None]] = {}
-        self.queued: dict[int, tuple[Hashable, int, list[Any]]] = {}
+        self.holding: dict[int, Request] = {}
+        self.queued: dict[int, Request] = {}
         self.closed = False
 
     @precondition(lambda self: self.model is None)
@@ -127,9 +158,16 @@ class SchedulerMachine(RuleBasedStateMachine):
         global_limit=st.integers(1, 5),
         session_limit=st.integers(1, 4),
         kind_limits=st.lists(st.integers(1, 4), min_size=3, max_size=3),
+        pool_limits=st.dictionaries(st.sampled_from(["p1", "p2"]), st.integers(1, 3)),
     )
-    def setup(self, global_limit: int, session_limit: int, kind_limits: list[int]) -> None:
-        self.model = SchedModel(global_limit, session_limit, kind_limits)
+    def setup(
+        self,
+        global_limit: int,
+        session_limit: int,
+        kind_limits: list[int],
+        pool_limits: dict[str, int],
+    ) -> None:
+        self.model = SchedModel(global_limit, session_limit, kind_limits, pool_limits)
         self.cores = [
             impl.SchedulerCore(
                 READY,
@@ -140,6 +178,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                 global_limit,
                 session_limit,
                 kind_limits,
+                list(pool_limits.items()),
                 10_000,
                 0.0,
             )
@@ -154,35 +193,47 @@ class SchedulerMachine(RuleBasedStateMachine):
             self.holding[seq] = self.queued.pop(seq)
 
     @precondition(lambda self: self.model is not None)
-    @rule(session=st.sampled_from(SESSIONS), kind=st.integers(0, 2))
-    def acquire(self, session: str, kind: int) -> None:
+    @rule(session=st.sampled_from(SESSIONS), kind=st.integers(0, 2), pool=st.sampled_from(POOLS))
+    def acquire(self, session: str, kind: int, pool: str | None) -> None:
         assert self.model is not None
         seq = self.seq
         self.seq += 1
-        fast = self.model.room(session, kind) and not self.closed
-        results = [core.try_acquire(session, kind) for core in self.cores]
+        counted = self.model.effective_pool(pool)
+        numbers = [0 if pool is None else core.pool_number(pool) for core in self.cores]
+        assert all((n == 0) == (counted is None) for n in numbers)
+        fast = self.model.room(session, kind, counted) and not self.closed
+        results = [
+            core.try_acquire_in_pool(session, kind, n) if n else core.try_acquire(session, kind)
+            for core, n in zip(self.cores, numbers, strict=True)
+        ]
         assert results == [fast] * len(self.cores)
         if fast:
-            self.model.take(session, kind)
-            self.holding[seq] = (session, kind, None)
+            self.model.take(session, kind, counted)
+            self.holding[seq] = (session, kind, counted, None, numbers)
             return
         if self.closed:
             return  # the façade raises SchedulerClosed instead of queueing
-        waiters = [core.enqueue(session, kind, (seq, session)) for core in self.cores]
-        self.model.enqueue(session, kind, seq)
-        self.queued[seq] = (session, kind, waiters)
+        waiters = [
+            core.enqueue(session, kind, (seq, session), n)
+            for core, n in zip(self.cores, numbers, strict=True)
+        ]
+        self.model.enqueue(session, kind, counted, seq)
+        self.queued[seq] = (session, kind, counted, waiters, numbers)
 
     @precondition(lambda self: self.holding)
     @rule(pick=st.integers(0, 10_000))
     def release(self, pick: int) -> None:
         assert self.model is not None
         seq = sorted(self.holding)[pick % len(self.holding)]
-        session, kind, waiters = self.holding.pop(seq)
+        session, kind, counted, waiters, numbers = self.holding.pop(seq)
         if waiters is None:
-            results = [core.release(session, kind) for core in self.cores]
+            results = [
+                core.release_in_pool(session, kind, n) if n else core.release(session, kind)
+                for core, n in zip(self.cores, numbers, strict=True)
+            ]
         else:
             results = [core.finish(w) for core, w in zip(self.cores, waiters, strict=True)]
-        self._apply_grants(results, self.model.release(session, kind))
+        self._apply_grants(results, self.model.release(session, kind, counted))
 
     @precondition(lambda self: self.queued or self.holding)
     @rule(pick=st.integers(0, 10_000))
@@ -190,34 +241,44 @@ class SchedulerMachine(RuleBasedStateMachine):
         """A waiter's task was cancelled: it leaves the queue, or gives back a fresh grant."""
         assert self.model is not None
         candidates = sorted(self.queued) + sorted(
-            s for s, (_, _, w) in self.holding.items() if w is not None
+            s for s, request in self.holding.items() if request[3] is not None
         )
         if not candidates:
             return
         seq = candidates[pick % len(candidates)]
         if seq in self.queued:
-            session, kind, waiters = self.queued.pop(seq)
+            session, _, _, waiters, _ = self.queued.pop(seq)
+            assert waiters is not None
             results = [core.withdraw(w) for core, w in zip(self.cores, waiters, strict=True)]
             assert all(not r for r in results)  # leaving the queue never admits anyone
             self.model.drop(session, seq)
         else:
-            session, kind, granted_waiters = self.holding.pop(seq)
+            session, kind, counted, granted_waiters, _ = self.holding.pop(seq)
             assert granted_waiters is not None
             results = [
                 core.withdraw(w) for core, w in zip(self.cores, granted_waiters, strict=True)
             ]
-            self._apply_grants(results, self.model.release(session, kind))
+            self._apply_grants(results, self.model.release(session, kind, counted))
 
     @precondition(lambda self: self.queued)
     @rule(session=st.sampled_from(SESSIONS))
     def cancel_owner(self, session: str) -> None:
         assert self.model is not None
-        victims = sorted(s for s, (sess, _, _) in self.queued.items() if sess == session)
+        victims = sorted(s for s, request in self.queued.items() if request[0] == session)
         for seq in victims:
-            _, _, waiters = self.queued.pop(seq)
+            waiters = self.queued.pop(seq)[3]
+            assert waiters is not None
             for core, w in zip(self.cores, waiters, strict=True):
                 assert core.cancel_owner(w.owner) == [w]
             self.model.drop(session, seq)
+
+    @precondition(lambda self: self.model is not None)
+    @rule(pool=st.sampled_from(["p1", "p2", "p3"]), limit=st.integers(1, 4))
+    def set_pool_limit(self, pool: str, limit: int) -> None:
+        """A new pool, or a pool's limit raised (admitting at once) or lowered."""
+        assert self.model is not None
+        results = [core.set_pool_limit(pool, limit) for core in self.cores]
+        self._apply_grants(results, self.model.set_pool_limit(pool, limit))
 
     @precondition(lambda self: self.model is not None and not self.closed)
     @rule()
@@ -227,8 +288,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         for core in self.cores:
             dropped = core.close()
             assert sorted(w.owner[0] for w in dropped) == sorted(self.queued)
-        for seq, (session, _, _) in sorted(self.queued.items()):
-            self.model.drop(session, seq)
+        for seq, request in sorted(self.queued.items()):
+            self.model.drop(request[0], seq)
         self.queued.clear()
         self.closed = True
         self.model.global_limit = 0  # as the core does: no room ever again
@@ -238,6 +299,11 @@ class SchedulerMachine(RuleBasedStateMachine):
         model = self.model
         if model is None:
             return
+        queued_by_pool = dict.fromkeys(model.pool_limits, 0)
+        for queue in model.queues.values():
+            for _, _, pool in queue:
+                if pool is not None:
+                    queued_by_pool[pool] += 1
         for core in self.cores:
             assert core.in_flight == model.in_flight
             assert self.closed or core.in_flight <= model.global_limit
@@ -249,6 +315,8 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert all(n <= model.session_limit for n in by_session.values())
             assert queued_session == {s: len(q) for s, q in model.queues.items()}
             assert core.queued == len(self.queued)
+            by_pool, queued_pool = core.pool_counts()
+            assert by_pool == model.by_pool and queued_pool == queued_by_pool
         for session in model.queues:
             assert model.in_flight >= model.global_limit or model.admissible(session) is None
 
@@ -264,6 +332,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         for core in self.cores:
             assert core.in_flight == 0 and core.queued == 0
             assert core.session_in_flight == {} and core.queues == {} and core.cursor is None
+            by_pool, queued_pool = core.pool_counts()
+            assert set(by_pool.values()) <= {0} and set(queued_pool.values()) <= {0}
 
 
 TestScheduler = SchedulerMachine.TestCase

@@ -165,6 +165,9 @@ def _noop(args: Any, ctx: Any) -> None:
         ({"parameters": 42}, TypeError, "expected a fastgate.schema node"),
         ({"path_args": "file_path"}, TypeError, "path_args"),
         ({"output": "text"}, TypeError, "Output"),
+        ({"pool": ""}, ValueError, "pool must be a non-empty name"),
+        ({"pool": 3}, TypeError, "pool must be a scheduler pool name"),
+        ({"pool": ["mcp:fs"]}, TypeError, "pool must be a scheduler pool name"),
         ({"bogus": 1}, TypeError, "unknown option"),
     ],
 )
@@ -243,6 +246,20 @@ def test_definitions_are_frozen_and_classifiers_fail_closed() -> None:
         is False
     )
     assert isinstance(d.output, Output)
+
+
+def test_pool_is_host_metadata_kept_on_the_definition_and_hidden_from_the_model() -> None:
+    assert define_tool("t", "d", s.Object({}), _noop).pool is None
+    pooled = define_tool("t", "d", s.Object({}), _noop, pool="mcp:fs")
+    assert pooled.pool == "mcp:fs"
+    assert "mcp:fs" not in str(pooled.model_schema())
+
+    @tool(pool="mcp:api")
+    def fetch(url: str) -> str:
+        """Fetch a URL."""
+        return url
+
+    assert fetch.pool == "mcp:api"
 
 
 def test_parameters_from_a_class() -> None:

@@ -161,6 +161,7 @@ class _Plan:
         "output_checker",
         "path_names",
         "paths_of",
+        "pool",
         "renderer",
         "resolved_names",
         "task_name",
@@ -174,6 +175,7 @@ class _Plan:
         # Read on every call: native attributes here, rather than lookups on the definition.
         self.validator = tool.validator
         self.kind = tool.kind
+        self.pool = tool.pool
         self.timeout = tool.timeout
         self.renderer = tool.output.render
         self.finalize_content = tool.finalize_content
@@ -630,7 +632,8 @@ class ToolExecutor:
                 trace.admission_began = _perf_clock()
             try:
                 if plan.admitted:
-                    await holds.enter(self.scheduler.slot(ctx.session_id, plan.kind, self), cancel)
+                    slot = self.scheduler.slot(ctx.session_id, plan.kind, self, plan.pool)
+                    await holds.enter(slot, cancel)
                 if call.lock_keys and not plan.is_concurrency_safe(args):
                     await holds.enter(
                         self.locks.acquire_keys(call.lock_keys, call.execution_id), cancel

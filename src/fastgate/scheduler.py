@@ -1,4 +1,4 @@
-"""``ConcurrencyScheduler``: process-wide, per-session and per-kind admission (SPEC §8.2).
+"""``ConcurrencyScheduler``: process-wide, per-session, per-kind and per-pool admission (SPEC §8.2).
 
 The fair round-robin state machine is ``fastgate._core.sched`` (compiled when available); this
 façade owns futures, queue timeouts, cancellation, closing and statistics.
@@ -14,7 +14,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import final
 
@@ -38,11 +38,19 @@ def _positive_int(name: str, value: object, *, minimum: int = 1) -> int:
     return value
 
 
+def _pool_name(name: object, where: str) -> str:
+    if type(name) is not str or not name:
+        raise ValueError(f"{where}: a pool name is a non-empty string, got {name!r}")
+    return name
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerLimits:
     """Capacity of a ``ConcurrencyScheduler``. Invalid values raise ``ValueError`` naming the field.
 
     ``kind_limits`` may name a subset of kinds; a kind left out is capped by ``global_limit`` only.
+    ``pool_limits`` caps the slots of each named pool (a slot names at most one, e.g. every call
+    to one MCP server); a pool with no entry adds no limit.
     ``max_queue`` bounds the requests queued in the whole scheduler (0: never queue).
     ``queue_timeout`` (seconds, or None for no limit) bounds how long one request may queue.
     """
@@ -50,6 +58,7 @@ class SchedulerLimits:
     global_limit: int = 32
     session_limit: int = 10
     kind_limits: Mapping[ToolKind, int] = field(default_factory=lambda: _DEFAULT_KIND_LIMITS)
+    pool_limits: Mapping[str, int] = field(default_factory=dict)
     max_queue: int = 1024
     queue_timeout: float | None = 30.0
 
@@ -64,6 +73,13 @@ class SchedulerLimits:
             kind = ToolKind.parse(key, field="kind_limits")
             parsed[kind] = _positive_int(f"kind_limits[{kind.name}]", limit)
         object.__setattr__(self, "kind_limits", MappingProxyType(parsed))
+        if not isinstance(self.pool_limits, Mapping):
+            raise ValueError(f"pool_limits: expected a mapping, got {self.pool_limits!r}")
+        pools: dict[str, int] = {}
+        for pool, pool_limit in self.pool_limits.items():
+            name = _pool_name(pool, "pool_limits")
+            pools[name] = _positive_int(f"pool_limits[{name!r}]", pool_limit)
+        object.__setattr__(self, "pool_limits", MappingProxyType(pools))
         timeout = self.queue_timeout
         if timeout is not None:
             if isinstance(timeout, bool) or not isinstance(timeout, int | float):
@@ -84,6 +100,8 @@ class SchedulerStats(msgspec.Struct, frozen=True):
     queued_by_session: dict[str, int]
     in_flight_by_kind: dict[str, int]
     queued_by_kind: dict[str, int]
+    in_flight_by_pool: dict[str, int]
+    queued_by_pool: dict[str, int]
     admitted: int
     admitted_after_wait: int
     rejected: int
@@ -103,14 +121,16 @@ def _percentile(sorted_values: list[float], q: float) -> float:
 
 @final
 class ConcurrencyScheduler:
-    """Admits tool calls under a global, a per-session and a per-kind limit, fairly across sessions.
+    """Admits tool calls under a global, a per-session, a per-kind and a per-pool limit, fairly
+    across sessions.
 
-    ``async with scheduler.slot(session_id, kind, owner=None):`` holds one slot. Waiters are
-    admitted round-robin across sessions and FIFO within a session; a waiter blocked only by its
-    kind's limit does not hold back other kinds. One scheduler serves one event loop at a time.
+    ``async with scheduler.slot(session_id, kind, owner=None, pool=None):`` holds one slot.
+    Waiters are admitted round-robin across sessions and FIFO within a session; a waiter blocked
+    only by its kind's or its pool's limit does not hold back other kinds or pools. One scheduler
+    serves one event loop at a time.
     """
 
-    #: ``async with scheduler.slot(session_id, kind, owner=None):`` -- one slot.
+    #: ``async with scheduler.slot(session_id, kind, owner=None, pool=None):`` -- one slot.
     slot: Callable[..., AsyncHold]
 
     def __init__(self, limits: SchedulerLimits | None = None) -> None:
@@ -125,6 +145,7 @@ class ConcurrencyScheduler:
             lim.global_limit,
             lim.session_limit,
             [lim.limit_for(kind) for kind in ToolKind],
+            list(lim.pool_limits.items()),
             lim.max_queue,
             lim.queue_timeout or 0.0,
         )
@@ -160,6 +181,19 @@ class ConcurrencyScheduler:
             core.expiry_due = oldest + timeout
             self._arm_expiry(core.expiry_due)
 
+    def set_pool_limit(self, pool: str, limit: int) -> None:
+        """Give ``pool`` a limit from now on, or change its limit (``limits`` then shows it).
+
+        For a component that brings its own cap, e.g. the MCP bridge and a server's
+        ``max_concurrency``. A raised limit admits waiters at once; a lowered one lets the
+        slots in flight finish and admits nothing new in the pool until it is below the limit.
+        Slots taken before the pool had a limit do not count towards it.
+        """
+        name = _pool_name(pool, "set_pool_limit")
+        limit = _positive_int(f"pool_limits[{name!r}]", limit)
+        self.limits = replace(self.limits, pool_limits={**self.limits.pool_limits, name: limit})
+        self._core.wake(self._core.set_pool_limit(name, limit))
+
     def cancel_owner(self, owner: object) -> int:
         """Withdraw ``owner``'s queued requests (they raise ``OwnerCancelled``); returns how many.
 
@@ -186,6 +220,7 @@ class ConcurrencyScheduler:
         core = self._core
         kind_in_flight, kind_queued = core.kind_counts()
         session_in_flight, session_queued = core.session_counts()
+        pool_in_flight, pool_queued = core.pool_counts()
         waits = sorted(core.waits)
         return SchedulerStats(
             in_flight=int(core.in_flight),
@@ -194,6 +229,8 @@ class ConcurrencyScheduler:
             queued_by_session={str(k): v for k, v in session_queued.items()},
             in_flight_by_kind={kind.name: kind_in_flight[kind] for kind in ToolKind},
             queued_by_kind={kind.name: kind_queued[kind] for kind in ToolKind},
+            in_flight_by_pool=pool_in_flight,
+            queued_by_pool=pool_queued,
             admitted=int(core.admitted),
             admitted_after_wait=int(core.admitted_after_wait),
             rejected=int(core.rejected),

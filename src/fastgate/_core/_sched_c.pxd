@@ -2,7 +2,7 @@ cimport cython
 
 cpdef int kind_index(object kind) except -1
 
-cdef int NKINDS, QUEUED, GRANTED, FINISHED, NEW, HELD, DONE, WAIT_SAMPLES
+cdef int NKINDS, NO_POOL, QUEUED, GRANTED, FINISHED, NEW, HELD, DONE, WAIT_SAMPLES
 
 
 @cython.final
@@ -11,6 +11,7 @@ cdef class SessionQueue:
     cdef public object session_id
     cdef public list heads
     cdef public list tails
+    cdef public list pool_lanes
     cdef public Py_ssize_t queued
     cdef public SessionQueue ring_prev
     cdef public SessionQueue ring_next
@@ -21,6 +22,8 @@ cdef class SlotWaiter:
     cdef public SessionQueue queue
     cdef public object session_id
     cdef public int kind
+    cdef public Py_ssize_t pool
+    cdef public Py_ssize_t lane
     cdef public object owner
     cdef public Py_ssize_t seq
     cdef public int state
@@ -29,6 +32,21 @@ cdef class SlotWaiter:
     cdef public object future
     cdef public double enqueued_at
 
+
+
+@cython.final
+cdef class PoolTable:
+    cdef public dict numbers
+    cdef public list names
+    cdef public list limits
+    cdef public list in_flight
+    cdef public list queued
+    cdef Py_ssize_t kind_queued[3]
+
+    cpdef add(self, str name, Py_ssize_t limit)
+    cdef bint has_room(self, Py_ssize_t pool) except -1
+    @cython.locals(pool=Py_ssize_t, base=Py_ssize_t)
+    cpdef tuple counts(self)
 
 
 @cython.final
@@ -51,6 +69,7 @@ cdef class SchedulerCore:
     cdef public Py_ssize_t in_flight
     cdef Py_ssize_t kind_in_flight[3]
     cdef Py_ssize_t kind_queued[3]
+    cdef public PoolTable pools
     cdef public dict session_in_flight
     cdef public dict queues
     cdef public SessionQueue cursor
@@ -61,15 +80,24 @@ cdef class SchedulerCore:
     cdef public bint closed
 
     @cython.locals(slot=Slot)
-    cpdef Slot slot(self, object session_id, object kind, object owner=*)
+    cpdef Slot slot(self, object session_id, object kind, object owner=*, object pool=*)
+    cpdef Py_ssize_t pool_number(self, object pool) except -1
+    @cython.locals(number=Py_ssize_t, pools=PoolTable)
+    cpdef object set_pool_limit(self, str name, Py_ssize_t limit)
     @cython.locals(held=Py_ssize_t, sessions=dict, kind_in_flight=cython.p_Py_ssize_t)
     cpdef bint try_acquire(self, object session_id, int kind) except -1
+    @cython.locals(pools=PoolTable)
+    cpdef bint try_acquire_in_pool(self, object session_id, int kind, Py_ssize_t pool) except -1
     @cython.locals(queue=SessionQueue, waiter=SlotWaiter, tail=SlotWaiter)
-    cpdef SlotWaiter enqueue(self, object session_id, int kind, object owner)
-    @cython.locals(queue=SessionQueue, tail=SlotWaiter, kind=int)
+    cpdef SlotWaiter enqueue(self, object session_id, int kind, object owner, Py_ssize_t pool=*)
+    @cython.locals(queue=SessionQueue, tail=SlotWaiter, kind=int, pool=Py_ssize_t, lane=Py_ssize_t)
     cdef bint _link(self, SlotWaiter waiter) except -1
+    @cython.locals(lanes=list, i=Py_ssize_t)
+    cdef Py_ssize_t _pool_lane(self, SessionQueue queue, Py_ssize_t key) except -1
     @cython.locals(held=Py_ssize_t, sessions=dict, kind_in_flight=cython.p_Py_ssize_t)
     cpdef object release(self, object session_id, int kind)
+    @cython.locals(pools=PoolTable)
+    cpdef object release_in_pool(self, object session_id, int kind, Py_ssize_t pool)
     cpdef object finish(self, SlotWaiter waiter)
     cpdef bint remove(self, SlotWaiter waiter) except -1
     cpdef object withdraw(self, SlotWaiter waiter)
@@ -87,19 +115,21 @@ cdef class SchedulerCore:
     cdef int _ring_remove(self, SessionQueue queue) except -1
     @cython.locals(queue=SessionQueue)
     cdef int _forget_if_idle(self, object session_id) except -1
-    @cython.locals(queue=SessionQueue, kind=int, prev=SlotWaiter, nxt=SlotWaiter)
+    @cython.locals(queue=SessionQueue, kind=int, pool=Py_ssize_t, lane=Py_ssize_t,
+                   prev=SlotWaiter, nxt=SlotWaiter)
     cdef int _unlink(self, SlotWaiter waiter) except -1
-    @cython.locals(kind=int)
-    cdef bint _any_kind_open(self)
-    @cython.locals(best=SlotWaiter, head=SlotWaiter, kind=int)
+    @cython.locals(kind=int, queued=Py_ssize_t, pool=Py_ssize_t, pools=PoolTable)
+    cdef bint _any_lane_open(self) except -1
+    @cython.locals(best=SlotWaiter, head=SlotWaiter, heads=list, lane=Py_ssize_t)
     cdef SlotWaiter _first_admissible(self, SessionQueue queue)
     @cython.locals(start=SessionQueue, queue=SessionQueue, waiter=SlotWaiter)
     cdef list _grant(self)
-    @cython.locals(queue=SessionQueue, waiter=SlotWaiter, kind=int)
+    @cython.locals(queue=SessionQueue, waiter=SlotWaiter, lane=Py_ssize_t)
     cpdef list _queued_waiters(self)
     cpdef list cancel_owner(self, object owner)
     cpdef list close(self)
     cpdef tuple kind_counts(self)
+    cpdef tuple pool_counts(self)
     cpdef tuple session_counts(self)
 
 

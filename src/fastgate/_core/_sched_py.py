@@ -1,11 +1,18 @@
 """Sans-I/O state machine of the process-wide fair scheduler (SPEC §8.2).
 
-A slot needs room in three dimensions at once: the global limit, its session's limit and its kind's
-limit. Waiters queue per session and per kind. Whenever room appears, sessions are served
-round-robin (a cursor walks a ring of sessions that have waiters; a newly waiting session joins at
-the end of the current round) and, inside a session, the earliest-arrived waiter whose kind has
-room goes first. So one flooding session cannot starve the others, and a waiter blocked only by its
-kind's limit never holds back waiters of other kinds.
+A slot needs room in every dimension it names: the global limit, its session's limit, its kind's
+limit and, when it names a pool that has a limit, that pool's limit. Waiters queue per session in
+lanes, one FIFO per (kind, pool) pair: a session's first three lanes are its three kinds without a
+pool, and a lane for a kind in a pool is added the first time the session queues there. Whenever
+room appears, sessions are served round-robin (a cursor walks a ring of sessions that have
+waiters; a newly waiting session joins at the end of the current round) and, inside a session,
+the earliest-arrived lane head whose kind and pool have room goes first. So one flooding session
+cannot starve the others, and a waiter blocked only by its kind's or its pool's limit never holds
+back waiters of other kinds or pools.
+
+Pools are numbered: 0 (``NO_POOL``, false) is "no pool" (a slot that names no pool, or one without
+a limit), the pools with a limit are 1, 2, ... in the order they were configured. A pool's number
+never changes, so a queued waiter keeps it when another pool is added.
 
 Invariant after every operation: no queued waiter could be admitted. That is what lets the
 uncontended path (``try_acquire``) skip the queues without ever overtaking an admissible waiter.
@@ -22,6 +29,7 @@ from typing import Any
 from fastgate.errors import ResourceExhausted, SchedulerClosed
 
 NKINDS = 3
+NO_POOL = 0
 KIND_INDEX: dict[object, int] = {0: 0, 1: 1, 2: 2}
 # Waiter states.
 QUEUED = 0
@@ -44,15 +52,18 @@ def kind_index(kind: object) -> int:
 
 
 class SlotWaiter:
-    """One request, and once queued: its session's queue, its place in it, the future its task
-    awaits and when it was queued. (A ``Slot`` is its own waiter: one object per request.)"""
+    """One request, and once queued: its session's queue, its lane and place in it, the future
+    its task awaits and when it was queued. (A ``Slot`` is its own waiter: one object per
+    request.)"""
 
     __slots__ = (
         "enqueued_at",
         "future",
         "kind",
+        "lane",
         "next",
         "owner",
+        "pool",
         "prev",
         "queue",
         "seq",
@@ -61,6 +72,8 @@ class SlotWaiter:
     )
     session_id: Hashable
     kind: int
+    pool: int
+    lane: int
     owner: object
     queue: SessionQueue | None
     seq: int
@@ -70,26 +83,67 @@ class SlotWaiter:
     future: Any
     enqueued_at: float
 
-    def __init__(self, session_id: Hashable, kind: int, owner: object) -> None:
+    def __init__(self, session_id: Hashable, kind: int, owner: object, pool: int) -> None:
         # The queue fields are set when (if ever) the request is queued: see ``_link``.
         self.session_id = session_id
         self.kind = kind
+        self.pool = pool
         self.owner = owner
         self.queue = None
 
 
 class SessionQueue:
-    """The waiters of one session, one FIFO per kind, plus this session's place in the ring."""
+    """The waiters of one session, one FIFO per lane, plus this session's place in the ring.
+
+    Lanes 0-2 are the kinds without a pool; lane ``NKINDS + i`` holds the waiters of
+    ``pool_lanes[i]`` (``pool * NKINDS + kind``). A lane, once added, stays as long as the queue.
+    """
 
     def __init__(self, session_id: Hashable) -> None:
         self.session_id = session_id
         self.heads: list[SlotWaiter | None] = [None, None, None]
         self.tails: list[SlotWaiter | None] = [None, None, None]
+        self.pool_lanes: list[int] | None = None  # made when the session first queues in a pool
         self.queued = 0
         # Neighbours in the ring while the session has waiters; None otherwise, so that a queue
         # dropped from the ring is freed by reference counting, not by the cyclic collector.
         self.ring_prev: SessionQueue | None = None
         self.ring_next: SessionQueue | None = None
+
+
+class PoolTable:
+    """The pools with a limit, by number: name, limit, slots held and waiters. Number 0 (no
+    pool) is a placeholder, so that a number indexes every list directly."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[str, int] = {}
+        self.names: list[str | None] = [None]
+        self.limits: list[int] = [0]
+        self.in_flight: list[int] = [0]
+        self.queued: list[int] = [0, 0, 0]  # per (pool, kind), at ``pool * NKINDS + kind``
+        self.kind_queued = [0, 0, 0]  # per kind, the waiters in any pool
+
+    def add(self, name: str, limit: int) -> None:
+        self.numbers[name] = len(self.names)
+        self.names.append(name)
+        self.limits.append(limit)
+        self.in_flight.append(0)
+        self.queued.extend((0, 0, 0))
+
+    def has_room(self, pool: int) -> bool:
+        return not pool or self.in_flight[pool] < self.limits[pool]
+
+    def counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(in flight per pool, queued per pool), for every pool."""
+        in_flight: dict[str, int] = {}
+        queued: dict[str, int] = {}
+        for pool in range(1, len(self.names)):
+            name = self.names[pool]
+            assert name is not None
+            in_flight[name] = self.in_flight[pool]
+            base = pool * NKINDS
+            queued[name] = self.queued[base] + self.queued[base + 1] + self.queued[base + 2]
+        return in_flight, queued
 
 
 class SchedulerCore:
@@ -103,6 +157,7 @@ class SchedulerCore:
         global_limit: int,
         session_limit: int,
         kind_limits: list[int],
+        pool_limits: list[tuple[str, int]],
         max_queue: int,
         queue_timeout: float,
     ) -> None:
@@ -120,6 +175,9 @@ class SchedulerCore:
         self.in_flight = 0
         self.kind_in_flight = [0, 0, 0]
         self.kind_queued = [0, 0, 0]
+        # One attribute for the pools: an interpreted instance with more than 30 attributes
+        # loses CPython's shared-key layout, and every attribute read gets slower.
+        self.pools = PoolTable()
         self.session_in_flight: dict[Hashable, int] = {}
         self.queues: dict[Hashable, SessionQueue] = {}
         self.cursor: SessionQueue | None = None
@@ -131,10 +189,14 @@ class SchedulerCore:
         self.waits: list[float] = []  # recent queued waits (seconds), a ring for stats
         self.wait_index = 0
         self.admitted_after_wait = 0
+        for name, limit in pool_limits:
+            self.set_pool_limit(name, limit)
 
     # -- admission ------------------------------------------------------------------------------
 
-    def slot(self, session_id: Hashable, kind: int, owner: object = None) -> Slot:
+    def slot(
+        self, session_id: Hashable, kind: int, owner: object = None, pool: object = None
+    ) -> Slot:
         """A new ``Slot``: what ``scheduler.slot(...)`` returns, and the only way one is made.
         Its fields are set here, without ``__init__``'s argument parsing: this is every call's
         first step (measured: the pure build's uncontended slot 1.39-1.42x a Semaphore this way,
@@ -142,14 +204,36 @@ class SchedulerCore:
         slot = Slot.__new__(Slot)
         slot.session_id = session_id  # the fields SlotWaiter.__init__ sets
         slot.kind = kind_index(kind)
+        slot.pool = NO_POOL if pool is None else self.pool_number(pool)
         slot.owner = owner
         slot.queue = None
         slot.core = self
         slot.phase = NEW
         return slot
 
+    def pool_number(self, pool: object) -> int:
+        """The number of a pool name: 0 for a pool without a limit (it adds no dimension)."""
+        if type(pool) is not str:
+            raise TypeError(f"a scheduler pool is a string or None, got {pool!r}")
+        return self.pools.numbers.get(pool, NO_POOL)
+
+    def set_pool_limit(self, name: str, limit: int) -> list[SlotWaiter] | None:
+        """Give pool ``name`` a limit (a new pool, or a new limit for a known one); returns the
+        waiters a raised limit admits. Slots taken before the pool had a limit are not counted
+        in it. A lowered limit admits nothing new until the pool is below it."""
+        pools = self.pools
+        number = pools.numbers.get(name, NO_POOL)
+        if number == NO_POOL:
+            pools.add(name, limit)
+            return None  # nobody queued in it yet
+        pools.limits[number] = limit
+        if self.queued:
+            return self._grant()
+        return None
+
     def try_acquire(self, session_id: Hashable, kind: int) -> bool:
-        """Take a slot now if all three dimensions have room; False means the caller must queue."""
+        """Take a slot in no pool now if all three dimensions have room; False means the caller
+        must queue."""
         if self.in_flight >= self.global_limit:
             return False
         kind_in_flight = self.kind_in_flight
@@ -165,9 +249,22 @@ class SchedulerCore:
         self.admitted += 1
         return True
 
-    def enqueue(self, session_id: Hashable, kind: int, owner: object) -> SlotWaiter | None:
+    def try_acquire_in_pool(self, session_id: Hashable, kind: int, pool: int) -> bool:
+        """``try_acquire`` for a slot in pool number ``pool`` (not 0): its pool needs room too.
+        (Separate, so that a slot in no pool pays nothing for the pools.)"""
+        pools = self.pools
+        if pools.in_flight[pool] >= pools.limits[pool]:
+            return False
+        if not self.try_acquire(session_id, kind):
+            return False
+        pools.in_flight[pool] += 1
+        return True
+
+    def enqueue(
+        self, session_id: Hashable, kind: int, owner: object, pool: int = NO_POOL
+    ) -> SlotWaiter | None:
         """Queue a request that could not be admitted; None when the queue is full."""
-        waiter = SlotWaiter(session_id, kind, owner)
+        waiter = SlotWaiter(session_id, kind, owner, pool)
         return waiter if self._link(waiter) else None
 
     def _link(self, waiter: SlotWaiter) -> bool:
@@ -177,33 +274,55 @@ class SchedulerCore:
             return False
         session_id = waiter.session_id
         kind = waiter.kind
+        pool = waiter.pool
         queue = self.queues.get(session_id)
         if queue is None:
             queue = SessionQueue(session_id)
             self.queues[session_id] = queue
         if queue.queued == 0:
             self._ring_insert(queue)
+        if not pool:
+            lane = kind
+        else:
+            lane = self._pool_lane(queue, pool * NKINDS + kind)
+            self.pools.queued[pool * NKINDS + kind] += 1
+            self.pools.kind_queued[kind] += 1
         waiter.queue = queue
+        waiter.lane = lane
         waiter.seq = self.seq
         waiter.state = QUEUED
         waiter.prev = waiter.next = None
         waiter.future = None
         waiter.enqueued_at = 0.0
         self.seq += 1
-        tail = queue.tails[kind]
+        tail = queue.tails[lane]
         if tail is None:
-            queue.heads[kind] = waiter
+            queue.heads[lane] = waiter
         else:
             tail.next = waiter
             waiter.prev = tail
-        queue.tails[kind] = waiter
+        queue.tails[lane] = waiter
         queue.queued += 1
         self.kind_queued[kind] += 1
         self.queued += 1
         return True
 
+    def _pool_lane(self, queue: SessionQueue, key: int) -> int:
+        """The session's lane for ``key`` (``pool * NKINDS + kind``), added when missing."""
+        lanes = queue.pool_lanes
+        if lanes is None:
+            lanes = queue.pool_lanes = []
+        for i in range(len(lanes)):
+            if lanes[i] == key:
+                return NKINDS + i
+        lanes.append(key)
+        queue.heads.append(None)
+        queue.tails.append(None)
+        return NKINDS + len(lanes) - 1
+
     def release(self, session_id: Hashable, kind: int) -> list[SlotWaiter] | None:
-        """Give a slot back; returns the waiters granted in its place (None when nobody waits)."""
+        """Give a slot in no pool back; returns the waiters granted in its place (None when
+        nobody waits)."""
         sessions = self.session_in_flight
         held = sessions.get(session_id, 0)
         kind_in_flight = self.kind_in_flight
@@ -221,18 +340,30 @@ class SchedulerCore:
             return self._grant()
         return None
 
+    def release_in_pool(
+        self, session_id: Hashable, kind: int, pool: int
+    ) -> list[SlotWaiter] | None:
+        """``release`` for a slot in pool number ``pool`` (not 0)."""
+        pools = self.pools
+        if pools.in_flight[pool] <= 0:
+            raise RuntimeError("scheduler slot released twice")
+        pools.in_flight[pool] -= 1  # first: the waiters granted in its place may need it
+        return self.release(session_id, kind)
+
     def finish(self, waiter: SlotWaiter) -> list[SlotWaiter] | None:
         """A granted waiter gives its slot back (after use, or unused when it was cancelled)."""
         if waiter.state != GRANTED:
             raise RuntimeError("scheduler slot released twice")
         waiter.state = FINISHED
+        if waiter.pool:
+            return self.release_in_pool(waiter.session_id, waiter.kind, waiter.pool)
         return self.release(waiter.session_id, waiter.kind)
 
     def remove(self, waiter: SlotWaiter) -> bool:
         """Withdraw a queued waiter; False when it was no longer queued (granted or dropped).
 
-        Removing never makes another waiter admissible: waiters behind it in its kind's FIFO face
-        the same three limits it faced, and other kinds were never held back by it.
+        Removing never makes another waiter admissible: waiters behind it in its lane face the
+        same limits it faced, and other lanes were never held back by it.
         """
         if waiter.state != QUEUED:
             return False
@@ -352,37 +483,54 @@ class SchedulerCore:
     def _unlink(self, waiter: SlotWaiter) -> None:
         queue = waiter.queue
         assert queue is not None
-        kind = waiter.kind
+        lane = waiter.lane
         prev = waiter.prev
         nxt = waiter.next
         if prev is None:
-            queue.heads[kind] = nxt
+            queue.heads[lane] = nxt
         else:
             prev.next = nxt
         if nxt is None:
-            queue.tails[kind] = prev
+            queue.tails[lane] = prev
         else:
             nxt.prev = prev
         waiter.prev = None
         waiter.next = None
         queue.queued -= 1
+        kind = waiter.kind
         self.kind_queued[kind] -= 1
+        pool = waiter.pool
+        if pool:
+            self.pools.queued[pool * NKINDS + kind] -= 1
+            self.pools.kind_queued[kind] -= 1
         self.queued -= 1
         if queue.queued == 0:
             self._ring_remove(queue)
 
-    def _any_kind_open(self) -> bool:
+    def _any_lane_open(self) -> bool:
+        """Whether some waiter's kind and pool have room (its session's limit aside)."""
+        pools = self.pools
         for kind in range(NKINDS):
-            if self.kind_queued[kind] and self.kind_in_flight[kind] < self.kind_limits[kind]:
-                return True
+            queued = self.kind_queued[kind]
+            if queued and self.kind_in_flight[kind] < self.kind_limits[kind]:
+                if queued > pools.kind_queued[kind]:
+                    return True  # a waiter of this kind in no pool
+                for pool in range(1, len(pools.limits)):
+                    if pools.queued[pool * NKINDS + kind] and pools.has_room(pool):
+                        return True
         return False
 
     def _first_admissible(self, queue: SessionQueue) -> SlotWaiter | None:
-        """The earliest-arrived head of this session whose kind has room."""
+        """The earliest-arrived lane head of this session whose kind and pool have room."""
         best: SlotWaiter | None = None
-        for kind in range(NKINDS):
-            head = queue.heads[kind]
-            if head is not None and self.kind_in_flight[kind] < self.kind_limits[kind]:
+        heads = queue.heads
+        for lane in range(len(heads)):
+            head = heads[lane]
+            if (
+                head is not None
+                and self.kind_in_flight[head.kind] < self.kind_limits[head.kind]
+                and self.pools.has_room(head.pool)
+            ):
                 if best is None or head.seq < best.seq:
                     best = head
         return best
@@ -390,7 +538,7 @@ class SchedulerCore:
     def _grant(self) -> list[SlotWaiter]:
         """Admit waiters round-robin across sessions while room remains."""
         granted: list[SlotWaiter] = []
-        while self.queued and self.in_flight < self.global_limit and self._any_kind_open():
+        while self.queued and self.in_flight < self.global_limit and self._any_lane_open():
             start = self.cursor
             queue = start
             waiter: SlotWaiter | None = None
@@ -411,6 +559,8 @@ class SchedulerCore:
             self._unlink(waiter)
             self.in_flight += 1
             self.kind_in_flight[waiter.kind] += 1
+            if waiter.pool:
+                self.pools.in_flight[waiter.pool] += 1
             self.admitted += 1
             waiter.state = GRANTED
             granted.append(waiter)
@@ -421,8 +571,8 @@ class SchedulerCore:
     def _queued_waiters(self) -> list[SlotWaiter]:
         found: list[SlotWaiter] = []
         for queue in list(self.queues.values()):
-            for kind in range(NKINDS):
-                waiter = queue.heads[kind]
+            for lane in range(len(queue.heads)):
+                waiter = queue.heads[lane]
                 while waiter is not None:
                     found.append(waiter)
                     waiter = waiter.next
@@ -452,6 +602,10 @@ class SchedulerCore:
             [self.kind_queued[0], self.kind_queued[1], self.kind_queued[2]],
         )
 
+    def pool_counts(self) -> tuple[dict[str, int], dict[str, int]]:
+        """(in flight per pool, queued per pool), for every pool with a limit."""
+        return self.pools.counts()
+
     def session_counts(self) -> tuple[dict[Hashable, int], dict[Hashable, int]]:
         """(in flight per session, queued per session); sessions with neither are absent."""
         queued = {sid: queue.queued for sid, queue in self.queues.items() if queue.queued}
@@ -476,7 +630,12 @@ class Slot(SlotWaiter):
         core = self.core
         if self.phase != NEW:
             raise RuntimeError("a scheduler slot can be entered only once")
-        if core.try_acquire(self.session_id, self.kind):
+        # A slot in no pool (pool 0) goes straight to try_acquire: it pays nothing for pools.
+        if (
+            core.try_acquire_in_pool(self.session_id, self.kind, self.pool)
+            if self.pool
+            else core.try_acquire(self.session_id, self.kind)
+        ):
             self.phase = HELD
             return core.ready
         self.phase = DONE
@@ -488,7 +647,10 @@ class Slot(SlotWaiter):
         self.phase = DONE
         core = self.core
         if self.queue is None:  # admitted at once: never queued
-            granted = core.release(self.session_id, self.kind)
+            if self.pool:
+                granted = core.release_in_pool(self.session_id, self.kind, self.pool)
+            else:
+                granted = core.release(self.session_id, self.kind)
         else:
             granted = core.finish(self)
         if granted:

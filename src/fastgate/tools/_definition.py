@@ -65,6 +65,7 @@ class ToolDefinition:
     permission_key: Callable[[Any], str] | None = None
     paths: Callable[[Any], Any] | None = None
     rule_names: tuple[str, ...] = ()
+    pool: str | None = None
     input_schema: dict[str, Any] = dataclasses.field(init=False, repr=False)
     validator: Validator = dataclasses.field(init=False, repr=False)
 
@@ -125,6 +126,11 @@ def _check_definition(d: ToolDefinition) -> None:
     if not isinstance(path_args, (tuple, list)) or not all(isinstance(p, str) for p in path_args):
         raise TypeError(f"tool {d.name}: path_args must be a tuple of argument names")
     object.__setattr__(d, "path_args", tuple(d.path_args))
+    if d.pool is not None:
+        if type(d.pool) is not str:
+            raise TypeError(f"tool {d.name}: pool must be a scheduler pool name or None")
+        if not d.pool:
+            raise ValueError(f"tool {d.name}: pool must be a non-empty name or None")
     if not isinstance(d.output, Output):
         raise TypeError(f"tool {d.name}: output must be an Output(...)")
     rule_names: object = d.rule_names
