@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from fastgate import ConcurrencyScheduler, ErrorCode, ExecutionContext, SchedulerLimits
 from tests.pipeline_kit import NOTHING, assert_idle, executor, tool
 
@@ -67,3 +69,37 @@ async def test_a_full_pool_queue_is_tool_busy_for_that_pool_only() -> None:
     release.set()
     assert (await first).ok
     assert_idle(ex)
+
+
+async def test_the_registry_asks_for_a_pools_limit_and_the_executor_applies_it() -> None:
+    release, entered = asyncio.Event(), asyncio.Event()
+    running: list[str] = []
+
+    async def hold(args: Any, ctx: Any) -> str:
+        running.append(ctx.session_id)
+        entered.set()
+        await release.wait()
+        return "held"
+
+    sched = ConcurrencyScheduler(SchedulerLimits())
+    ex = executor(tool("fs_hold", hold, NOTHING, parallelism="shared", pool=POOL), scheduler=sched)
+    ex.registry.set_pool_limit(POOL, 1)
+    assert ex.registry.pool_limit(POOL) == 1 and ex.registry.pool_limit("other") is None
+    assert POOL not in sched.limits.pool_limits  # applied on the pool's first call, not before
+    first = asyncio.create_task(ex.execute("fs_hold", {}, ExecutionContext(session_id="a")))
+    second = asyncio.create_task(ex.execute("fs_hold", {}, ExecutionContext(session_id="b")))
+    await entered.wait()
+    assert sched.limits.pool_limits[POOL] == 1
+    assert running == ["a"] and sched.stats().queued_by_pool == {POOL: 1}
+    release.set()
+    assert (await first).ok and (await second).ok
+    assert running == ["a", "b"]
+    assert_idle(ex)
+
+
+def test_a_pool_limit_asked_of_the_registry_is_checked() -> None:
+    registry = executor().registry
+    for pool, limit in (("", 1), (None, 1), ("p", 0), ("p", 1.5), ("p", True)):
+        with pytest.raises(ValueError, match="set_pool_limit"):
+            registry.set_pool_limit(pool, limit)  # type: ignore[arg-type]
+    assert registry.pool_limit("p") is None

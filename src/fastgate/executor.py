@@ -964,9 +964,18 @@ class ToolExecutor:
             if len(self._plans) >= _CACHE_LIMIT:
                 self._plans.clear()
             plan = self._plans[tool] = _Plan(tool)
+            if plan.pool is not None:
+                self._adopt_pool_limit(plan.pool)
             if tool is self._run_code:
                 plan.admitted = False
         return plan
+
+    def _adopt_pool_limit(self, pool: str) -> None:
+        """The limit the registry's provider asked for ``pool`` (an MCP server's
+        ``max_concurrency``) becomes the scheduler's, before the first slot of the pool."""
+        wanted = self.registry.pool_limit(pool)
+        if wanted is not None and self.scheduler.limits.pool_limits.get(pool) != wanted:
+            self.scheduler.set_pool_limit(pool, wanted)
 
     def _code_mode_refusal(self, call: _Call, tool: ToolDefinition | None) -> ToolResult | None:
         """Stage 2 in code mode: a direct call of any tool but run_code, or a call from a

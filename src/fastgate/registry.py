@@ -60,6 +60,7 @@ class ToolRegistry:
         # so lookups need no lock and plain dicts are safe to read.
         self._layers: dict[str | None, dict[str, ToolDefinition]] = {None: _EMPTY}
         self._scopes: dict[str, Scope] = {}
+        self._pool_limits: dict[str, int] = {}
 
     # -- scopes ---------------------------------------------------------------------------------
 
@@ -133,6 +134,23 @@ class ToolRegistry:
         with self._lock:
             self._require_scope(scope)
             self._layers = {**self._layers, scope: layer}
+
+    # -- scheduler pools ------------------------------------------------------------------------
+
+    def set_pool_limit(self, pool: str, limit: int) -> None:
+        """Ask for ``limit`` concurrent calls in the scheduler pool ``pool`` (SPEC §8.2), e.g. an
+        MCP server's ``max_concurrency`` for ``mcp:<server>``. An executor applies it to its
+        scheduler when it first runs a tool of that pool."""
+        if type(pool) is not str or not pool:
+            raise ValueError(f"set_pool_limit: a pool name is a non-empty string, got {pool!r}")
+        if type(limit) is not int or limit < 1:
+            raise ValueError(f"set_pool_limit: the limit of {pool!r} must be an int >= 1")
+        with self._lock:
+            self._pool_limits = {**self._pool_limits, pool: limit}
+
+    def pool_limit(self, pool: str) -> int | None:
+        """The limit asked for ``pool`` through ``set_pool_limit``, or None."""
+        return self._pool_limits.get(pool)
 
     # -- lookups (lock-free: they read one snapshot of the layers) ------------------------------
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from fastgate import FastgateError, ToolRegistry
 from fastgate.mcp._config import MCPServerConfig
+from fastgate.mcp._names import pool_name
 from fastgate.mcp._server import CLOSED, READY, ServerLink
 from fastgate.mcp._tools import Listing
 
@@ -44,6 +45,8 @@ class MCPBridge:
         if duplicate is not None:
             raise ValueError(f"servers: the name {duplicate!r} is used twice")
         self.registry = registry
+        for config in configs:
+            registry.set_pool_limit(pool_name(config.name), config.max_concurrency)
         self._links = {c.name: ServerLink(c, self._install, self._taken) for c in configs}
         self._started = False
         self._closed = False

@@ -26,6 +26,11 @@ def tool_name(server: str, remote: str) -> str:
     return _INVALID_CHAR.sub("_", full)[: MAX_NAME - _SUFFIX] + "_" + digest
 
 
+def pool_name(server: str) -> str:
+    """The scheduler pool every call to ``server`` is admitted in (``mcp:<server>``, SPEC §14)."""
+    return "mcp:" + server
+
+
 def server_rule_name(server: str) -> str:
     """The rule name that governs every tool of ``server`` (``mcp__<server>``, SPEC §5)."""
     return PREFIX + server

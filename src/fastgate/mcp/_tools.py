@@ -11,7 +11,7 @@ import msgspec
 
 from fastgate import Failure, Output, RunContext, SchemaError, ToolDefinition, ToolKind, define_tool
 from fastgate.mcp._config import MCPServerConfig
-from fastgate.mcp._names import server_rule_name, tool_name
+from fastgate.mcp._names import pool_name, server_rule_name, tool_name
 from fastgate.schema import from_json_schema
 
 # execute(remote_name, args, ctx) of the server's link
@@ -100,6 +100,7 @@ def _definition(config: MCPServerConfig, raw: dict[str, Any], call: RemoteCall) 
             timeout=None,  # the bridge times the call itself: idle_timeout and call_timeout
             path_args=(),  # the server's paths are its own business, judged by its rules
             rule_names=(server_rule_name(config.name),),  # mcp__<server> rules govern it too
+            pool=pool_name(config.name),  # the server's max_concurrency, fair across sessions
         )
     except SchemaError as exc:
         raise Unusable(f"inputSchema: {exc}") from None
