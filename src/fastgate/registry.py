@@ -137,7 +137,7 @@ class ToolRegistry:
 
     # -- scheduler pools ------------------------------------------------------------------------
 
-    def set_pool_limit(self, pool: str, limit: int) -> None:
+    def set_pool_limit(self, pool: object, limit: object) -> None:
         """Ask for ``limit`` concurrent calls in the scheduler pool ``pool`` (SPEC §8.2), e.g. an
         MCP server's ``max_concurrency`` for ``mcp:<server>``. An executor applies it to its
         scheduler when it first runs a tool of that pool."""
