@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fastgate import ApprovalStore, Decision, PermissionConfig, PermissionMode, PermissionResolver
 from fastgate.context import ExecutionContext
 from fastgate.mcp import MCPServerConfig
@@ -85,3 +87,30 @@ def test_server_rules_in_the_project_settings_file_count_too(tmp_path: Path) -> 
     assert decide(READ, tmp_path) is Decision.DENY
     assert decide(WRITE, tmp_path, allow=["mcp__fs__write_file"]) is Decision.DENY
     assert decide(OTHER, tmp_path) is Decision.ALLOW
+
+
+def test_claude_codes_server_wildcard_spelling_is_the_server_rule(tmp_path: Path) -> None:
+    # Claude Code writes a rule for every tool of a server as mcp__<server>__* too.
+    for tool in (READ, WRITE, MANGLED):
+        assert decide(tool, tmp_path, PermissionMode.YOLO, deny=("mcp__fs__*",)) is Decision.DENY
+    assert decide(OTHER, tmp_path, PermissionMode.YOLO, deny=("mcp__fs__*",)) is Decision.ALLOW
+    assert decide(WRITE, tmp_path, allow=("mcp__fs__*(*)",)) is Decision.ALLOW
+    settings = tmp_path / "settings.json"
+    settings.write_text(json.dumps({"permissions": {"ask": ["mcp__fs__*"]}}))
+    loaded = PermissionConfig.load(settings)
+    assert loaded.ask == ("mcp__fs__*",) and loaded.source_of("mcp__fs__*") == str(settings)
+    resolver = PermissionResolver(loaded, PermissionMode.DEFAULT, ApprovalStore())
+    ctx = ExecutionContext(session_id="s", workspace_root=str(tmp_path))
+    assert resolver.decide(READ, {"path": "/x"}, ctx).decision is Decision.ASK
+    assert resolver.decide(OTHER, {"path": "/x"}, ctx).decision is not Decision.ASK
+
+
+def test_a_wildcard_anywhere_else_in_a_tool_name_is_refused() -> None:
+    for rule, reason in (
+        ("mcp__fs__get_*", "invalid tool name"),
+        ("mcp____*", "invalid tool name"),
+        ("Bash*", "invalid tool name"),
+        ("mcp__fs__*(/etc/**)", "takes no specifier"),
+    ):
+        with pytest.raises(ValueError, match=reason):
+            PermissionConfig(deny=(rule,))

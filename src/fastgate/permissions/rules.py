@@ -99,6 +99,11 @@ def _parse_rule(text: str, kind: RuleKind, project: str | None) -> Rule:
     name, specifier = m.group(1), m.group(2)
     if not name:
         raise ValueError("empty tool name")
+    server = _server_wildcard(name)
+    if server is not None:  # Claude Code's spelling of a rule for every tool of a server
+        if specifier is not None and specifier != "*":
+            raise ValueError(f"{name} names every tool of a server: it takes no specifier")
+        return Rule(text, kind, server, None)
     if not _TOOL_NAME.fullmatch(name):
         raise ValueError(f"invalid tool name {name!r} (expected 1-64 characters A-Z a-z 0-9 _ -)")
     if specifier is None:
@@ -125,6 +130,14 @@ def _parse_rule(text: str, kind: RuleKind, project: str | None) -> Rule:
     path = _path_pattern(body if prefix else specifier, project)
     wildcard = _wildcard(tokens, prefix) if tokens is not None else None
     return Rule(text, kind, name, body, prefix, tokens, path, wildcard, project)
+
+
+def _server_wildcard(name: str) -> str | None:
+    """``mcp__<server>`` for a name written ``mcp__<server>__*``, else None."""
+    if not (name.startswith("mcp__") and name.endswith("__*")):
+        return None
+    server_rule = name[:-3]
+    return server_rule if len(server_rule) > 5 and _TOOL_NAME.fullmatch(server_rule) else None
 
 
 def is_star(word: Word) -> bool:
