@@ -3,6 +3,7 @@ loaded and merged with their sources, and warnings for rules that can never matc
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -175,6 +176,38 @@ def test_another_settings_file_anchors_slash_at_its_own_directory(
     assert denied is Decision.DENY
     # not the workspace's secrets: the file stands for its own directory
     assert decide(READ, {"file_path": "secrets/key.txt"}, workspace, config) is Decision.ALLOW
+
+
+def test_a_copy_of_a_loaded_config_keeps_each_rules_project_and_file(
+    workspace: Path, tmp_path: Path
+) -> None:
+    shared = tmp_path / "shared-config"
+    (shared / "secrets").mkdir(parents=True)
+    path = write_settings(shared / "policy.json", {"deny": ["Read(/secrets/**)"]})
+    loaded = PermissionConfig.load(path)
+    outside = {"file_path": str(shared / "secrets" / "x")}
+    inside = {"file_path": "secrets/key.txt"}
+    copies = (
+        dataclasses.replace(loaded, additional_dirs=(str(tmp_path),)),
+        PermissionConfig(deny=loaded.deny, allow=("Read",)),
+    )
+    for copy in copies:
+        assert copy.deny == ("Read(/secrets/**)",)
+        assert copy.source_of("Read(/secrets/**)") == str(path)
+        assert decide(READ, outside, workspace, copy) is Decision.DENY
+        assert decide(READ, inside, workspace, copy) is Decision.ALLOW
+    # Written out as text, the rule is read as code's: /x is the workspace's.
+    retyped = PermissionConfig(deny=list(loaded.deny))
+    assert retyped.source_of("Read(/secrets/**)") is None
+    assert decide(READ, inside, workspace, retyped) is Decision.DENY
+
+
+def test_the_same_rule_in_two_lists_names_each_lists_file(tmp_path: Path) -> None:
+    first = write_settings(tmp_path / "a" / "settings.json", {"allow": ["Bash(curl:*)"]})
+    second = write_settings(tmp_path / "b" / "settings.json", {"deny": ["Bash(curl:*)"]})
+    config = PermissionConfig.load(first, second)
+    assert config.source_of("Bash(curl:*)") == str(second)  # the deny rule is what decides
+    assert config.allow.sources == {"Bash(curl:*)": str(first)}  # type: ignore[attr-defined]
 
 
 def test_a_rule_whose_meaning_changed_is_warned_about(tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ from fastgate.permissions.globs import PathPattern
 from fastgate.permissions.rules import (
     DEFAULT_SENSITIVE,
     Rule,
+    RuleKind,
     RuleSet,
     parse_patterns,
     parse_rules,
@@ -22,6 +23,31 @@ if TYPE_CHECKING:
     from fastgate.registry import ToolRegistry
 
 _NO_SOURCES: Mapping[str, str] = MappingProxyType({})
+
+
+class RuleTexts(tuple[str, ...]):
+    """The texts of one list of a config's rules: what ``config.allow`` (``ask``, ``deny``)
+    holds. It carries the parsed rules and the settings file of each, so a copy made from it
+    (``dataclasses.replace(config, ...)``, ``PermissionConfig(allow=config.allow)``) keeps every
+    rule's project and file."""
+
+    parsed: tuple[Rule, ...]
+    sources: Mapping[str, str]
+
+    @classmethod
+    def of(cls, rules: tuple[Rule, ...], sources: Mapping[str, str] = _NO_SOURCES) -> RuleTexts:
+        texts = cls(r.text for r in rules)
+        texts.parsed = rules
+        texts.sources = MappingProxyType(
+            {r.text: sources[r.text] for r in rules if r.text in sources}
+        )
+        return texts
+
+
+def _rules(value: Iterable[str | Rule], kind: RuleKind) -> RuleTexts:
+    if isinstance(value, RuleTexts):
+        return RuleTexts.of(parse_rules(value.parsed, kind), value.sources)
+    return RuleTexts.of(parse_rules(value, kind))
 
 
 @dataclass(frozen=True)
@@ -51,14 +77,13 @@ class PermissionConfig:
     default_mode: PermissionMode | None = None
     rules: RuleSet = field(init=False, repr=False, compare=False)
     sensitive_patterns: tuple[PathPattern, ...] = field(init=False, repr=False, compare=False)
-    # Set by ``load``: each rule's settings file, and what the files said that has no effect.
-    _sources: Mapping[str, str] = field(init=False, repr=False, compare=False)
+    # Set by ``load``: what the files said that has no effect.
     _notes: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        allow = parse_rules(self.allow, "allow")
-        ask = parse_rules(self.ask, "ask")
-        deny = parse_rules(self.deny, "deny")
+        allow = _rules(self.allow, "allow")
+        ask = _rules(self.ask, "ask")
+        deny = _rules(self.deny, "deny")
         sensitive = parse_patterns(self.sensitive, "sensitive")
         dirs = _parse_dirs(self.additional_dirs)
         fold = self.case_insensitive
@@ -67,14 +92,13 @@ class PermissionConfig:
         mode = None if self.default_mode is None else PermissionMode.parse(self.default_mode)
         set_ = object.__setattr__
         set_(self, "default_mode", mode)
-        set_(self, "_sources", _NO_SOURCES)
         set_(self, "_notes", ())
-        set_(self, "allow", tuple(r.text for r in allow))
-        set_(self, "ask", tuple(r.text for r in ask))
-        set_(self, "deny", tuple(r.text for r in deny))
+        set_(self, "allow", allow)
+        set_(self, "ask", ask)
+        set_(self, "deny", deny)
         set_(self, "sensitive", tuple(p.text for p in sensitive))
         set_(self, "additional_dirs", dirs)
-        set_(self, "rules", RuleSet.of(deny, ask, allow))
+        set_(self, "rules", RuleSet.of(deny.parsed, ask.parsed, allow.parsed))
         set_(self, "sensitive_patterns", sensitive)
 
     @classmethod
@@ -90,39 +114,48 @@ class PermissionConfig:
         an unknown key inside ``permissions`` or a malformed rule; nothing is half-applied."""
         from fastgate.permissions.settings_files import read_settings_file
 
-        allow: list[Rule] = []
-        ask: list[Rule] = []
-        deny: list[Rule] = []
+        rules: dict[RuleKind, list[Rule]] = {"allow": [], "ask": [], "deny": []}
+        sources: dict[RuleKind, dict[str, str]] = {"allow": {}, "ask": {}, "deny": {}}
         dirs: list[str] = []
-        sources: dict[str, str] = {}
         notes: list[str] = []
         mode: PermissionMode | None = None
         for path in paths:
             loaded = read_settings_file(path)
-            for into, rules in ((allow, loaded.allow), (ask, loaded.ask), (deny, loaded.deny)):
-                into.extend(rules)
-                for rule in rules:
-                    sources.setdefault(rule.text, loaded.path)
+            by_kind: tuple[tuple[RuleKind, tuple[Rule, ...]], ...] = (
+                ("allow", loaded.allow),
+                ("ask", loaded.ask),
+                ("deny", loaded.deny),
+            )
+            for kind, found in by_kind:
+                rules[kind].extend(found)
+                for rule in found:
+                    sources[kind].setdefault(rule.text, loaded.path)
             dirs.extend(d for d in loaded.additional_dirs if d not in dirs)
             notes.extend(loaded.notes)
             mode = loaded.default_mode if loaded.default_mode is not None else mode
+
+        def listed(kind: RuleKind) -> RuleTexts:
+            return RuleTexts.of(parse_rules(rules[kind], kind), sources[kind])
+
         config = cls(
-            allow=allow,
-            ask=ask,
-            deny=deny,
+            allow=listed("allow"),
+            ask=listed("ask"),
+            deny=listed("deny"),
             sensitive=sensitive,
             additional_dirs=dirs,
             case_insensitive=case_insensitive,
             default_mode=mode,
         )
-        object.__setattr__(config, "_sources", MappingProxyType(sources))
         object.__setattr__(config, "_notes", tuple(notes))
         return config
 
     def source_of(self, rule: str) -> str | None:
-        """The settings file ``rule`` (its text) was first loaded from; ``None`` for a rule
-        given in code (or not in this configuration)."""
-        return self._sources.get(rule)
+        """The settings file ``rule`` (its text) was first loaded from, as a deny, else an ask,
+        else an allow rule; ``None`` for a rule given in code (or not in this configuration)."""
+        for texts in (self.deny, self.ask, self.allow):
+            if isinstance(texts, RuleTexts) and rule in texts.sources:
+                return texts.sources[rule]
+        return None
 
     def warnings(self, registry: ToolRegistry | None = None) -> list[str]:
         """Rules that can never match, each named with its file, as Claude Code warns at start:
