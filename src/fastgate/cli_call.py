@@ -1,0 +1,492 @@
+"""``fastgate call TOOL 'JSON'``: one call through the whole pipeline with the built-in tools,
+and the story of how it was decided (SPEC §17).
+
+Exit status: 0 ran ok (with ``--dry-run``: would run), 1 ran and failed, 2 bad usage or
+configuration, 3 refused before running, 4 would ask (``--dry-run``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import importlib
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+OK, FAILED, USAGE, REFUSED, WOULD_ASK = 0, 1, 2, 3, 4
+SESSION = "fastgate-call"
+_SHOWN_CONTENT = 8_000  # characters of the result shown on a terminal (--json has it all)
+
+
+class UsageError(Exception):
+    """Bad usage or configuration: exit status 2, the message on stderr."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("tool", help="the tool's name (read, grep, bash, ...)")
+    parser.add_argument("arguments", help="its arguments as one JSON object")
+    parser.add_argument("--workspace", metavar="DIR", help="default: the current directory")
+    parser.add_argument(
+        "--mode", help="default, accept_edits, plan or yolo (default: the settings' defaultMode)"
+    )
+    parser.add_argument(
+        "--settings",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a settings file in Claude Code's shape (repeatable, merged in order)",
+    )
+    for kind in ("allow", "ask", "deny"):
+        parser.add_argument(
+            f"--{kind}", action="append", default=[], metavar="RULE", help=f"an extra {kind} rule"
+        )
+    parser.add_argument("--mcp-config", metavar="FILE", help="MCP servers to add ({mcpServers})")
+    parser.add_argument(
+        "--approve",
+        choices=["prompt", "once", "session", "never"],
+        help="how an ask is answered (default: prompt on a terminal, else never)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="decide, but do not invoke")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run_call(args: argparse.Namespace) -> int:
+    from fastgate.runtime import run
+
+    try:
+        return run(_call(args))
+    except UsageError as exc:
+        print(f"fastgate call: {exc}", file=sys.stderr)
+        return USAGE
+
+
+# -- setting up -------------------------------------------------------------------------------
+
+
+class _Setup:
+    """Everything the call needs, checked before anything runs."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from fastgate import PermissionConfig, PermissionMode
+
+        try:
+            self.arguments = json.loads(args.arguments)
+        except ValueError as exc:
+            raise UsageError(f"the arguments are not valid JSON: {exc}") from None
+        workspace = Path(args.workspace or os.getcwd())
+        if not workspace.is_dir():
+            raise UsageError(f"the workspace {workspace} is not a directory")
+        self.workspace = str(workspace.resolve())
+        try:
+            self.settings = PermissionConfig.load(*args.settings)
+            self.extra = PermissionConfig(
+                allow=args.allow, ask=args.ask, deny=args.deny, sensitive=()
+            )
+            self.config = _merged(self.settings, self.extra)
+        except (OSError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            if args.mode is not None:
+                self.mode = PermissionMode.parse(args.mode)
+            else:
+                self.mode = self.settings.default_mode or PermissionMode.DEFAULT
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        self.approve = args.approve or ("prompt" if sys.stdin.isatty() else "never")
+        self.dry_run: bool = args.dry_run
+        self.mcp_config: str | None = args.mcp_config
+
+    def source_of(self, rule: str) -> str:
+        """Where a matched rule came from, as the trail names it."""
+        for kind in ("allow", "ask", "deny"):
+            if rule in getattr(self.extra, kind):
+                return f"--{kind}"
+        source = self.settings.source_of(rule)
+        if source is not None:
+            return source
+        from fastgate.permissions import settings_path
+
+        return settings_path(self.workspace)  # the project's own file (approved for the project)
+
+
+def _merged(settings: Any, extra: Any) -> Any:
+    """The settings' parsed rules (each keeping its project) plus the command line's."""
+    from fastgate import PermissionConfig
+
+    if not (extra.allow or extra.ask or extra.deny):
+        return settings
+    kinds: dict[str, list[Any]] = {"allow": [], "ask": [], "deny": []}
+    for config in (settings, extra):
+        for rules in config.rules.by_tool.values():
+            for kind in kinds:
+                kinds[kind].extend(getattr(rules, kind))
+    return PermissionConfig(
+        allow=kinds["allow"],
+        ask=kinds["ask"],
+        deny=kinds["deny"],
+        sensitive=settings.sensitive,
+        additional_dirs=settings.additional_dirs,
+        case_insensitive=settings.case_insensitive,
+        default_mode=settings.default_mode,
+    )
+
+
+def _registry(setup: _Setup) -> Any:
+    from fastgate import ToolRegistry
+
+    try:
+        from fastgate.builtin import register_builtins
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    registry = ToolRegistry()
+    for tool in register_builtins(ToolRegistry()):
+        registry.register(_not_invoked(tool) if setup.dry_run else tool)
+    return registry
+
+
+def _not_invoked(tool: Any) -> Any:
+    """``tool`` whose body does nothing: ``--dry-run`` goes through every stage but the run."""
+
+    async def dry(args: Any, ctx: Any) -> str:
+        return "(dry run: not invoked)"
+
+    return dataclasses.replace(tool, execute=dry, output=type(tool.output)())
+
+
+async def _with_mcp(setup: _Setup, registry: Any, work: Callable[[], Any]) -> Any:
+    if setup.mcp_config is None:
+        return await work()
+    try:  # by name: the bridge is an optional capability this module does not depend on
+        mcp = importlib.import_module("fastgate.mcp")
+    except ImportError as exc:
+        raise UsageError(
+            f"--mcp-config needs the MCP bridge (fastgate.mcp, the 'mcp' extra), which is not "
+            f"available here: {exc}"
+        ) from None
+    try:
+        servers = mcp.load_mcp_config(setup.mcp_config)
+    except (OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    async with mcp.MCPBridge(registry, servers):
+        return await work()
+
+
+# -- the call ---------------------------------------------------------------------------------
+
+
+async def _call(args: argparse.Namespace) -> int:
+    from fastgate import (
+        ConcurrencyScheduler,
+        ExecutionContext,
+        FileLockManager,
+        SchedulerLimits,
+        StageEvent,
+        ToolExecutor,
+    )
+
+    setup = _Setup(args)
+    registry = _registry(setup)
+    warnings = setup.config.warnings(registry)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    executor = ToolExecutor(
+        registry,
+        permissions=setup.config,
+        mode=setup.mode,
+        scheduler=ConcurrencyScheduler(SchedulerLimits()),
+        locks=FileLockManager(),
+        context_defaults={"workspace_root": setup.workspace, "session_id": SESSION},
+    )
+    events: list[StageEvent] = []
+    executor.on_stage(events.append)
+    asked: list[Any] = []
+    approver = _approver(setup, asked)
+    context = ExecutionContext(approver=approver)
+
+    async def work() -> Any:
+        return await executor.execute(args.tool, setup.arguments, context)
+
+    result = await _with_mcp(setup, registry, work)
+    executor.dispose()
+    report = _report(setup, registry, args.tool, result, events, asked, warnings)
+    if args.json:
+        sys.stdout.buffer.write(msgspec.json.encode(report) + b"\n")
+    else:
+        _print_report(report, args)
+    return int(report["exit_status"])
+
+
+def _approver(setup: _Setup, asked: list[Any]) -> Any:
+    from fastgate import ApprovalResponse
+
+    async def approve(request: Any) -> ApprovalResponse:
+        asked.append(request)
+        if setup.dry_run:
+            return ApprovalResponse(False, feedback="dry run: this call would ask for approval")
+        if setup.approve == "once":
+            return ApprovalResponse(True, scope="once")
+        if setup.approve == "session":
+            return ApprovalResponse(True, scope="session")
+        if setup.approve == "never":
+            return ApprovalResponse(False, feedback="refused: --approve never")
+        return await asyncio.to_thread(_prompt, request)
+
+    return approve
+
+
+def _prompt(request: Any) -> Any:
+    from fastgate import ApprovalResponse
+
+    print(
+        f"\n{request.tool_name} asks for approval: {request.reason}\n"
+        f"  arguments: {json.dumps(_plain(request.args))}",
+        file=sys.stderr,
+    )
+    try:
+        answer = input("Allow? [y]es once / [s]ession / [N]o: ").strip().lower()
+    except EOFError:
+        answer = ""
+    if answer in ("y", "yes"):
+        return ApprovalResponse(True, scope="once")
+    if answer in ("s", "session"):
+        return ApprovalResponse(True, scope="session")
+    return ApprovalResponse(False, feedback="refused at the prompt")
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+def _report(
+    setup: _Setup,
+    registry: Any,
+    name: str,
+    result: Any,
+    events: list[Any],
+    asked: list[Any],
+    warnings: list[str],
+) -> dict[str, Any]:
+    from fastgate import ErrorCode
+    from fastgate.permissions import MODE_DEFAULTS
+
+    by_stage: dict[str, Any] = {}
+    for event in events:
+        by_stage[event.stage] = event  # the last of each (a rewrite reports rules twice)
+    tool = registry.resolve(name)
+    error = result.error
+    code = error.code if error is not None else None
+    trail: list[dict[str, Any]] = []
+
+    def step(stage: str, outcome: str, **extra: Any) -> None:
+        trail.append({"stage": stage, "outcome": outcome, **extra})
+
+    if tool is None:
+        step("lookup", f"no tool named {name}", ok=False)
+    else:
+        step("lookup", f"{tool.name} ({tool.kind.name}, {tool.classify_parallelism(None)})")
+        if code is ErrorCode.INVALID_ARGS:
+            step("validation", error.message, ok=False)
+        else:
+            step("validation", "ok")
+            for label, resolved in _resolved(tool, setup.arguments, setup.workspace):
+                step(label, resolved)
+            if code is ErrorCode.WORKTREE_VIOLATION:
+                step("worktree", error.message, ok=False)
+    rules = by_stage.get("rules")
+    if rules is not None:
+        matched = rules.rule
+        step(
+            "rules",
+            rules.reason if matched else f"no rule matched: {rules.reason}",
+            decision=rules.decision,
+            source=rules.source,
+            rule=matched,
+            rule_source=setup.source_of(matched) if matched else None,
+        )
+        assert tool is not None
+        default = MODE_DEFAULTS[setup.mode][tool.kind]
+        step("mode", f"{setup.mode.value}: {default.value} for {tool.kind.name} tools")
+        step("sensitive", "yes: at least ask, in every mode" if rules.sensitive else "no")
+        hooks = by_stage.get("hooks")
+        step("hooks", "none registered" if hooks is None else f"{hooks.decision}: {hooks.reason}")
+        guards = by_stage.get("guards")
+        step(
+            "guards", "none registered" if guards is None else f"{guards.decision}: {guards.reason}"
+        )
+        approval = by_stage.get("approval")
+        if approval is None:
+            step("approval", "not needed")
+        elif setup.dry_run:
+            step("approval", "would ask (dry run): " + asked[0].reason if asked else "would ask")
+        else:
+            step("approval", f"{approval.decision} ({approval.reason})", decision=approval.decision)
+    decision = _decision(setup, by_stage, code, error)
+    admission, invocation = by_stage.get("admission"), by_stage.get("invocation")
+    ran = invocation is not None and not setup.dry_run
+    if setup.dry_run:
+        status = {"allow": OK, "ask": WOULD_ASK}.get(decision["decision"], REFUSED)
+    elif ran:
+        status = OK if result.ok else FAILED
+    else:
+        status = REFUSED
+    durable = result.durable()
+    return {
+        "tool": name,
+        "arguments": setup.arguments,
+        "workspace": setup.workspace,
+        "mode": setup.mode.value,
+        "dry_run": setup.dry_run,
+        "decision": decision,
+        "trail": trail,
+        "result": {
+            "ok": durable.ok,
+            "content": None if setup.dry_run else durable.content,
+            "error": None if durable.error is None else msgspec.to_builtins(durable.error),
+            "meta": msgspec.to_builtins(durable.meta),
+            "ran": ran,
+        },
+        "timings": {
+            "admission_wait_ms": None if admission is None else admission.ms,
+            "run_ms": invocation.ms if ran and invocation is not None else None,
+            "total_ms": result.meta.duration_ms,
+        },
+        "warnings": warnings,
+        "exit_status": status,
+    }
+
+
+def _decision(setup: _Setup, by_stage: dict[str, Any], code: Any, error: Any) -> dict[str, Any]:
+    """The decision, its source, and the stage that decided."""
+    merged = by_stage.get("decision")
+    if merged is None:  # refused before any policy stage: no decision was made
+        stage = {
+            "UNKNOWN_TOOL": "lookup",
+            "INVALID_ARGS": "validation",
+            "WORKTREE_VIOLATION": "worktree",
+        }.get(str(code), "pipeline")
+        return {"decision": None, "source": None, "stage": stage, "reason": error.message}
+    rules = by_stage.get("rules")
+    out = {
+        "decision": merged.decision,
+        "source": merged.source,
+        "stage": _DECIDING_STAGE.get(merged.source, "rules"),
+        "reason": merged.reason,
+        "rule": rules.rule if rules is not None else None,
+        "rule_source": setup.source_of(rules.rule) if rules is not None and rules.rule else None,
+    }
+    guards = by_stage.get("guards")
+    if guards is not None and guards.decision == "deny":
+        out.update(decision="deny", source="guard", stage="guards", reason=guards.reason)
+    approval = by_stage.get("approval")
+    if approval is not None and not setup.dry_run:
+        out.update(
+            decision=approval.decision, source="user", stage="approval", reason=approval.reason
+        )
+    return out
+
+
+_DECIDING_STAGE = {
+    "mode": "mode",
+    "session": "session approvals",
+    "sensitive": "sensitive",
+    "hook": "hooks",
+}
+
+
+def _resolved(tool: Any, arguments: Any, workspace: str) -> list[tuple[str, str]]:
+    """The paths the call names (resolved as the pipeline resolves them) or its commands."""
+    from fastgate.paths import canonical_path
+
+    if not isinstance(arguments, dict):
+        return []
+    out: list[tuple[str, str]] = []
+    given = [(n, arguments[n]) for n in tool.path_args if isinstance(arguments.get(n), str)]
+    if tool.paths is not None:
+        try:
+            given += [("path", p) for p in tool.paths(arguments)]
+        except Exception:
+            pass  # the pipeline reports a malformed argument itself
+    for argument, value in given:
+        absolute = os.path.normpath(os.path.join(workspace, value))
+        try:
+            real = canonical_path(absolute)
+        except (OSError, ValueError):
+            real = absolute
+        shown = value if real == value else f"{value} -> {real}"
+        out.append(("path", f"{argument}: {shown}"))
+    command = arguments.get("command")
+    if isinstance(command, str):
+        from fastgate.permissions.commands import analyze_command
+
+        analysis = analyze_command(command)
+        if analysis.error is not None:
+            out.append(("command", f"cannot be parsed: {analysis.error}"))
+        for facts in analysis.commands:
+            words = " ".join(word.raw for word in facts.forms[0]) if facts.forms else ""
+            notes = [facts.why_unknown] if facts.unknown else []
+            if not facts.allowable:
+                notes.append(facts.why_not_allowable or "no allow rule can cover it")
+            out.append(("command", f"`{words}`" + (f" ({'; '.join(notes)})" if notes else "")))
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """Frozen arguments as plain JSON values."""
+    return msgspec.json.decode(msgspec.json.encode(value))
+
+
+def _print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
+    out: list[str] = []
+    out.append(f"fastgate call {report['tool']} {json.dumps(_plain(report['arguments']))}")
+    out.append(f"  workspace {report['workspace']} · mode {report['mode']}")
+    out.append("decision trail")
+    width = max((len(s["stage"]) for s in report["trail"]), default=8)
+    for step in report["trail"]:
+        line = f"  {step['stage']:<{width}}  {step['outcome']}"
+        if step.get("rule_source"):
+            line += f"  [{step['rule_source']}]"
+        out.append(line)
+    decision = report["decision"]
+    source = f", source {decision['source']}" if decision.get("source") else ""
+    verdict = decision["decision"] or "refused"
+    out.append(f"  {'decided by':<{width}}  {decision['stage']}: {verdict}{source}")
+    result = report["result"]
+    if report["dry_run"]:
+        verdict = {OK: "would run", WOULD_ASK: "would ask", REFUSED: "refused"}
+        out.append(f"result  dry run: {verdict.get(report['exit_status'], 'refused')}, not invoked")
+        if result["error"] is not None and report["exit_status"] == REFUSED:
+            out.append(_indented(result["error"]["message"]))
+    elif result["ok"]:
+        out.append("result  ok")
+        out.append(_indented(_shown(result["content"])))
+    else:
+        error = result["error"]
+        out.append(f"result  {error['code']}" + ("" if result["ran"] else " (not run)"))
+        out.append(_indented(_shown(result["content"] or error["message"])))
+    timings = report["timings"]
+    parts = []
+    if timings["admission_wait_ms"] is not None:
+        parts.append(f"admission wait {timings['admission_wait_ms']:.2f} ms")
+    if timings["run_ms"] is not None:
+        parts.append(f"run {timings['run_ms']:.2f} ms")
+    parts.append(f"total {timings['total_ms']:.2f} ms")
+    out.append("timings  " + " · ".join(parts))
+    print("\n".join(out))
+
+
+def _shown(content: Any) -> str:
+    text = content if isinstance(content, str) else json.dumps(_plain(content), indent=2)
+    if len(text) > _SHOWN_CONTENT:
+        cut = len(text) - _SHOWN_CONTENT
+        text = text[:_SHOWN_CONTENT] + f"\n[... {cut:,} more characters: see --json]"
+    return text
+
+
+def _indented(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines()) or "    (empty)"

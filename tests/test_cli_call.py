@@ -1,0 +1,225 @@
+"""``fastgate call`` (SPEC §17), run as the installed command in a subprocess: the decision
+trail, the result and timings, ``--json``, ``--dry-run``, settings files, and every exit status."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+FASTGATE = str(Path(sys.executable).with_name("fastgate"))
+
+CLAUDE_SETTINGS = {
+    "model": "claude-sonnet",
+    "env": {"FOO": "1"},
+    "hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": []}]},
+    "permissions": {
+        "allow": ["Bash(git status)", "Edit(./src/**)", "Frobnicate(x)", "Bash(src/**)"],
+        "deny": ["Read(./secrets/**)", "Bash(rm:*)"],
+        "defaultMode": "acceptEdits",
+    },
+}
+
+
+def fastgate_call(workspace: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [FASTGATE, "call", *argv, "--workspace", str(workspace)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def as_json(workspace: Path, *argv: str) -> tuple[int, dict[str, Any], str]:
+    done = fastgate_call(workspace, *argv, "--json")
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1, done.stdout + done.stderr  # one object, nothing else on stdout
+    return done.returncode, json.loads(lines[0]), done.stderr
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "app.py").write_text("# TODO: the real thing\nprint('hi')\n")
+    (tmp_path / "notes.md").write_text("nothing to do\n")
+    (tmp_path / ".env").write_text("TOKEN=1\n")
+    (tmp_path / "secrets").mkdir()
+    (tmp_path / "secrets" / "key.txt").write_text("TODO rotate\n")
+    settings = tmp_path / ".claude" / "settings.json"
+    settings.parent.mkdir()
+    settings.write_text(json.dumps(CLAUDE_SETTINGS))
+    return tmp_path
+
+
+def test_a_read_only_call_prints_the_trail_the_result_and_timings(workspace: Path) -> None:
+    done = fastgate_call(workspace, "grep", '{"pattern": "TODO"}')
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for expected in (
+        "decision trail",
+        "validation  ok",
+        "no rule matched: DEFAULT mode allows READ_ONLY tools",
+        "sensitive   no",
+        "approval    not needed",
+        "decided by  mode: allow",
+        "result  ok",
+        "src/app.py",
+        "timings  admission wait ",
+        " ms · run ",
+    ):
+        assert expected in out, out
+
+
+def test_json_is_one_object_with_decision_result_and_timings(workspace: Path) -> None:
+    status, report, _ = as_json(workspace, "read", '{"file_path": "src/../src/app.py"}')
+    assert status == 0
+    assert report["decision"]["decision"] == "allow"
+    assert report["decision"]["stage"] == "mode" and report["decision"]["source"] == "mode"
+    assert report["result"]["ok"] is True and "TODO" in report["result"]["content"]
+    assert report["result"]["meta"]["tool_name"] == "read"
+    assert report["timings"]["admission_wait_ms"] >= 0 and report["timings"]["run_ms"] > 0
+    paths = [s["outcome"] for s in report["trail"] if s["stage"] == "path"]
+    assert paths == [f"file_path: src/../src/app.py -> {workspace.resolve()}/src/app.py"]
+
+
+def test_a_settings_file_in_claude_codes_shape_loads_with_sources_and_warnings(
+    workspace: Path,
+) -> None:
+    settings = str(workspace / ".claude" / "settings.json")
+    status, report, stderr = as_json(
+        workspace, "bash", '{"command": "git status && rm -rf build"}', "--settings", settings
+    )
+    assert status == 3
+    assert report["mode"] == "accept_edits"  # the file's defaultMode
+    decision = report["decision"]
+    assert decision["decision"] == "deny" and decision["rule"] == "Bash(rm:*)"
+    assert decision["rule_source"] == settings
+    commands = [s["outcome"] for s in report["trail"] if s["stage"] == "command"]
+    assert commands == ["`git status`", "`rm -rf build`"]
+    assert report["result"]["error"]["code"] == "PERMISSION_DENIED"
+    assert report["result"]["ran"] is False
+    # Rules that can never match are named on stderr, with their file.
+    assert f"Frobnicate(x) ({settings}): no registered tool answers" in stderr
+    assert f"Bash(src/**) ({settings}): a path specifier" in stderr
+    assert len(report["warnings"]) == 2
+
+
+def test_rules_given_on_the_command_line_say_so(workspace: Path) -> None:
+    status, report, _ = as_json(
+        workspace, "bash", '{"command": "echo hello"}', "--allow", "Bash(echo:*)"
+    )
+    assert status == 0
+    assert report["decision"]["rule"] == "Bash(echo:*)"
+    assert report["decision"]["rule_source"] == "--allow"
+    assert report["result"]["content"] == "hello\nExit code: 0"
+
+
+def test_dry_run_decides_without_invoking(workspace: Path) -> None:
+    args = '{"file_path": "src/new.py", "content": "x = 1\\n"}'
+    status, report, _ = as_json(workspace, "write", args, "--dry-run")
+    assert status == 4  # DEFAULT mode would ask
+    assert report["decision"]["decision"] == "ask"
+    status, report, _ = as_json(workspace, "write", args, "--dry-run", "--allow", "Edit(./src/**)")
+    assert status == 0
+    assert report["result"]["ran"] is False and report["timings"]["run_ms"] is None
+    status, _, _ = as_json(workspace, "write", args, "--dry-run", "--deny", "Edit(./src/**)")
+    assert status == 3
+    assert not (workspace / "src" / "new.py").exists()
+
+
+def test_approve_answers_every_ask(workspace: Path) -> None:
+    fail = '{"command": "echo $PAGER; exit 3"}'
+    status, report, _ = as_json(workspace, "bash", fail, "--approve", "once")
+    assert status == 1  # ran and failed
+    assert report["decision"] == {
+        **report["decision"],
+        "decision": "allow",
+        "stage": "approval",
+        "source": "user",
+    }
+    assert report["result"]["error"]["details"]["exit_code"] == 3
+    assert report["result"]["content"] == "cat\nExit code: 3"
+    status, _, _ = as_json(workspace, "bash", '{"command": "true"}', "--approve", "session")
+    assert status == 0
+    status, report, _ = as_json(workspace, "bash", '{"command": "true"}', "--approve", "never")
+    assert status == 3 and report["result"]["error"]["code"] == "USER_REJECTED"
+    status, report, _ = as_json(workspace, "bash", '{"command": "true"}')  # no terminal: never
+    assert status == 3 and report["result"]["error"]["code"] == "USER_REJECTED"
+
+
+def test_sensitive_paths_ask_in_every_mode(workspace: Path) -> None:
+    status, report, _ = as_json(workspace, "read", '{"file_path": ".env"}', "--mode", "YOLO")
+    assert status == 3
+    (rules,) = [s for s in report["trail"] if s["stage"] == "rules"]
+    assert rules["source"] == "sensitive"
+    assert [s["outcome"] for s in report["trail"] if s["stage"] == "sensitive"] == [
+        "yes: at least ask, in every mode"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "code", "stage"),
+    [
+        ("reed", '{"file_path": "a"}', "UNKNOWN_TOOL", "lookup"),
+        ("read", '{"path": "a"}', "INVALID_ARGS", "validation"),
+        ("read", "[1, 2]", "INVALID_ARGS", "validation"),
+        ("read", '{"file_path": "../outside.txt"}', "WORKTREE_VIOLATION", "worktree"),
+    ],
+)
+def test_refusals_before_any_policy_exit_3(
+    workspace: Path, tool: str, args: str, code: str, stage: str
+) -> None:
+    status, report, _ = as_json(workspace, tool, args)
+    assert status == 3
+    assert report["result"]["error"]["code"] == code
+    assert report["decision"]["stage"] == stage and report["decision"]["decision"] is None
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["read", "{not json"], "not valid JSON"),
+        (["read", "{}", "--mode", "reckless"], "unknown permission mode 'reckless'"),
+        (["read", "{}", "--settings", "missing.json"], "missing.json"),
+        (["read", "{}", "--deny", "Read("], "Read("),
+        (["read", "{}", "--workspace", "/nonexistent/dir"], "not a directory"),
+    ],
+)
+def test_bad_usage_or_configuration_exits_2(
+    workspace: Path, argv: list[str], said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done = subprocess.run(
+        [FASTGATE, "call", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=workspace,
+    )
+    assert done.returncode == 2, done.stdout
+    assert said in done.stderr
+    assert done.stdout == ""
+
+
+def test_a_malformed_settings_file_is_named(workspace: Path) -> None:
+    bad = workspace / "bad.json"
+    bad.write_text('{"permissions": {"allow": ["Read(./x)"], "alow": []}}')
+    done = fastgate_call(workspace, "read", "{}", "--settings", str(bad))
+    assert done.returncode == 2
+    assert str(bad) in done.stderr
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("fastgate.mcp") is not None, reason="the MCP bridge is installed"
+)
+def test_mcp_config_without_the_bridge_is_a_clear_usage_error(workspace: Path) -> None:
+    config = workspace / "mcp.json"
+    config.write_text('{"mcpServers": {}}')
+    done = fastgate_call(workspace, "read", "{}", "--mcp-config", str(config))
+    assert done.returncode == 2
+    assert "the MCP bridge (fastgate.mcp, the 'mcp' extra)" in done.stderr
