@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         metavar="NAME",
         help="uncontended, contended, fairness, multi-lock, validators, pipeline, durability, "
-        "files",
+        "files, shell",
     )
     bench.add_argument("--unit", help=argparse.SUPPRESS)
     from fastgate.cli_call import add_arguments
