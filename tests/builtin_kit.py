@@ -135,6 +135,16 @@ class MemoryFileSystem:
         return sorted(names)
 
 
+def gone(pid: int) -> bool:
+    """Dead: no such process, or a zombie (an orphan's reaper may not have collected it)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def real(path: Path) -> str:
     """The canonical path (what observers and lock keys name)."""
     return os.path.realpath(path)

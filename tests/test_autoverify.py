@@ -21,7 +21,7 @@ from fastgate import (
 )
 from fastgate.builtin import ShellResult
 from fastgate.cancel import CancelToken
-from tests.builtin_kit import MemoryFileSystem, builtin_executor, real, text
+from tests.builtin_kit import MemoryFileSystem, builtin_executor, gone, real, text
 
 CHECK = """\
 echo "src/a.py:1: error: Name 'x' is not defined"
@@ -196,12 +196,17 @@ async def test_a_broken_check_never_fails_the_call_and_says_so(
 
 
 async def test_a_hanging_check_is_stopped_and_the_call_succeeds(tmp_path: Path) -> None:
-    declare(tmp_path, '["bash", "check.sh"]', "echo 'src/a.py:1: first'; exec sleep 300")
+    script = (
+        "sleep 300 & echo $! > check.pids; echo $$ >> check.pids; echo 'src/a.py:1: first'; wait"
+    )
+    declare(tmp_path, '["bash", "check.sh"]', script)
     result = await write_a(verifying(tmp_path, AutoVerify(timeout=1)))
     assert result.ok
     assert verify_section(result) == (
         "src/a.py:1: first\nthe check `bash check.sh` did not finish within 1s and was stopped"
     )
+    pids = [int(p) for p in (tmp_path / "check.pids").read_text().split()]
+    assert len(pids) == 2 and all(gone(pid) for pid in pids)
 
 
 async def test_megabytes_of_check_output_are_capped(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 from fastgate import CancelToken, ErrorCode, PermissionMode
 from fastgate.builtin import LocalShell, _shell
 from fastgate.builtin._shell import _Run
-from tests.builtin_kit import builtin_executor
+from tests.builtin_kit import builtin_executor, gone
 
 # Each case starts processes that record their pids (one line each) in ./pids; the number is
 # how many lines to wait for.
@@ -43,14 +43,6 @@ def command_for(case: str, then: str, announce: bool = False) -> str:
     setup, n = CASES[case]
     ready = "echo ready > ready\n" if announce else ""
     return f"{setup}\n{WAIT.format(n=n)}\necho $$ >> pids\n{ready}{then}"
-
-
-def gone(pid: int) -> bool:
-    """Dead: no such process, or a zombie (an orphan's reaper may not have collected it)."""
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def recorded(workspace: Path) -> list[int]:
