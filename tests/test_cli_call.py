@@ -223,3 +223,33 @@ def test_mcp_config_without_the_bridge_is_a_clear_usage_error(workspace: Path) -
     done = fastgate_call(workspace, "read", "{}", "--mcp-config", str(config))
     assert done.returncode == 2
     assert "the MCP bridge (fastgate.mcp, the 'mcp' extra)" in done.stderr
+
+
+@pytest.mark.parametrize(("answer", "status", "code"), [("y", 0, None), ("n", 3, "USER_REJECTED")])
+def test_prompt_asks_on_the_terminal(
+    workspace: Path, answer: str, status: int, code: str | None
+) -> None:
+    # A terminal on stdin (a pty) makes prompt the default; the question goes to stderr, so the
+    # JSON report on stdout stays one object.
+    import os
+
+    controller, terminal = os.openpty()
+    try:
+        os.write(controller, f"{answer}\n".encode())
+        done = subprocess.run(
+            [FASTGATE, "call", "bash", '{"command": "echo yes"}', "--json"],
+            cwd=workspace,
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert done.returncode == status, done.stderr
+    assert "asks for approval: DEFAULT mode asks before EXECUTE tools" in done.stderr
+    assert "Allow? [y]es once / [s]ession / [N]o:" in done.stderr
+    report = json.loads(done.stdout)
+    error = report["result"]["error"]
+    assert (error and error["code"]) == code

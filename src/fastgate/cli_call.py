@@ -249,10 +249,10 @@ def _prompt(request: Any) -> Any:
         f"  arguments: {json.dumps(_plain(request.args))}",
         file=sys.stderr,
     )
-    try:
-        answer = input("Allow? [y]es once / [s]ession / [N]o: ").strip().lower()
-    except EOFError:
-        answer = ""
+    # The question goes to stderr, so stdout stays the report (one object with --json).
+    sys.stderr.write("Allow? [y]es once / [s]ession / [N]o: ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()
     if answer in ("y", "yes"):
         return ApprovalResponse(True, scope="once")
     if answer in ("s", "session"):

@@ -204,15 +204,19 @@ class _Run:
     ) -> ShellResult:
         loop = self.loop
         self.proc, self.pid, self.read_fd = proc, proc.pid, read_fd
-        os.set_blocking(read_fd, False)
-        loop.add_reader(read_fd, self._readable)
-        self._watch_exit()
-        timer = loop.call_later(seconds, self._wake, "timeout") if seconds is not None else None
-        link = signal.add_callback(self._on_signal) if signal is not None else None
-        if signal is not None and signal.cancelled:
-            self._wake("cancel")
+        timer: asyncio.TimerHandle | None = None
+        link = None
         ended = False
         try:
+            os.set_blocking(read_fd, False)
+            loop.add_reader(read_fd, self._readable)
+            self._watch_exit()
+            if seconds is not None:
+                timer = loop.call_later(seconds, self._wake, "timeout")
+            if signal is not None:
+                link = signal.add_callback(self._on_signal)
+                if signal.cancelled:
+                    self._wake("cancel")
             reason = await self.wake
             if reason != "exited" or not await self._settled():
                 await self._end_all(shell.kill_grace)  # stopped, or it left processes behind
