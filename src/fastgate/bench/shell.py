@@ -74,20 +74,24 @@ async def _measure(
     async def shell_only() -> None:
         await run("true", cwd=workspace, timeout=120.0)
 
-    async def timed(fn: Callable[[], Awaitable[None]], n: int) -> float:
-        start = time.perf_counter()
+    sides: list[Callable[[], Awaitable[None]]] = [ours, _asyncio_spawn, _popen_spawn, shell_only]
+
+    async def round_(n: int) -> list[float]:
+        # One call of each side in turn, n times: a burst of load on this shared machine then
+        # falls on every side alike instead of on whichever ran during it.
+        totals = [0.0] * len(sides)
         for _ in range(n):
-            await fn()
-        return (time.perf_counter() - start) / n
+            for index, side in enumerate(sides):
+                start = time.perf_counter()
+                await side()
+                totals[index] += time.perf_counter() - start
+        return [total / n for total in totals]
 
     n = max(20, config.ops // 1000)
     await ours()  # warm: the rule's analysis, the first spawn
     ratios, shell_ratios, ours_us, reference_us, via = [], [], [], [], []
     for _ in range(config.rounds):
-        t_ours = await timed(ours, n)
-        t_asyncio = await timed(_asyncio_spawn, n)
-        t_popen = await timed(_popen_spawn, n)
-        t_shell = await timed(shell_only, n)
+        t_ours, t_asyncio, t_popen, t_shell = await round_(n)
         reference = min(t_asyncio, t_popen)
         via.append("asyncio" if t_asyncio <= t_popen else "Popen + pidfd")
         ratios.append(t_ours / reference)

@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import os
 import re
+import shutil
 import signal as signals
 import subprocess
 import time
@@ -101,6 +102,9 @@ class LocalShell:
         self._allow = frozenset(os.fsencode(name) for name in self.env_allow)
         alternatives = b"|".join(re.escape(os.fsencode(part)) for part in self.env_deny)
         self._secret = re.compile(alternatives, re.IGNORECASE) if alternatives else None
+        self._filtered: tuple[dict[bytes, bytes], dict[bytes, bytes]] | None = None
+        # Looked up once: Popen would search PATH on every call otherwise.
+        self._program = shutil.which(executable) or executable
 
     def environment(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """The environment a command gets, as text (``run`` passes the bytes)."""
@@ -110,15 +114,21 @@ class LocalShell:
         }
 
     def _environment(self, extra: Mapping[str, str] | None) -> dict[bytes, bytes]:
-        # Bytes, as the OS keeps them: no decoding and re-encoding of every variable per call.
-        secret, allow = self._secret, self._allow
-        env = {
-            name: value
-            for name, value in os.environb.items()
-            if secret is None or secret.search(name) is None or name in allow
-        }
-        env.pop(_MARKER_BYTES, None)
-        env[b"PAGER"] = b"cat"
+        # Bytes, as the OS keeps them, and filtered again only when the server's environment
+        # changed: comparing two small dicts is cheaper than filtering through os.environb.
+        source = _environ_bytes()
+        cached = self._filtered
+        if cached is None or cached[0] != source:
+            secret, allow = self._secret, self._allow
+            filtered = {
+                name: value
+                for name, value in source.items()
+                if secret is None or secret.search(name) is None or name in allow
+            }
+            filtered.pop(_MARKER_BYTES, None)
+            filtered[b"PAGER"] = b"cat"
+            cached = self._filtered = (dict(source), filtered)
+        env = dict(cached[1])
         if extra:
             for name, value in extra.items():
                 env[os.fsencode(name)] = os.fsencode(value)
@@ -146,7 +156,7 @@ class LocalShell:
         try:
             # Popen only spawns (no wait): what asyncio's own subprocess support does too.
             proc = subprocess.Popen(  # noqa: ASYNC220
-                [self.executable, "-c", command],
+                [self._program, "-c", command],
                 stdin=subprocess.DEVNULL,
                 stdout=write_fd,
                 stderr=write_fd,
@@ -468,6 +478,15 @@ class _Run:
             self.watch_fd = -1
         if self.poller is not None:
             self.poller.cancel()
+
+
+def _environ_bytes() -> Mapping[bytes, bytes]:
+    """The server's environment as bytes: CPython's own mapping behind ``os.environ`` where it
+    holds bytes (POSIX), without a copy; else ``os.environb``."""
+    data = getattr(os.environ, "_data", None)
+    if isinstance(data, dict) and all(type(key) is bytes for key in itertools.islice(data, 1)):
+        return data
+    return os.environb
 
 
 def _alive(pid: int) -> bool:
