@@ -3,8 +3,9 @@ trail, the result and timings, ``--json``, ``--dry-run``, settings files, and ev
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -214,14 +215,64 @@ def test_a_malformed_settings_file_is_named(workspace: Path) -> None:
     assert str(bad) in done.stderr
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("fastgate.mcp") is not None, reason="the MCP bridge is installed"
-)
+def _bridge_available() -> bool:
+    try:
+        importlib.import_module("fastgate.mcp")
+    except ImportError:
+        return False
+    return True
+
+
+def test_mcp_config_adds_the_servers_tools(workspace: Path) -> None:
+    if not _bridge_available():
+        pytest.skip("the mcp extra is not installed")
+    fixture = Path(__file__).parent / "mcp" / "fixture_server.py"
+    config = workspace / "mcp.json"
+    server = {"command": sys.executable, "args": [str(fixture), "stdio"]}
+    config.write_text(json.dumps({"mcpServers": {"fix": server}}))
+    status, report, stderr = as_json(
+        workspace,
+        "mcp__fix__echo",
+        '{"text": "through the bridge"}',
+        "--mcp-config",
+        str(config),
+        "--allow",
+        "mcp__fix",
+    )
+    assert status == 0, stderr
+    assert report["result"]["content"] == "through the bridge"
+    assert report["decision"]["rule"] == "mcp__fix"
+    status, report, _ = as_json(
+        workspace, "mcp__fix__echo", '{"text": "x"}', "--mcp-config", str(config), "--dry-run"
+    )
+    assert status == 4 and report["result"]["ran"] is False  # an MCP tool asks by default
+
+
 def test_mcp_config_without_the_bridge_is_a_clear_usage_error(workspace: Path) -> None:
     config = workspace / "mcp.json"
     config.write_text('{"mcpServers": {}}')
-    done = fastgate_call(workspace, "read", "{}", "--mcp-config", str(config))
-    assert done.returncode == 2
+    # A Python where fastgate.mcp cannot be imported: its SDK hidden by a module that fails.
+    blocker = workspace / "blocked"
+    blocker.mkdir()
+    (blocker / "mcp.py").write_text("raise ImportError('mcp is not installed here')\n")
+    env = {**os.environ, "PYTHONPATH": str(blocker)}
+    done = subprocess.run(
+        [
+            FASTGATE,
+            "call",
+            "read",
+            "{}",
+            "--mcp-config",
+            str(config),
+            "--workspace",
+            str(workspace),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
     assert "the MCP bridge (fastgate.mcp, the 'mcp' extra)" in done.stderr
 
 
@@ -231,8 +282,6 @@ def test_prompt_asks_on_the_terminal(
 ) -> None:
     # A terminal on stdin (a pty) makes prompt the default; the question goes to stderr, so the
     # JSON report on stdout stays one object.
-    import os
-
     controller, terminal = os.openpty()
     try:
         os.write(controller, f"{answer}\n".encode())

@@ -14,7 +14,7 @@ import importlib
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -146,8 +146,7 @@ def _registry(setup: _Setup) -> Any:
     except ImportError as exc:
         raise UsageError(str(exc)) from None
     registry = ToolRegistry()
-    for tool in register_builtins(ToolRegistry()):
-        registry.register(_not_invoked(tool) if setup.dry_run else tool)
+    register_builtins(registry)
     return registry
 
 
@@ -160,7 +159,9 @@ def _not_invoked(tool: Any) -> Any:
     return dataclasses.replace(tool, execute=dry, output=type(tool.output)())
 
 
-async def _with_mcp(setup: _Setup, registry: Any, work: Callable[[], Any]) -> Any:
+async def _with_mcp(
+    setup: _Setup, registry: Any, work: Callable[[], Awaitable[dict[str, Any]]]
+) -> dict[str, Any]:
     if setup.mcp_config is None:
         return await work()
     try:  # by name: the bridge is an optional capability this module does not depend on
@@ -174,14 +175,34 @@ async def _with_mcp(setup: _Setup, registry: Any, work: Callable[[], Any]) -> An
         servers = mcp.load_mcp_config(setup.mcp_config)
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
-    async with mcp.MCPBridge(registry, servers):
+    bridge = mcp.MCPBridge(registry, servers)
+    try:
+        await bridge.start()
+    except mcp.MCPStartupError as exc:
+        await bridge.aclose()
+        raise UsageError(str(exc)) from None
+    try:
         return await work()
+    finally:
+        await bridge.aclose()
 
 
 # -- the call ---------------------------------------------------------------------------------
 
 
 async def _call(args: argparse.Namespace) -> int:
+    setup = _Setup(args)
+    registry = _registry(setup)
+    report = await _with_mcp(setup, registry, lambda: _run(setup, registry, args.tool))
+    if args.json:
+        sys.stdout.buffer.write(msgspec.json.encode(report) + b"\n")
+    else:
+        _print_report(report, args)
+    return int(report["exit_status"])
+
+
+async def _run(setup: _Setup, registry: Any, name: str) -> dict[str, Any]:
+    """The call and its report, once every tool is registered (an MCP server's too)."""
     from fastgate import (
         ConcurrencyScheduler,
         ExecutionContext,
@@ -189,13 +210,17 @@ async def _call(args: argparse.Namespace) -> int:
         SchedulerLimits,
         StageEvent,
         ToolExecutor,
+        ToolRegistry,
     )
 
-    setup = _Setup(args)
-    registry = _registry(setup)
     warnings = setup.config.warnings(registry)
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    if setup.dry_run:  # every tool, the servers' included, with a body that does nothing
+        dry = ToolRegistry()
+        for tool in registry.definitions():
+            dry.register(_not_invoked(tool))
+        registry = dry
     executor = ToolExecutor(
         registry,
         permissions=setup.config,
@@ -207,20 +232,12 @@ async def _call(args: argparse.Namespace) -> int:
     events: list[StageEvent] = []
     executor.on_stage(events.append)
     asked: list[Any] = []
-    approver = _approver(setup, asked)
-    context = ExecutionContext(approver=approver)
-
-    async def work() -> Any:
-        return await executor.execute(args.tool, setup.arguments, context)
-
-    result = await _with_mcp(setup, registry, work)
-    executor.dispose()
-    report = _report(setup, registry, args.tool, result, events, asked, warnings)
-    if args.json:
-        sys.stdout.buffer.write(msgspec.json.encode(report) + b"\n")
-    else:
-        _print_report(report, args)
-    return int(report["exit_status"])
+    context = ExecutionContext(approver=_approver(setup, asked))
+    try:
+        result = await executor.execute(name, setup.arguments, context)
+    finally:
+        executor.dispose()
+    return _report(setup, registry, name, result, events, asked, warnings)
 
 
 def _approver(setup: _Setup, asked: list[Any]) -> Any:
