@@ -156,7 +156,8 @@ class LocalShell:
         try:
             # Popen only spawns (no wait): what asyncio's own subprocess support does too.
             proc = subprocess.Popen(  # noqa: ASYNC220
-                [self._program, "-c", command],
+                [self.executable, "-c", command],  # $0 as given: errors say "bash: ..."
+                executable=self._program,
                 stdin=subprocess.DEVNULL,
                 stdout=write_fd,
                 stderr=write_fd,
