@@ -208,7 +208,6 @@ async def _run(setup: _Setup, registry: Any, name: str) -> dict[str, Any]:
         ExecutionContext,
         FileLockManager,
         SchedulerLimits,
-        StageEvent,
         ToolExecutor,
         ToolRegistry,
     )
@@ -229,15 +228,29 @@ async def _run(setup: _Setup, registry: Any, name: str) -> dict[str, Any]:
         locks=FileLockManager(),
         context_defaults={"workspace_root": setup.workspace, "session_id": SESSION},
     )
-    events: list[StageEvent] = []
-    executor.on_stage(events.append)
+    recorder = _Recorder()
+    executor.set_tracer(recorder)  # the pipeline's own account of each stage, and the timings
     asked: list[Any] = []
     context = ExecutionContext(approver=_approver(setup, asked))
     try:
         result = await executor.execute(name, setup.arguments, context)
     finally:
         executor.dispose()
-    return _report(setup, registry, name, result, events, asked, warnings)
+    assert recorder.trace is not None  # the tracer hears every call's end
+    return _report(setup, registry, name, result, recorder.trace, asked, warnings)
+
+
+class _Recorder:
+    """A tracer (``fastgate.tracing``) that keeps the trace of the one call."""
+
+    def __init__(self) -> None:
+        self.trace: Any = None
+
+    def call_started(self, name: str, ctx: Any) -> None:
+        return None
+
+    def call_ended(self, token: Any, result: Any, trace: Any) -> None:
+        self.trace = trace
 
 
 def _approver(setup: _Setup, asked: list[Any]) -> Any:
@@ -285,16 +298,13 @@ def _report(
     registry: Any,
     name: str,
     result: Any,
-    events: list[Any],
+    trace: Any,
     asked: list[Any],
     warnings: list[str],
 ) -> dict[str, Any]:
     from fastgate import ErrorCode
     from fastgate.permissions import MODE_DEFAULTS
 
-    by_stage: dict[str, Any] = {}
-    for event in events:
-        by_stage[event.stage] = event  # the last of each (a rewrite reports rules twice)
     tool = registry.resolve(name)
     error = result.error
     code = error.code if error is not None else None
@@ -315,37 +325,39 @@ def _report(
                 step(label, resolved)
             if code is ErrorCode.WORKTREE_VIOLATION:
                 step("worktree", error.message, ok=False)
-    rules = by_stage.get("rules")
-    if rules is not None:
-        matched = rules.rule
+    rule = trace.rule
+    if rule is not None and tool is not None:
+        matched = rule.matched_rule
         step(
             "rules",
-            rules.reason if matched else f"no rule matched: {rules.reason}",
-            decision=rules.decision,
-            source=rules.source,
+            rule.reason if matched else f"no rule matched: {rule.reason}",
+            decision=str(rule.decision),
+            source=str(rule.source),
             rule=matched,
             rule_source=setup.source_of(matched) if matched else None,
         )
-        assert tool is not None
         default = MODE_DEFAULTS[setup.mode][tool.kind]
         step("mode", f"{setup.mode.value}: {default.value} for {tool.kind.name} tools")
-        step("sensitive", "yes: at least ask, in every mode" if rules.sensitive else "no")
-        hooks = by_stage.get("hooks")
-        step("hooks", "none registered" if hooks is None else f"{hooks.decision}: {hooks.reason}")
-        guards = by_stage.get("guards")
-        step(
-            "guards", "none registered" if guards is None else f"{guards.decision}: {guards.reason}"
-        )
-        approval = by_stage.get("approval")
+        step("sensitive", "yes: at least ask, in every mode" if rule.sensitive else "no")
+        if trace.hooks_ran:
+            step("hooks", f"{trace.hook_decision or 'no opinion'}: {trace.hook_reason or ''}")
+        else:
+            step("hooks", "none registered")
+        guarded = trace.guard_reason
+        step("guards", "none registered" if guarded is None else f"deny: {guarded}")
+        approval = trace.approval
         if approval is None:
             step("approval", "not needed")
         elif setup.dry_run:
             step("approval", "would ask (dry run): " + asked[0].reason if asked else "would ask")
+        elif hasattr(approval, "approved"):
+            verdict = "allow" if approval.approved else "deny"
+            said = approval.scope if approval.approved else approval.feedback
+            step("approval", f"{verdict} ({said})", decision=verdict)
         else:
-            step("approval", f"{approval.decision} ({approval.reason})", decision=approval.decision)
-    decision = _decision(setup, by_stage, code, error)
-    admission, invocation = by_stage.get("admission"), by_stage.get("invocation")
-    ran = invocation is not None and not setup.dry_run
+            step("approval", f"no answer: {approval.message}", decision="deny")
+    decision = _decision(setup, trace, code, error)
+    ran = trace.run_began is not None and not setup.dry_run
     if setup.dry_run:
         status = {"allow": OK, "ask": WOULD_ASK}.get(decision["decision"], REFUSED)
     elif ran:
@@ -369,8 +381,8 @@ def _report(
             "ran": ran,
         },
         "timings": {
-            "admission_wait_ms": None if admission is None else admission.ms,
-            "run_ms": invocation.ms if ran and invocation is not None else None,
+            "admission_wait_ms": trace.admission_wait_ms,
+            "run_ms": trace.run_ms if ran else None,
             "total_ms": result.meta.duration_ms,
         },
         "warnings": warnings,
@@ -378,33 +390,38 @@ def _report(
     }
 
 
-def _decision(setup: _Setup, by_stage: dict[str, Any], code: Any, error: Any) -> dict[str, Any]:
+def _decision(setup: _Setup, trace: Any, code: Any, error: Any) -> dict[str, Any]:
     """The decision, its source, and the stage that decided."""
-    merged = by_stage.get("decision")
-    if merged is None:  # refused before any policy stage: no decision was made
+    from fastgate._refusals import merge_decision
+
+    rule = trace.rule
+    if rule is None:  # refused before any policy stage: no decision was made
         stage = {
             "UNKNOWN_TOOL": "lookup",
             "INVALID_ARGS": "validation",
             "WORKTREE_VIOLATION": "worktree",
         }.get(str(code), "pipeline")
         return {"decision": None, "source": None, "stage": stage, "reason": error.message}
-    rules = by_stage.get("rules")
-    out = {
-        "decision": merged.decision,
-        "source": merged.source,
-        "stage": _DECIDING_STAGE.get(merged.source, "rules"),
-        "reason": merged.reason,
-        "rule": rules.rule if rules is not None else None,
-        "rule_source": setup.source_of(rules.rule) if rules is not None and rules.rule else None,
+    decision, source, reason = merge_decision(rule, trace.hook_decision, trace.hook_reason)
+    matched = rule.matched_rule
+    out: dict[str, Any] = {
+        "decision": str(decision),
+        "source": str(source),
+        "stage": _DECIDING_STAGE.get(str(source), "rules"),
+        "reason": reason,
+        "rule": matched,
+        "rule_source": setup.source_of(matched) if matched else None,
     }
-    guards = by_stage.get("guards")
-    if guards is not None and guards.decision == "deny":
-        out.update(decision="deny", source="guard", stage="guards", reason=guards.reason)
-    approval = by_stage.get("approval")
+    if trace.guard_reason is not None:
+        out.update(decision="deny", source="guard", stage="guards", reason=trace.guard_reason)
+    approval = trace.approval
     if approval is not None and not setup.dry_run:
-        out.update(
-            decision=approval.decision, source="user", stage="approval", reason=approval.reason
-        )
+        if hasattr(approval, "approved"):
+            verdict = "allow" if approval.approved else "deny"
+            said = approval.scope if approval.approved else approval.feedback
+        else:
+            verdict, said = "deny", approval.message
+        out.update(decision=verdict, source="user", stage="approval", reason=said)
     return out
 
 
