@@ -59,6 +59,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fastgate.bench import runner
+
     parser = argparse.ArgumentParser(prog="fastgate", description=__doc__)
     parser.add_argument("--version", action="store_true", help="print version and core, then exit")
     sub = parser.add_subparsers(dest="command")
@@ -82,8 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--scenario",
         action="append",
         metavar="NAME",
-        help="uncontended, contended, fairness, multi-lock, validators, pipeline, durability, "
-        "files, shell",
+        help=", ".join(runner.SCENARIOS),
     )
     bench.add_argument("--unit", help=argparse.SUPPRESS)
     from fastgate.cli_call import add_arguments
