@@ -111,6 +111,34 @@ def test_a_settings_file_in_claude_codes_shape_loads_with_sources_and_warnings(
     assert len(report["warnings"]) == 2
 
 
+def test_warnings_keep_each_rules_source_beside_command_line_rules(workspace: Path) -> None:
+    settings = workspace / "inert.json"
+    permissions = {"allow": ["Frobnicate(x)"], "disableBypassPermissionsMode": ""}
+    settings.write_text(json.dumps({"permissions": permissions}))
+    status, report, stderr = as_json(
+        workspace,
+        "bash",
+        '{"command": "echo hi"}',
+        "--settings",
+        str(settings),
+        "--allow",
+        "Bash(echo:*)",
+        "--deny",
+        "Nope",
+    )
+    assert status == 0, stderr
+    assert report["decision"]["rule_source"] == "--allow"
+    assert report["warnings"] == [
+        f"allow rule Frobnicate(x) ({settings}): no registered tool answers to the name "
+        "Frobnicate, so it can never match",
+        f"{settings}: permissions.disableBypassPermissionsMode is read but has no effect in "
+        "fastgate",
+        "deny rule Nope (--deny): no registered tool answers to the name Nope, so it can never "
+        "match",
+    ]
+    assert stderr.splitlines() == [f"warning: {w}" for w in report["warnings"]]
+
+
 def test_rules_given_on_the_command_line_say_so(workspace: Path) -> None:
     status, report, _ = as_json(
         workspace, "bash", '{"command": "echo hello"}', "--allow", "Bash(echo:*)"

@@ -105,15 +105,28 @@ class _Setup:
 
     def source_of(self, rule: str) -> str:
         """Where a matched rule came from, as the trail names it."""
-        for kind in ("allow", "ask", "deny"):
-            if rule in getattr(self.extra, kind):
-                return f"--{kind}"
-        source = self.settings.source_of(rule)
+        source = self._option_of(rule) or self.settings.source_of(rule)
         if source is not None:
             return source
         from fastgate.permissions import settings_path
 
         return settings_path(self.workspace)  # the project's own file (approved for the project)
+
+    def _option_of(self, rule: str) -> str | None:
+        for kind in ("allow", "ask", "deny"):
+            if rule in getattr(self.extra, kind):
+                return f"--{kind}"
+        return None
+
+    def warnings(self, registry: Any) -> list[str]:
+        """Rules that can never match: the settings files' (each naming its file, and what
+        the files hold that has no effect), then the command line's (naming the option)."""
+        from fastgate.permissions.dead_rules import dead_rule_warnings
+
+        return [
+            *self.settings.warnings(registry),
+            *dead_rule_warnings(self.extra.all_rules, self._option_of, registry),
+        ]
 
 
 def _merged(settings: Any, extra: Any) -> Any:
@@ -212,7 +225,7 @@ async def _run(setup: _Setup, registry: Any, name: str) -> dict[str, Any]:
         ToolRegistry,
     )
 
-    warnings = setup.config.warnings(registry)
+    warnings = setup.warnings(registry)  # the merged config no longer knows the files
     for warning in warnings:
         print(f"warning: {warning}", file=sys.stderr)
     if setup.dry_run:  # every tool, the servers' included, with a body that does nothing
