@@ -11,7 +11,7 @@ import pytest
 from fastgate import ErrorCode, ExecutionContext, PermissionConfig, PermissionMode
 from fastgate.builtin import LocalShell, Shell, ShellResult
 from fastgate.cancel import CancelToken
-from tests.builtin_kit import builtin_executor, call, failure_code, text
+from tests.builtin_kit import builtin_executor, call, failure_code, gone, text
 
 
 def bash_executor(workspace: Path, **options: Any) -> Any:
@@ -103,10 +103,13 @@ async def test_a_flood_is_cut_head_and_tail_within_30000_chars(tmp_path: Path) -
 
 async def test_a_never_ending_flood_times_out_bounded(tmp_path: Path) -> None:
     ex = bash_executor(tmp_path)
-    result = await call(ex, "bash", {"command": "yes", "timeout": 1})
+    command = "echo $$ > pids; yes & echo $! >> pids; yes"
+    result = await call(ex, "bash", {"command": command, "timeout": 1})
     assert result.error is not None and result.error.code == ErrorCode.TIMEOUT
     assert len(text(result)) <= 30_000
     assert result.error.details["truncated"] is True
+    pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
+    assert len(pids) == 2 and all(gone(pid) for pid in pids)
 
 
 async def test_binary_output_is_described_not_shown(tmp_path: Path) -> None:
@@ -142,6 +145,14 @@ async def test_bad_arguments_are_invalid_args_and_nothing_runs(
     assert result.error is not None and result.error.code == ErrorCode.INVALID_ARGS
     assert field in result.error.message
     assert shell.calls == []
+
+
+async def test_the_timeout_is_120_unless_given_and_600_is_allowed(tmp_path: Path) -> None:
+    shell = RecordingShell()
+    ex = bash_executor(tmp_path)
+    assert (await call(ex, "bash", {"command": "a"}, shell=shell)).ok
+    assert (await call(ex, "bash", {"command": "b", "timeout": 600}, shell=shell)).ok
+    assert [(c["command"], c["timeout"]) for c in shell.calls] == [("a", 120.0), ("b", 600.0)]
 
 
 async def test_a_timeout_over_600_names_the_limit(tmp_path: Path) -> None:
