@@ -330,3 +330,35 @@ def test_prompt_asks_on_the_terminal(
     report = json.loads(done.stdout)
     error = report["result"]["error"]
     assert (error and error["code"]) == code
+
+
+def test_the_readme_examples_run_on_the_checkout_as_it_says() -> None:
+    # The quick start stays two commands; the example after it runs `fastgate call` on the
+    # checkout itself: the first explains and runs a search, the second is refused (status 3).
+    import shlex
+
+    checkout = Path(__file__).resolve().parent.parent
+    readme = (checkout / "README.md").read_text()
+    blocks = readme.split("```bash\n")[1:]
+    quick_start = [line for line in blocks[0].split("```", 1)[0].splitlines() if line.strip()]
+    assert [line.split()[:2] for line in quick_start] == [
+        ["bash", "scripts/bench"],
+        ["bash", "scripts/test"],
+    ]
+    examples = [line for line in blocks[1].split("```", 1)[0].splitlines() if line.strip()]
+    assert len(examples) == 2
+    statuses = []
+    for line in examples:
+        argv = shlex.split(line, comments=True)
+        assert argv[:2] == [".venv/bin/fastgate", "call"], line
+        done = subprocess.run(
+            [FASTGATE, *argv[1:]],
+            cwd=checkout,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+        assert "decision trail" in done.stdout and "timings" in done.stdout, done.stderr
+        statuses.append(done.returncode)
+    assert statuses == [0, 3]
