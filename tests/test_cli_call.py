@@ -109,6 +109,11 @@ def test_a_settings_file_in_claude_codes_shape_loads_with_sources_and_warnings(
     assert f"Frobnicate(x) ({settings}): no registered tool answers" in stderr
     assert f"Bash(src/**) ({settings}): a path specifier" in stderr
     assert len(report["warnings"]) == 2
+    # On a terminal too: the rule's line names its file.
+    done = fastgate_call(workspace, "bash", '{"command": "rm -rf build"}', "--settings", settings)
+    assert done.returncode == 3
+    assert f"rules       rule Bash(rm:*) denies `rm -rf build`  [{settings}]" in done.stdout
+    assert "decided by  rules: deny, source rule" in done.stdout
 
 
 def test_warnings_keep_each_rules_source_beside_command_line_rules(workspace: Path) -> None:
