@@ -28,14 +28,18 @@ def builtin_executor(
     mode: PermissionMode = PermissionMode.ACCEPT_EDITS,
     permissions: PermissionConfig | None = None,
     fs: Any = None,
+    shell: Any = None,
     **options: Any,
 ) -> ToolExecutor:
-    """The built-ins, private scheduler and locks, ``workspace`` as the root, session "s1"."""
+    """The built-ins, private scheduler and locks, ``workspace`` as the root, session "s1"
+    (``fs`` and ``shell``: seams for every call, in ``context_defaults``)."""
     registry = ToolRegistry()
     register_builtins(registry)
     defaults: dict[str, Any] = {"session_id": "s1", "workspace_root": str(workspace)}
     if fs is not None:
         defaults["fs"] = fs
+    if shell is not None:
+        defaults["shell"] = shell
     options.setdefault("scheduler", ConcurrencyScheduler(SchedulerLimits()))
     options.setdefault("locks", FileLockManager())
     return ToolExecutor(
@@ -129,6 +133,16 @@ class MemoryFileSystem:
             if p.startswith(prefix) and p != path
         }
         return sorted(names)
+
+
+def gone(pid: int) -> bool:
+    """Dead: no such process, or a zombie (an orphan's reaper may not have collected it)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def real(path: Path) -> str:

@@ -101,5 +101,5 @@ def test_a_pool_limit_asked_of_the_registry_is_checked() -> None:
     registry = executor().registry
     for pool, limit in (("", 1), (None, 1), ("p", 0), ("p", 1.5), ("p", True)):
         with pytest.raises(ValueError, match="set_pool_limit"):
-            registry.set_pool_limit(pool, limit)  # type: ignore[arg-type]
+            registry.set_pool_limit(pool, limit)
     assert registry.pool_limit("p") is None

@@ -12,6 +12,7 @@ from fastgate._core import IMPLEMENTATION as IMPLEMENTATION
 from fastgate.approvals import ApprovalRequest as ApprovalRequest
 from fastgate.approvals import ApprovalResponse as ApprovalResponse
 from fastgate.approvals import ApprovalStore as ApprovalStore
+from fastgate.autoverify import AutoVerify as AutoVerify
 from fastgate.cancel import CancelToken as CancelToken
 from fastgate.context import ExecutionContext as ExecutionContext
 from fastgate.context import RunContext as RunContext
@@ -87,6 +88,7 @@ __all__ = (
     "ApprovalStore",
     "AuditEvent",
     "AuditSink",
+    "AutoVerify",
     "CancelToken",
     "CommandHook",
     "ConcurrencyScheduler",

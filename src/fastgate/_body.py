@@ -44,6 +44,7 @@ class BodyContext(RunContext):
         # A tuple once the config is made (declared as an Iterable for its constructor).
         self.additional_dirs = cast(tuple[str, ...], executor.permissions.additional_dirs)
         self._fs = None
+        self._shell = None
         self._changed = None
         self._executor = executor
         self._call = call

@@ -1,4 +1,4 @@
-"""The ``fastgate`` command: ``info`` and ``bench`` (SPEC §17)."""
+"""The ``fastgate`` command: ``info``, ``bench`` and ``call`` (SPEC §17)."""
 
 from __future__ import annotations
 
@@ -59,6 +59,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from fastgate.bench import runner
+
     parser = argparse.ArgumentParser(prog="fastgate", description=__doc__)
     parser.add_argument("--version", action="store_true", help="print version and core, then exit")
     sub = parser.add_subparsers(dest="command")
@@ -82,10 +84,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--scenario",
         action="append",
         metavar="NAME",
-        help="uncontended, contended, fairness, multi-lock, validators, pipeline, durability, "
-        "files",
+        help=", ".join(runner.SCENARIOS),
     )
     bench.add_argument("--unit", help=argparse.SUPPRESS)
+    from fastgate.cli_call import add_arguments
+
+    call = sub.add_parser(
+        "call",
+        help="run one call through the pipeline with the built-in tools, and explain the decision",
+        description="Run one tool call through the whole pipeline (validation, rules, mode, "
+        "sensitive paths, approval, admission) with the built-in tools on a workspace, and "
+        "print how each stage decided, the result and its timings. Exit status: 0 ran ok "
+        "(--dry-run: would run), 1 ran and failed, 2 bad usage or configuration, 3 refused "
+        "before running, 4 would ask (--dry-run).",
+    )
+    add_arguments(call)
     return parser
 
 
@@ -97,5 +110,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cmd_bench(args)
     if args.command == "info":
         return cmd_info(args)
+    if args.command == "call":
+        from fastgate.cli_call import run_call
+
+        return run_call(args)
     build_parser().print_help()
     return 2

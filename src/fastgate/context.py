@@ -70,7 +70,7 @@ class ExecutionContext:
     trusted: bool | None = None
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=lambda: _EMPTY)
     fs: Any = None  # a fastgate.builtin.FileSystem; None: the local one for the workspace
-    shell: Any = None  # a shell seam; None: the local one
+    shell: Any = None  # a fastgate.builtin.Shell; None: the local one
 
     def __init__(
         self,
@@ -207,6 +207,7 @@ class RunContext:
         "_fs",
         "_lock_paths",
         "_progress",
+        "_shell",
         "_signal",
         "additional_dirs",
         "attempt",
@@ -241,6 +242,7 @@ class RunContext:
         self._lock_paths = lock_paths
         self.additional_dirs = additional_dirs  # roots besides the workspace (PermissionConfig)
         self._fs: Any = None
+        self._shell: Any = None
         self._changed: list[str] | None = None
 
     @property
@@ -285,6 +287,24 @@ class RunContext:
                 fs = factory(self.workspace_root or os.getcwd(), self.additional_dirs)
             self._fs = fs
         return fs
+
+    @property
+    def shell(self) -> Any:
+        """The call's shell: the context's ``shell``, else the local one
+        (``fastgate.builtin.LocalShell``, once that package is imported)."""
+        shell = self._shell
+        if shell is None:
+            shell = self.context.shell
+            if shell is None:
+                factory = _LOCAL_SEAMS.get("shell")
+                if factory is None:
+                    raise RuntimeError(
+                        "this call has no shell: pass ExecutionContext(shell=...), or import "
+                        "fastgate.builtin for the local one"
+                    )
+                shell = factory(self.workspace_root or os.getcwd(), self.additional_dirs)
+            self._shell = shell
+        return shell
 
     def files_changed(self, paths: Iterable[str]) -> None:
         """Report paths this call wrote, created or deleted: they reach the executor's

@@ -25,6 +25,7 @@ from fastgate._holds import Aborted, Holds, until_cancelled
 from fastgate._mypyc import mypyc_attr
 from fastgate._refusals import failure_of, merge_decision
 from fastgate.approvals import ApprovalRequest, ApprovalStore
+from fastgate.autoverify import AutoVerify
 from fastgate.context import ExecutionContext, ToolCall
 from fastgate.decision import Decision, DecisionSource, PermissionMode
 from fastgate.errors import GateClosed, ResourceExhausted, SchedulerClosed
@@ -87,6 +88,7 @@ _wall_clock: Final = time.time
 _perf_clock: Final = time.perf_counter
 _DENY: Final = Decision.DENY
 _ASK: Final = Decision.ASK
+_YOLO: Final = PermissionMode.YOLO
 _next: Final = next  # a builtin is otherwise looked up in the builtins module on each use
 _RESULT_META: Final = ResultMeta
 _TOOL_RESULT: Final = ToolResult
@@ -247,7 +249,7 @@ class ToolExecutor:
         scheduler: ConcurrencyScheduler | None = None,
         locks: FileLockManager | None = None,
         store: ToolUseStore | None = None,
-        auto_verify: object = None,
+        auto_verify: AutoVerify | None = None,
         code_mode: CodeModeHost | None = None,
         context_defaults: Mapping[str, Any] | None = None,
         history_limit: int = 1000,
@@ -259,8 +261,10 @@ class ToolExecutor:
     ) -> None:
         if not isinstance(registry, ToolRegistry):
             raise TypeError(f"registry: expected a ToolRegistry, got {type(registry).__name__}")
-        if auto_verify is not None:
-            raise NotImplementedError("auto_verify= is not supported by this executor yet")
+        if auto_verify is not None and not isinstance(auto_verify, AutoVerify):
+            raise TypeError(
+                f"auto_verify: expected an AutoVerify, got {type(auto_verify).__name__}"
+            )
         if store is not None and not isinstance(store, ToolUseStore):
             raise TypeError(f"store: expected a ToolUseStore, got {type(store).__name__}")
         self.registry = registry
@@ -279,6 +283,7 @@ class ToolExecutor:
         self._history = History(history_limit)
         self._audit = audit
         self.store = store
+        self.auto_verify = auto_verify
         self._require_persistence = require_persistence
         self._store_seq = itertools.count()
         self._cancel_grace = cancel_grace
@@ -569,6 +574,8 @@ class ToolExecutor:
                 decision, source, reason = merge_decision(rule, hook_decision, hook_reason)
                 call.decision, call.decision_source = decision, source
                 self._audit_decision(call, decision, source, reason, rule)
+                if call.trace is not None:  # a tracer also hears what each side said
+                    call.trace.policy(rule, plan.has_pre(self.hooks), hook_decision, hook_reason)
                 if decision is _DENY:
                     return self._finalize(
                         call,
@@ -581,6 +588,8 @@ class ToolExecutor:
                 if self.guards:
                     reason_denied = run_guards(self.guards, ToolCallView(tool.name, args, ctx))
                     if reason_denied is not None:
+                        if call.trace is not None:
+                            call.trace.guard_reason = reason_denied
                         call.decision, call.decision_source = _DENY, DecisionSource.GUARD
                         self._audit_decision(
                             call, Decision.DENY, DecisionSource.GUARD, reason_denied, rule
@@ -604,6 +613,8 @@ class ToolExecutor:
                         call.execution_id,
                     )
                     answer = await ask_approval(self.approvals, ctx, request, rule, reason)
+                    if call.trace is not None:
+                        call.trace.approval = answer
                     if isinstance(answer, Refusal):
                         return self._finalize(
                             call, answer.code, answer.message, details=answer.details
@@ -820,12 +831,17 @@ class ToolExecutor:
             if post.content is not UNSET:  # new content (after a new value, it wins)
                 content = post.content
         # 14. file-change observers (the LSP seam): the paths the tool reported changing, else
-        #     the paths of a call that may have written them.
-        if self._file_observers:
+        #     the paths of a call that may have written them; then AutoVerify (YOLO, trusted).
+        verify = self.auto_verify
+        if verify is not None and (self.mode is not _YOLO or not ctx.trusted):
+            verify = None
+        if self._file_observers or verify is not None:
             changed = _changed_paths(call, tool, args, body)
             if changed:
                 for observer in self._file_observers:
                     _isolated(observer, changed, "file-change observer")
+                if verify is not None:
+                    content = await verify.report(changed, body, content)
         # 15. finalize.
         return self._finalize(call, None, "", content=content, value=value)
 

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from fastgate.context import ExecutionContext
 from fastgate.decision import Decision
+from fastgate.permissions.resolver import RuleDecision
 from fastgate.results import ToolResult
 
 
@@ -29,17 +30,55 @@ class CallTrace:
     approver's ALLOW or DENY once asked; ``ASK`` when an approval was needed and none was given
     (no approver, an approver error, a cancellation); ``None`` when it was refused before a
     decision was made (unknown tool, invalid arguments, worktree violation).
+
+    The policy's own words, for a debugger (``fastgate call``): ``rule``, the rule stage's
+    ``RuleDecision`` (matched rule, source, reason, sensitive; after a hook rewrote the arguments,
+    the stricter of the two); ``hooks_ran`` with the PreToolUse hooks' ``hook_decision`` and
+    ``hook_reason``; ``guard_reason`` when a guard refused; ``approval``, the approver's
+    ``ApprovalResponse`` or why no answer counted (a ``Refusal`` with ``code`` and ``message``).
+    Each stays ``None`` (``False``) where the call did not get that far.
     """
 
-    __slots__ = ("admission_began", "admitted", "decision", "ended", "run_began", "run_ended")
+    __slots__ = (
+        "admission_began",
+        "admitted",
+        "approval",
+        "decision",
+        "ended",
+        "guard_reason",
+        "hook_decision",
+        "hook_reason",
+        "hooks_ran",
+        "rule",
+        "run_began",
+        "run_ended",
+    )
 
     def __init__(self) -> None:
         self.decision: Decision | None = None
+        self.rule: RuleDecision | None = None
+        self.hooks_ran = False
+        self.hook_decision: Decision | None = None
+        self.hook_reason: str | None = None
+        self.guard_reason: str | None = None
+        self.approval: Any = None
         self.admission_began: float | None = None  # asked for the scheduler slot
         self.admitted: float | None = None  # holds its slot and file locks
         self.run_began: float | None = None  # the body's first attempt is about to start
         self.run_ended: float | None = None  # the body (every attempt) has settled
         self.ended: float | None = None  # the call left the pipeline
+
+    def policy(
+        self,
+        rule: RuleDecision,
+        hooks_ran: bool,
+        hook_decision: Decision | None,
+        hook_reason: str | None,
+    ) -> None:
+        """What the rules and the hooks said (stage 8)."""
+        self.rule = rule
+        self.hooks_ran = hooks_ran
+        self.hook_decision, self.hook_reason = hook_decision, hook_reason
 
     @property
     def admission_wait_ms(self) -> float | None:

@@ -31,6 +31,7 @@ SCENARIOS: dict[str, tuple[str, str, bool]] = {
     "mcp": ("fastgate.bench.mcp", "run_mcp", True),
     "telemetry": ("fastgate.bench.telemetry", "run_telemetry", True),
     "code": ("fastgate.bench.codemode", "run_code_scenario", True),
+    "shell": ("fastgate.bench.shell", "run_shell", True),
 }
 
 PROFILES = {

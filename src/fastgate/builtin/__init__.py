@@ -1,16 +1,19 @@
-"""Built-in file tools over swappable seams (SPEC §16): ``read``, ``write``, ``edit``,
-``apply_patch``, ``glob``, ``grep``.
+"""Built-in tools over swappable seams (SPEC §16): ``read``, ``write``, ``edit``,
+``apply_patch``, ``glob``, ``grep`` and ``bash``.
 
-The tools touch files only through ``RunContext.fs`` (a ``FileSystem``): pass your own with
-``ExecutionContext(fs=...)`` (or in ``context_defaults``) to run them on a sandbox; unset, a call
-gets ``LocalFileSystem`` for its workspace. Needs the ``builtin`` extra
-(``pip install 'fastgate[builtin]'``): ``pathspec``, ``google-re2`` and the ``ripgrep`` binary.
+The tools touch files only through ``RunContext.fs`` (a ``FileSystem``) and run commands only
+through ``RunContext.shell`` (a ``Shell``): pass your own with ``ExecutionContext(fs=...,
+shell=...)`` (or in ``context_defaults``) to run them on a sandbox; unset, a call gets
+``LocalFileSystem`` for its workspace and ``LocalShell``. Needs the ``builtin`` extra
+(``pip install 'fastgate[builtin]'``): ``pathspec``, ``google-re2``, the ``ripgrep`` binary and
+``psutil``.
 """
 
 from __future__ import annotations
 
 try:
     import pathspec  # noqa: F401
+    import psutil  # noqa: F401
     import re2  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised by installs without the extra
     raise ImportError(
@@ -24,15 +27,23 @@ from fastgate.builtin._fs import FileStat as FileStat
 from fastgate.builtin._fs import FileSystem as FileSystem
 from fastgate.builtin._fs import LocalFileSystem as LocalFileSystem
 from fastgate.builtin._fs import find_ripgrep as find_ripgrep
+from fastgate.builtin._shell import DEFAULT_ENV_DENY as DEFAULT_ENV_DENY
+from fastgate.builtin._shell import LocalShell as LocalShell
+from fastgate.builtin._shell import Shell as Shell
+from fastgate.builtin._shell import ShellResult as ShellResult
 from fastgate.builtin._tools import ALL
 from fastgate.context import set_local_seam
 from fastgate.registry import ToolRegistry
 from fastgate.tools import ToolDefinition
 
 __all__ = (
+    "DEFAULT_ENV_DENY",
     "FileStat",
     "FileSystem",
     "LocalFileSystem",
+    "LocalShell",
+    "Shell",
+    "ShellResult",
     "builtin_tools",
     "find_ripgrep",
     "register_builtins",
@@ -80,4 +91,13 @@ def _local_file_system(workspace_root: str, additional_dirs: tuple[str, ...]) ->
     return fs
 
 
+_LOCAL_SHELL = LocalShell()
+
+
+def _local_shell(workspace_root: str, additional_dirs: tuple[str, ...]) -> LocalShell:
+    """One ``LocalShell`` for every workspace: the directory is given to each ``run``."""
+    return _LOCAL_SHELL
+
+
 set_local_seam("fs", _local_file_system)
+set_local_seam("shell", _local_shell)

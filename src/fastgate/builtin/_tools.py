@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from fastgate import schema
+from fastgate.builtin._bash import MAX_COMMAND, MAX_TIMEOUT, bash, render_bash
 from fastgate.builtin._files import edit, read, write
 from fastgate.builtin._patch import apply_patch, patch_paths
 from fastgate.builtin._search import glob, grep
 from fastgate.kinds import ToolKind
-from fastgate.tools import ToolDefinition, define_tool
+from fastgate.tools import Output, ToolDefinition, define_tool
 
 FILE_PATH = schema.String(
     min_length=1, description="The file's path: relative to the workspace root, or absolute."
@@ -143,4 +144,37 @@ GREP = define_tool(
     rule_names=("Read", "Grep"),
 )
 
-ALL: tuple[ToolDefinition, ...] = (READ, WRITE, EDIT, APPLY_PATCH, GLOB, GREP)
+BASH = define_tool(
+    "bash",
+    "Run a bash command in the workspace and get its output (stdout and stderr together) and "
+    "exit code. Each call starts a fresh shell in the workspace root: no directory or variable "
+    "carries over, so chain dependent steps in one command (`cd sub && make`). Output past "
+    "30,000 characters is cut in the middle. Processes still running when the command ends or "
+    "times out are stopped: nothing keeps running in the background.",
+    schema.Object(
+        {
+            "command": schema.String(
+                min_length=1,
+                max_length=MAX_COMMAND,
+                pattern=r"\S",
+                description="The command line.",
+            ),
+            "timeout": schema.Number(
+                exclusive_minimum=0,
+                maximum=MAX_TIMEOUT,
+                description="Seconds before the command is stopped (default 120, at most 600).",
+            ),
+            "description": schema.Nullable(
+                schema.String(description="What the command does, in a few words, for people.")
+            ),
+        },
+        required=("command",),
+    ),
+    bash,
+    output=Output(render=render_bash),
+    kind=ToolKind.EXECUTE,
+    path_args=(),
+    rule_names=("Bash",),
+)
+
+ALL: tuple[ToolDefinition, ...] = (READ, WRITE, EDIT, APPLY_PATCH, GLOB, GREP, BASH)
