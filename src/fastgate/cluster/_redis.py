@@ -111,6 +111,10 @@ class RedisCluster:
         self.fallback_share = fallback_share
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self._keys = [f"{namespace}:workers", f"{namespace}:leases", f"{namespace}:epoch"]
+        self._channel = f"{namespace}:rebalance"
+        self._listener: asyncio.Task[None] | None = None
+        self._confirm = False  # an allotment shrank: tell Redis at once that it is in force
+        self._closing = False
         self._scheduler: ConcurrencyScheduler | None = None
         self._core: Any = None
         self._client: Any = None
@@ -156,6 +160,9 @@ class RedisCluster:
         # Nothing is admitted before the first allotment (or the fallback, if Redis is away).
         self._apply_zero()
         self._task = loop.create_task(self._run(), name=f"fastgate-cluster-{self.namespace}")
+        self._listener = loop.create_task(
+            self._listen(), name=f"fastgate-rebalance-{self.namespace}"
+        )
         core_slot = self._core.slot
         caps = self._caps
         seen = self._seen
@@ -178,16 +185,23 @@ class RedisCluster:
 
     async def detach(self) -> None:
         """Stop refreshing and give the allotment back (best effort: a lease also lapses)."""
-        task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        self._closing = True
+        if self._wake is not None:
+            self._wake.set()
+        for task in (self._task, self._listener):
+            # The client library may swallow a cancellation that lands inside one of its
+            # calls; the loop then ends by itself on ``_closing``.
+            while task is not None and not task.done():
+                task.cancel()
+                await asyncio.wait([task], timeout=0.1)
+        self._task = self._listener = None
         client = self._client
         if client is None:
             return
         with contextlib.suppress(RedisError, OSError, asyncio.TimeoutError):
-            await self._script(keys=self._keys, args=[self.worker_id, 0, "{}", "leave"])
+            await self._script(
+                keys=self._keys, args=[self.worker_id, 0, "{}", "leave", self._channel]
+            )
             self._round_trips += 1
         self._lease = None
         await client.aclose()
@@ -229,11 +243,11 @@ class RedisCluster:
         assert self._wake is not None
         wake = self._wake
         # Early refreshes (a new session, growing demand) come at most this often.
-        min_gap = self.refresh_interval / 20
-        while True:
+        min_gap = min(0.05, self.refresh_interval / 20)
+        while not self._closing:
             wake.clear()
             await self._refresh()
-            while True:
+            while not self._closing:
                 now = time.monotonic()
                 since = now - self._last_refresh
                 due_in = (
@@ -242,7 +256,7 @@ class RedisCluster:
                 lease = self._lease
                 if lease is not None and not self._fallback and self._degraded_reason:
                     due_in = min(due_in, lease.until - now)  # to switch to the fallback on time
-                if due_in <= 0:
+                if due_in <= 0 or self._confirm:
                     break
                 if wake.is_set() or self._demand_grew():
                     if since >= min_gap:
@@ -250,8 +264,33 @@ class RedisCluster:
                     await asyncio.sleep(min_gap - since)  # early refreshes are rate limited
                     continue
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(wake.wait(), min(due_in, self.refresh_interval / 8))
+                    async with asyncio.timeout(min(due_in, self.refresh_interval / 8)):
+                        await wake.wait()
                 self._check_lapsed()
+
+    async def _listen(self) -> None:
+        """Refresh early when another worker is short of its share or gave some back."""
+        # A connection of its own, without a read timeout: it waits for messages.
+        client = aioredis.Redis.from_url(
+            self.url, socket_connect_timeout=self.refresh_interval, retry=Retry(NoBackoff(), 0)
+        )
+        assert self._wake is not None
+        try:
+            while not self._closing:
+                pubsub = client.pubsub(ignore_subscribe_messages=True)
+                try:
+                    await pubsub.subscribe(self._channel)
+                    async for message in pubsub.listen():
+                        if message.get("data") != self.worker_id.encode():
+                            self._wake.set()
+                except (TimeoutError, RedisError, OSError):
+                    pass  # Redis is away: the refresher says so; try again later
+                finally:
+                    with contextlib.suppress(RedisError, OSError, asyncio.TimeoutError):
+                        await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await asyncio.sleep(self.refresh_interval)
+        finally:
+            await client.aclose()
 
     def _demand_grew(self) -> bool:
         """Some session waits here with more demand than Redis last heard of."""
@@ -322,7 +361,7 @@ class RedisCluster:
         self._round_trips += 1
         try:
             raw = await self._script(
-                keys=self._keys, args=[self.worker_id, ttl_ms, body, "refresh"]
+                keys=self._keys, args=[self.worker_id, ttl_ms, body, "refresh", self._channel]
             )
         except (TimeoutError, RedisError, OSError) as exc:
             self._failed(f"redis unreachable: {type(exc).__name__}: {exc}")
@@ -357,6 +396,7 @@ class RedisCluster:
             log.warning("fastgate.cluster %s: redis is back, leases again", self.namespace)
         self._degraded_reason = None
         self._fallback = False
+        self._confirm = self._lease is not None and _shrank(self._lease, lease)
         self._lease = lease
         self._apply_lease(lease, names)
 
@@ -419,3 +459,12 @@ class RedisCluster:
     ) -> None:
         core = self._core
         core.wake(core.set_limits(global_, kinds, list(pools.items()), caps, until))
+
+
+def _shrank(old: _Lease, new: _Lease) -> bool:
+    """Whether any share of ``new`` is below the same share of ``old``."""
+    if new.global_ < old.global_ or any(n < o for n, o in zip(new.kinds, old.kinds, strict=True)):
+        return True
+    if any(new.pools.get(name, 0) < v for name, v in old.pools.items()):
+        return True
+    return any(new.sessions.get(sid, 0) < v for sid, v in old.sessions.items())

@@ -2,7 +2,9 @@
 
 KEYS: 1 the workers' records (hash: worker id -> JSON), 2 their lease expiries (sorted set:
 worker id -> Redis time in ms), 3 the namespace's epoch (a hash: ``id``, ``grace_until``).
-ARGV: 1 worker id, 2 lease ttl (ms), 3 the worker's report (JSON), 4 ``refresh`` or ``leave``.
+ARGV: 1 worker id, 2 lease ttl (ms), 3 the worker's report (JSON), 4 ``refresh`` or ``leave``,
+5 the namespace's rebalancing channel (a worker short of its share, or one that gave some back,
+publishes its id there; the others refresh early).
 
 The report: ``lim`` this worker's limits, ``dem`` its demand (queued + running per session, kind
 and pool), ``use`` what it runs now, ``app`` the allotment it enforces now (empty when its lease
@@ -68,11 +70,14 @@ end
 
 local recs = {}
 local ids = {}
+local before = nil
 local raw = redis.call('HGETALL', workers_key)
 for i = 1, #raw, 2 do
   if raw[i] ~= me then
     recs[raw[i]] = cjson.decode(raw[i + 1])
     ids[#ids + 1] = raw[i]
+  else
+    before = cjson.decode(raw[i + 1]).held
   end
 end
 local mine = {lim = rep.lim, dem = rep.dem}
@@ -141,7 +146,8 @@ for _, sid in ipairs(snames) do
   sdemand[sid] = math.min(sdemand[sid], L.s)
 end
 local sshare, gleft = waterfill(snames, sdemand, L.g)
-local gmine = 0
+local gfair = {}
+for _, id in ipairs(ids) do gfair[id] = 0 end
 for _, sid in ipairs(snames) do
   local hs = hosts[sid]
   table.sort(hs)
@@ -150,22 +156,28 @@ for _, sid in ipairs(snames) do
   local split, left = waterfill(hs, wd, sshare[sid])
   -- The session's unused room goes to its hosts: a burst there needs no round trip.
   local spare = even(hs, L.s - sshare[sid] + left)
+  for _, id in ipairs(hs) do gfair[id] = gfair[id] + split[id] end
   if split[me] ~= nil then
     target.s[sid] = split[me] + spare[me]
-    gmine = gmine + split[me]
   end
 end
-target.g = gmine + even(ids, gleft)[me]
--- Kinds and pools: water-filled over the workers' demand, the rest spread evenly.
+target.g = gfair[me] + even(ids, gleft)[me]
+-- Kinds and pools: water-filled over the workers' demand, the rest spread evenly. A worker's
+-- demand counts up to its fair global share: it could not run more at once, and so a kind
+-- shared by many sessions follows the sessions' max-min split, not an equal split per worker.
 for k = 1, 3 do
   local wd = {}
-  for _, id in ipairs(ids) do wd[id] = math.min(num(list3(map(recs[id].dem).k)[k]), L.k[k]) end
+  for _, id in ipairs(ids) do
+    wd[id] = math.min(num(list3(map(recs[id].dem).k)[k]), L.k[k], gfair[id])
+  end
   local share, left = waterfill(ids, wd, L.k[k])
   target.k[k] = share[me] + even(ids, left)[me]
 end
 for name, limit in pairs(L.p) do
   local wd = {}
-  for _, id in ipairs(ids) do wd[id] = math.min(num(map(map(recs[id].dem).p)[name]), limit) end
+  for _, id in ipairs(ids) do
+    wd[id] = math.min(num(map(map(recs[id].dem).p)[name]), limit, gfair[id])
+  end
   local share, left = waterfill(ids, wd, limit)
   target.p[name] = share[me] + even(ids, left)[me]
 end
@@ -212,6 +224,19 @@ for name, limit in pairs(L.p) do
 end
 
 mine.held = held
+-- Rebalancing: when this worker is short of its fair share, or gave some back, the others
+-- hear it now (and refresh) instead of at their next interval.
+local gave_back = false
+if before ~= nil then
+  local b = dims(before)
+  if held.g < b.g then gave_back = true end
+  for k = 1, 3 do if held.k[k] < b.k[k] then gave_back = true end end
+  for sid, v in pairs(b.s) do if num(held.s[sid]) < num(v) then gave_back = true end end
+  for name, v in pairs(b.p) do if num(held.p[name]) < num(v) then gave_back = true end end
+end
+if short or gave_back then
+  redis.call('PUBLISH', ARGV[5], me)
+end
 redis.call('HSET', workers_key, me, cjson.encode(mine))
 redis.call('ZADD', leases_key, now + ttl, me)
 -- An abandoned namespace cleans itself up.
