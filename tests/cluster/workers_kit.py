@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
 
+from fastgate.bench.cluster_worker import Workers
 from fastgate.bench.redis_server import RedisServer, pid_alive
 
 
@@ -47,3 +51,23 @@ def rates_in_window(results: list[dict[str, Any]], start: float, end: float) -> 
             n = sum(1 for t in times if start <= t <= end)
             rates[session] = rates.get(session, 0.0) + n / (end - start)
     return rates
+
+
+def watch(
+    workers: Workers, until: Callable[[dict[int, dict[str, Any]]], bool], timeout: float = 30.0
+) -> tuple[dict[int, dict[str, Any]], float]:
+    """Read the workers' stats rows (each pushes one every ``report_every``) until ``until``
+    holds of the latest row per pid; returns those rows and when (monotonic) it held."""
+    latest: dict[int, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the cluster never reached the state waited for: {latest}")
+        item = workers.probe.blpop(["stats"], timeout=max(0.01, min(left, 1.0)))
+        if item is None:
+            continue
+        row = json.loads(item[1])
+        latest[row["pid"]] = row
+        if until(latest):
+            return latest, time.monotonic()

@@ -28,18 +28,31 @@ import redis.asyncio as aioredis
 from fastgate import ConcurrencyScheduler, SchedulerLimits, ToolKind
 from fastgate.cluster import RedisCluster
 
-#: KEYS: counter, max, counter, max, ...; ARGV[1]: +1 or -1. Returns the counters after.
+#: KEYS: counter, max, counter, max, ...; ARGV: +1 or -1, the worker's pid, when the call
+#: entered (wall clock). Also counts per worker (``cur:pid:N``) and, once a test froze a worker
+#: (``frozen_pid``, ``freeze_at``, ``cur:old``: its calls that were running then), the highest
+#: global count of the calls other than those (``max:fresh``): what was admitted meanwhile.
 PROBE_LUA = r"""
 local delta = tonumber(ARGV[1])
-local out = {}
 for i = 1, #KEYS, 2 do
   local v = redis.call('INCRBY', KEYS[i], delta)
   if delta > 0 and v > tonumber(redis.call('GET', KEYS[i + 1]) or '0') then
     redis.call('SET', KEYS[i + 1], v)
   end
-  out[#out + 1] = v
 end
-return out
+redis.call('INCRBY', 'cur:pid:' .. ARGV[2], delta)
+if delta < 0 and redis.call('GET', 'frozen_pid') == ARGV[2]
+    and tonumber(ARGV[3]) < tonumber(redis.call('GET', 'freeze_at') or '0') then
+  redis.call('DECR', 'cur:old')
+end
+if delta > 0 then
+  local old = tonumber(redis.call('GET', 'cur:old') or '0')
+  local fresh = tonumber(redis.call('GET', 'cur:global')) - old
+  if fresh > tonumber(redis.call('GET', 'max:fresh') or '0') then
+    redis.call('SET', 'max:fresh', fresh)
+  end
+end
+return 1
 """
 
 #: The baseline's acquisition: take a permit when the count stays within the cap.
@@ -94,6 +107,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     calls = int(spec.get("calls", 0))
     retry = spec.get("retry_ms", 1.0) / 1000.0
     stop = asyncio.Event()
+    pid = os.getpid()
     waits: dict[str, list[float]] = {}
     done: dict[str, int] = {}
     finished_at: dict[str, list[float]] = {}  # wall clock, comparable across workers
@@ -115,16 +129,18 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
             if scheduler is not None:
                 async with scheduler.slot(session, ToolKind[kind]):
                     waits[session].append(time.monotonic() - started)
-                    await enter_exit(keys=keys, args=[1])
+                    entered = time.time()
+                    await enter_exit(keys=keys, args=[1, pid, entered])
                     await asyncio.sleep(body)
-                    await enter_exit(keys=keys, args=[-1])
+                    await enter_exit(keys=keys, args=[-1, pid, entered])
             else:
                 await semaphore_slot(session)
                 try:
                     waits[session].append(time.monotonic() - started)
-                    await enter_exit(keys=keys, args=[1])
+                    entered = time.time()
+                    await enter_exit(keys=keys, args=[1, pid, entered])
                     await asyncio.sleep(body)
-                    await enter_exit(keys=keys, args=[-1])
+                    await enter_exit(keys=keys, args=[-1, pid, entered])
                 finally:
                     await sem_client.decr(f"sem:session:{session}")
                     await sem_client.decr("sem:global")

@@ -115,6 +115,7 @@ class RedisCluster:
         self._listener: asyncio.Task[None] | None = None
         self._confirm = False  # an allotment shrank: tell Redis at once that it is in force
         self._closing = False
+        self._epoch: str | None = None  # the namespace state this worker last had a lease of
         self._scheduler: ConcurrencyScheduler | None = None
         self._core: Any = None
         self._client: Any = None
@@ -342,6 +343,9 @@ class RedisCluster:
             "use": {"g": int(core.in_flight), "s": use, "k": list(kind_in), "p": pool_in},
         }
         lease = self._lease
+        report["ri"] = int(self.refresh_interval * 1000)
+        if self._epoch is not None:
+            report["ep"] = self._epoch
         if lease is not None and now < lease.until:
             report["app"] = {
                 "g": lease.global_,
@@ -349,8 +353,17 @@ class RedisCluster:
                 "k": lease.kinds,
                 "p": lease.pools,
             }
-            report["ep"] = lease.epoch
             report["left"] = int((lease.until - now) * 1000)
+        elif self._fallback:
+            # What the fallback may admit until the next report counts as held, like a lease.
+            global_, kinds, pools = self._fallback_caps()
+            per_session = min(global_, lim.session_limit)
+            report["app"] = {
+                "g": global_,
+                "s": dict.fromkeys(demand, per_session),
+                "k": kinds,
+                "p": pools,
+            }
         return json.dumps(report, separators=(",", ":")), names
 
     async def _refresh(self) -> None:
@@ -386,6 +399,7 @@ class RedisCluster:
             str(reply["epoch"]),
         )
         had_lease = self._lease is not None and asked_at < self._lease.until
+        self._epoch = lease.epoch
         if self._grace and not had_lease:
             # Redis lost its records and old leases still run: no share to be had until they
             # lapse. Admit as if Redis were away (and show it), the fallback counted in ``use``.

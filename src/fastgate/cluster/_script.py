@@ -39,9 +39,9 @@ if ARGV[4] == 'leave' then
   return '{}'
 end
 
--- The epoch names this namespace's state; a worker still enforcing an allotment of another
--- epoch means Redis lost its records (a restart): until that allotment runs out, nobody's
--- grant may grow beyond what it already enforces.
+-- The epoch names this namespace's state; a worker that held an allotment of another epoch
+-- means Redis lost its records (a restart): until what that worker (and any other like it)
+-- may still be running is known, nobody's grant grows beyond what it already enforces.
 local epoch = redis.call('HGET', epoch_key, 'id')
 if not epoch then
   epoch = now .. '-' .. me
@@ -49,9 +49,12 @@ if not epoch then
 end
 local rep = cjson.decode(ARGV[3])
 local grace_until = tonumber(redis.call('HGET', epoch_key, 'grace_until')) or 0
-if rep.ep and rep.ep ~= epoch and rep.left and rep.left > 0 then
-  if now + rep.left > grace_until then
-    grace_until = now + rep.left
+if rep.ep and rep.ep ~= epoch then
+  -- Its lease may still run (``left``), and workers admitting their fallback share meanwhile
+  -- report within a refresh interval (``ri``): until then no grant grows.
+  local until_ms = now + math.max(tonumber(rep.left) or 0, tonumber(rep.ri) or 0)
+  if until_ms > grace_until then
+    grace_until = until_ms
     redis.call('HSET', epoch_key, 'grace_until', grace_until)
   end
 end
