@@ -111,6 +111,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     waits: dict[str, list[float]] = {}
     done: dict[str, int] = {}
     finished_at: dict[str, list[float]] = {}  # wall clock, comparable across workers
+    admitted_at: dict[str, list[float]] = {}  # when each wait in ``waits`` ended (wall clock)
 
     async def semaphore_slot(session: str) -> None:
         # The usual per-call counting semaphore: global permit, then the session's.
@@ -130,6 +131,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
                 async with scheduler.slot(session, ToolKind[kind]):
                     waits[session].append(time.monotonic() - started)
                     entered = time.time()
+                    admitted_at[session].append(entered)
                     await enter_exit(keys=keys, args=[1, pid, entered])
                     await asyncio.sleep(body)
                     await enter_exit(keys=keys, args=[-1, pid, entered])
@@ -138,6 +140,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
                 try:
                     waits[session].append(time.monotonic() - started)
                     entered = time.time()
+                    admitted_at[session].append(entered)
                     await enter_exit(keys=keys, args=[1, pid, entered])
                     await asyncio.sleep(body)
                     await enter_exit(keys=keys, args=[-1, pid, entered])
@@ -170,6 +173,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         waits.setdefault(s["id"], [])
         done.setdefault(s["id"], 0)
         finished_at.setdefault(s["id"], [])
+        admitted_at.setdefault(s["id"], [])
         kind = s.get("kind", "READ_ONLY")
         tasks += [asyncio.create_task(caller(s["id"], kind)) for _ in range(s["concurrency"])]
     helpers = [asyncio.create_task(stopper())]
@@ -188,6 +192,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         "done": done,
         "finished_at": finished_at,
         "waits": waits,
+        "admitted_at": admitted_at,
     }
     if scheduler is not None:
         result["stats"] = msgspec.to_builtins(scheduler.stats())
@@ -199,6 +204,10 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1)  # a stuck worker shows where: kill -USR1 PID
     spec = json.loads(sys.argv[1])
     if spec.get("loop") == "uvloop":
         import uvloop
@@ -216,20 +225,21 @@ class Workers:
 
     def __init__(self, probe_url: str, specs: list[dict[str, Any]], timeout: float = 120.0) -> None:
         import subprocess
+        import tempfile
 
         import redis
 
         self.probe = redis.Redis.from_url(probe_url)
         self.timeout = timeout
-        env = dict(os.environ)
+        # Results go to files, not pipes: a worker done early never blocks on a full pipe.
+        self.outputs = [tempfile.TemporaryFile("w+") for _ in specs]
         self.processes = [
             subprocess.Popen(
                 [sys.executable, "-m", "fastgate.bench.cluster_worker", json.dumps(spec)],
-                stdout=subprocess.PIPE,
+                stdout=out,
                 text=True,
-                env=env,
             )
-            for spec in specs
+            for spec, out in zip(specs, self.outputs, strict=True)
         ]
 
     @property
@@ -251,12 +261,13 @@ class Workers:
         """Each worker's JSON line (in start order), except those at ``skip`` indexes."""
         out = []
         for i, process in enumerate(self.processes):
-            stdout, _ = process.communicate(timeout=self.timeout)
+            process.wait(timeout=self.timeout)
             if i in skip:
                 continue
             if process.returncode != 0:
                 raise RuntimeError(f"cluster worker {process.pid} failed ({process.returncode})")
-            out.append(json.loads(stdout.strip().splitlines()[-1]))
+            self.outputs[i].seek(0)
+            out.append(json.loads(self.outputs[i].read().strip().splitlines()[-1]))
         return out
 
     def maxima(self) -> dict[str, int]:
@@ -272,8 +283,8 @@ class Workers:
             if process.poll() is None:
                 process.kill()
             process.wait()
-            if process.stdout is not None:
-                process.stdout.close()
+        for output in self.outputs:
+            output.close()
         self.probe.close()
 
     def __enter__(self) -> Workers:
