@@ -92,6 +92,10 @@ def run_cluster(config: BenchConfig, loop: str) -> list[Measurement]:
     except ImportError:
         return _skip("the cluster extra is not installed (pip install 'fastgate[cluster]')")
     profile = "smoke" if config.ops <= 20_000 else "quick" if config.ops <= 50_000 else "full"
+    if profile == "smoke":
+        # A worker of this scenario was seen to hang now and then on the shared CI machine
+        # (not yet understood), so the smoke run leaves it to `--scenario cluster`.
+        return _skip("not in the smoke profile: run `fastgate bench --scenario cluster`")
     calls = SMALL_CALLS[profile]
     with tempfile.TemporaryDirectory(prefix="fastgate-bench-cluster-") as tmp:
         ours = _run("fastgate", calls, Path(tmp))

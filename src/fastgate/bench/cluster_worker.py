@@ -179,9 +179,19 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     helpers = [asyncio.create_task(stopper())]
     if scheduler is not None and spec.get("report_every"):
         helpers.append(asyncio.create_task(reporter(spec["report_every"])))
-    await asyncio.gather(*tasks)
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait([*tasks, stopped], return_when=asyncio.FIRST_COMPLETED)
+    if calls:
+        await asyncio.gather(*tasks)
     elapsed = time.monotonic() - started
     stop.set()
+    if scheduler is not None:
+        # Told to stop: callers still queued for a slot are withdrawn, not waited for. (The
+        # semaphore's callers finish their call instead: cancelled inside a Redis call they
+        # could lose a permit.)
+        for task in tasks:
+            task.cancel()
+    await asyncio.gather(*tasks, stopped, return_exceptions=True)
     for helper in helpers:
         helper.cancel()
     await asyncio.gather(*helpers, return_exceptions=True)

@@ -247,7 +247,11 @@ class RedisCluster:
         min_gap = min(0.05, self.refresh_interval / 20)
         while not self._closing:
             wake.clear()
-            await self._refresh()
+            try:
+                await self._refresh()
+            except Exception as exc:  # never let the refresher die: a lease would just lapse
+                log.exception("fastgate.cluster %s: refresh failed", self.namespace)
+                self._failed(f"refresh failed: {type(exc).__name__}: {exc}")
             while not self._closing:
                 now = time.monotonic()
                 since = now - self._last_refresh
