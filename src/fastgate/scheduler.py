@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import final
+from typing import Protocol, final
 
 import msgspec
 
@@ -91,8 +91,48 @@ class SchedulerLimits:
         return self.kind_limits.get(kind, self.global_limit)
 
 
+class ClusterStats(msgspec.Struct, frozen=True):
+    """The cluster view of a scheduler made with ``cluster=`` (``SchedulerStats.cluster``).
+
+    ``allotment_*``: this worker's current share of each limit (its lease, or the fallback when
+    ``degraded``). ``lease_age_s``/``lease_remaining_s``: since the lease was asked for and until
+    this worker stops admitting on it (None without a lease). ``redis_round_trips``: refreshes
+    sent to Redis (each one script call), ``refresh_failures`` the ones that failed.
+    """
+
+    namespace: str
+    worker_id: str
+    workers: int
+    degraded: bool
+    degraded_reason: str | None
+    grace: bool
+    lease_age_s: float | None
+    lease_remaining_s: float | None
+    allotment_global: int
+    allotment_by_kind: dict[str, int]
+    allotment_by_pool: dict[str, int]
+    allotment_by_session: dict[str, int]
+    redis_round_trips: int
+    refresh_failures: int
+
+
+class SchedulerCluster(Protocol):
+    """What ``ConcurrencyScheduler(cluster=...)`` takes (``fastgate.cluster.RedisCluster``)."""
+
+    def attach(self, scheduler: ConcurrencyScheduler, core: object) -> Callable[..., AsyncHold]:
+        """Start sharing the scheduler's limits; returns the ``slot`` the scheduler exposes."""
+        ...
+
+    def limits_changed(self) -> None: ...
+
+    async def detach(self) -> None: ...
+
+    def stats(self) -> ClusterStats: ...
+
+
 class SchedulerStats(msgspec.Struct, frozen=True):
-    """A snapshot of ``ConcurrencyScheduler.stats()``; wait percentiles are over queued requests."""
+    """A snapshot of ``ConcurrencyScheduler.stats()``; wait percentiles are over queued requests.
+    ``cluster``: the cluster view, for a scheduler made with ``cluster=``."""
 
     in_flight: int
     queued: int
@@ -110,6 +150,7 @@ class SchedulerStats(msgspec.Struct, frozen=True):
     wait_p90_ms: float
     wait_p99_ms: float
     closed: bool
+    cluster: ClusterStats | None = None
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -133,7 +174,9 @@ class ConcurrencyScheduler:
     #: ``async with scheduler.slot(session_id, kind, owner=None, pool=None):`` -- one slot.
     slot: Callable[..., AsyncHold]
 
-    def __init__(self, limits: SchedulerLimits | None = None) -> None:
+    def __init__(
+        self, limits: SchedulerLimits | None = None, *, cluster: SchedulerCluster | None = None
+    ) -> None:
         self.limits = limits if limits is not None else SchedulerLimits()
         lim = self.limits
         self._core = _core.sched.SchedulerCore(
@@ -152,6 +195,11 @@ class ConcurrencyScheduler:
         # Bound straight to the compiled core: no Python frame on the uncontended path.
         self.slot = self._core.slot
         self._timed_out = 0
+        # With a cluster the limits hold over every worker of its namespace: the local core
+        # admits within this worker's leased allotment (SPEC §18).
+        self.cluster = cluster
+        if cluster is not None:
+            self.slot = cluster.attach(self, self._core)
 
     @property
     def closed(self) -> bool:
@@ -192,6 +240,11 @@ class ConcurrencyScheduler:
         name = _pool_name(pool, "set_pool_limit")
         limit = _positive_int(f"pool_limits[{name!r}]", limit)
         self.limits = replace(self.limits, pool_limits={**self.limits.pool_limits, name: limit})
+        if self.cluster is not None:
+            # Nothing in the pool until the cluster grants this worker a share of the new limit.
+            self._core.wake(self._core.set_pool_limit(name, 0))
+            self.cluster.limits_changed()
+            return
         self._core.wake(self._core.set_pool_limit(name, limit))
 
     def cancel_owner(self, owner: object) -> int:
@@ -214,6 +267,8 @@ class ConcurrencyScheduler:
         for waiter in self._core.close():
             if not waiter.future.done():
                 waiter.future.set_exception(SchedulerClosed("the scheduler is closed"))
+        if self.cluster is not None:
+            await self.cluster.detach()  # gives this worker's allotment back
         await asyncio.sleep(0)
 
     def stats(self) -> SchedulerStats:
@@ -239,6 +294,7 @@ class ConcurrencyScheduler:
             wait_p90_ms=_percentile(waits, 0.90) * 1000.0,
             wait_p99_ms=_percentile(waits, 0.99) * 1000.0,
             closed=bool(core.closed),
+            cluster=None if self.cluster is None else self.cluster.stats(),
         )
 
 

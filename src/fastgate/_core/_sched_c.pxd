@@ -78,6 +78,8 @@ cdef class SchedulerCore:
     cdef public Py_ssize_t admitted
     cdef public Py_ssize_t rejected
     cdef public bint closed
+    cdef public dict session_caps
+    cdef public double lease_until
 
     @cython.locals(slot=Slot)
     cpdef Slot slot(self, object session_id, object kind, object owner=*, object pool=*)
@@ -88,6 +90,11 @@ cdef class SchedulerCore:
     cpdef bint try_acquire(self, object session_id, int kind) except -1
     @cython.locals(pools=PoolTable)
     cpdef bint try_acquire_in_pool(self, object session_id, int kind, Py_ssize_t pool) except -1
+    @cython.locals(caps=dict)
+    cdef bint _leased_room(self, object session_id, Py_ssize_t held) except -1
+    @cython.locals(pools=PoolTable, number=Py_ssize_t)
+    cpdef object set_limits(self, Py_ssize_t global_limit, list kind_limits, list pool_limits,
+                            dict session_caps, double lease_until)
     @cython.locals(queue=SessionQueue, waiter=SlotWaiter, tail=SlotWaiter)
     cpdef SlotWaiter enqueue(self, object session_id, int kind, object owner, Py_ssize_t pool=*)
     @cython.locals(queue=SessionQueue, tail=SlotWaiter, kind=int, pool=Py_ssize_t, lane=Py_ssize_t)
@@ -122,7 +129,7 @@ cdef class SchedulerCore:
     cdef bint _any_lane_open(self) except -1
     @cython.locals(best=SlotWaiter, head=SlotWaiter, heads=list, lane=Py_ssize_t)
     cdef SlotWaiter _first_admissible(self, SessionQueue queue)
-    @cython.locals(start=SessionQueue, queue=SessionQueue, waiter=SlotWaiter)
+    @cython.locals(start=SessionQueue, queue=SessionQueue, waiter=SlotWaiter, held=Py_ssize_t)
     cdef list _grant(self)
     @cython.locals(queue=SessionQueue, waiter=SlotWaiter, lane=Py_ssize_t)
     cpdef list _queued_waiters(self)

@@ -189,6 +189,10 @@ class SchedulerCore:
         self.waits: list[float] = []  # recent queued waits (seconds), a ring for stats
         self.wait_index = 0
         self.admitted_after_wait = 0
+        # Cluster mode only (None otherwise): each session's share of its limit leased to this
+        # worker (absent: none), and the local clock time the lease ends at.
+        self.session_caps: dict[Hashable, int] | None = None
+        self.lease_until = 0.0
         for name, limit in pool_limits:
             self.set_pool_limit(name, limit)
 
@@ -243,6 +247,8 @@ class SchedulerCore:
         held = sessions.get(session_id, 0)
         if held >= self.session_limit:
             return False
+        if self.session_caps is not None and not self._leased_room(session_id, held):
+            return False
         sessions[session_id] = held + 1
         self.in_flight += 1
         kind_in_flight[kind] += 1
@@ -259,6 +265,41 @@ class SchedulerCore:
             return False
         pools.in_flight[pool] += 1
         return True
+
+    def _leased_room(self, session_id: Hashable, held: int) -> bool:
+        """Cluster mode: the lease is current and the session holds less than its share."""
+        caps = self.session_caps
+        assert caps is not None
+        return held < caps.get(session_id, 0) and self.clock() < self.lease_until
+
+    def set_limits(
+        self,
+        global_limit: int,
+        kind_limits: list[int],
+        pool_limits: list[tuple[str, int]],
+        session_caps: dict[Hashable, int] | None,
+        lease_until: float,
+    ) -> list[SlotWaiter] | None:
+        """Replace the limits (cluster mode: this worker's leased allotment, or its fallback);
+        returns the waiters that now fit. ``session_caps`` None: every session has
+        ``session_limit``, with no lease. Slots in flight stay valid under lowered limits. A
+        closed core keeps refusing."""
+        if self.closed:
+            return None
+        self.global_limit = global_limit
+        self.kind_limits = [kind_limits[0], kind_limits[1], kind_limits[2]]
+        pools = self.pools
+        for name, limit in pool_limits:
+            number = pools.numbers.get(name, NO_POOL)
+            if number == NO_POOL:
+                pools.add(name, limit)
+            else:
+                pools.limits[number] = limit
+        self.session_caps = session_caps
+        self.lease_until = lease_until
+        if self.queued:
+            return self._grant()
+        return None
 
     def enqueue(
         self, session_id: Hashable, kind: int, owner: object, pool: int = NO_POOL
@@ -543,7 +584,10 @@ class SchedulerCore:
             queue = start
             waiter: SlotWaiter | None = None
             while queue is not None:
-                if self.session_in_flight.get(queue.session_id, 0) < self.session_limit:
+                held = self.session_in_flight.get(queue.session_id, 0)
+                if held < self.session_limit and (
+                    self.session_caps is None or self._leased_room(queue.session_id, held)
+                ):
                     waiter = self._first_admissible(queue)
                     if waiter is not None:
                         break

@@ -32,6 +32,7 @@ SCENARIOS: dict[str, tuple[str, str, bool]] = {
     "telemetry": ("fastgate.bench.telemetry", "run_telemetry", True),
     "code": ("fastgate.bench.codemode", "run_code_scenario", True),
     "shell": ("fastgate.bench.shell", "run_shell", True),
+    "cluster": ("fastgate.bench.cluster", "run_cluster", False),
 }
 
 PROFILES = {

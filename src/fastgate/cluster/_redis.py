@@ -1,0 +1,488 @@
+"""``RedisCluster``: this worker's lease on a share of the namespace's limits.
+
+A refresher task reports the worker's demand and asks the script (``_script``) for its allotment,
+every ``refresh_interval`` and sooner when a session it has no share for shows up or demand grows
+past what Redis last saw. The allotment is applied to the local scheduler core as its limits, so
+admission itself never waits on Redis; the core also checks the lease's end on every admission,
+on the worker's own monotonic clock, so a worker that was frozen admits nothing on a stale lease.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import math
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import RedisError
+
+from fastgate._types import AsyncHold
+from fastgate.cluster._script import REFRESH_LUA
+from fastgate.kinds import ToolKind
+from fastgate.scheduler import ClusterStats
+
+if TYPE_CHECKING:
+    from fastgate.scheduler import ConcurrencyScheduler
+
+log = logging.getLogger("fastgate.cluster")
+
+#: A worker stops admitting on a lease at this fraction of ``lease_ttl`` after it asked for it,
+#: measured on its own clock from before the request: before Redis can give the share away.
+LEASE_SAFETY = 0.9
+KINDS = tuple(ToolKind)
+
+
+def _seconds(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name}: expected seconds, got {value!r}")
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name}: must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+class _Lease:
+    """An allotment Redis granted, and when (local clock) it was asked for and runs out."""
+
+    __slots__ = ("asked_at", "epoch", "global_", "kinds", "pools", "sessions", "until")
+
+    def __init__(
+        self,
+        global_: int,
+        kinds: list[int],
+        pools: dict[str, int],
+        sessions: dict[str, int],
+        asked_at: float,
+        until: float,
+        epoch: str,
+    ) -> None:
+        self.global_ = global_
+        self.kinds = kinds
+        self.pools = pools
+        self.sessions = sessions
+        self.asked_at = asked_at
+        self.until = until
+        self.epoch = epoch
+
+
+class RedisCluster:
+    """Shares a ``ConcurrencyScheduler``'s limits with every worker of ``namespace`` on ``url``.
+
+    ``lease_ttl``: how long an allotment lasts without a refresh (a dead or frozen worker's share
+    returns to the others after it). ``refresh_interval``: how often a worker reports its demand.
+    ``fallback_share``: what a worker may admit per kind when Redis cannot be reached and its
+    lease has run out (0: nothing). One ``RedisCluster`` serves one scheduler.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        namespace: str = "fastgate",
+        lease_ttl: float = 15.0,
+        refresh_interval: float = 1.0,
+        fallback_share: int = 1,
+    ) -> None:
+        if type(url) is not str or not url:
+            raise ValueError(f"url: expected a redis:// rediss:// or unix:// URL, got {url!r}")
+        if type(namespace) is not str or not namespace:
+            raise ValueError(f"namespace: expected a non-empty string, got {namespace!r}")
+        self.url = url
+        self.namespace = namespace
+        self.lease_ttl = _seconds("lease_ttl", lease_ttl)
+        self.refresh_interval = _seconds("refresh_interval", refresh_interval)
+        if self.lease_ttl < 2 * self.refresh_interval:
+            raise ValueError(
+                f"lease_ttl ({lease_ttl!r}) must be at least twice refresh_interval "
+                f"({refresh_interval!r}): one late refresh must not end a lease"
+            )
+        if isinstance(fallback_share, bool) or not isinstance(fallback_share, int):
+            raise ValueError(f"fallback_share: expected an integer, got {fallback_share!r}")
+        if fallback_share < 0:
+            raise ValueError(f"fallback_share: must be 0 or more, got {fallback_share!r}")
+        self.fallback_share = fallback_share
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+        self._keys = [f"{namespace}:workers", f"{namespace}:leases", f"{namespace}:epoch"]
+        self._channel = f"{namespace}:rebalance"
+        self._listener: asyncio.Task[None] | None = None
+        self._confirm = False  # an allotment shrank: tell Redis at once that it is in force
+        self._closing = False
+        self._epoch: str | None = None  # the namespace state this worker last had a lease of
+        self._scheduler: ConcurrencyScheduler | None = None
+        self._core: Any = None
+        self._client: Any = None
+        self._script: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._lease: _Lease | None = None
+        self._caps: dict[Hashable, int] = {}  # the lease's session shares, by local session id
+        self._seen: dict[Hashable, None] = {}  # sessions that asked for a slot since the report
+        self._reported: dict[str, int] = {}  # session demand in the last report
+        self._workers = 0
+        self._grace = False
+        self._short = False
+        self._degraded_reason: str | None = None
+        self._fallback = False
+        self._round_trips = 0
+        self._failures = 0
+        self._last_refresh = 0.0
+
+    # -- the scheduler's side (SchedulerCluster) -------------------------------------------------
+
+    def attach(self, scheduler: ConcurrencyScheduler, core: object) -> Callable[..., AsyncHold]:
+        if self._scheduler is not None:
+            raise RuntimeError("a RedisCluster serves one scheduler; make one per scheduler")
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise RuntimeError(
+                "ConcurrencyScheduler(cluster=...) must be made inside a running event loop"
+            ) from None
+        self._scheduler = scheduler
+        self._core = core
+        timeout = max(0.25, min(self.refresh_interval, self.lease_ttl / 4))
+        self._client = aioredis.Redis.from_url(
+            self.url,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),  # the refresher retries on its own schedule
+            health_check_interval=0,
+        )
+        self._script = self._client.register_script(REFRESH_LUA)
+        self._wake = asyncio.Event()
+        # Nothing is admitted before the first allotment (or the fallback, if Redis is away).
+        self._apply_zero()
+        self._task = loop.create_task(self._run(), name=f"fastgate-cluster-{self.namespace}")
+        self._listener = loop.create_task(
+            self._listen(), name=f"fastgate-rebalance-{self.namespace}"
+        )
+        core_slot = self._core.slot
+        caps = self._caps
+        seen = self._seen
+        wake = self._wake
+
+        def slot(
+            session_id: Hashable, kind: object, owner: object = None, pool: object = None
+        ) -> AsyncHold:
+            seen[session_id] = None
+            if session_id not in caps and not self._fallback:
+                wake.set()  # a session this worker has no share for: ask now
+            hold: AsyncHold = core_slot(session_id, kind, owner, pool)
+            return hold
+
+        return slot
+
+    def limits_changed(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def detach(self) -> None:
+        """Stop refreshing and give the allotment back (best effort: a lease also lapses)."""
+        self._closing = True
+        if self._wake is not None:
+            self._wake.set()
+        for task in (self._task, self._listener):
+            # The client library may swallow a cancellation that lands inside one of its
+            # calls; the loop then ends by itself on ``_closing``.
+            while task is not None and not task.done():
+                task.cancel()
+                await asyncio.wait([task], timeout=0.1)
+        self._task = self._listener = None
+        client = self._client
+        if client is None:
+            return
+        with contextlib.suppress(RedisError, OSError, asyncio.TimeoutError):
+            await self._script(
+                keys=self._keys, args=[self.worker_id, 0, "{}", "leave", self._channel]
+            )
+            self._round_trips += 1
+        self._lease = None
+        await client.aclose()
+        self._client = None
+
+    def stats(self) -> ClusterStats:
+        lease = self._lease
+        now = time.monotonic()
+        core = self._core
+        kinds: list[int]
+        if lease is not None and now < lease.until:
+            allot_global, kinds = lease.global_, lease.kinds
+            pools, sessions = lease.pools, lease.sessions
+        elif self._fallback:
+            allot_global, kinds, pools = self._fallback_caps()
+            sessions = {}
+        else:
+            allot_global, kinds, pools, sessions = 0, [0, 0, 0], {}, {}
+        return ClusterStats(
+            namespace=self.namespace,
+            worker_id=self.worker_id,
+            workers=self._workers,
+            degraded=self._degraded_reason is not None,
+            degraded_reason=self._degraded_reason,
+            grace=self._grace,
+            lease_age_s=None if lease is None else now - lease.asked_at,
+            lease_remaining_s=None if lease is None else max(0.0, lease.until - now),
+            allotment_global=allot_global if core is not None else 0,
+            allotment_by_kind={kind.name: kinds[kind] for kind in KINDS},
+            allotment_by_pool=dict(pools),
+            allotment_by_session=dict(sessions),
+            redis_round_trips=self._round_trips,
+            refresh_failures=self._failures,
+        )
+
+    # -- the refresher ----------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        assert self._wake is not None
+        wake = self._wake
+        # Early refreshes (a new session, growing demand) come at most this often.
+        min_gap = min(0.05, self.refresh_interval / 20)
+        while not self._closing:
+            wake.clear()
+            try:
+                await self._refresh()
+            except Exception as exc:  # never let the refresher die: a lease would just lapse
+                log.exception("fastgate.cluster %s: refresh failed", self.namespace)
+                self._failed(f"refresh failed: {type(exc).__name__}: {exc}")
+            while not self._closing:
+                now = time.monotonic()
+                since = now - self._last_refresh
+                due_in = (
+                    self.refresh_interval / 4 if self._short else self.refresh_interval
+                ) - since
+                lease = self._lease
+                if lease is not None and not self._fallback and self._degraded_reason:
+                    due_in = min(due_in, lease.until - now)  # to switch to the fallback on time
+                if due_in <= 0 or self._confirm:
+                    break
+                if wake.is_set() or self._demand_grew():
+                    if since >= min_gap:
+                        break
+                    await asyncio.sleep(min_gap - since)  # early refreshes are rate limited
+                    continue
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(due_in, self.refresh_interval / 8)):
+                        await wake.wait()
+                self._check_lapsed()
+
+    async def _listen(self) -> None:
+        """Refresh early when another worker is short of its share or gave some back."""
+        # A connection of its own, without a read timeout: it waits for messages.
+        client = aioredis.Redis.from_url(
+            self.url, socket_connect_timeout=self.refresh_interval, retry=Retry(NoBackoff(), 0)
+        )
+        assert self._wake is not None
+        try:
+            while not self._closing:
+                pubsub = client.pubsub(ignore_subscribe_messages=True)
+                try:
+                    await pubsub.subscribe(self._channel)
+                    async for message in pubsub.listen():
+                        if message.get("data") != self.worker_id.encode():
+                            self._wake.set()
+                except (TimeoutError, RedisError, OSError):
+                    pass  # Redis is away: the refresher says so; try again later
+                finally:
+                    with contextlib.suppress(RedisError, OSError, asyncio.TimeoutError):
+                        await pubsub.aclose()  # type: ignore[no-untyped-call]
+                await asyncio.sleep(self.refresh_interval)
+        finally:
+            await client.aclose()
+
+    def _demand_grew(self) -> bool:
+        """Some session waits here with more demand than Redis last heard of."""
+        core = self._core
+        if not core.queued:
+            return False
+        in_flight, queued = core.session_counts()
+        limit = self._limits().session_limit
+        reported = self._reported
+        for sid, waiting in queued.items():
+            if min(waiting + in_flight.get(sid, 0), limit) > reported.get(str(sid), 0):
+                return True
+        return False
+
+    def _limits(self) -> Any:
+        assert self._scheduler is not None
+        return self._scheduler.limits
+
+    def _report(self, now: float) -> tuple[str, dict[str, Hashable]]:
+        core = self._core
+        lim = self._limits()
+        in_flight, queued = core.session_counts()
+        kind_in, kind_queued = core.kind_counts()
+        pool_in, pool_queued = core.pool_counts()
+        names: dict[str, Hashable] = {}
+        demand: dict[str, int] = {}
+        use: dict[str, int] = {}
+        for sid in {**self._seen, **dict.fromkeys(in_flight), **dict.fromkeys(queued)}:
+            name = str(sid)
+            names[name] = sid
+            running = in_flight.get(sid, 0)
+            demand[name] = min(running + queued.get(sid, 0), lim.session_limit)
+            if running:
+                use[name] = running
+        self._seen.clear()
+        self._reported = demand
+        report: dict[str, Any] = {
+            "lim": {
+                "g": lim.global_limit,
+                "s": lim.session_limit,
+                "k": [lim.limit_for(kind) for kind in KINDS],
+                "p": dict(lim.pool_limits),
+            },
+            "dem": {
+                "s": demand,
+                "k": [kind_in[i] + kind_queued[i] for i in range(3)],
+                "p": {name: pool_in[name] + pool_queued[name] for name in pool_in},
+            },
+            "use": {"g": int(core.in_flight), "s": use, "k": list(kind_in), "p": pool_in},
+        }
+        lease = self._lease
+        report["ri"] = int(self.refresh_interval * 1000)
+        if self._epoch is not None:
+            report["ep"] = self._epoch
+        if lease is not None and now < lease.until:
+            report["app"] = {
+                "g": lease.global_,
+                "s": lease.sessions,
+                "k": lease.kinds,
+                "p": lease.pools,
+            }
+            report["left"] = int((lease.until - now) * 1000)
+        elif self._fallback:
+            # What the fallback may admit until the next report counts as held, like a lease.
+            global_, kinds, pools = self._fallback_caps()
+            per_session = min(global_, lim.session_limit)
+            report["app"] = {
+                "g": global_,
+                "s": dict.fromkeys(demand, per_session),
+                "k": kinds,
+                "p": pools,
+            }
+        return json.dumps(report, separators=(",", ":")), names
+
+    async def _refresh(self) -> None:
+        asked_at = time.monotonic()
+        self._last_refresh = asked_at
+        body, names = self._report(asked_at)
+        ttl_ms = int(self.lease_ttl * 1000)
+        self._round_trips += 1
+        try:
+            raw = await self._script(
+                keys=self._keys, args=[self.worker_id, ttl_ms, body, "refresh", self._channel]
+            )
+        except (TimeoutError, RedisError, OSError) as exc:
+            self._failed(f"redis unreachable: {type(exc).__name__}: {exc}")
+            return
+        reply = json.loads(raw)
+        until = asked_at + self.lease_ttl * LEASE_SAFETY
+        if time.monotonic() >= until:
+            self._failed("the refresh took longer than the lease")
+            return
+        self._workers = int(reply["workers"])
+        self._grace = bool(reply["grace"])
+        self._short = bool(reply["short"])
+        pools = reply["p"] if isinstance(reply["p"], dict) else {}
+        sessions = reply["s"] if isinstance(reply["s"], dict) else {}
+        lease = _Lease(
+            int(reply["g"]),
+            [int(v) for v in reply["k"]],
+            {str(k): int(v) for k, v in pools.items()},
+            {str(k): int(v) for k, v in sessions.items()},
+            asked_at,
+            until,
+            str(reply["epoch"]),
+        )
+        had_lease = self._lease is not None and asked_at < self._lease.until
+        self._epoch = lease.epoch
+        if self._grace and not had_lease:
+            # Redis lost its records and old leases still run: no share to be had until they
+            # lapse. Admit as if Redis were away (and show it), the fallback counted in ``use``.
+            self._lease = None
+            self._enter_fallback("redis lost its state; waiting for the old leases to lapse")
+            return
+        if self._degraded_reason is not None:
+            log.warning("fastgate.cluster %s: redis is back, leases again", self.namespace)
+        self._degraded_reason = None
+        self._fallback = False
+        self._confirm = self._lease is not None and _shrank(self._lease, lease)
+        self._lease = lease
+        self._apply_lease(lease, names)
+
+    def _failed(self, reason: str) -> None:
+        self._failures += 1
+        if self._degraded_reason is None:
+            log.warning(
+                "fastgate.cluster %s: %s; admitting on the current lease, then at most %d per kind",
+                self.namespace,
+                reason,
+                self.fallback_share,
+            )
+        self._degraded_reason = reason
+        self._short = True
+        self._check_lapsed()
+
+    def _check_lapsed(self) -> None:
+        """A lease that ran out while Redis is away gives way to the fallback."""
+        lease = self._lease
+        if self._degraded_reason is None or self._fallback:
+            return
+        if lease is None or time.monotonic() >= lease.until:
+            self._lease = None
+            self._enter_fallback(self._degraded_reason)
+
+    def _enter_fallback(self, reason: str) -> None:
+        self._degraded_reason = reason
+        self._fallback = True
+        global_, kinds, pools = self._fallback_caps()
+        self._caps.clear()
+        self._set(global_, kinds, pools, None, 0.0)
+
+    def _fallback_caps(self) -> tuple[int, list[int], dict[str, int]]:
+        lim = self._limits()
+        share = self.fallback_share
+        kinds = [min(lim.limit_for(kind), share) for kind in KINDS]
+        pools = {name: min(limit, share) for name, limit in lim.pool_limits.items()}
+        return min(lim.global_limit, sum(kinds)), kinds, pools
+
+    def _apply_zero(self) -> None:
+        pools = dict.fromkeys(self._limits().pool_limits, 0)
+        self._set(0, [0, 0, 0], pools, self._caps, 0.0)
+
+    def _apply_lease(self, lease: _Lease, names: dict[str, Hashable]) -> None:
+        caps = self._caps
+        caps.clear()
+        for name, share in lease.sessions.items():
+            sid = names.get(name, name)
+            caps[sid] = share
+        pools = {name: lease.pools.get(name, 0) for name in self._limits().pool_limits}
+        self._set(lease.global_, lease.kinds, pools, caps, lease.until)
+
+    def _set(
+        self,
+        global_: int,
+        kinds: list[int],
+        pools: dict[str, int],
+        caps: dict[Hashable, int] | None,
+        until: float,
+    ) -> None:
+        core = self._core
+        core.wake(core.set_limits(global_, kinds, list(pools.items()), caps, until))
+
+
+def _shrank(old: _Lease, new: _Lease) -> bool:
+    """Whether any share of ``new`` is below the same share of ``old``."""
+    if new.global_ < old.global_ or any(n < o for n, o in zip(new.kinds, old.kinds, strict=True)):
+        return True
+    if any(new.pools.get(name, 0) < v for name, v in old.pools.items()):
+        return True
+    return any(new.sessions.get(sid, 0) < v for sid, v in old.sessions.items())
