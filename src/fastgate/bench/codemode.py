@@ -5,6 +5,9 @@
 - A call from a program: one nested no-op call (the program times its own loop, so neither the
   start nor the result's assembly counts), against the same call through ``execute()`` of an
   executor without code mode: the pipe's round trip added to the pipeline. Target <= 3x.
+- The crossing alone, for context: the worker's channel answered at once by a parent doing
+  nothing else, and a raw socket round trip between two blocking processes (this machine's
+  price for handing the CPU from one process to another and back).
 - The same with the calls made at once (``asyncio.gather``), for context: the round trips then
   overlap.
 """
@@ -12,6 +15,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import statistics
 import subprocess
@@ -96,7 +100,7 @@ async def _measure(config: BenchConfig, workspace: str) -> list[Measurement]:
     try:
         warm_ms, cold_ms = await _starts(config, warm, warm_mode, cold)
         calls = await _calls(config, warm, direct)
-        nested_us, direct_us, gathered_us, direct_gathered_us, floor_us = calls
+        nested_us, direct_us, gathered_us, direct_gathered_us, floor_us, raw_us = calls
     finally:
         for executor in (warm, cold, direct):
             executor.dispose()
@@ -104,6 +108,7 @@ async def _measure(config: BenchConfig, workspace: str) -> list[Measurement]:
     ratios = [n / d for n, d in zip(nested_us, direct_us, strict=True)]
     gathered = [n / d for n, d in zip(gathered_us, direct_gathered_us, strict=True)]
     floors = [f / d for f, d in zip(floor_us, direct_us, strict=True)]
+    raws = [r / d for r, d in zip(raw_us, direct_us, strict=True)]
     return [
         Measurement(
             "code",
@@ -143,6 +148,14 @@ async def _measure(config: BenchConfig, workspace: str) -> list[Measurement]:
             reference="the same call through execute()",
             detail=f"{statistics.median(floor_us):.1f} us: the worker's channel, answered at once"
             " by a parent doing nothing else (the floor of any call from a program)",
+        ),
+        Measurement(
+            "code",
+            "raw socket round trip / execute()",
+            statistics.median(raws),
+            reference="the same call through execute()",
+            detail=f"{statistics.median(raw_us):.1f} us: two processes passing a few bytes each"
+            " way, blocking, no event loop (what this machine charges for the crossing alone)",
         ),
         Measurement(
             "code",
@@ -203,11 +216,11 @@ print((time.perf_counter() - start) / {n} * 1e6)
 
 async def _calls(
     config: BenchConfig, coded: ToolExecutor, direct: ToolExecutor
-) -> tuple[list[float], list[float], list[float], list[float], list[float]]:
+) -> tuple[list[float], list[float], list[float], list[float], list[float], list[float]]:
     n = NESTED_CALLS
     ctx = ExecutionContext(session_id="bench")
     args = {"a": "hello", "b": "world"}
-    nested, plain, gathered, plain_gathered, floor = [], [], [], [], []
+    nested, plain, gathered, plain_gathered, floor, raw = [], [], [], [], [], []
     await _program_us(coded, _SERIAL.format(n=n // 5))  # warm up both
     for _ in range(n // 5):
         await direct.execute("concat", args, ctx)
@@ -218,11 +231,12 @@ async def _calls(
             await direct.execute("concat", args, ctx)
         plain.append((time.perf_counter() - start) / n * 1e6)
         floor.append(await _floor_us(n))
+        raw.append(_raw_us(n))
         gathered.append(await _program_us(coded, _GATHERED.format(n=n)))
         start = time.perf_counter()
         await asyncio.gather(*(direct.execute("concat", args, ctx) for _ in range(n)))
         plain_gathered.append((time.perf_counter() - start) / n * 1e6)
-    return nested, plain, gathered, plain_gathered, floor
+    return nested, plain, gathered, plain_gathered, floor, raw
 
 
 # The floor: the worker's own channel code in a child process, calling a parent that answers at
@@ -283,6 +297,37 @@ async def _floor_us(n: int) -> float:
             child.kill()
             child.wait()
     return float(out.split()[0])
+
+
+# The machine's own floor: a child echoing a few bytes over a socket, both ends blocking.
+_RAW_CHILD = """
+import os, sys
+fd = int(sys.argv[1])
+while os.read(fd, 64):
+    os.write(fd, b"r" * 48)
+"""
+
+
+def _raw_us(n: int) -> float:
+    ours, theirs = socket.socketpair()
+    child = subprocess.Popen(
+        [sys.executable, "-I", "-S", "-c", _RAW_CHILD, str(theirs.fileno())],
+        pass_fds=(theirs.fileno(),),
+    )
+    theirs.close()
+    try:
+        fd = ours.fileno()
+        for _ in range(n // 5):  # the child has started and both ends are warm
+            os.write(fd, b"c" * 64)
+            os.read(fd, 64)
+        start = time.perf_counter()
+        for _ in range(n):
+            os.write(fd, b"c" * 64)
+            os.read(fd, 64)
+        return (time.perf_counter() - start) / n * 1e6
+    finally:
+        ours.close()  # the child reads the end of the stream and exits
+        child.wait()
 
 
 async def _program_us(executor: ToolExecutor, code: str) -> float:

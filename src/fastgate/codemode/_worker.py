@@ -15,12 +15,18 @@ at once (``asyncio.gather``) are answered in any order::
     parent -> worker  {"t": "result", "id": 1, "ok": true, "value": ...}
                       {"t": "result", "id": 1, "ok": false, "code": "...", "message": "..."}
     worker -> parent  {"t": "done", "ok": true} | {"t": "done", "ok": false, "error": {...}}
+
+A call made while nothing else of the program can run (the usual ``await tools.x()`` one after
+another) waits for its reply inside the calling task rather than on the event loop, which
+would cost two loop iterations and a future per call; anything else the program waits for
+ends that wait (``Channel._wait_here``).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import socket
 import sys
 from collections.abc import Callable, Coroutine
@@ -39,24 +45,74 @@ class ToolCallError(Exception):
         self.message = message
 
 
-# Made once: json.dumps with options builds an encoder on every call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+class _Encoder:
+    """Compact JSON (no NaN): the C encoder of ``json`` made once and reused, where
+    ``json.dumps`` builds one on every call (a third of a call's own cost in this process).
+    A failed encoding may leave it mid-container: it is then made afresh."""
+
+    def __init__(self) -> None:
+        self._make = getattr(json.encoder, "c_make_encoder", None)
+        self._encode: Any = None
+        self._fresh()
+
+    def _fresh(self) -> None:
+        if self._make is None:  # an interpreter without the C accelerator
+            self._encode = json.JSONEncoder(
+                separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            ).iterencode
+            return
+        self._encode = self._make(
+            {}, _not_json, json.encoder.encode_basestring, None, ":", ",", False, False, False
+        )
+
+    def __call__(self, message: Any) -> str:
+        try:
+            return "".join(self._encode(message, 0) if self._make else self._encode(message))
+        except BaseException:
+            self._fresh()
+            raise
+
+
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+_ENCODE = _Encoder()
+# The C scanner json.loads ends in, without its checks of the input's type and encoding.
+_SCAN: Callable[[str, int], tuple[Any, int]]
+_SCAN = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    return (_ENCODER.encode(message) + "\n").encode()
+    return (_ENCODE(message) + "\n").encode()
+
+
+def decode(line: bytes) -> Any:
+    """One message of the parent's (compact JSON, one line); ``json.loads`` for anything the
+    scanner alone does not take whole, so an error says what ``json`` says."""
+    text = line.decode()
+    try:
+        value, end = _SCAN(text, 0)
+    except StopIteration:
+        end = -1
+    return value if end == len(text) else json.loads(text)
 
 
 class Channel:
     """The worker's end: calls wait on futures of whichever loop runs the program."""
 
     def __init__(self, sock: socket.socket) -> None:
+        import asyncio  # here, not at the top: the worker imports it once the ssl module is gone
+
+        self.running_loop = asyncio.get_running_loop
         self.sock = sock
         self.pending: dict[int, Any] = {}  # id -> the caller's future
         self.next_id = 0
         self.buffer = b""
         self.loop: Any = None
         self.closed = False
+        # The loop's selector as ``wait(timeout) -> [ready fd, ...]``; None: not a stdlib loop.
+        self.wait: Callable[[float | None], list[int]] | None = None
 
     def send(self, message: dict[str, Any]) -> None:
         self.sock.sendall(encode(message))  # blocking: the parent always reads
@@ -69,13 +125,11 @@ class Channel:
                 return None
             self.buffer += chunk
         line, _, self.buffer = self.buffer.partition(b"\n")
-        message: dict[str, Any] = json.loads(line)
+        message: dict[str, Any] = decode(line)
         return message
 
     async def call(self, name: str, args: dict[str, Any]) -> Any:
-        import asyncio
-
-        loop = asyncio.get_running_loop()
+        loop: Any = self.running_loop()  # the stdlib's, whose ready queue _wait_here reads
         if self.closed:
             raise ToolCallError("TOOL_ERROR", "the tool channel is closed; no call can be made")
         if loop is not self.loop:  # the program may run a loop of its own (asyncio.run)
@@ -86,28 +140,82 @@ class Channel:
                 raise ToolCallError("TOOL_ERROR", f"the tool channel failed: {exc}") from None
         try:
             line = encode({"t": "call", "id": self.next_id + 1, "name": name, "args": args})
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise ToolCallError(
                 "INVALID_ARGS", f"{name}: arguments must be JSON values ({exc})"
             ) from None
         self.next_id += 1
-        future = loop.create_future()
-        self.pending[self.next_id] = future
+        call_id = self.next_id
+        # The only call in flight, and nothing else of the program ready to run: the reply is
+        # waited for here, inside the calling task (see _wait_here).
+        alone = self.wait is not None and not self.pending and not loop._ready
         try:
             self.sock.sendall(line)
         except OSError as exc:
-            self.pending.pop(self.next_id, None)
             raise ToolCallError("TOOL_ERROR", f"the tool channel failed: {exc}") from None
-        reply = await future
+        reply = self._wait_here(loop, call_id) if alone and not loop.get_debug() else None
+        if reply is None:  # calls at once, or something else of the program became due
+            future = loop.create_future()
+            self.pending[call_id] = future
+            reply = await future
         if reply.get("ok"):
             return reply.get("value")
         raise ToolCallError(str(reply.get("code")), str(reply.get("message")))
+
+    def _wait_here(self, loop: Any, call_id: int) -> dict[str, Any] | None:
+        """The reply to the only call in flight, waited for without a trip through the event
+        loop (two of its iterations and a future: most of a call's cost in this process).
+
+        It waits on the loop's own selector, so that whatever else the program waits for ends
+        the wait: another file descriptor of the loop, its self-pipe (a signal, another
+        thread's call_soon_threadsafe), or the loop's next timer. It then returns ``None`` and
+        the caller waits for the reply on the loop as usual; epoll is level-triggered, so what
+        this wait saw and did not read, the loop sees again."""
+        assert self.wait is not None
+        fd = self.sock.fileno()
+        while True:
+            reply = self._take_reply(call_id)
+            if reply is not None:
+                return reply
+            scheduled = loop._scheduled
+            timeout = None
+            if scheduled:
+                timeout = scheduled[0].when() - loop.time()
+                if timeout <= 0:
+                    return None
+            if self.wait(timeout) != [fd]:
+                return None  # a timer is due, or another file descriptor is ready
+            try:
+                chunk = self.sock.recv(_CHUNK, socket.MSG_DONTWAIT)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._closed_by_parent()
+                raise ToolCallError("TOOL_ERROR", "the tool channel closed before the reply")
+            self.buffer += chunk
+
+    def _take_reply(self, call_id: int) -> dict[str, Any] | None:
+        """The reply to ``call_id`` if a whole one is buffered (others go to their futures)."""
+        found = None
+        while b"\n" in self.buffer:
+            line, _, self.buffer = self.buffer.partition(b"\n")
+            reply = decode(line)
+            if reply.get("id") == call_id:
+                found = reply
+                continue
+            future = self.pending.pop(reply.get("id"), None)
+            if future is not None and not future.done():
+                future.set_result(reply)
+        return found
 
     def _attach(self, loop: Any) -> None:
         if self.loop is not None and not self.loop.is_closed():
             self.loop.remove_reader(self.sock.fileno())
         self.loop = loop
         loop.add_reader(self.sock.fileno(), self._readable)
+        self.wait = _waiter(loop)
 
     def _readable(self) -> None:
         try:
@@ -117,22 +225,41 @@ class Channel:
         except OSError:
             chunk = b""
         if not chunk:
-            self.closed = True
-            self.loop.remove_reader(self.sock.fileno())
-            for future in self.pending.values():
-                if not future.done():
-                    future.set_exception(
-                        ToolCallError("TOOL_ERROR", "the tool channel closed before the reply")
-                    )
-            self.pending.clear()
+            self._closed_by_parent()
             return
         self.buffer += chunk
         *lines, self.buffer = self.buffer.split(b"\n")
         for line in lines:
-            reply = json.loads(line)
+            reply = decode(line)
             future = self.pending.pop(reply.get("id"), None)
             if future is not None and not future.done():
                 future.set_result(reply)
+
+    def _closed_by_parent(self) -> None:
+        self.closed = True
+        self.loop.remove_reader(self.sock.fileno())
+        for future in self.pending.values():
+            if not future.done():
+                future.set_exception(
+                    ToolCallError("TOOL_ERROR", "the tool channel closed before the reply")
+                )
+        self.pending.clear()
+
+
+def _waiter(loop: Any) -> Callable[[float | None], list[int]] | None:
+    """``wait(timeout)``: the file descriptors of the loop's selector that are ready, for the
+    stdlib's selector loop (whose ready queue, timers and selector a call reads); ``None``
+    for any other loop. The epoll object is polled directly where there is one (the
+    selector's ``select`` builds a key and an event mask for each)."""
+    selector = getattr(loop, "_selector", None)
+    if not (hasattr(loop, "_ready") and hasattr(loop, "_scheduled") and selector is not None):
+        return None
+    epoll = getattr(selector, "_selector", None)
+    if isinstance(epoll, select.epoll):
+        # Two events at most: all a wait needs to know is whether anything but the channel
+        # is ready.
+        return lambda timeout: [fd for fd, _ in epoll.poll(timeout, 2)]
+    return lambda timeout: [key.fd for key, _ in selector.select(timeout)]
 
 
 def _tool_function(channel: Channel, name: str, attr: str, doc: str) -> Callable[..., Any]:
