@@ -8,9 +8,10 @@ records its entry and exit in the probe Redis (INCR/DECR of the global, session 
 counters, and the maximum each reached), so a test sees what ran at once cluster-wide.
 
 It starts once ``go`` is pushed to the probe list ``go`` (BLPOP, one per worker), runs ``calls``
-per caller or, with ``calls`` 0, until ``stop`` is pushed, and prints one JSON line: completed
-calls and queue waits per session, and its scheduler's stats. With ``report_every`` it also
-pushes its cluster stats to the probe list ``stats`` that often (what fault tests wait on).
+per caller, or for ``seconds``, or (``calls`` 0) until ``stop`` is pushed, and prints one JSON
+line: completed calls and queue waits per session, and its scheduler's stats. With
+``report_every`` it also pushes its cluster stats to the probe list ``stats`` that often (what
+fault tests wait on).
 """
 
 from __future__ import annotations
@@ -105,6 +106,8 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         acquire = sem_client.register_script(SEMAPHORE_LUA)
     body = spec.get("body_ms", 1.0) / 1000.0
     calls = int(spec.get("calls", 0))
+    seconds = spec.get("seconds")  # a time box instead of a count of calls
+    deadline: float | None = None  # set at the start: ``seconds`` after it
     retry = spec.get("retry_ms", 1.0) / 1000.0
     stop = asyncio.Event()
     pid = os.getpid()
@@ -113,19 +116,24 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     finished_at: dict[str, list[float]] = {}  # wall clock, comparable across workers
     admitted_at: dict[str, list[float]] = {}  # when each wait in ``waits`` ended (wall clock)
 
-    async def semaphore_slot(session: str) -> None:
-        # The usual per-call counting semaphore: global permit, then the session's.
-        while True:
+    def over() -> bool:
+        return stop.is_set() or (deadline is not None and time.monotonic() >= deadline)
+
+    async def semaphore_slot(session: str) -> bool:
+        # The usual per-call counting semaphore: global permit, then the session's. False: the
+        # run ended while this caller was still trying (a starved caller may try for long).
+        while not over():
             if await acquire(keys=["sem:global"], args=[limits.global_limit]):
                 if await acquire(keys=[f"sem:session:{session}"], args=[limits.session_limit]):
-                    return
+                    return True
                 await sem_client.decr("sem:global")
             await asyncio.sleep(retry)
+        return False
 
     async def caller(session: str, kind: str) -> None:
         keys = probe_keys(session, kind)
         n = 0
-        while not stop.is_set() and (calls == 0 or n < calls):
+        while not over() and (calls == 0 or n < calls):
             started = time.monotonic()
             if scheduler is not None:
                 async with scheduler.slot(session, ToolKind[kind]):
@@ -136,7 +144,8 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
                     await asyncio.sleep(body)
                     await enter_exit(keys=keys, args=[-1, pid, entered])
             else:
-                await semaphore_slot(session)
+                if not await semaphore_slot(session):
+                    break
                 try:
                     waits[session].append(time.monotonic() - started)
                     entered = time.time()
@@ -167,6 +176,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     await probe.rpush("ready", str(os.getpid()))
     await probe.blpop(["go"], timeout=0)
     started = time.monotonic()
+    deadline = None if seconds is None else started + float(seconds)
     started_at = time.time()
     tasks = []
     for s in spec["sessions"]:
@@ -181,7 +191,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         helpers.append(asyncio.create_task(reporter(spec["report_every"])))
     stopped = asyncio.create_task(stop.wait())
     await asyncio.wait([*tasks, stopped], return_when=asyncio.FIRST_COMPLETED)
-    if calls:
+    if calls or deadline is not None:
         await asyncio.gather(*tasks)
     elapsed = time.monotonic() - started
     stop.set()
