@@ -277,15 +277,7 @@ class RunContext:
         fs = self._fs
         if fs is None:
             fs = self.context.fs
-            if fs is None:
-                factory = _LOCAL_SEAMS.get("fs")
-                if factory is None:
-                    raise RuntimeError(
-                        "this call has no file system: pass ExecutionContext(fs=...), or import "
-                        "fastgate.builtin for the local one"
-                    )
-                fs = factory(self.workspace_root or os.getcwd(), self.additional_dirs)
-            self._fs = fs
+            self._fs = fs = self._local_seam("fs", "file system") if fs is None else fs
         return fs
 
     @property
@@ -295,16 +287,18 @@ class RunContext:
         shell = self._shell
         if shell is None:
             shell = self.context.shell
-            if shell is None:
-                factory = _LOCAL_SEAMS.get("shell")
-                if factory is None:
-                    raise RuntimeError(
-                        "this call has no shell: pass ExecutionContext(shell=...), or import "
-                        "fastgate.builtin for the local one"
-                    )
-                shell = factory(self.workspace_root or os.getcwd(), self.additional_dirs)
-            self._shell = shell
+            self._shell = shell = self._local_seam("shell", "shell") if shell is None else shell
         return shell
+
+    def _local_seam(self, name: str, what: str) -> Any:
+        """The local seam ``name`` for this call's workspace, made by ``fastgate.builtin``."""
+        factory = _LOCAL_SEAMS.get(name)
+        if factory is None:
+            raise RuntimeError(
+                f"this call has no {what}: pass ExecutionContext({name}=...), or import "
+                "fastgate.builtin for the local one"
+            )
+        return factory(self.workspace_root or os.getcwd(), self.additional_dirs)
 
     def files_changed(self, paths: Iterable[str]) -> None:
         """Report paths this call wrote, created or deleted: they reach the executor's
