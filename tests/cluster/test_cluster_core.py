@@ -40,6 +40,23 @@ def test_a_session_admits_within_its_share_and_the_lease(impl: ModuleType) -> No
 
 
 @pytest.mark.parametrize("impl", implementations("_sched"), ids=lambda m: m.__name__)
+def test_a_slot_released_after_the_lease_ran_out_admits_no_waiter(impl: ModuleType) -> None:
+    # A frozen worker resumes: its calls from before finish, but nobody queued behind them may
+    # take their slots on the lapsed lease.
+    now = [100.0]
+    core = _core(impl, now)
+    core.set_limits(1, [1, 1, 1], [("p", 1)], {"a": 1}, 110.0)
+    assert core.try_acquire("a", 0)
+    waiter = core.enqueue("a", 0, "queued")
+    assert waiter is not None
+    now[0] = 111.0
+    assert not core.release("a", 0)
+    assert core.queued == 1 and core.in_flight == 0
+    granted = core.set_limits(1, [1, 1, 1], [("p", 1)], {"a": 1}, 121.0)  # a new lease
+    assert granted is not None and [w.owner for w in granted] == ["queued"]
+
+
+@pytest.mark.parametrize("impl", implementations("_sched"), ids=lambda m: m.__name__)
 def test_a_raised_allotment_admits_waiters_round_robin(impl: ModuleType) -> None:
     now = [0.0]
     core = _core(impl, now)

@@ -88,18 +88,14 @@ def test_a_killed_workers_share_returns_within_the_lease(
 def test_a_frozen_worker_admits_nothing_on_its_stale_lease(
     redis_server: RedisServer, second_redis: RedisServer
 ) -> None:
-    with Workers(second_redis.url, _specs(redis_server, second_redis)) as workers:
+    specs = _specs(redis_server, second_redis, mark_stale=True)
+    with Workers(second_redis.url, specs) as workers:
         workers.start()
         pids = workers.pids
-        watch(workers, _steady(pids))
+        rows, _ = watch(workers, _steady(pids))
         frozen, others = pids[0], pids[1:]
-        os.kill(frozen, signal.SIGSTOP)
-        probe = workers.probe
         # Its calls in flight stay counted while it is frozen: the inherent overlap of leases.
-        probe.set("frozen_pid", frozen)
-        probe.set("freeze_at", time.time())
-        probe.set("cur:old", int(probe.get(f"cur:pid:{frozen}") or 0))
-        probe.set("max:fresh", 0)
+        workers.freeze(frozen)
 
         def given_away(rows: dict[int, dict[str, Any]]) -> bool:
             views = _views(rows, others)
@@ -121,12 +117,18 @@ def test_a_frozen_worker_admits_nothing_on_its_stale_lease(
         watch(workers, rejoined)
         watch(workers, _steady(pids))
         workers.stop()
-        workers.results()
+        results = workers.results()
         fresh = workers.maxima()["fresh"]
     assert_all_gone(pids)
     # What was admitted after the freeze never exceeded the limit: the frozen worker took
     # nothing on its old lease when it resumed, the others only what it had lost.
     assert fresh <= LIMITS["global"], fresh
+    # Only what it had granted before the freeze entered on the lapsed lease: at most its
+    # allotment then, and no admission in between (the count stands still); admitting anew
+    # would have let in a caller per released slot.
+    stale = results[0]["stale_entries"]
+    assert len(stale) <= rows[frozen]["cluster"]["allotment_global"], stale
+    assert len(set(stale)) <= 1, stale
 
 
 def test_redis_restarted_mid_run_workers_degrade_then_recover(

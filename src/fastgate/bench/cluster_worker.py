@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -30,9 +31,12 @@ from fastgate import ConcurrencyScheduler, SchedulerLimits, ToolKind
 from fastgate.cluster import RedisCluster
 
 #: KEYS: counter, max, counter, max, ...; ARGV: +1 or -1, the worker's pid, when the call
-#: entered (wall clock). Also counts per worker (``cur:pid:N``) and, once a test froze a worker
-#: (``frozen_pid``, ``freeze_at``, ``cur:old``: its calls that were running then), the highest
-#: global count of the calls other than those (``max:fresh``): what was admitted meanwhile.
+#: entered (wall clock), and "1" when it entered on a lease that had already run out. Also counts
+#: per worker (``cur:pid:N``) and, once a test froze a worker (``FREEZE_LUA``), the highest global
+#: count of the calls other than the frozen worker's old ones (``max:fresh``): what was admitted
+#: meanwhile. A call of the frozen worker is old when it entered before the freeze or was granted
+#: before it and entered only after it resumed (then its lease had run out on entry: nothing new
+#: is admitted on such a lease, so only a grant made before the freeze enters on one).
 PROBE_LUA = r"""
 local delta = tonumber(ARGV[1])
 for i = 1, #KEYS, 2 do
@@ -42,9 +46,9 @@ for i = 1, #KEYS, 2 do
   end
 end
 redis.call('INCRBY', 'cur:pid:' .. ARGV[2], delta)
-if delta < 0 and redis.call('GET', 'frozen_pid') == ARGV[2]
-    and tonumber(ARGV[3]) < tonumber(redis.call('GET', 'freeze_at') or '0') then
-  redis.call('DECR', 'cur:old')
+if redis.call('GET', 'frozen_pid') == ARGV[2] and (ARGV[4] == '1'
+    or tonumber(ARGV[3]) < tonumber(redis.call('GET', 'freeze_at') or '0')) then
+  redis.call('INCRBY', 'cur:old', delta)
 end
 if delta > 0 then
   local old = tonumber(redis.call('GET', 'cur:old') or '0')
@@ -53,6 +57,18 @@ if delta > 0 then
     redis.call('SET', 'max:fresh', fresh)
   end
 end
+return 1
+"""
+
+#: ARGV: the frozen worker's pid, the wall clock once it stopped. In one step, so that no call of
+#: it is counted twice or missed: what it runs now is old, and so is every later entry or exit of
+#: a call that entered before the freeze (its +1 may still be on the way).
+FREEZE_LUA = r"""
+redis.call('SET', 'frozen_pid', ARGV[1])
+redis.call('SET', 'freeze_at', ARGV[2])
+local old = tonumber(redis.call('GET', 'cur:pid:' .. ARGV[1]) or '0')
+redis.call('SET', 'cur:old', old)
+redis.call('SET', 'max:fresh', tonumber(redis.call('GET', 'cur:global') or '0') - old)
 return 1
 """
 
@@ -65,6 +81,16 @@ if v > tonumber(ARGV[1]) then
 end
 return 1
 """
+
+
+def admitted_on_lapsed_lease(scheduler: ConcurrencyScheduler) -> int | None:
+    """The scheduler's count of admissions so far when the worker's lease has run out (nothing
+    new is admitted on it then, so the count stands still), else None."""
+    stats = scheduler.stats()
+    cluster = stats.cluster
+    if cluster is None or cluster.degraded or cluster.lease_remaining_s:
+        return None
+    return stats.admitted
 
 
 def probe_keys(session: str, kind: str) -> list[str]:
@@ -109,6 +135,8 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
     seconds = spec.get("seconds")  # a time box instead of a count of calls
     deadline: float | None = None  # set at the start: ``seconds`` after it
     retry = spec.get("retry_ms", 1.0) / 1000.0
+    mark_stale = bool(spec.get("mark_stale"))  # tell the probe what entered on a lapsed lease
+    stale_entries: list[int] = []  # the admission count at each such entry
     stop = asyncio.Event()
     pid = os.getpid()
     waits: dict[str, list[float]] = {}
@@ -140,9 +168,13 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
                     waits[session].append(time.monotonic() - started)
                     entered = time.time()
                     admitted_at[session].append(entered)
-                    await enter_exit(keys=keys, args=[1, pid, entered])
+                    admitted = admitted_on_lapsed_lease(scheduler) if mark_stale else None
+                    stale = admitted is not None
+                    if admitted is not None:
+                        stale_entries.append(admitted)
+                    await enter_exit(keys=keys, args=[1, pid, entered, int(stale)])
                     await asyncio.sleep(body)
-                    await enter_exit(keys=keys, args=[-1, pid, entered])
+                    await enter_exit(keys=keys, args=[-1, pid, entered, int(stale)])
             else:
                 if not await semaphore_slot(session):
                     break
@@ -150,9 +182,9 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
                     waits[session].append(time.monotonic() - started)
                     entered = time.time()
                     admitted_at[session].append(entered)
-                    await enter_exit(keys=keys, args=[1, pid, entered])
+                    await enter_exit(keys=keys, args=[1, pid, entered, 0])
                     await asyncio.sleep(body)
-                    await enter_exit(keys=keys, args=[-1, pid, entered])
+                    await enter_exit(keys=keys, args=[-1, pid, entered, 0])
                 finally:
                     await sem_client.decr(f"sem:session:{session}")
                     await sem_client.decr("sem:global")
@@ -213,6 +245,7 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
         "finished_at": finished_at,
         "waits": waits,
         "admitted_at": admitted_at,
+        "stale_entries": stale_entries,
     }
     if scheduler is not None:
         result["stats"] = msgspec.to_builtins(scheduler.stats())
@@ -225,7 +258,6 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> None:
     import faulthandler
-    import signal
 
     faulthandler.register(signal.SIGUSR1)  # a stuck worker shows where: kill -USR1 PID
     spec = json.loads(sys.argv[1])
@@ -276,6 +308,17 @@ class Workers:
 
     def stop(self) -> None:
         self.probe.rpush("stop", "stop")
+
+    def freeze(self, pid: int) -> float:
+        """SIGSTOP worker ``pid``, wait until it has stopped (a signal lands asynchronously),
+        then mark it frozen in the probe (``FREEZE_LUA``); returns the wall clock it used."""
+        os.kill(pid, signal.SIGSTOP)
+        _, status = os.waitpid(pid, os.WUNTRACED)
+        if not os.WIFSTOPPED(status):
+            raise RuntimeError(f"cluster worker {pid} did not stop: status {status}")
+        frozen_at = time.time()
+        self.probe.eval(FREEZE_LUA, 0, pid, repr(frozen_at))
+        return frozen_at
 
     def results(self, skip: tuple[int, ...] = ()) -> list[dict[str, Any]]:
         """Each worker's JSON line (in start order), except those at ``skip`` indexes."""
