@@ -154,6 +154,37 @@ def test_rules_given_on_the_command_line_say_so(workspace: Path) -> None:
     assert report["result"]["content"] == "hello\nExit code: 0"
 
 
+def test_stages_after_a_deny_are_shown_as_not_reached(workspace: Path) -> None:
+    command = '{"command": "rm -rf x"}'
+    status, report, _ = as_json(workspace, "bash", command, "--deny", "Bash(rm:*)")
+    assert status == 3
+    trail = {step["stage"]: step["outcome"] for step in report["trail"]}
+    # The mode's default is shown for what it is: not what decided.
+    assert trail["mode"] == "default: ask for EXECUTE tools (not used: a rule decided)"
+    assert trail["guards"] == "not reached: denied above"
+    assert trail["approval"] == "not reached: denied above"
+    assert report["decision"]["stage"] == "rules" and report["decision"]["decision"] == "deny"
+
+
+def test_a_closed_output_pipe_ends_the_command_quietly(workspace: Path) -> None:
+    # ``fastgate call ... | head -1``: the reader leaves before the report is written.
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        done = subprocess.run(
+            [FASTGATE, "call", "read", '{"file_path": "notes.md"}', "--workspace", str(workspace)],
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+    finally:
+        os.close(writer)
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr, done.stderr
+
+
 def test_dry_run_decides_without_invoking(workspace: Path) -> None:
     args = '{"file_path": "src/new.py", "content": "x = 1\\n"}'
     status, report, _ = as_json(workspace, "write", args, "--dry-run")

@@ -315,7 +315,8 @@ def _report(
     asked: list[Any],
     warnings: list[str],
 ) -> dict[str, Any]:
-    from fastgate import ErrorCode
+    from fastgate import Decision, ErrorCode
+    from fastgate._refusals import merge_decision
     from fastgate.permissions import MODE_DEFAULTS
 
     tool = registry.resolve(name)
@@ -350,25 +351,38 @@ def _report(
             rule_source=setup.source_of(matched) if matched else None,
         )
         default = MODE_DEFAULTS[setup.mode][tool.kind]
-        step("mode", f"{setup.mode.value}: {default.value} for {tool.kind.name} tools")
+        mode_line = f"{setup.mode.value}: {default.value} for {tool.kind.name} tools"
+        decider = _DECIDER.get(str(rule.source))
+        if decider is not None:
+            mode_line += f" (not used: {decider} decided)"
+        step("mode", mode_line)
         step("sensitive", "yes: at least ask, in every mode" if rule.sensitive else "no")
         if trace.hooks_ran:
             step("hooks", f"{trace.hook_decision or 'no opinion'}: {trace.hook_reason or ''}")
         else:
             step("hooks", "none registered")
+        merged, _, _ = merge_decision(rule, trace.hook_decision, trace.hook_reason)
         guarded = trace.guard_reason
-        step("guards", "none registered" if guarded is None else f"deny: {guarded}")
         approval = trace.approval
-        if approval is None:
-            step("approval", "not needed")
-        elif setup.dry_run:
-            step("approval", "would ask (dry run): " + asked[0].reason if asked else "would ask")
-        elif hasattr(approval, "approved"):
-            verdict = "allow" if approval.approved else "deny"
-            said = approval.scope if approval.approved else approval.feedback
-            step("approval", f"{verdict} ({said})", decision=verdict)
+        if merged is Decision.DENY:
+            # Stages after a deny do not run: say so rather than what they would have said.
+            step("guards", "not reached: denied above")
+            step("approval", "not reached: denied above")
         else:
-            step("approval", f"no answer: {approval.message}", decision="deny")
+            step("guards", "none registered" if guarded is None else f"deny: {guarded}")
+            if guarded is not None:
+                step("approval", "not reached: a guard denied")
+            elif approval is None:
+                step("approval", "not needed")
+            elif setup.dry_run:
+                why = f" (dry run): {asked[0].reason}" if asked else ""
+                step("approval", f"would ask{why}")
+            elif hasattr(approval, "approved"):
+                verdict = "allow" if approval.approved else "deny"
+                said = approval.scope if approval.approved else approval.feedback
+                step("approval", f"{verdict} ({said})", decision=verdict)
+            else:
+                step("approval", f"no answer: {approval.message}", decision="deny")
     decision = _decision(setup, trace, code, error)
     ran = trace.run_began is not None and not setup.dry_run
     if setup.dry_run:
@@ -437,6 +451,9 @@ def _decision(setup: _Setup, trace: Any, code: Any, error: Any) -> dict[str, Any
         out.update(decision=verdict, source="user", stage="approval", reason=said)
     return out
 
+
+# What decided in the mode's place, by the rule decision's source.
+_DECIDER = {"rule": "a rule", "session": "a session approval"}
 
 _DECIDING_STAGE = {
     "mode": "mode",
