@@ -6,6 +6,8 @@ Cases: a no-op READ_ONLY tool with two string arguments, and a WRITE tool with o
 concurrent callers; the no-op tool as servers usually run calls, with a time budget and a
 caller's cancel token (the body's deadline and signal); and the no-op call spelled as the README
 teaches it (a tool from a raw JSON Schema, a new context naming session and workspace per call).
+Each case's "/ no-op per call" row times the no-op call in the same rounds as the case, so a
+drift of the machine's speed between cases does not enter the ratio.
 """
 
 from __future__ import annotations
@@ -217,17 +219,20 @@ async def _measure(config: BenchConfig, workspace: str, compiled: bool) -> list[
     serial_n = max(500, config.ops // 25)
     per_caller = max(2, config.ops // 5000)
     out: list[Measurement] = []
-    noop_cost = 0.0
+    noop = cases[NOOP][0]
     for name, (ours, direct) in cases.items():
         await _serial(ours, serial_n // 5)  # warm up
         await _serial(direct, serial_n // 5)
         ratios, ours_us, direct_us, conc_ratios, conc_rate = [], [], [], [], []
+        to_noop: list[float] = []  # this case against the no-op call, timed in the same round
         for _ in range(config.rounds):
             a = await _serial(ours, serial_n)
             b = await _serial(direct, serial_n)
             ratios.append(a / b)
             ours_us.append(a / serial_n * 1e6)
             direct_us.append(b / serial_n * 1e6)
+            if name != NOOP:
+                to_noop.append(a / await _serial(noop, serial_n))
         for _ in range(max(1, config.rounds // 3)):
             a = await _concurrent(ours, per_caller)
             b = await _concurrent(direct, per_caller)
@@ -237,8 +242,6 @@ async def _measure(config: BenchConfig, workspace: str, compiled: bool) -> list[
         if bad:
             raise RuntimeError(f"benchmark calls failed: {bad[0].error}")
         per_call = statistics.median(ours_us)
-        if name == NOOP:
-            noop_cost = per_call
         out.append(
             Measurement(
                 "pipeline",
@@ -266,7 +269,7 @@ async def _measure(config: BenchConfig, workspace: str, compiled: bool) -> list[
                 Measurement(
                     "pipeline",
                     f"{name} / no-op per call",
-                    per_call / noop_cost,
+                    statistics.median(to_noop),
                     reference="no-op READ_ONLY execute()",
                     target=Target("<=", 2.0, ci_bound=REGRESSION_WRITE)
                     if compiled and existing
