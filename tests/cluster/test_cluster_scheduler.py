@@ -173,3 +173,73 @@ def test_bad_settings_name_the_field() -> None:
 def test_a_cluster_needs_a_running_loop() -> None:
     with pytest.raises(RuntimeError, match="running event loop"):
         ConcurrencyScheduler(cluster=RedisCluster("redis://localhost"))
+
+
+async def test_after_redis_lost_its_data_a_new_worker_yields_to_the_old_leases(
+    redis_server: RedisServer,
+) -> None:
+    # Redis forgets everything (as after a restart without persistence) while an old worker
+    # runs its whole share, and a new worker that never held a lease arrives at once. Redis
+    # cannot tell that from a first start, so the new worker may get a share; once the old
+    # worker has reported its lease of the lost state, the new worker's share shrinks to what
+    # is left (nothing) and it admits nothing more while the old calls run (docs/cluster.md).
+    limits = SchedulerLimits(global_limit=4, session_limit=4)
+    settings = {"lease_ttl": 4.0, "refresh_interval": 0.5}
+    old = ConcurrencyScheduler(limits, cluster=_cluster(redis_server.url, **settings))
+    client = aioredis.from_url(redis_server.url)
+    release = asyncio.Event()
+    all_in = asyncio.Event()
+    held = 0
+
+    async def hold() -> None:
+        nonlocal held
+        async with old.slot("a", ToolKind.READ_ONLY):
+            held += 1
+            if held == 4:
+                all_in.set()
+            await release.wait()
+
+    holders = [asyncio.create_task(hold()) for _ in range(4)]
+    new: ConcurrencyScheduler | None = None
+    flood: list[asyncio.Task[None]] = []
+    try:
+        await all_in.wait()
+        await client.flushall()
+        new = ConcurrencyScheduler(limits, cluster=_cluster(redis_server.url, **settings))
+        newcomer = new
+
+        async def call() -> None:
+            while True:
+                async with newcomer.slot("b", ToolKind.READ_ONLY):
+                    await asyncio.sleep(0.005)
+
+        flood = [asyncio.create_task(call()) for _ in range(4)]
+
+        def yielded() -> bool:
+            # It has heard of the old worker (which reported since) and holds no share.
+            assert newcomer.cluster is not None
+            view = _view(newcomer)
+            return (
+                view.workers == 2 and view.allotment_global == 0 and not newcomer.stats().in_flight
+            )
+
+        # Within about two refresh intervals; a guard, not a measurement.
+        deadline = asyncio.get_running_loop().time() + 3.0
+        while not yielded():
+            assert asyncio.get_running_loop().time() < deadline, "never gave its share up"
+            await asyncio.sleep(0.05)  # a state to observe, not a synchronization
+        admitted = new.stats().admitted
+        await asyncio.sleep(4 * settings["refresh_interval"])  # several refreshes go by
+        assert new.stats().admitted == admitted, "admitted while the old lease ran its share"
+        assert old.stats().in_flight == 4
+        release.set()
+        await asyncio.gather(*holders)
+    finally:
+        release.set()
+        for task in flood:
+            task.cancel()
+        await asyncio.gather(*holders, *flood, return_exceptions=True)
+        await old.close()
+        if new is not None:
+            await new.close()
+        await client.aclose()
