@@ -77,8 +77,9 @@ class PermissionConfig:
     default_mode: PermissionMode | None = None
     rules: RuleSet = field(init=False, repr=False, compare=False)
     sensitive_patterns: tuple[PathPattern, ...] = field(init=False, repr=False, compare=False)
-    # Set by ``load``: what the files said that has no effect.
-    _notes: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    # Set by ``load``: what the files said that has no effect. An init field (by ``load``, not
+    # by callers), so that a copy made with ``dataclasses.replace`` keeps it.
+    _notes: tuple[str, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
         allow = _rules(self.allow, "allow")
@@ -92,7 +93,9 @@ class PermissionConfig:
         mode = None if self.default_mode is None else PermissionMode.parse(self.default_mode)
         set_ = object.__setattr__
         set_(self, "default_mode", mode)
-        set_(self, "_notes", ())
+        notes = self._notes
+        if not isinstance(notes, tuple) or not all(isinstance(n, str) for n in notes):
+            raise TypeError("_notes: set by PermissionConfig.load, a tuple of strings")
         set_(self, "allow", allow)
         set_(self, "ask", ask)
         set_(self, "deny", deny)
@@ -137,7 +140,7 @@ class PermissionConfig:
         def listed(kind: RuleKind) -> RuleTexts:
             return RuleTexts.of(parse_rules(rules[kind], kind), sources[kind])
 
-        config = cls(
+        return cls(
             allow=listed("allow"),
             ask=listed("ask"),
             deny=listed("deny"),
@@ -145,9 +148,8 @@ class PermissionConfig:
             additional_dirs=dirs,
             case_insensitive=case_insensitive,
             default_mode=mode,
+            _notes=tuple(notes),
         )
-        object.__setattr__(config, "_notes", tuple(notes))
-        return config
 
     def source_of(self, rule: str) -> str | None:
         """The settings file ``rule`` (its text) was first loaded from, as a deny, else an ask,
