@@ -279,6 +279,21 @@ def test_a_malformed_settings_file_is_named(workspace: Path) -> None:
     assert str(bad) in done.stderr
 
 
+DEEP = '{"a": ' * 10_000 + "1" + "}" * 10_000  # deeper than any JSON decoder recurses
+
+
+def test_input_nested_too_deeply_is_a_usage_error_not_a_crash(workspace: Path) -> None:
+    done = fastgate_call(workspace, "read", DEEP)
+    assert done.returncode == 2 and "the arguments are not valid JSON" in done.stderr
+    assert "Traceback" not in done.stderr
+    for option in ("--settings", "--mcp-config") if _bridge_available() else ("--settings",):
+        deep = workspace / "deep.json"
+        deep.write_text('{"permissions": ' + DEEP + "}")
+        done = fastgate_call(workspace, "read", "{}", option, str(deep))
+        assert done.returncode == 2, (option, done.stderr)
+        assert str(deep) in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 def _bridge_available() -> bool:
     try:
         importlib.import_module("fastgate.mcp")

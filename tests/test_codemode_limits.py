@@ -273,6 +273,7 @@ except ToolCallError as e:
     [
         ("garbage", "b'this is not json\\n'", "it broke the tool channel"),
         ("a list", "b'[1, 2]\\n'", "it broke the tool channel"),
+        ("nested too deeply", "b'[' * 10000 + b']' * 10000 + b'\\n'", "it broke the tool channel"),
         ("a reused id", None, "it broke the tool channel"),
         ("a huge line", "b'x' * (3 << 20)", "it sent a message larger than 1 MiB"),
     ],

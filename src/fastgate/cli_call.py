@@ -78,7 +78,7 @@ class _Setup:
 
         try:
             self.arguments = json.loads(args.arguments)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
             raise UsageError(f"the arguments are not valid JSON: {exc}") from None
         workspace = Path(args.workspace or os.getcwd())
         if not workspace.is_dir():

@@ -290,7 +290,8 @@ class Run:
             line = self._lines.popleft()
             try:
                 self._on_message(_decode(line), len(line))
-            except (msgspec.DecodeError, ProtocolViolation) as exc:
+            except (msgspec.DecodeError, RecursionError, ProtocolViolation) as exc:
+                # RecursionError: a message nested deeper than the decoder goes.
                 self._violate(f"it broke the tool channel ({exc})")
                 return
             if self._in_flight_bytes > MAX_IN_FLIGHT_BYTES:

@@ -168,7 +168,7 @@ def load_mcp_config(
         raise MCPConfigError("*", "file", f"cannot be read: {exc}", source=source) from None
     try:
         document = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise MCPConfigError("*", "file", f"is not valid JSON: {exc}", source=source) from None
     if not isinstance(document, dict) or not isinstance(document.get("mcpServers"), dict):
         raise MCPConfigError(

@@ -71,7 +71,7 @@ def read_settings_file(path: str | os.PathLike[str]) -> SettingsFile:
     try:
         document = msgspec.json.decode(data)
         return _parse(document, text, project)
-    except (msgspec.DecodeError, ValueError) as exc:
+    except (msgspec.DecodeError, ValueError, RecursionError) as exc:  # nested too deeply
         raise ValueError(f"{text}: invalid permission settings: {exc}") from None
 
 
