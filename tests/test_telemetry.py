@@ -200,6 +200,24 @@ async def test_metrics_count_calls_errors_and_time_admission_and_runs(otel: Otel
     assert set(METRICS) >= {"fastgate.tool.calls", "fastgate.tool.errors"}
 
 
+async def test_names_no_tool_answers_to_share_one_series_and_long_names_are_cut(
+    otel: Otel,
+) -> None:
+    ex = _instrumented(otel)
+    invented = [f"tool_{i}" for i in range(50)] + ["x" * 100_000]
+    for name in invented:
+        result = await ex.execute(name, {})
+        assert result.error is not None and result.error.code is ErrorCode.UNKNOWN_TOOL
+    assert (await ex.execute("echo", {"text": "hi"})).ok
+    calls = otel.counts("fastgate.tool.calls", "fastgate.outcome")
+    assert calls == {("unknown", "UNKNOWN_TOOL"): 51, ("echo", "ok"): 1}
+    assert otel.counts("fastgate.tool.errors", "error.type") == {("unknown", "UNKNOWN_TOOL"): 51}
+    longest = max(otel.finished(), key=lambda span: len(span.name))
+    assert longest.name == "execute_tool " + "x" * 64 + "…"
+    assert dict(longest.attributes or {})["gen_ai.tool.name"] == "x" * 64 + "…"
+    assert_idle(ex)
+
+
 async def test_the_call_span_is_current_while_the_tool_runs(otel: Otel) -> None:
     ex = _instrumented(otel)
     outer = trace.get_tracer("server", tracer_provider=otel.tracer_provider)

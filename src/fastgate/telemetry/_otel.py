@@ -16,6 +16,8 @@ from fastgate.tracing import CallTrace
 
 SCOPE: Final = "fastgate"
 OPERATION: Final = "execute_tool"  # the GenAI semantic conventions' name for a tool call
+MAX_NAME: Final = 64  # a registered tool name's longest
+UNKNOWN: Final = "unknown"  # the metrics' tool name for calls of a name no tool answers to
 
 #: Span attributes, by name: what each says. Arguments and content are never recorded.
 ATTRIBUTES: Final = {
@@ -90,6 +92,9 @@ class Instrumentation:
         )
 
     def call_started(self, name: str, ctx: ExecutionContext) -> Any:
+        # The name is the model's, registered or not: a long one is cut to a tool name's length.
+        if len(name) > MAX_NAME:
+            name = name[:MAX_NAME] + "…"
         attributes: dict[str, Any] = {"gen_ai.operation.name": OPERATION, "gen_ai.tool.name": name}
         if ctx.session_id is not None:
             attributes["fastgate.session.id"] = ctx.session_id
@@ -115,6 +120,10 @@ class Instrumentation:
         if span.is_recording():
             self._annotate(span, result, trace_, outcome)
         span.end()
+        if outcome == "UNKNOWN_TOOL":
+            # One series for every name no tool answers to: a model inventing names must not
+            # make a metric series each (crowding out the real tools' at the SDK's limit).
+            name = UNKNOWN
         tool = {"gen_ai.tool.name": name}
         self._calls.add(1, {"gen_ai.tool.name": name, "fastgate.outcome": outcome})
         if outcome != "ok":
