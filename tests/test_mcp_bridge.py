@@ -7,6 +7,7 @@ import asyncio
 import os
 import re
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from fastgate import (
     ToolKind,
     ToolRegistry,
 )
-from fastgate.mcp import tool_name
+from fastgate.mcp import MCPServerConfig, tool_name
 from tests.mcp.servers import (
     alive,
     assert_gone,
@@ -268,3 +269,30 @@ async def test_aclose_ends_the_whole_process_group_and_stderr_is_drained(
     assert_gone([server, child])
     assert bridge.status()["fx"]["state"] == "closed"
     assert registry.resolve("mcp__fx__echo") is None  # its tools left with it
+
+
+async def test_a_server_that_never_answers_the_handshake_is_an_error_not_a_hang(
+    tmp_path: Path,
+) -> None:
+    # It starts and reads stdin, but never answers `initialize`: startup_timeout ends the wait.
+    silent = tmp_path / "silent.py"
+    silent.write_text("import sys\nfor line in sys.stdin:\n    pass\n")
+    registry = ToolRegistry()
+    config = MCPServerConfig("mute", command=[sys.executable, str(silent)], startup_timeout=1.0)
+    async with running(registry, config, within=30.0) as bridge:
+        status = bridge.status()["mute"]
+        assert status["state"] == "restarting", status
+        assert "startup_timeout" in status["last_error"], status
+        assert registry.resolve("mcp__mute__anything") is None
+        refused = await yolo(registry).execute("mcp__mute__anything", {}, CTX)
+        assert refused.error is not None and refused.error.code is ErrorCode.UNKNOWN_TOOL
+
+
+async def test_a_huge_result_is_cut_head_and_tail() -> None:
+    registry = ToolRegistry()
+    async with running(registry, fixture()):
+        result = await yolo(registry).execute("mcp__fx__big", {"chars": 3_000_000}, CTX)
+        assert result.ok and isinstance(result.content, str)
+        assert len(result.content) <= 200_000
+        assert "characters cut ...]" in result.content
+        assert result.content.startswith("yyyy") and result.content.endswith("yyyy")
