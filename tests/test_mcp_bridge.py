@@ -33,6 +33,7 @@ from tests.mcp.servers import (
     records,
     running,
 )
+from tests.pipeline_kit import assert_idle
 
 CTX = ExecutionContext(session_id="s1")
 LONG = "summarize_the_quarterly_revenue_figures_for_every_region_and_product"
@@ -40,6 +41,13 @@ LONG = "summarize_the_quarterly_revenue_figures_for_every_region_and_product"
 
 def yolo(registry: ToolRegistry) -> ToolExecutor:
     return ToolExecutor(registry, mode=PermissionMode.YOLO)
+
+
+def assert_settled(executor: ToolExecutor, bridge: Any, calls: int) -> None:
+    """After the faults: nothing held, one history entry per call, no request in flight."""
+    assert_idle(executor)
+    assert len(executor.history()) == calls
+    assert not any(link._requests for link in bridge._links.values())
 
 
 async def test_names_schemas_and_results(tmp_path: Path) -> None:
@@ -106,7 +114,7 @@ async def test_idle_timeout_is_reset_by_progress_and_the_call_timeout_caps(
     registry = ToolRegistry()
     record = tmp_path / "record.jsonl"
     config = fixture(record=record, idle_timeout=0.8, call_timeout=2.5)
-    async with running(registry, config):
+    async with running(registry, config) as bridge:
         executor = yolo(registry)
         seen: list[Any] = []
 
@@ -133,6 +141,7 @@ async def test_idle_timeout_is_reset_by_progress_and_the_call_timeout_caps(
         assert endless.error.details["reason"] == "call_timeout" and "2.5s" in endless.content
         collector.cancel()
         await asyncio.gather(collector, return_exceptions=True)
+        assert_settled(executor, bridge, calls=3)
     # Exactly one notifications/cancelled per timed-out call, and the handlers saw it.
     cancelled = cancellations(record)
     assert len(cancelled) == 2 and len(set(cancelled)) == 2
@@ -152,7 +161,7 @@ async def test_a_cancelled_call_sends_exactly_one_notifications_cancelled(
 ) -> None:
     registry = ToolRegistry()
     record = tmp_path / "record.jsonl"
-    async with running(registry, fixture(record=record)):
+    async with running(registry, fixture(record=record)) as bridge:
         executor = yolo(registry)
         args = {"seconds": 60, "steps": 600, "tag": "token"}
 
@@ -177,6 +186,7 @@ async def test_a_cancelled_call_sends_exactly_one_notifications_cancelled(
             await call
         # The next call works: nothing was left half-open.
         assert (await executor.execute("mcp__fx__echo", {"text": "still here"}, CTX)).ok
+        assert_settled(executor, bridge, calls=3)
     cancelled = cancellations(record)
     assert len(cancelled) == 2 and len(set(cancelled)) == 2
     tags = sorted(r["tag"] for r in records(record) if r["event"] == "cancelled")
@@ -250,6 +260,7 @@ async def test_a_crashed_server_fails_fast_and_is_restarted(tmp_path: Path) -> N
             await bridge.wait_for("fx")
         assert (await executor.execute("mcp__fx__echo", {"text": "back"}, CTX)).content == "back"
         assert len(bridge.status()["fx"]["pids"]) == 3
+        assert_settled(executor, bridge, calls=5)
 
 
 async def test_aclose_ends_the_whole_process_group_and_stderr_is_drained(
