@@ -185,3 +185,35 @@ async def test_grep_on_ripgrep_still_names_files_under_the_path_and_honours_giti
     assert text(result) == "sub/a.txt:1:hit"
     result = await call(ex, "grep", {"pattern": "hit", "path": "sub/a.txt", "output_mode": "count"})
     assert text(result).split("\n") == ["Found 1 matching line in 1 files", "sub/a.txt:1"]
+
+
+class _SwapAfterStat(LocalFileSystem):
+    """Swaps ``directory`` for a symlink to ``outside`` right after the tool's own stat of it:
+    the window between a search's check and the start of ripgrep."""
+
+    def __init__(self, root: Path, directory: Path, outside: Path) -> None:
+        super().__init__(str(root), ripgrep=find_ripgrep())
+        self.directory, self.outside = directory, outside
+
+    async def stat(self, path: str) -> Any:
+        found = await super().stat(path)
+        if path == str(self.directory) and not self.directory.is_symlink():
+            shutil.rmtree(self.directory)
+            os.symlink(self.outside, self.directory)
+        return found
+
+
+async def test_ripgrep_searches_what_was_checked_even_if_swapped_after_the_stat(
+    tmp_path: Path,
+) -> None:
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("precious\n")
+    for name, args in [("glob", {"pattern": "*"}), ("grep", {"pattern": "precious"})]:
+        (ws / "sub").mkdir(parents=True)
+        (ws / "sub" / "inside.txt").write_text("precious too\n")
+        fs = _SwapAfterStat(ws, ws / "sub", outside)
+        result = await call(builtin_executor(ws, fs=fs), name, {**args, "path": "sub"})
+        assert failure_code(result) == "outside_workspace", (name, result.content)
+        assert "victim" not in text(result)
+        os.unlink(ws / "sub")

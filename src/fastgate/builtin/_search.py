@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,7 +82,7 @@ async def glob(args: Any, ctx: RunContext) -> Any:
             return Failure(f"path {shown(ctx, base)} {what}.", code="bad_path")
         rg = _ripgrep_of(fs)
         if rg is not None:
-            candidates = await _rg_files(rg, base)
+            candidates = await _rg_files(rg, fs, base)
             files = await _with_mtimes([c for c in candidates if _matches(matcher, c, base)])
         else:
             files = [
@@ -92,6 +92,8 @@ async def glob(args: Any, ctx: RunContext) -> Any:
             ]
     except SearchFailed as exc:
         return exc.failure
+    except (WorktreeEscape, NotARegularFile) as exc:
+        return os_failure(exc, f"path {shown(ctx, base)}", "listed")
     except OSError as exc:
         return Failure(f"glob could not list {shown(ctx, base)}: {exc}", code="os_error")
     shown_files, withheld = _withhold(ctx, files)
@@ -355,9 +357,33 @@ async def _drain(stream: asyncio.StreamReader, keep: int) -> bytes:
             kept += chunk[: keep - len(kept)]
 
 
-async def _rg_files(rg: str, base: str) -> list[str]:
-    out, _ = await _run_rg(rg, [*_RG_COMMON, "--files", "--null", "--", base])
-    return [os.fsdecode(p) for p in out.split(b"\x00") if p]
+async def _rg_at(
+    rg: str, fs: LocalFileSystem, base: str, argv: list[str]
+) -> tuple[bytes, bool, Callable[[bytes], str]]:
+    """ripgrep's output on ``base``, whether it was cut, and how to name a path it printed.
+
+    ripgrep follows a root given as a symlink, so it gets the descriptor opened beneath the
+    roots, not the name: a swap after this open cannot redirect it. A directory becomes its
+    working directory (so the .gitignore files above it still apply), a file is read via it."""
+    loop = asyncio.get_running_loop()
+    fd, is_dir = await loop.run_in_executor(None, fs.open_search_root_now, base)
+    pinned = f"{_PROC_FD}/{fd}"
+    cwd, target = (pinned, ".") if is_dir else (None, pinned)
+    try:
+        out, truncated = await _run_rg(rg, [*argv, "--", target], cwd, (fd,))
+    finally:
+        os.close(fd)
+
+    def logical(raw_path: bytes) -> str:
+        path = os.fsdecode(raw_path)
+        return base if path == target else os.path.join(base, path.removeprefix("./"))
+
+    return out, truncated, logical
+
+
+async def _rg_files(rg: str, fs: LocalFileSystem, base: str) -> list[str]:
+    out, _, logical = await _rg_at(rg, fs, base, [*_RG_COMMON, "--files", "--null"])
+    return [logical(p) for p in out.split(b"\x00") if p]
 
 
 async def _rg_grep(
@@ -383,22 +409,7 @@ async def _rg_grep(
         argv += ["--line-number", "--max-columns=4000", "--max-columns-preview"]
         if context:
             argv.append(f"--context={context}")
-    loop = asyncio.get_running_loop()
-    fd, is_dir = await loop.run_in_executor(None, fs.open_search_root_now, base)
-    # ripgrep follows a root given as a symlink, so it gets the descriptor opened beneath the
-    # roots, not the name: a swap after this open cannot redirect it. A directory becomes its
-    # working directory (so the .gitignore files above it still apply), a file is read via it.
-    pinned = f"{_PROC_FD}/{fd}"
-    cwd, target = (pinned, ".") if is_dir else (None, pinned)
-    try:
-        out, truncated = await _run_rg(rg, [*argv, "--regexp", pattern, "--", target], cwd, (fd,))
-    finally:
-        os.close(fd)
-
-    def logical(raw_path: bytes) -> str:
-        path = os.fsdecode(raw_path)
-        return base if path == target else os.path.join(base, path.removeprefix("./"))
-
+    out, truncated, logical = await _rg_at(rg, fs, base, [*argv, "--regexp", pattern])
     if mode == "files_with_matches":
         return [Found(logical(p)) for p in out.split(b"\x00") if p.strip(b"\n")], truncated
     found: dict[str, Found] = {}
