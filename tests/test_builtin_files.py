@@ -246,3 +246,41 @@ async def test_writers_report_changed_paths(tmp_path: Path) -> None:
     assert not failed.ok
     canonical = real(tmp_path / "n.txt")
     assert seen == [(canonical,), (canonical,)]
+
+
+async def test_an_edit_matching_everywhere_lists_a_bounded_few_lines(tmp_path: Path) -> None:
+    path = tmp_path / "many.txt"
+    original = "a" * 200_000 + "\n" + "a\n" * 50
+    path.write_text(original)
+    ex = builtin_executor(tmp_path)
+    assert (await call(ex, "read", {"file_path": "many.txt"})).ok
+    result = await call(ex, "edit", {"file_path": "many.txt", "old_string": "a", "new_string": "b"})
+    assert failure_code(result) == "ambiguous"
+    assert result.error is not None
+    assert result.error.details == {
+        "code": "ambiguous",
+        "lines": [1] * 20,
+        "count": 200_050,
+    }
+    assert "occurs 200,050 times" in text(result) and "(lines 1, 1, " in text(result)
+    # The numbers are right past the first line too.
+    tail = await call(ex, "edit", {"file_path": "many.txt", "old_string": "\na", "new_string": "b"})
+    assert tail.error is not None and tail.error.details == {
+        "code": "ambiguous",
+        "lines": list(range(1, 21)),
+        "count": 50,
+    }
+    assert path.read_text() == original
+
+
+async def test_a_replace_all_past_the_size_limit_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "grow.txt"
+    original = "x\n" * 500_000  # 1 MB; each x becomes 80 bytes: 40 MB, over the 32 MiB limit
+    path.write_text(original)
+    ex = builtin_executor(tmp_path)
+    assert (await call(ex, "read", {"file_path": "grow.txt"})).ok
+    args = {"file_path": "grow.txt", "old_string": "x", "new_string": "y" * 80, "replace_all": True}
+    result = await call(ex, "edit", args)
+    assert failure_code(result) == "file_too_large", result.content
+    assert "grow.txt was not changed" in text(result)
+    assert path.read_text() == original

@@ -307,3 +307,34 @@ async def test_a_patch_holds_the_sorted_locks_of_all_its_paths(tmp_path: Path) -
         "c\n",
     ]
     assert len(ex.locks) == 0
+
+
+@pytest.mark.parametrize(
+    "first",
+    [("*** Update File: a.txt", "@@", "-one", "+ONE"), ("*** Delete File: a.txt",)],
+    ids=["update-and-update", "delete-and-update"],
+)
+async def test_two_names_of_one_file_refuse_the_whole_patch(
+    tmp_path: Path, first: tuple[str, ...]
+) -> None:
+    (tmp_path / "a.txt").write_text("one\ntwo\n")
+    os.symlink("a.txt", tmp_path / "link.txt")
+    (tmp_path / "other.txt").write_text("x\n")
+    ex = builtin_executor(tmp_path)
+    body = (
+        "*** Update File: other.txt",
+        "-x",
+        "+y",
+        *first,
+        "*** Update File: link.txt",
+        "@@",
+        "-two",
+        "+TWO",
+    )
+    result = await call(ex, "apply_patch", {"patch": patch(*body)})
+    assert not result.ok and failure_code(result) == "same_file", result.content
+    assert text(result).startswith("a.txt and link.txt are the same file")
+    assert "No file was changed." in text(result)
+    assert (tmp_path / "a.txt").read_text() == "one\ntwo\n"
+    assert os.readlink(tmp_path / "link.txt") == "a.txt"
+    assert (tmp_path / "other.txt").read_text() == "x\n"

@@ -4,13 +4,14 @@ stage 5 cannot carry a read or a write outside (SPEC §16)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from fastgate import ExecutionContext, Hooks, PreToolUseEvent, RunContext
-from fastgate.builtin import FileSystem, LocalFileSystem
+from fastgate.builtin import FileSystem, LocalFileSystem, find_ripgrep
 from tests.builtin_kit import MemoryFileSystem, builtin_executor, call, failure_code, text
 
 
@@ -135,3 +136,84 @@ async def test_local_file_system_refuses_what_leads_outside(tmp_path: Path) -> N
         assert "not a regular file" in str(exc)
     else:
         raise AssertionError("a FIFO was read")
+
+
+async def test_a_directory_swapped_after_the_check_cannot_carry_a_grep_out(
+    tmp_path: Path,
+) -> None:
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("precious\n")
+    for rg in (find_ripgrep(), None):  # the ripgrep route, then the seam route
+        (ws / "sub").mkdir(parents=True)
+        (ws / "sub" / "inside.txt").write_text("precious too\n")
+        ex = builtin_executor(
+            ws, fs=LocalFileSystem(str(ws), ripgrep=rg), hooks=_swap_hook(ws / "sub", outside)
+        )
+        for mode in ("files_with_matches", "content", "count"):
+            result = await call(
+                ex, "grep", {"pattern": "precious", "path": "sub", "output_mode": mode}
+            )
+            assert not result.ok, (rg, mode, result.content)
+            assert failure_code(result) == "outside_workspace", (rg, mode, result.content)
+            assert "victim" not in text(result)
+            os.unlink(ws / "sub")
+            (ws / "sub").mkdir()
+        shutil.rmtree(ws / "sub")
+
+
+async def test_grep_of_a_fifo_fails_at_once(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "pipe")
+    for rg in (find_ripgrep(), None):
+        ex = builtin_executor(tmp_path, fs=LocalFileSystem(str(tmp_path), ripgrep=rg))
+        async with asyncio.timeout(10):  # ripgrep would wait on the FIFO for a writer forever
+            result = await call(ex, "grep", {"pattern": "x", "path": "pipe"})
+        assert not result.ok, (rg, result.content)
+        assert failure_code(result) == "not_a_file", (rg, result.content)
+        assert "pipe is not a regular file" in text(result)
+
+
+async def test_grep_on_ripgrep_still_names_files_under_the_path_and_honours_gitignores(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / ".gitignore").write_text("*.log\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "a.txt").write_text("hit\n")
+    (tmp_path / "sub" / "b.log").write_text("hit\n")
+    ex = builtin_executor(tmp_path, fs=LocalFileSystem(str(tmp_path), ripgrep=find_ripgrep()))
+    result = await call(ex, "grep", {"pattern": "hit", "path": "sub", "output_mode": "content"})
+    assert text(result) == "sub/a.txt:1:hit"
+    result = await call(ex, "grep", {"pattern": "hit", "path": "sub/a.txt", "output_mode": "count"})
+    assert text(result).split("\n") == ["Found 1 matching line in 1 files", "sub/a.txt:1"]
+
+
+class _SwapAfterStat(LocalFileSystem):
+    """Swaps ``directory`` for a symlink to ``outside`` right after the tool's own stat of it:
+    the window between a search's check and the start of ripgrep."""
+
+    def __init__(self, root: Path, directory: Path, outside: Path) -> None:
+        super().__init__(str(root), ripgrep=find_ripgrep())
+        self.directory, self.outside = directory, outside
+
+    async def stat(self, path: str) -> Any:
+        found = await super().stat(path)
+        if path == str(self.directory) and not self.directory.is_symlink():
+            shutil.rmtree(self.directory)
+            os.symlink(self.outside, self.directory)
+        return found
+
+
+async def test_ripgrep_searches_what_was_checked_even_if_swapped_after_the_stat(
+    tmp_path: Path,
+) -> None:
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_text("precious\n")
+    for name, args in [("glob", {"pattern": "*"}), ("grep", {"pattern": "precious"})]:
+        (ws / "sub").mkdir(parents=True)
+        (ws / "sub" / "inside.txt").write_text("precious too\n")
+        fs = _SwapAfterStat(ws, ws / "sub", outside)
+        result = await call(builtin_executor(ws, fs=fs), name, {**args, "path": "sub"})
+        assert failure_code(result) == "outside_workspace", (name, result.content)
+        assert "victim" not in text(result)
+        os.unlink(ws / "sub")

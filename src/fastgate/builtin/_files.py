@@ -8,6 +8,7 @@ from bisect import bisect_left
 from typing import Any
 
 from fastgate.builtin._common import (
+    MAX_FILE_BYTES,
     absolute,
     ledger_key,
     os_failure,
@@ -32,6 +33,7 @@ from fastgate.results import Failure
 MAX_LINE_CHARS = 2000
 MAX_READ_CHARS = 100_000  # one read's content; the note says where to go on
 SNIPPET_LINES = 3  # lines shown around an edit, each side
+LISTED_MATCHES = 20  # line numbers an ambiguous edit lists
 
 
 def _not_text(name: str, exc: ValueError) -> Failure:
@@ -220,6 +222,8 @@ async def edit(args: Any, ctx: RunContext) -> Any:
         new_data = encoding.encode(new_text)
     except UnencodableText as exc:
         return Failure(f"{name} was not changed: new_string {exc}.", code="unencodable")
+    if len(new_data) > MAX_FILE_BYTES:  # characters of more than one byte
+        return _too_large(name, len(new_data))
     try:
         await fs.write_bytes(path, new_data)
     except OSError as exc:
@@ -246,14 +250,14 @@ def replace_text(
     if not starts:
         return _not_found(view, old, name)
     if len(starts) > 1 and not replace_all:
-        lines = [view.count("\n", 0, s) + 1 for s in starts]
-        listed = ", ".join(str(n) for n in lines[:20]) + (", ..." if len(lines) > 20 else "")
+        lines = _line_numbers(view, starts[:LISTED_MATCHES])
+        more = ", ..." if len(starts) > LISTED_MATCHES else ""
         return Failure(
-            f"old_string occurs {len(starts)} times in {name} (lines {listed}). Add "
-            "neighbouring lines to old_string so it matches one place, or set replace_all "
-            "to replace every occurrence.",
+            f"old_string occurs {len(starts):,} times in {name} (lines "
+            f"{', '.join(map(str, lines))}{more}). Add neighbouring lines to old_string so it "
+            "matches one place, or set replace_all to replace every occurrence.",
             code="ambiguous",
-            details={"lines": lines},
+            details={"lines": lines, "count": len(starts)},
         )
     removed = _dropped_cr_positions(text) if crlf else []
     newline = newline_of(text) if crlf else "\n"
@@ -263,15 +267,41 @@ def replace_text(
 
     written = new.replace("\n", newline) if newline != "\n" else new
     pieces: list[str] = []
+    size = len(text)
     last = 0
     for start in starts:
         begin, end = real(start), real(start + len(old))
         pieces.append(text[last:begin])
         pieces.append(written)
+        size += len(written) - (end - begin)
         last = end
     pieces.append(text[last:])
+    # Each character is a byte at least: a text this long could not be loaded again.
+    if size > MAX_FILE_BYTES:
+        return _too_large(name, size)
     first_line = view.count("\n", 0, starts[0]) + 1
     return "".join(pieces), len(starts), first_line
+
+
+def _line_numbers(text: str, starts: list[int]) -> list[int]:
+    """The line of each of the sorted ``starts``, counting newlines once, left to right."""
+    numbers: list[int] = []
+    line, counted = 1, 0
+    for start in starts:
+        line += text.count("\n", counted, start)
+        counted = start
+        numbers.append(line)
+    return numbers
+
+
+def _too_large(name: str, size: int) -> Failure:
+    return Failure(
+        f"{name} was not changed: the edit would make it {size:,} bytes or more, over the "
+        f"{MAX_FILE_BYTES:,} bytes the file tools load at once. Replace fewer occurrences, or "
+        "a shorter new_string.",
+        code="file_too_large",
+        details={"size": size, "limit": MAX_FILE_BYTES},
+    )
 
 
 def _dropped_cr_positions(text: str) -> list[int]:

@@ -251,6 +251,20 @@ class LocalFileSystem:
         finally:
             os.close(fd)
 
+    def open_search_root_now(self, path: str) -> tuple[int, bool]:
+        """An ``O_PATH`` descriptor of ``path`` opened beneath the roots, and whether it is a
+        directory: a search pinned to it cannot be swapped elsewhere. ``NotARegularFile`` for
+        a FIFO, socket or device (a search of it could block forever)."""
+        fd = self._open(path, _STAT_FLAGS)
+        try:
+            mode = os.fstat(fd).st_mode
+            if not (stat_.S_ISDIR(mode) or stat_.S_ISREG(mode)):
+                raise NotARegularFile(path)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, stat_.S_ISDIR(mode)
+
     # -- confinement -------------------------------------------------------------------------
 
     def _open(self, path: str, flags: int) -> int:

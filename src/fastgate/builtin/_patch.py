@@ -283,6 +283,7 @@ class _File:
     path: str
     original: bytes | None
     current: bytes | None
+    key: str  # the file's identity: a symlink and its target share one
 
 
 class _Refused(Exception):
@@ -326,13 +327,27 @@ async def apply_patch(args: Any, ctx: RunContext) -> Any:
 async def _load(ctx: RunContext, fs: Any, files: dict[str, _File], path: str) -> _File:
     known = files.get(path)
     if known is None:
+        # Two names of one file would be staged twice and the last write would win, silently
+        # dropping the other change: such a patch is refused whole.
+        key = ledger_key(fs, path)
+        alias = next((f for f in files.values() if f.key == key), None)
+        if alias is not None:
+            first, second = shown(ctx, alias.path), shown(ctx, path)
+            raise _Refused(
+                Failure(
+                    f"{first} and {second} are the same file; give each file once in a patch. "
+                    "No file was changed.",
+                    code="same_file",
+                    details={"paths": [first, second]},
+                )
+            )
         try:
             _, data = await read_file(fs, path)
         except FileNotFoundError:
             data = None
         except OSError as exc:
             raise _Refused(os_failure(exc, shown(ctx, path), "changed")) from None
-        known = files[path] = _File(path, data, data)
+        known = files[path] = _File(path, data, data, key)
     return known
 
 

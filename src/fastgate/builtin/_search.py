@@ -13,15 +13,16 @@ from __future__ import annotations
 import asyncio
 import os
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import pathspec
 import re2
 
-from fastgate.builtin._common import absolute, root_of, shown
-from fastgate.builtin._fs import FileStat, LocalFileSystem
+from fastgate.beneath import WorktreeEscape
+from fastgate.builtin._common import absolute, os_failure, root_of, shown
+from fastgate.builtin._fs import FileStat, LocalFileSystem, NotARegularFile
 from fastgate.builtin._globs import GlobError, compile_glob
 from fastgate.builtin._text import BINARY_PROBE, BinaryFile, UndecodableFile, decode
 from fastgate.context import RunContext
@@ -81,7 +82,7 @@ async def glob(args: Any, ctx: RunContext) -> Any:
             return Failure(f"path {shown(ctx, base)} {what}.", code="bad_path")
         rg = _ripgrep_of(fs)
         if rg is not None:
-            candidates = await _rg_files(rg, base)
+            candidates = await _rg_files(rg, fs, base)
             files = await _with_mtimes([c for c in candidates if _matches(matcher, c, base)])
         else:
             files = [
@@ -91,6 +92,8 @@ async def glob(args: Any, ctx: RunContext) -> Any:
             ]
     except SearchFailed as exc:
         return exc.failure
+    except (WorktreeEscape, NotARegularFile) as exc:
+        return os_failure(exc, f"path {shown(ctx, base)}", "listed")
     except OSError as exc:
         return Failure(f"glob could not list {shown(ctx, base)}: {exc}", code="os_error")
     shown_files, withheld = _withhold(ctx, files)
@@ -136,17 +139,21 @@ async def grep(args: Any, ctx: RunContext) -> Any:
         rg = _ripgrep_of(fs)
         if rg is not None:
             found, truncated = await _rg_grep(
-                rg, base, pattern, mode, ignore_case, context, file_glob
+                rg, fs, base, pattern, mode, ignore_case, context, file_glob
             )
             if mode == "files_with_matches":
                 found = await _with_mtimes([f.path for f in found])
         else:
             regex = _compile_re2(pattern, ignore_case)
+            if isinstance(fs, LocalFileSystem):  # its reads are checked, but say why, not "none"
+                await _check_root(fs, base)
             found, truncated = await _seam_grep(
                 fs, base, stat, root_of(ctx), regex, mode, context, file_filter
             )
     except SearchFailed as exc:
         return exc.failure
+    except (WorktreeEscape, NotARegularFile) as exc:
+        return os_failure(exc, f"path {shown(ctx, base)}", "searched")
     except OSError as exc:
         return Failure(f"grep could not search {shown(ctx, base)}: {exc}", code="os_error")
     kept, withheld = _withhold(ctx, found)
@@ -256,7 +263,13 @@ def _relative(path: str, base: str) -> str:
 
 
 def _ripgrep_of(fs: Any) -> str | None:
-    return fs.ripgrep if isinstance(fs, LocalFileSystem) else None
+    # grep pins ripgrep to a descriptor through /proc; without it the seam route searches
+    if not isinstance(fs, LocalFileSystem) or not os.path.isdir(_PROC_FD):
+        return None
+    return fs.ripgrep
+
+
+_PROC_FD = "/proc/self/fd"
 
 
 def _withhold(ctx: RunContext, found: list[Found]) -> tuple[list[Found], int]:
@@ -290,12 +303,16 @@ async def _with_mtimes(paths: list[str]) -> list[Found]:
 # -- ripgrep ---------------------------------------------------------------------------------
 
 
-async def _run_rg(rg: str, argv: list[str]) -> tuple[bytes, bool]:
+async def _run_rg(
+    rg: str, argv: list[str], cwd: str | None = None, pass_fds: tuple[int, ...] = ()
+) -> tuple[bytes, bool]:
     """ripgrep's output (at most ``MAX_RG_OUTPUT`` bytes: then it is stopped) and whether it
     was cut. A cancelled call kills it: no search outlives its call."""
     process = await asyncio.create_subprocess_exec(
         rg,
         *argv,
+        cwd=cwd,
+        pass_fds=pass_fds,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -340,13 +357,38 @@ async def _drain(stream: asyncio.StreamReader, keep: int) -> bytes:
             kept += chunk[: keep - len(kept)]
 
 
-async def _rg_files(rg: str, base: str) -> list[str]:
-    out, _ = await _run_rg(rg, [*_RG_COMMON, "--files", "--null", "--", base])
-    return [os.fsdecode(p) for p in out.split(b"\x00") if p]
+async def _rg_at(
+    rg: str, fs: LocalFileSystem, base: str, argv: list[str]
+) -> tuple[bytes, bool, Callable[[bytes], str]]:
+    """ripgrep's output on ``base``, whether it was cut, and how to name a path it printed.
+
+    ripgrep follows a root given as a symlink, so it gets the descriptor opened beneath the
+    roots, not the name: a swap after this open cannot redirect it. A directory becomes its
+    working directory (so the .gitignore files above it still apply), a file is read via it."""
+    loop = asyncio.get_running_loop()
+    fd, is_dir = await loop.run_in_executor(None, fs.open_search_root_now, base)
+    pinned = f"{_PROC_FD}/{fd}"
+    cwd, target = (pinned, ".") if is_dir else (None, pinned)
+    try:
+        out, truncated = await _run_rg(rg, [*argv, "--", target], cwd, (fd,))
+    finally:
+        os.close(fd)
+
+    def logical(raw_path: bytes) -> str:
+        path = os.fsdecode(raw_path)
+        return base if path == target else os.path.join(base, path.removeprefix("./"))
+
+    return out, truncated, logical
+
+
+async def _rg_files(rg: str, fs: LocalFileSystem, base: str) -> list[str]:
+    out, _, logical = await _rg_at(rg, fs, base, [*_RG_COMMON, "--files", "--null"])
+    return [logical(p) for p in out.split(b"\x00") if p]
 
 
 async def _rg_grep(
     rg: str,
+    fs: LocalFileSystem,
     base: str,
     pattern: str,
     mode: str,
@@ -367,16 +409,15 @@ async def _rg_grep(
         argv += ["--line-number", "--max-columns=4000", "--max-columns-preview"]
         if context:
             argv.append(f"--context={context}")
-    argv += ["--regexp", pattern, "--", base]
-    out, truncated = await _run_rg(rg, argv)
+    out, truncated, logical = await _rg_at(rg, fs, base, [*argv, "--regexp", pattern])
     if mode == "files_with_matches":
-        return [Found(os.fsdecode(p)) for p in out.split(b"\x00") if p.strip(b"\n")], truncated
+        return [Found(logical(p)) for p in out.split(b"\x00") if p.strip(b"\n")], truncated
     found: dict[str, Found] = {}
     for raw in out.split(b"\n"):
         if not raw or raw == b"--" or b"\x00" not in raw:
             continue
         path_bytes, _, rest = raw.partition(b"\x00")
-        path = os.fsdecode(path_bytes)
+        path = logical(path_bytes)
         entry = found.get(path)
         if entry is None:
             entry = found[path] = Found(path)
@@ -388,6 +429,11 @@ async def _rg_grep(
             entry.lines.append((number, is_match, text))
             entry.count += is_match
     return list(found.values()), truncated
+
+
+async def _check_root(fs: LocalFileSystem, base: str) -> None:
+    fd, _ = await asyncio.get_running_loop().run_in_executor(None, fs.open_search_root_now, base)
+    os.close(fd)
 
 
 def _content_line(rest: bytes) -> tuple[int, bool, str]:
