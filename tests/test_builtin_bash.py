@@ -12,6 +12,7 @@ from fastgate import ErrorCode, ExecutionContext, PermissionConfig, PermissionMo
 from fastgate.builtin import LocalShell, Shell, ShellResult
 from fastgate.cancel import CancelToken
 from tests.builtin_kit import builtin_executor, call, failure_code, gone, text
+from tests.pipeline_kit import assert_idle
 
 
 def bash_executor(workspace: Path, **options: Any) -> Any:
@@ -75,6 +76,8 @@ async def test_the_commands_own_timeout_is_a_timeout_with_the_output_so_far(
     assert result.error is not None and result.error.code == ErrorCode.TIMEOUT
     assert result.error.details["timeout"] == 0.5
     assert text(result).startswith("started\nTimed out after 0.5s")
+    assert_idle(ex)  # the timed-out call holds no slot, gate or lock
+    assert len(ex.history()) == 1
 
 
 async def test_runs_in_the_workspace_and_nothing_carries_over(tmp_path: Path) -> None:
@@ -110,6 +113,7 @@ async def test_a_never_ending_flood_times_out_bounded(tmp_path: Path) -> None:
     assert result.error.details["truncated"] is True
     pids = [int(p) for p in (tmp_path / "pids").read_text().split()]
     assert len(pids) == 2 and all(gone(pid) for pid in pids)
+    assert_idle(ex)
 
 
 async def test_binary_output_is_described_not_shown(tmp_path: Path) -> None:

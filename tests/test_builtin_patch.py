@@ -338,3 +338,31 @@ async def test_two_names_of_one_file_refuse_the_whole_patch(
     assert (tmp_path / "a.txt").read_text() == "one\ntwo\n"
     assert os.readlink(tmp_path / "link.txt") == "a.txt"
     assert (tmp_path / "other.txt").read_text() == "x\n"
+
+
+@pytest.mark.parametrize("target", ["../outside.txt", "link/outside.txt"])
+async def test_a_move_out_of_the_workspace_is_refused_before_anything_runs(
+    tmp_path: Path, target: str
+) -> None:
+    workspace, outside = tmp_path / "ws", tmp_path / "elsewhere"
+    workspace.mkdir()
+    outside.mkdir()
+    (workspace / "a.txt").write_text("a\n")
+    (workspace / "link").symlink_to(outside)  # a directory inside that leads outside
+    asked: list[Any] = []
+
+    async def approver(request: Any) -> ApprovalResponse:
+        asked.append(request)
+        return ApprovalResponse(True)
+
+    ex = builtin_executor(workspace, mode=PermissionMode.YOLO)
+    result = await call(
+        ex,
+        "apply_patch",
+        {"patch": patch("*** Update File: a.txt", f"*** Move to: {target}", "-a", "+b")},
+        approver=approver,
+    )
+    assert result.error is not None and result.error.code == ErrorCode.WORKTREE_VIOLATION
+    assert asked == []  # refused at stage 5, before any approval
+    assert (workspace / "a.txt").read_text() == "a\n"
+    assert not (tmp_path / "outside.txt").exists() and list(outside.iterdir()) == []

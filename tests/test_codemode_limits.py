@@ -36,6 +36,7 @@ from tests.codemode_kit import (
     wait_gone,
     within,
 )
+from tests.pipeline_kit import assert_idle
 
 PRINT_PID = "import os\nprint('pid', os.getpid(), flush=True)\n"
 
@@ -49,6 +50,8 @@ async def test_a_timeout_ends_the_run_and_its_process_group(env: Env) -> None:
     assert result.error.message == "run_code did not finish within 1s and was stopped."
     assert not result.error.details.get("still_running")
     assert gone(taken) and code_mode.program_pids() == {}
+    assert_idle(executor)
+    assert len(executor.history()) == 1
 
 
 async def test_a_busy_loop_is_stopped_by_the_timeout(env: Env) -> None:
@@ -205,6 +208,8 @@ async def test_cancelling_run_code_cancels_its_calls_then_kills_the_program(env:
     (nested,) = (r for r in seen if r.meta.parent_execution_id == result.meta.execution_id)
     assert nested.error is not None and nested.error.code == ErrorCode.ABORTED
     assert gone(pid)
+    assert_idle(executor)  # neither the run nor its nested call holds anything
+    assert len(executor.history()) == 2 and len(seen) == 2
 
 
 async def test_the_calls_are_cancelled_while_the_program_still_runs(env: Env) -> None:
