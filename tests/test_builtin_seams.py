@@ -138,15 +138,26 @@ async def test_local_file_system_refuses_what_leads_outside(tmp_path: Path) -> N
         raise AssertionError("a FIFO was read")
 
 
-async def test_a_directory_swapped_after_the_check_cannot_carry_a_grep_out(
-    tmp_path: Path,
-) -> None:
+def _searched_and_victim(tmp_path: Path) -> tuple[Path, Path]:
+    """A workspace and, outside it, a directory holding a file a search must never show."""
     ws, outside = tmp_path / "ws", tmp_path / "outside"
     outside.mkdir()
     (outside / "victim.txt").write_text("precious\n")
+    return ws, outside
+
+
+def _fresh_sub(ws: Path) -> None:
+    """``ws/sub``, the directory searched (and swapped), with a matching file of its own."""
+    (ws / "sub").mkdir(parents=True)
+    (ws / "sub" / "inside.txt").write_text("precious too\n")
+
+
+async def test_a_directory_swapped_after_the_check_cannot_carry_a_grep_out(
+    tmp_path: Path,
+) -> None:
+    ws, outside = _searched_and_victim(tmp_path)
     for rg in (find_ripgrep(), None):  # the ripgrep route, then the seam route
-        (ws / "sub").mkdir(parents=True)
-        (ws / "sub" / "inside.txt").write_text("precious too\n")
+        _fresh_sub(ws)
         ex = builtin_executor(
             ws, fs=LocalFileSystem(str(ws), ripgrep=rg), hooks=_swap_hook(ws / "sub", outside)
         )
@@ -206,12 +217,9 @@ class _SwapAfterStat(LocalFileSystem):
 async def test_ripgrep_searches_what_was_checked_even_if_swapped_after_the_stat(
     tmp_path: Path,
 ) -> None:
-    ws, outside = tmp_path / "ws", tmp_path / "outside"
-    outside.mkdir()
-    (outside / "victim.txt").write_text("precious\n")
+    ws, outside = _searched_and_victim(tmp_path)
     for name, args in [("glob", {"pattern": "*"}), ("grep", {"pattern": "precious"})]:
-        (ws / "sub").mkdir(parents=True)
-        (ws / "sub" / "inside.txt").write_text("precious too\n")
+        _fresh_sub(ws)
         fs = _SwapAfterStat(ws, ws / "sub", outside)
         result = await call(builtin_executor(ws, fs=fs), name, {**args, "path": "sub"})
         assert failure_code(result) == "outside_workspace", (name, result.content)
