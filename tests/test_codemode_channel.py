@@ -12,11 +12,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fastgate import RunContext, ToolKind, define_tool, schema
+from fastgate import PermissionConfig, RunContext, ToolKind, define_tool, schema
 from fastgate.codemode import CodeMode
 from fastgate.codemode import _worker as worker
 from fastgate.tools import ToolDefinition
-from tests.codemode_kit import Env, env_fixture, run  # noqa: F401  (the fixture "env")
+from tests.codemode_kit import Env, env_fixture, noop_tool, run  # noqa: F401  (the fixture "env")
 
 
 def gate_tools() -> tuple[ToolDefinition, ToolDefinition]:
@@ -123,6 +123,83 @@ print(await tools.wait_gate())
     assert result.ok, result.content
     assert result.value["stdout"] == "INVALID_ARGS\n" * 3 + "opened\n"
     assert [c["name"] for c in result.value["calls"]] == ["open_gate", "wait_gate"]
+
+
+def sized_tool() -> ToolDefinition:
+    """Returns ``"<n>:"`` then ``size`` letters, after yielding to the loop ``turns`` times (so
+    calls made at once end in different turns of the parent's loop)."""
+
+    async def sized(args: Any, ctx: RunContext) -> str:
+        for _ in range(args["turns"]):
+            await asyncio.sleep(0)
+        return f"{args['n']}:" + "x" * args["size"]
+
+    return define_tool(
+        "sized",
+        "A string of a given size.",
+        schema.Object(
+            {"n": schema.Integer(), "size": schema.Integer(), "turns": schema.Integer()},
+            required=("n", "size", "turns"),
+        ),
+        sized,
+        kind=ToolKind.READ_ONLY,
+        parallelism="shared",
+        is_concurrency_safe=True,
+    )
+
+
+async def test_calls_made_at_once_each_get_their_own_reply(env: Env) -> None:
+    """The calls of one gather leave in one write and their replies come back in batches of
+    those that ended in the same turn, some larger than the socket's buffer: each call still
+    gets its own value, and the denied ones their error."""
+    executor = env.make(
+        sized_tool(),
+        noop_tool("forbidden"),
+        code_mode=CodeMode(pool_size=1, max_tool_calls=500),
+        permissions=PermissionConfig(allow=("run_code", "sized"), deny=("forbidden",)),
+    )
+    code = """
+async def denied():
+    try:
+        await tools.forbidden()
+    except ToolCallError as e:
+        return e.code
+
+calls = [tools.sized(n=i, size=(300_000 if i % 10 == 0 else i), turns=i % 4) for i in range(120)]
+values = await asyncio.gather(*calls, *(denied() for _ in range(5)))
+for i, value in enumerate(values[:120]):
+    size = 300_000 if i % 10 == 0 else i
+    assert value == f"{i}:" + "x" * size, (i, value[:20])
+print(values[120:])
+"""
+    result = await run(executor, code)
+    assert result.ok, result.content
+    assert result.value["stdout"] == str(["PERMISSION_DENIED"] * 5) + "\n"
+    assert len(result.value["calls"]) == 125
+
+
+async def test_a_call_the_program_did_not_wait_for_still_runs(env: Env) -> None:
+    ran = asyncio.Event()
+
+    async def mark(args: Any, ctx: RunContext) -> None:
+        ran.set()
+
+    marker = define_tool("mark", "Marks.", schema.Object({}), mark, kind=ToolKind.READ_ONLY)
+    executor = env.make(marker, code_mode=CodeMode(pool_size=1))
+    # The loop stops in the turn the call is made, before the callback that would send it.
+    code = """
+import asyncio
+
+async def main():
+    asyncio.get_running_loop().create_task(tools.mark())
+
+loop = asyncio.new_event_loop()
+loop.run_until_complete(main())
+"""
+    result = await run(executor, code)
+    assert result.ok, result.content
+    assert ran.is_set()
+    assert [c["name"] for c in result.value["calls"]] == ["mark"]
 
 
 json_values = st.recursive(

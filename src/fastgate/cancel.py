@@ -45,7 +45,9 @@ class CancelToken:
     def __init__(self) -> None:
         self._cancelled = False
         self._reason: object = None
-        self._callbacks: list[CallbackHandle] = []
+        # A dict as an ordered set: callbacks run in the order added, and a removal costs the
+        # same with one subscriber or a thousand (the calls in flight under one session's token).
+        self._callbacks: dict[CallbackHandle, None] = {}
         self._links: list[CallbackHandle] = []  # subscriptions of a fused token (see any)
 
     @property
@@ -65,7 +67,7 @@ class CancelToken:
                 return False
             self._cancelled = True
             self._reason = reason
-            handles, self._callbacks = self._callbacks, []
+            handles, self._callbacks = self._callbacks, {}
         finally:
             _release()
         error: BaseException | None = None
@@ -84,7 +86,7 @@ class CancelToken:
         _acquire()
         try:
             if not self._cancelled:
-                self._callbacks.append(handle)
+                self._callbacks[handle] = None
                 return handle
         finally:
             _release()
@@ -94,8 +96,7 @@ class CancelToken:
     def _remove(self, handle: CallbackHandle) -> None:
         _acquire()
         try:
-            if handle in self._callbacks:
-                self._callbacks.remove(handle)
+            self._callbacks.pop(handle, None)
         finally:
             _release()
 

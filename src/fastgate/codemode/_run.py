@@ -397,6 +397,13 @@ class Run:
         data = _encode(message) + b"\n"  # raises before anything is queued
         if self.violation is not None or self.worker.process.returncode is not None:
             return
+        if self._ids and not self._writing and len(self._outbox) < _CHUNK:
+            # Other calls in flight: the replies ready in this turn of the loop go together at
+            # its end, one write and one wake-up of the worker for all of them.
+            if not self._outbox:
+                self._loop.call_soon(self._flush_replies)
+            self._outbox += data
+            return
         if not self._outbox:  # the usual case: all of it goes at once, nothing is queued
             try:
                 sent = self.worker.channel.send(data)
@@ -409,6 +416,13 @@ class Run:
             data = data[sent:]
         self._outbox += data
         self._flush()
+
+    def _flush_replies(self) -> None:
+        gone = self.worker.process.returncode is not None
+        if self._stopped or self.violation is not None or gone:
+            self._outbox.clear()  # nobody to answer
+        elif not self._writing:  # else its writer callback sends them
+            self._flush()
 
     def _flush(self) -> None:
         sock = self.worker.channel

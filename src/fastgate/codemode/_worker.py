@@ -19,7 +19,9 @@ at once (``asyncio.gather``) are answered in any order::
 A call made while nothing else of the program can run (the usual ``await tools.x()`` one after
 another) waits for its reply inside the calling task rather than on the event loop, which
 would cost two loop iterations and a future per call; anything else the program waits for
-ends that wait (``Channel._wait_here``).
+ends that wait (``Channel._wait_here``). Calls made at once are queued and leave together, in
+one write at the end of the loop's turn (``Channel.flush``); the parent likewise answers those
+that end in one turn of its loop with one write.
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ class Channel:
         self.buffer = b""
         self.loop: Any = None
         self.closed = False
+        self.outbox: list[tuple[int, bytes]] = []  # calls not yet sent: (id, line)
         # The loop's selector as ``wait(timeout) -> [ready fd, ...]``; None: not a stdlib loop.
         self.wait: Callable[[float | None], list[int]] | None = None
 
@@ -148,19 +151,42 @@ class Channel:
         call_id = self.next_id
         # The only call in flight, and nothing else of the program ready to run: the reply is
         # waited for here, inside the calling task (see _wait_here).
-        alone = self.wait is not None and not self.pending and not loop._ready
-        try:
-            self.sock.sendall(line)
-        except OSError as exc:
-            raise ToolCallError("TOOL_ERROR", f"the tool channel failed: {exc}") from None
-        reply = self._wait_here(loop, call_id) if alone and not loop.get_debug() else None
+        alone = not self.pending and not loop._ready and not loop.get_debug()
+        reply = None
+        if alone:
+            try:
+                self.sock.sendall(line)
+            except OSError as exc:
+                raise ToolCallError("TOOL_ERROR", f"the tool channel failed: {exc}") from None
+            if self.wait is not None:
+                reply = self._wait_here(loop, call_id)
         if reply is None:  # calls at once, or something else of the program became due
             future = loop.create_future()
             self.pending[call_id] = future
+            if not alone:  # sent with the others made in this turn of the loop, at its end
+                if not self.outbox:
+                    loop.call_soon(self.flush)
+                self.outbox.append((call_id, line))
             reply = await future
         if reply.get("ok"):
             return reply.get("value")
         raise ToolCallError(str(reply.get("code")), str(reply.get("message")))
+
+    def flush(self) -> None:
+        """Send the calls queued in this turn of the loop, in one write (``asyncio.gather`` of
+        many calls: one system call, and one wake-up of the parent, for all of them)."""
+        if not self.outbox:
+            return
+        queued, self.outbox = self.outbox, []
+        try:
+            self.sock.sendall(b"".join(line for _, line in queued))
+        except OSError as exc:
+            for call_id, _ in queued:
+                future = self.pending.pop(call_id, None)
+                if future is not None and not future.done():
+                    future.set_exception(
+                        ToolCallError("TOOL_ERROR", f"the tool channel failed: {exc}")
+                    )
 
     def _wait_here(self, loop: Any, call_id: int) -> dict[str, Any] | None:
         """The reply to the only call in flight, waited for without a trip through the event
@@ -430,6 +456,7 @@ def main(argv: list[str]) -> None:
     if message is None or message.get("t") != "run":
         os._exit(0)  # the pool was closed (or the parent is gone) before a program came
     done = run_program(channel, message, loop)
+    channel.flush()  # calls the program made but did not wait for still go
     _flush_output()
     try:
         channel.send(done)
