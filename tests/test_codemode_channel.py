@@ -132,7 +132,7 @@ def sized_tool() -> ToolDefinition:
     async def sized(args: Any, ctx: RunContext) -> str:
         for _ in range(args["turns"]):
             await asyncio.sleep(0)
-        return f"{args['n']}:" + "x" * args["size"]
+        return f"{args['n']}:" + "x" * int(args["size"])
 
     return define_tool(
         "sized",
