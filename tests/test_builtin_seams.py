@@ -10,6 +10,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from fastgate import ExecutionContext, Hooks, PreToolUseEvent, RunContext
 from fastgate.builtin import FileSystem, LocalFileSystem, find_ripgrep
 from tests.builtin_kit import MemoryFileSystem, builtin_executor, call, failure_code, text
@@ -225,3 +227,69 @@ async def test_ripgrep_searches_what_was_checked_even_if_swapped_after_the_stat(
         assert failure_code(result) == "outside_workspace", (name, result.content)
         assert "victim" not in text(result)
         os.unlink(ws / "sub")
+
+
+class _SwapAtWrite(LocalFileSystem):
+    """Swaps ``swapped`` for a symlink to ``outside`` when the tool first writes ``written``:
+    the window between a tool's own staging read and its write."""
+
+    def __init__(self, root: Path, written: Path, swapped: Path, outside: Path) -> None:
+        super().__init__(str(root))
+        self.written, self.swapped, self.outside = written, swapped, outside
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        if path == str(self.written) and not self.swapped.is_symlink():
+            _swap(self.swapped, self.outside)
+        await super().write_bytes(path, data)
+
+
+def _swap(swapped: Path, outside: Path) -> None:
+    if swapped.is_dir():
+        shutil.rmtree(swapped)
+    os.symlink(outside, swapped)
+
+
+@pytest.mark.parametrize("moment", ["after the check", "at the write"])
+@pytest.mark.parametrize("swapped", ["target", "parent"])
+async def test_a_move_target_swapped_for_a_symlink_out_is_refused_and_keeps_the_source(
+    tmp_path: Path, moment: str, swapped: str
+) -> None:
+    ws, outside = _searched_and_victim(tmp_path)
+    (ws / "sub").mkdir(parents=True)
+    source = ws / "a.sh"
+    source.write_text("echo a\n")
+    os.chmod(source, 0o750)
+    before = os.stat(source)
+    # The target's name is the victim's: a write that escaped would overwrite it.
+    target = ws / "victim.txt" if swapped == "target" else ws / "sub" / "victim.txt"
+    link, leads_to = (
+        (target, outside / "victim.txt") if swapped == "target" else (ws / "sub", outside)
+    )
+    if moment == "after the check":  # a PreToolUse hook: after stages 5 and 6
+        hooks = Hooks()
+        hooks.add_pre_tool_use(lambda event: _swap(link, leads_to))
+        ex = builtin_executor(ws, hooks=hooks)
+    else:  # after apply_patch staged the target as absent, before it writes it
+        ex = builtin_executor(ws, fs=_SwapAtWrite(ws, target, link, leads_to))
+    body = f"*** Update File: a.sh\n*** Move to: {target.relative_to(ws)}\n-echo a\n+echo b\n"
+    result = await asyncio.wait_for(
+        call(ex, "apply_patch", {"patch": f"*** Begin Patch\n{body}*** End Patch"}), 30
+    )
+    assert not result.ok, result.content
+    assert result.error is not None
+    code, cause = failure_code(result), result.error.details.get("cause")
+    assert "outside_workspace" in (code, cause), result.content
+    assert sorted(os.listdir(outside)) == ["victim.txt"]
+    assert (outside / "victim.txt").read_text() == "precious\n"
+    # The source is where it was, untouched: not deleted, not deleted and written back.
+    assert source.read_text() == "echo a\n"
+    after = os.stat(source)
+    assert (after.st_ino, after.st_mode, after.st_mtime_ns) == (
+        before.st_ino,
+        before.st_mode,
+        before.st_mtime_ns,
+    )
+    assert link.is_symlink() and os.readlink(link) == str(leads_to)
+    assert sorted(os.listdir(ws)) == sorted(
+        ["a.sh", "sub", *(["victim.txt"] * (swapped == "target"))]
+    )

@@ -4,7 +4,9 @@ covers are withheld and counted (SPEC §16)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -210,3 +212,65 @@ def test_routes_cover_both_searches() -> None:
     assert set(ROUTES) == {"ripgrep", "seam-disk", "seam-memory"}
     if os.environ.get("CI"):
         assert find_ripgrep() is not None, "CI installs the ripgrep wheel (the test extra)"
+
+
+class _ReadSpy(LocalFileSystem):
+    """The disk, recording every path the seam route reads."""
+
+    def __init__(self, root: str, ripgrep: str | None) -> None:
+        super().__init__(root, ripgrep=ripgrep)
+        self.read: list[str] = []
+
+    async def read_bytes(self, path: str) -> bytes:
+        self.read.append(path)
+        return await super().read_bytes(path)
+
+
+@pytest.mark.parametrize("disk_route", ["ripgrep", "seam-disk"])
+async def test_fifos_and_sockets_in_a_searched_tree_are_skipped_unopened(
+    tmp_path: Path, disk_route: str
+) -> None:
+    rg = find_ripgrep() if disk_route == "ripgrep" else None
+    if disk_route == "ripgrep" and rg is None:
+        pytest.skip("ripgrep is not installed (the 'builtin' extra brings it)")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.txt").write_text("needle\n")
+    (tmp_path / "sub" / "b.txt").write_text("a needle\n")
+    # A FIFO with a writer (this test) and bytes waiting: a reader would get them, then wait for
+    # more forever. One without a writer: a blocking open of it never returns.
+    os.mkfifo(tmp_path / "pipe")
+    held = os.open(tmp_path / "pipe", os.O_RDWR | os.O_NONBLOCK)
+    os.mkfifo(tmp_path / "sub" / "idle")
+    listening = socket.socket(socket.AF_UNIX)
+    try:
+        waiting = b"needle in a pipe\n"
+        os.write(held, waiting)
+        listening.bind(str(tmp_path / "sock"))
+        listening.listen()
+        fs = _ReadSpy(str(tmp_path), rg)
+        ex = builtin_executor(tmp_path, fs=fs)
+        searches: list[tuple[str, dict[str, Any], list[str]]] = [
+            ("grep", {"pattern": "needle"}, ["Found 2 files", "a.txt", "sub/b.txt"]),
+            ("grep", {"pattern": "needle", "glob": "*"}, ["Found 2 files", "a.txt", "sub/b.txt"]),
+            (
+                "grep",
+                {"pattern": "needle", "output_mode": "content"},
+                ["--", "a.txt:1:needle", "sub/b.txt:1:a needle"],
+            ),
+            (
+                "grep",
+                {"pattern": "needle", "output_mode": "count"},
+                ["Found 2 matching lines in 2 files", "a.txt:1", "sub/b.txt:1"],
+            ),
+            ("glob", {"pattern": "**/*"}, ["a.txt", "sub/b.txt"]),
+            ("glob", {"pattern": "*", "path": "sub"}, ["sub/b.txt"]),
+        ]
+        for name, args, expected in searches:
+            # A generous bound: a search that opened a FIFO would never return.
+            result = await asyncio.wait_for(call(ex, name, args), 60)
+            assert sorted(lines(result)) == sorted(expected), (name, args)
+        assert all(os.path.basename(p) in ("a.txt", "b.txt") for p in fs.read), fs.read
+        assert os.read(held, 1024) == waiting  # nothing read from the FIFO
+    finally:
+        os.close(held)
+        listening.close()

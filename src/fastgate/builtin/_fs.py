@@ -38,12 +38,14 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 @dataclass(frozen=True, slots=True)
 class FileStat:
     """What ``FileSystem.stat`` tells: ``size`` in bytes, ``mtime_ns``, ``is_dir``;
-    ``is_symlink`` when the name itself is a symlink (walks do not follow those)."""
+    ``is_symlink`` when the name itself is a symlink (walks do not follow those);
+    ``is_special`` for a FIFO, socket or device (searches skip those without opening them)."""
 
     size: int
     mtime_ns: int
     is_dir: bool
     is_symlink: bool = False
+    is_special: bool = False
 
 
 @runtime_checkable
@@ -346,7 +348,9 @@ class _RootItself(Exception):
 
 
 def _file_stat(st: os.stat_result, is_symlink: bool) -> FileStat:
-    return FileStat(st.st_size, st.st_mtime_ns, stat_.S_ISDIR(st.st_mode), is_symlink)
+    mode = st.st_mode
+    special = not (stat_.S_ISREG(mode) or stat_.S_ISDIR(mode))
+    return FileStat(st.st_size, st.st_mtime_ns, stat_.S_ISDIR(mode), is_symlink, special)
 
 
 def _descriptor_path(fd: int) -> str | None:

@@ -492,9 +492,11 @@ def _apply_chunks(text: str, chunks: list[Chunk], name: str) -> str:
 
 
 async def _commit(ctx: RunContext, fs: Any, changed: list[_File]) -> Failure | None:
-    """Write every staged file; on a failure, put back the ones already written."""
+    """Write every staged file, then remove the deleted ones; on a failure, put back the ones
+    already done. Writes go first: a move whose target cannot be written (it now leads outside
+    the workspace, say) has not deleted its source, which keeps its inode, mode and owner."""
     done: list[_File] = []
-    for f in changed:
+    for f in sorted(changed, key=lambda f: f.current is None):
         try:
             if f.current is None:
                 await fs.remove(f.path)
@@ -511,7 +513,7 @@ async def _commit(ctx: RunContext, fs: Any, changed: list[_File]) -> Failure | N
             return Failure(
                 f"Failed to write {shown(ctx, f.path)}: {failure.message} {note}",
                 code="write_failed",
-                details={"unrestored": [shown(ctx, p) for p in undone]},
+                details={"unrestored": [shown(ctx, p) for p in undone], "cause": failure.code},
             )
         done.append(f)
     return None

@@ -453,7 +453,8 @@ def _content_line(rest: bytes) -> tuple[int, bool, str]:
 
 async def walk(fs: Any, base: str, workspace: str) -> AsyncIterator[tuple[str, FileStat]]:
     """Every file under ``base`` a search looks at, through ``fs`` alone: hidden files too,
-    never ``.git``, nothing a ``.gitignore`` excludes, no symlink followed."""
+    never ``.git``, nothing a ``.gitignore`` excludes, no symlink followed, no FIFO, socket or
+    device (``FileStat.is_special``)."""
     ignores = await _parent_ignores(fs, base, workspace)
     stack: list[tuple[str, list[tuple[str, pathspec.GitIgnoreSpec]]]] = [(base, ignores)]
     visited = 0
@@ -485,8 +486,8 @@ async def walk(fs: Any, base: str, workspace: str) -> AsyncIterator[tuple[str, F
                 st = await fs.stat(path)
             except OSError:
                 continue
-            if st is None or st.is_symlink or _ignored(specs, path, st.is_dir):
-                continue
+            if st is None or st.is_symlink or st.is_special or _ignored(specs, path, st.is_dir):
+                continue  # a FIFO, socket or device is never opened (nor by ripgrep)
             if st.is_dir:
                 subdirs.append(path)
             else:
