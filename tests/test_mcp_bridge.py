@@ -28,12 +28,12 @@ from fastgate.mcp import MCPServerConfig, tool_name
 from tests.mcp.servers import (
     alive,
     assert_gone,
+    assert_settled,
     cancellations,
     fixture,
     records,
     running,
 )
-from tests.pipeline_kit import assert_idle
 
 CTX = ExecutionContext(session_id="s1")
 LONG = "summarize_the_quarterly_revenue_figures_for_every_region_and_product"
@@ -41,13 +41,6 @@ LONG = "summarize_the_quarterly_revenue_figures_for_every_region_and_product"
 
 def yolo(registry: ToolRegistry) -> ToolExecutor:
     return ToolExecutor(registry, mode=PermissionMode.YOLO)
-
-
-def assert_settled(executor: ToolExecutor, bridge: Any, calls: int) -> None:
-    """After the faults: nothing held, one history entry per call, no request in flight."""
-    assert_idle(executor)
-    assert len(executor.history()) == calls
-    assert not any(link._requests for link in bridge._links.values())
 
 
 async def test_names_schemas_and_results(tmp_path: Path) -> None:

@@ -18,12 +18,14 @@ from typing import Any
 
 import pytest
 
-from fastgate import ToolRegistry
+from fastgate import ToolExecutor, ToolRegistry
 from fastgate.mcp import MCPBridge, MCPServerConfig
+from tests.pipeline_kit import assert_idle
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = Path(__file__).with_name("fixture_server.py")
 LEGACY_FIXTURE = Path(__file__).with_name("legacy_fixture_server.py")
+HOSTILE = Path(__file__).with_name("hostile_server.py")
 INSTALLED = ROOT / "build" / "mcp-servers"
 NPM = INSTALLED / "npm" / "node_modules" / "@modelcontextprotocol"
 EVERYTHING = NPM / "server-everything" / "dist" / "index.js"
@@ -63,6 +65,12 @@ def fixture(name: str = "fx", record: Path | None = None, **options: Any) -> MCP
     )
 
 
+def hostile(mode: str, record: Path | None = None, **options: Any) -> MCPServerConfig:
+    """The hand-written server of ``hostile_server.py``, misbehaving the way ``mode`` says."""
+    env = {"HOSTILE_RECORD": str(record)} if record is not None else {}
+    return MCPServerConfig("h", command=[sys.executable, str(HOSTILE), mode], env=env, **options)
+
+
 def records(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
@@ -97,6 +105,13 @@ def assert_gone(pids: list[int]) -> None:
     left = [pid for pid in pids if alive(pid)]
     group_left = [m for pid in pids for m in process_group_members(pid)]
     assert not left and not group_left, f"server processes left behind: {left} {group_left}"
+
+
+def assert_settled(executor: ToolExecutor, bridge: MCPBridge, calls: int) -> None:
+    """After the faults: nothing held, one history entry per call, no request in flight."""
+    assert_idle(executor)
+    assert len(executor.history()) == calls
+    assert not any(link._requests for link in bridge._links.values())
 
 
 def all_pids(bridge: MCPBridge) -> list[int]:

@@ -40,13 +40,19 @@ BACKOFF_FIRST = 0.25  # seconds before the first restart; doubled each time, up 
 BACKOFF_CAP = 30.0
 STABLE_AFTER = 30.0  # a connection that lasted this long starts the backoff afresh
 CANCEL_SETTLE = 5.0  # how long a cancelled call waits for its cancellation to be sent
-MAX_LIST_PAGES = 100
+MAX_LIST_PAGES = 100  # pages of one tools/list; a server paging past it is refused
+MAX_LISTED_TOOLS = 10_000  # tools in one listing, all pages together
 _RAW: Final = TypeAdapter(dict[str, Any])
 _UNAVAILABLE: Final = "server_unavailable"
 
 
 class ConnectionLost(Exception):
     pass
+
+
+class ProtocolFailure(ValueError):
+    """The server refused a request of the bridge's own (the handshake, ``tools/list``) or
+    answered it with something unusable; the message says which and how."""
 
 
 class ServerLink:
@@ -83,6 +89,7 @@ class ServerLink:
         self.first_attempt = asyncio.Event()
         self._change = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stdio: StdioTransport | None = None  # the stdio connection now, if any
         self._requests: set[asyncio.Task[Any]] = set()
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -124,7 +131,7 @@ class ServerLink:
                     await self._connect_and_serve()
                 except Exception as exc:  # a server that fails is retried; the reason is kept
                     if not self._closing:
-                        self.last_error = _describe(exc, self.stderr.text())
+                        self.last_error = _describe(exc, self.stderr.text(), self._noise())
                         log.warning("MCP server %s: %s", self.config.name, self.last_error)
                 finally:
                     self._client = None
@@ -153,6 +160,7 @@ class ServerLink:
     async def _connect_and_serve(self) -> None:
         config = self.config
         self._lost = None
+        self._stdio = None
         async with contextlib.AsyncExitStack() as stack:
             transport: Any
             if config.command is not None:
@@ -160,7 +168,7 @@ class ServerLink:
                 stdio = StdioTransport(argv, config.env, config.cwd, self.stderr)
                 stdio.on_lost = self._connection_lost
                 stdio.on_spawn = self._spawned
-                transport = stdio
+                transport = self._stdio = stdio
             else:
                 transport = await _http_transport(stack, config)
             client = Client(
@@ -173,7 +181,16 @@ class ServerLink:
             # asyncio's timeout, not anyio's: the client's own scopes, entered in here, stay
             # open past it (anyio requires its scopes to be exited in order).
             async with asyncio.timeout(config.startup_timeout):
-                await stack.enter_async_context(client)
+                try:
+                    await stack.enter_async_context(client)
+                except Exception as exc:  # the SDK's task group may wrap the server's error
+                    refused = _rpc_error(exc)
+                    if refused is None or refused.code == mcp_types.CONNECTION_CLOSED:
+                        raise
+                    raise ProtocolFailure(
+                        f"the server refused the handshake: JSON-RPC error {refused.code}: "
+                        f"{refused.error.message}"
+                    ) from None
                 self.protocol_version = client.protocol_version
                 modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
                 if not modern:
@@ -207,6 +224,7 @@ class ServerLink:
                 except (MCPError, TimeoutError, ValidationError, ValueError) as exc:
                     self.last_error = f"refreshing the tool list failed: {exc}"
                     log.warning("MCP server %s: %s", self.config.name, self.last_error)
+                    self._changed()
 
     async def _listen(self, client: Client) -> None:
         """``tools/list_changed`` on the 2026 protocol comes through a subscription."""
@@ -217,6 +235,16 @@ class ServerLink:
                     self._want_refresh()
         except Exception as exc:
             log.info("MCP server %s: no list_changed subscription (%s)", self.config.name, exc)
+
+    def _noise(self) -> str:
+        """What a connection that failed before it was ready read that was not JSON-RPC."""
+        stdio = self._stdio
+        if self._serving or stdio is None or not stdio.noise_lines:
+            return ""
+        return (
+            f"its stdout had {stdio.noise_lines} line(s) that are not JSON-RPC, the last: "
+            f"{stdio.last_noise!r}"
+        )
 
     def _spawned(self, pid: int) -> None:
         self.pid = pid
@@ -258,16 +286,32 @@ class ServerLink:
         malformed tool, and one bad tool must only quarantine itself."""
         tools: list[Any] = []
         cursor: str | None = None
+        seen: set[str] = set()
         for _ in range(MAX_LIST_PAGES):
-            page = await _raw_request(client, "tools/list", {"cursor": cursor} if cursor else None)
+            params = {"cursor": cursor} if cursor else None
+            try:
+                page = await _raw_request(client, "tools/list", params)
+            except MCPError as exc:
+                if exc.code == mcp_types.CONNECTION_CLOSED:
+                    raise
+                raise ProtocolFailure(
+                    f"the server refused tools/list: JSON-RPC error {exc.code}: {exc.error.message}"
+                ) from None
             listed = page.get("tools")
             if not isinstance(listed, list):
-                raise ValueError("the tools/list reply has no list of tools")
+                raise ProtocolFailure("the tools/list reply has no list of tools")
             tools.extend(listed)
+            if len(tools) > MAX_LISTED_TOOLS:
+                raise ProtocolFailure(f"the tools/list reply has over {MAX_LISTED_TOOLS} tools")
             cursor = page.get("nextCursor")
             if not isinstance(cursor, str) or not cursor:
                 return tools
-        raise ValueError(f"the tools/list reply did not end within {MAX_LIST_PAGES} pages")
+            if cursor in seen:
+                raise ProtocolFailure(
+                    f"the tools/list reply repeats the cursor {cursor[:80]!r}: its pages loop"
+                )
+            seen.add(cursor)
+        raise ProtocolFailure(f"the tools/list reply did not end within {MAX_LIST_PAGES} pages")
 
     # -- calls ---------------------------------------------------------------------------------
 
@@ -455,13 +499,24 @@ def _is_transport_error(exc: Exception) -> bool:
     return isinstance(exc, httpx2.TransportError)
 
 
-def _describe(exc: BaseException, stderr: str) -> str:
+def _rpc_error(exc: BaseException) -> MCPError | None:
+    """The JSON-RPC error a server answered with, inside the groups the SDK wraps it in."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, MCPError) else None
+
+
+def _describe(exc: BaseException, stderr: str, noise: str = "") -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     if isinstance(exc, TimeoutError):
         text = "did not start (connect and list its tools) within startup_timeout"
+    elif isinstance(exc, ProtocolFailure):
+        text = str(exc)
     else:
         text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    if noise:
+        text += "; " + noise
     if stderr:
         text += "; its stderr ends with: " + stderr[-800:]
     return text

@@ -27,6 +27,7 @@ log = logging.getLogger("fastgate.mcp")
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # one JSON-RPC line; past it the connection is dropped
 STDERR_TAIL_LINES = 40
 STDERR_LINE_CHARS = 500
+NOISE_LINE_CHARS = 200  # of the last stdout line that was not JSON-RPC, kept for errors
 CLOSE_GRACE = 2.0  # after stdin closes, before SIGTERM
 TERM_GRACE = 2.0  # after SIGTERM, before SIGKILL
 # What a server inherits from us unless its config says otherwise (as MCP clients do: a
@@ -81,6 +82,8 @@ class StdioTransport:
         self.lost = asyncio.Event()
         self.exited = asyncio.Event()  # set by the event loop the moment the process ends
         self.exit_reason = ""
+        self.noise_lines = 0  # stdout lines that were not JSON-RPC (a banner, a stray print)
+        self.last_noise = ""
         self.on_lost: Callable[[str], None] | None = None
         self.on_spawn: Callable[[int], None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -197,6 +200,8 @@ class StdioTransport:
                     message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
                 except ValueError as exc:
                     # Not JSON-RPC (a stray print): the session is told, the stream goes on.
+                    self.noise_lines += 1
+                    self.last_noise = line[:NOISE_LINE_CHARS].decode("utf-8", "replace").strip()
                     await out.send(exc)
                     continue
                 await out.send(SessionMessage(message))
