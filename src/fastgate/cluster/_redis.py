@@ -383,7 +383,15 @@ class RedisCluster:
         except (TimeoutError, RedisError, OSError) as exc:
             self._failed(f"redis unreachable: {type(exc).__name__}: {exc}")
             return
-        reply = json.loads(raw)
+        try:
+            reply = json.loads(raw)
+            refused = _refusal(self.namespace, reply)
+        except (ValueError, TypeError, AttributeError) as exc:
+            self._failed(f"redis answered the refresh with no allotment: {exc}")
+            return
+        if refused is not None:
+            self._failed(refused)
+            return
         until = asked_at + self.lease_ttl * LEASE_SAFETY
         if time.monotonic() >= until:
             self._failed("the refresh took longer than the lease")
@@ -420,7 +428,9 @@ class RedisCluster:
 
     def _failed(self, reason: str) -> None:
         self._failures += 1
-        if self._degraded_reason is None:
+        # Logged once per cause, not per attempt: the refresher retries several times a second.
+        previous = self._degraded_reason
+        if previous is None or _cause(previous) != _cause(reason):
             log.warning(
                 "fastgate.cluster %s: %s; admitting on the current lease, then at most %d per kind",
                 self.namespace,
@@ -477,6 +487,34 @@ class RedisCluster:
     ) -> None:
         core = self._core
         core.wake(core.set_limits(global_, kinds, list(pools.items()), caps, until))
+
+
+def _cause(reason: str) -> str:
+    return reason.split(":", 1)[0]
+
+
+def _refusal(namespace: str, reply: Any) -> str | None:
+    """Why the script granted nothing (another client wrote into the namespace), or None."""
+    if not isinstance(reply, dict):
+        raise TypeError(f"expected a JSON object, got {type(reply).__name__}")
+    err = reply.get("err")
+    if err is None:
+        for field in ("g", "k", "p", "s", "workers", "grace", "short", "epoch"):
+            if field not in reply:
+                raise ValueError(f"no {field!r} in the reply")
+        return None
+    fix = "delete it, or give fastgate a namespace of its own"
+    if err == "wrong_type":
+        return (
+            f"namespace {namespace!r} is written by another client: key {reply.get('key')!r} "
+            f"holds a {reply.get('type')}, not a {reply.get('want')}; {fix}"
+        )
+    if err == "bad_record":
+        return (
+            f"namespace {namespace!r} is written by another client: field "
+            f"{reply.get('field')!r} of {reply.get('key')!r} is no worker's record; {fix}"
+        )
+    return f"namespace {namespace!r}: the refresh was refused ({err!r})"
 
 
 def _shrank(old: _Lease, new: _Lease) -> bool:

@@ -6,6 +6,11 @@ ARGV: 1 worker id, 2 lease ttl (ms), 3 the worker's report (JSON), 4 ``refresh``
 5 the namespace's rebalancing channel (a worker short of its share, or one that gave some back,
 publishes its id there; the others refresh early).
 
+A namespace another client wrote into is refused, nothing granted: the reply is then
+``{"err": "wrong_type", "key", "type", "want"}`` for a key of another type, or
+``{"err": "bad_record", "key", "field"}`` for a field of the workers' hash that is no record of
+this script's (not JSON, a count missing or below zero).
+
 The report: ``lim`` this worker's limits, ``dem`` its demand (queued + running per session, kind
 and pool), ``use`` what it runs now, ``app`` the allotment it enforces now (empty when its lease
 has lapsed), ``ep``/``left`` the epoch of that allotment and how many ms it still runs.
@@ -24,6 +29,27 @@ from __future__ import annotations
 REFRESH_LUA = r"""
 local workers_key, leases_key, epoch_key = KEYS[1], KEYS[2], KEYS[3]
 local me, ttl = ARGV[1], tonumber(ARGV[2])
+
+-- A worker's record as this script writes it: counts that are numbers, none below zero.
+local function count(v) return type(v) == 'number' and v >= 0 and v < math.huge end
+local function counts(v)
+  if type(v) ~= 'table' then return false end
+  for _, x in pairs(v) do if not count(x) then return false end end
+  return true
+end
+local function record(raw)
+  local ok, r = pcall(cjson.decode, raw)
+  if not ok or type(r) ~= 'table' then return nil end
+  local lim, held = r.lim, r.held
+  if type(lim) ~= 'table' or type(held) ~= 'table' or type(r.dem) ~= 'table' then return nil end
+  if not (count(lim.g) and count(lim.s) and counts(lim.k) and counts(lim.p)) then return nil end
+  if not (count(held.g) and counts(held.s) and counts(held.k) and counts(held.p)) then
+    return nil
+  end
+  return r
+end
+
+local function run()
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -76,11 +102,16 @@ local ids = {}
 local before = nil
 local raw = redis.call('HGETALL', workers_key)
 for i = 1, #raw, 2 do
+  local r = record(raw[i + 1])
+  if r == nil then
+    -- Another client wrote here: what it holds is unknown, so nobody's grant can be computed.
+    return cjson.encode({err = 'bad_record', key = workers_key, field = raw[i]})
+  end
   if raw[i] ~= me then
-    recs[raw[i]] = cjson.decode(raw[i + 1])
+    recs[raw[i]] = r
     ids[#ids + 1] = raw[i]
   else
-    before = cjson.decode(raw[i + 1]).held
+    before = r.held
   end
 end
 local mine = {lim = rep.lim, dem = rep.dem}
@@ -251,4 +282,17 @@ out.grace = grace
 out.short = short
 out.now = now
 return cjson.encode(out)
+end
+
+local ok, res = pcall(run)
+if ok then return res end
+-- A key another client gave another type (WRONGTYPE above) is named in the reply.
+for _, key in ipairs(KEYS) do
+  local want = (key == leases_key) and 'zset' or 'hash'
+  local kind = redis.call('TYPE', key)['ok']
+  if kind ~= 'none' and kind ~= want then
+    return cjson.encode({err = 'wrong_type', key = key, type = kind, want = want})
+  end
+end
+error(res, 0)
 """
