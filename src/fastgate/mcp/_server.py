@@ -184,13 +184,10 @@ class ServerLink:
                 try:
                     await stack.enter_async_context(client)
                 except Exception as exc:  # the SDK's task group may wrap the server's error
-                    refused = _rpc_error(exc)
-                    if refused is None or refused.code == mcp_types.CONNECTION_CLOSED:
+                    refused = _refused("the handshake", exc)
+                    if refused is None:
                         raise
-                    raise ProtocolFailure(
-                        f"the server refused the handshake: JSON-RPC error {refused.code}: "
-                        f"{refused.error.message}"
-                    ) from None
+                    raise refused from None
                 self.protocol_version = client.protocol_version
                 modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
                 if not modern:
@@ -292,11 +289,10 @@ class ServerLink:
             try:
                 page = await _raw_request(client, "tools/list", params)
             except MCPError as exc:
-                if exc.code == mcp_types.CONNECTION_CLOSED:
+                refused = _refused("tools/list", exc)
+                if refused is None:
                     raise
-                raise ProtocolFailure(
-                    f"the server refused tools/list: JSON-RPC error {exc.code}: {exc.error.message}"
-                ) from None
+                raise refused from None
             listed = page.get("tools")
             if not isinstance(listed, list):
                 raise ProtocolFailure("the tools/list reply has no list of tools")
@@ -499,11 +495,16 @@ def _is_transport_error(exc: Exception) -> bool:
     return isinstance(exc, httpx2.TransportError)
 
 
-def _rpc_error(exc: BaseException) -> MCPError | None:
-    """The JSON-RPC error a server answered with, inside the groups the SDK wraps it in."""
+def _refused(request: str, exc: BaseException) -> ProtocolFailure | None:
+    """The JSON-RPC error the server answered ``request`` with (found inside the groups the SDK
+    wraps it in) as a ``ProtocolFailure``; None for anything else, a lost connection included."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
-    return exc if isinstance(exc, MCPError) else None
+    if not isinstance(exc, MCPError) or exc.code == mcp_types.CONNECTION_CLOSED:
+        return None
+    return ProtocolFailure(
+        f"the server refused {request}: JSON-RPC error {exc.code}: {exc.error.message}"
+    )
 
 
 def _describe(exc: BaseException, stderr: str, noise: str = "") -> str:
