@@ -21,6 +21,7 @@ from fastgate.decision import Decision as Decision
 from fastgate.decision import DecisionSource as DecisionSource
 from fastgate.decision import PermissionMode as PermissionMode
 from fastgate.errors import AdmissionError as AdmissionError
+from fastgate.errors import FastgateConfigWarning as FastgateConfigWarning
 from fastgate.errors import FastgateError as FastgateError
 from fastgate.errors import GateClosed as GateClosed
 from fastgate.errors import OwnerCancelled as OwnerCancelled
@@ -97,6 +98,7 @@ __all__ = (
     "ErrorCode",
     "ExecutionContext",
     "Failure",
+    "FastgateConfigWarning",
     "FastgateError",
     "FileLockManager",
     "GateClosed",

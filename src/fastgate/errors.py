@@ -50,3 +50,12 @@ class SchemaError(FastgateError, ValueError):
         self.reason = reason
         self.pointer = pointer
         self.keyword = keyword
+
+
+class FastgateConfigWarning(UserWarning):
+    """A settings or MCP config file holds something fastgate reads but does not act on.
+
+    Issued with ``warnings.warn`` by the loaders (an unsupported hook event or hook type, a field
+    another MCP client adds, a rule that can never match) and listed by their ``warnings()``;
+    the command line prints them on stderr. A warning never means a rule was loosened.
+    """
