@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from fastgate import (
     ExecutionContext,
@@ -15,6 +20,7 @@ from fastgate import (
     schema,
 )
 from fastgate.store import ToolUseRecord
+from tests.builtin_kit import gone
 from tests.pipeline_kit import assert_idle, executor, tool
 
 LABEL = schema.Object({"label": schema.String()}, required=("label",))
@@ -126,3 +132,93 @@ async def test_recovery_lists_both_epochs_under_the_results_ids(tmp_path: Path) 
         c.result is not None and c.result.meta.execution_id == c.execution_id for c in recovered
     )
     assert_idle(ex)
+
+
+# -- unique across executors, processes and hosts (SPEC §10) ------------------------------------
+
+
+async def test_two_executors_sharing_one_store_never_reuse_an_id(tmp_path: Path) -> None:
+    store = await SqliteToolUseStore.open(str(tmp_path / "calls.db"))
+    first, second = executor(*_tools(), store=store), executor(*_tools(), store=store)
+    calls = [
+        ex.execute("write", {"label": f"{name}-{n}"}, call_id=f"{name}-{n}")
+        for n in range(100)
+        for name, ex in (("first", first), ("second", second))
+    ]
+    results = await asyncio.gather(*calls)
+    recovered = await ToolResultProjector(store).recover("s1")
+    await store.close()
+    ids = [r.meta.execution_id for r in results]
+    assert len(set(ids)) == len(ids) == 200
+    assert {c.execution_id for c in recovered} == set(ids)  # every record saved, none refused
+    for stored in recovered:  # each record joins its own call's result
+        assert stored.status == "completed" and stored.result is not None
+        assert stored.result.meta.execution_id == stored.execution_id
+        assert stored.result.content == stored.args["label"] == stored.call_id
+    assert_idle(first)
+    assert_idle(second)
+
+
+def test_ids_are_128_random_bits_also_from_new_execution_id() -> None:
+    first, second = executor(*_tools()), executor(*_tools())
+    ids = [ex.new_execution_id() for _ in range(1000) for ex in (first, second)]
+    assert len(set(ids)) == len(ids)
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    # random, not counted: no common prefix beyond what chance gives (a counter shares most)
+    assert len({i[:4] for i in ids}) > 1000
+
+
+_CHILD = """
+import asyncio, sys
+from fastgate import ToolExecutor, ToolRegistry, ToolKind, define_tool, schema
+
+async def echo(args, ctx):
+    return "ok"
+
+async def main():
+    registry = ToolRegistry()
+    registry.register(define_tool("echo", "", schema.Object({}), echo, kind=ToolKind.READ_ONLY))
+    executors = [ToolExecutor(registry), ToolExecutor(registry)]
+    for ex in executors:
+        for _ in range(50):
+            print((await ex.execute("echo", {})).meta.execution_id)
+            print(ex.new_execution_id())
+
+asyncio.run(main())
+"""
+
+
+def test_processes_never_hand_out_the_same_id(tmp_path: Path) -> None:
+    script = tmp_path / "ids.py"
+    script.write_text(_CHILD)
+    children = [
+        subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    outputs = [child.communicate(timeout=120)[0].split() for child in children]
+    assert [child.returncode for child in children] == [0, 0]
+    assert all(gone(child.pid) for child in children)
+    ours = [executor(*_tools()).new_execution_id() for _ in range(200)]
+    every = [*outputs[0], *outputs[1], *ours]
+    assert [len(output) for output in outputs] == [200, 200]
+    assert len(set(every)) == len(every) == 600
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_a_forked_child_does_not_repeat_its_parents_ids() -> None:
+    ex = executor(*_tools())
+    ex.new_execution_id()  # the parent holds ids it has not handed out yet
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its next ids, then leave without cleanup
+        try:
+            os.write(write, " ".join(ex.new_execution_id() for _ in range(20)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        childs = pipe.read().split()
+    os.waitpid(pid, 0)
+    parents = [ex.new_execution_id() for _ in range(20)]
+    assert len(childs) == 20
+    assert not set(childs) & set(parents)

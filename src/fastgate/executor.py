@@ -13,7 +13,6 @@ import itertools
 import logging
 import os
 import time
-import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
@@ -79,7 +78,7 @@ log = logging.getLogger("fastgate.executor")
 
 TURN_LIMIT = 64
 _TRACKED_TURNS = 4096  # turns whose call counts are remembered (oldest forgotten first)
-_ID_PREFIX: Final = uuid.uuid4().hex[:8] + "-"  # this process's run, then a count
+_IDS_PER_READ = 128  # execution ids drawn from one read of the OS's random source
 _CACHE_LIMIT = 1024  # entries of the per-executor caches before they are cleared
 _NO_CONTEXT: Final = ExecutionContext()  # what a call without a context gets (frozen: shared)
 # Read on every call, so bound once: compiled, a Final is a C static. A clock is otherwise two
@@ -89,7 +88,6 @@ _perf_clock: Final = time.perf_counter
 _DENY: Final = Decision.DENY
 _ASK: Final = Decision.ASK
 _YOLO: Final = PermissionMode.YOLO
-_next: Final = next  # a builtin is otherwise looked up in the builtins module on each use
 _RESULT_META: Final = ResultMeta
 _TOOL_RESULT: Final = ToolResult
 _FROZEN_DICT: Final = FrozenDict
@@ -291,7 +289,6 @@ class ToolExecutor:
         self._resolver = PermissionResolver(self.permissions, self.mode, self.approvals)
         self._gate = ToolConcurrencyGate()
         self._progress = ProgressHub()
-        self._ids = itertools.count(1)  # atomic: ids stay unique whatever thread asks
         self._turns: OrderedDict[str, int] = OrderedDict()
         self._result_observers: list[Callable[[ToolResult], Any]] = []
         self._file_observers: list[Callable[[tuple[str, ...]], Any]] = []
@@ -330,7 +327,7 @@ class ToolExecutor:
         elif not isinstance(ctx, ExecutionContext):
             raise TypeError(f"ctx: expected an ExecutionContext, got {type(ctx).__name__}")
         if execution_id is None:
-            execution_id = self._execution_id()
+            execution_id = _new_execution_id()
         call = _Call(execution_id, name, call_id, self._merge_defaults(ctx))
         if self._tracer is not None:
             return await self._execute_traced(self._tracer, call, args)
@@ -352,7 +349,7 @@ class ToolExecutor:
             raise TypeError("execute_nested: the parent's execution id and the name are str")
         if not isinstance(ctx, ExecutionContext):
             raise TypeError(f"ctx: expected an ExecutionContext, got {type(ctx).__name__}")
-        call = _Call(self._execution_id(), name, None, self._merge_defaults(ctx))
+        call = _Call(_new_execution_id(), name, None, self._merge_defaults(ctx))
         call.parent_execution_id = parent_execution_id
         if self._tracer is not None:
             return await self._execute_traced(self._tracer, call, args)
@@ -384,9 +381,9 @@ class ToolExecutor:
         return await run_parallel(self, list(calls), ctx, max_parallel, on_commit)
 
     def new_execution_id(self) -> str:
-        """A fresh execution id, unique in this process (and across streaming epochs), for a
-        caller that records a call before passing it to ``execute(..., execution_id=)``."""
-        return self._execution_id()
+        """A fresh execution id (unique across executors, processes and hosts), for a caller
+        that records a call before passing it to ``execute(..., execution_id=)``."""
+        return _new_execution_id()
 
     def set_tracer(self, tracer: CallTracer | None) -> CallTracer | None:
         """Install ``tracer`` (``None`` removes it) for the calls that start from now on;
@@ -433,7 +430,7 @@ class ToolExecutor:
         be saved): the result still has an execution id and goes through stage 15.
         """
         if execution_id is None:
-            execution_id = self._execution_id()
+            execution_id = _new_execution_id()
         call = _Call(execution_id, name, call_id, self._merge_defaults(ctx or _NO_CONTEXT))
         call.aborted_before_launch = True
         tracer = self._tracer
@@ -1003,9 +1000,6 @@ class ToolExecutor:
         code, message, details = verdict
         return self._finalize(call, code, message, details=details)
 
-    def _execution_id(self) -> str:
-        return _ID_PREFIX + str(_next(self._ids))
-
     def _merge_defaults(self, ctx: ExecutionContext) -> ExecutionContext:
         """``ctx`` with ``context_defaults`` filled in; cached, since callers reuse contexts."""
         if not self._defaults:  # nothing to fill in: no cache to keep contexts made per call
@@ -1049,6 +1043,37 @@ class ToolExecutor:
             time=time.time(),
         )
         _isolated(self._audit.record, event, "audit sink")
+
+
+# Execution ids are 128 bits from the OS's random source, so they stay unique across executors,
+# processes and hosts sharing one store (SPEC §10). They are read in batches (one read costs
+# more than a whole id from the pool) and handed out by list.pop, atomic for threads; a forked
+# child forgets its parent's pool, or both would hand out the same ids.
+_id_pool: list[str] = []
+
+
+def _new_execution_id() -> str:
+    global _id_pool
+    try:
+        return _id_pool.pop()
+    except IndexError:
+        fresh = _fresh_ids()
+        taken = fresh.pop()  # from our own list: another thread may be refilling too
+        _id_pool = fresh
+        return taken
+
+
+def _fresh_ids() -> list[str]:
+    digits = os.urandom(16 * _IDS_PER_READ).hex()
+    return [digits[start : start + 32] for start in range(0, len(digits), 32)]
+
+
+def _forget_id_pool() -> None:
+    global _id_pool
+    _id_pool = []
+
+
+os.register_at_fork(after_in_child=_forget_id_pool)
 
 
 def _snapshot(raw_args: Any) -> Any:
