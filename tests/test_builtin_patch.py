@@ -54,8 +54,8 @@ async def test_add_update_delete_move_and_the_success_text(tmp_path: Path) -> No
     )
     assert result.ok, result.content
     assert text(result) == (
-        "Success. Updated the following files:\nA new/hello.txt\nM mod.py\nD gone.txt\n"
-        "M moved/new.txt"
+        "Success. Updated the following files:\nA new/hello.txt\nM mod.py\nM moved/new.txt\n"
+        "D gone.txt"
     )
     assert (tmp_path / "new/hello.txt").read_text() == "hello\nworld\n"
     assert (tmp_path / "mod.py").read_text() == "a = 1\nb = 20\nc = 3\n"
@@ -366,3 +366,148 @@ async def test_a_move_out_of_the_workspace_is_refused_before_anything_runs(
     assert asked == []  # refused at stage 5, before any approval
     assert (workspace / "a.txt").read_text() == "a\n"
     assert not (tmp_path / "outside.txt").exists() and list(outside.iterdir()) == []
+
+
+def update(path: str, *body: str) -> str:
+    return patch(f"*** Update File: {path}", *body)
+
+
+@pytest.mark.parametrize(
+    ("before", "body", "after"),
+    [
+        # mixed endings: the context lines keep theirs; a replaced line takes the one it replaces
+        (b"a\r\nb\nc\n", ("-b", "+B"), b"a\r\nB\nc\n"),
+        (b"a\r\nb\nc\n", ("@@", " a", "-b", "+B", " c"), b"a\r\nB\nc\n"),
+        (b"x\ny\r\nz\nw\n", (" y", "-z", "+Z", "+Z2", " w"), b"x\ny\r\nZ\nZ2\nw\n"),
+        (b"a\nb\r\nc\nd\n", (" a", "-b", "+B", " c"), b"a\nB\r\nc\nd\n"),
+        (b"a\r\nb\nc\r\n", ("-a", "-b", "+A", "+B", " c"), b"A\r\nB\nc\r\n"),
+        # added lines that replace nothing take the dominant ending
+        (b"a\r\nb\r\nc\n", (" a", "+new", " b"), b"a\r\nnew\r\nb\r\nc\n"),
+        (b"a\nb\nc\r\n", (" a", "+new", " b"), b"a\nnew\nb\nc\r\n"),
+        # CRLF only, LF only
+        (
+            b"one\r\ntwo\r\nthree\r\n",
+            ("@@", " one", "-two", "+2", "+2b", " three"),
+            b"one\r\n2\r\n2b\r\nthree\r\n",
+        ),
+        (b"one\ntwo\nthree\n", (" one", "-two", "+2", " three"), b"one\n2\nthree\n"),
+        # no final newline: kept as it was, wherever the last line goes
+        (b"a\r\nb", ("-b", "+B", "+C"), b"a\r\nB\r\nC"),
+        (b"a\r\nb", (" b", "+c"), b"a\r\nb\r\nc"),
+        (b"a\r\nb", ("+c",), b"a\r\nb\r\nc"),
+        (b"a\r\nb", (" a", "-b"), b"a"),
+        (b"a\nb\r\n", ("-a", "+A", " b"), b"A\nb\r\n"),
+        # *** End of File anchors at the end, endings kept around it
+        (b"x\r\ny\nz", (" y", "-z", "+Z", "*** End of File"), b"x\r\ny\nZ"),
+        (b"x\r\ny\nz\n", (" x", " y", "-z", "+Z", "*** End of File"), b"x\r\ny\nZ\n"),
+        # a context line found by the lenient passes is written back as the file has it
+        (b"  a  \r\nb\n", (" a", "-b", "+B"), b"  a  \r\nB\n"),
+        (
+            b"say \xe2\x80\x9chi\xe2\x80\x9d\r\nb\n",
+            (' say "hi"', "-b", "+B"),
+            b"say \xe2\x80\x9chi\xe2\x80\x9d\r\nB\n",
+        ),
+        # a trailing blank context line the file lacks is dropped, endings still kept
+        (b"a\r\nb\n", (" a", "-b", "+B", ""), b"a\r\nB\n"),
+    ],
+)
+async def test_unchanged_lines_keep_their_endings_byte_for_byte(
+    tmp_path: Path, before: bytes, body: tuple[str, ...], after: bytes
+) -> None:
+    (tmp_path / "f.txt").write_bytes(before)
+    result = await call(
+        builtin_executor(tmp_path), "apply_patch", {"patch": update("f.txt", *body)}
+    )
+    assert result.ok, result.content
+    assert (tmp_path / "f.txt").read_bytes() == after
+
+
+async def test_endings_kept_through_the_memory_file_system_seam(tmp_path: Path) -> None:
+    fs = MemoryFileSystem({str(tmp_path / "m.txt"): b"one\r\ntwo\nthree\r\n"})
+    ex = builtin_executor(tmp_path, fs=fs)
+    result = await call(
+        ex, "apply_patch", {"patch": update("m.txt", " one", "-two", "+2", " three")}
+    )
+    assert result.ok, result.content
+    assert await fs.read_bytes(str(tmp_path / "m.txt")) == b"one\r\n2\nthree\r\n"
+
+
+LAST_LINE = "invalid patch: The last line of the patch must be '*** End Patch'"
+FIRST_LINE = "invalid patch: The first line of the patch must be '*** Begin Patch'"
+
+
+@pytest.mark.parametrize(
+    ("patch_text", "message"),
+    [
+        ("<<'EOF'\n*** Begin Patch\n*** Update File: a.txt\n-a\n+b\nEOF", LAST_LINE),
+        ('<<"EOF"\n*** Begin Patch\n*** Update File: a.txt\n-a\n+b\nEOF\n', LAST_LINE),
+        ("<<EOF\n*** Begin Patch\n*** Update File: a.txt\n-a\n+b\nEOF", LAST_LINE),
+        ("apply_patch <<'EOF'\n*** Begin Patch\n*** Update File: a.txt\n-a\n+b\nEOF", LAST_LINE),
+        ("applypatch <<'PATCH'\n*** Begin Patch\n*** Delete File: a.txt\nPATCH\n", LAST_LINE),
+        ("<<'EOF'\n*** Begin Patch\n*** Update File: a.txt\n-a\n+b", LAST_LINE),  # no closing word
+        ("*** Begin Patch\n*** Update File: a.txt\n-a\n+b\n", LAST_LINE),
+        ("*** Begin Patch\n*** Update File: a.txt\n-a\n+b\nEOF", LAST_LINE),
+        ("<<'EOF'\n*** Update File: a.txt\n-a\n+b\n*** End Patch\nEOF", FIRST_LINE),
+        ("cat <<'EOF'\n*** Begin Patch\n*** Delete File: a.txt\n*** End Patch\nEOF", FIRST_LINE),
+        ("<<'EOF'\nEOF", FIRST_LINE),
+    ],
+)
+async def test_a_patch_missing_its_end_says_the_last_line_is_wrong(
+    tmp_path: Path, patch_text: str, message: str
+) -> None:
+    (tmp_path / "a.txt").write_text("a\n")
+    result = await call(builtin_executor(tmp_path), "apply_patch", {"patch": patch_text})
+    assert result.error is not None and result.error.code == ErrorCode.INVALID_ARGS
+    assert result.error.message == message
+    assert (tmp_path / "a.txt").read_text() == "a\n"
+
+
+@pytest.mark.parametrize(
+    "wrapped",
+    [
+        "<<'EOF'\n{}\nEOF\n",
+        "apply_patch <<'EOF'\n{}\nEOF",
+        'apply_patch <<"PATCH"\n{}\nPATCH\n',
+        "applypatch <<EOF\n{}\nEOF",
+    ],
+)
+async def test_a_complete_heredoc_wrapped_patch_applies(tmp_path: Path, wrapped: str) -> None:
+    (tmp_path / "a.txt").write_text("a\n")
+    body = wrapped.format(update("a.txt", "-a", "+b"))
+    result = await call(builtin_executor(tmp_path), "apply_patch", {"patch": body})
+    assert result.ok, result.content
+    assert (tmp_path / "a.txt").read_text() == "b\n"
+
+
+async def test_the_summary_lists_added_then_modified_then_deleted(tmp_path: Path) -> None:
+    for name in ("d1.txt", "m1.txt", "d2.txt", "m2.txt", "src.txt"):
+        (tmp_path / name).write_text("x\n")
+    result = await call(
+        builtin_executor(tmp_path),
+        "apply_patch",
+        {
+            "patch": patch(
+                "*** Delete File: d1.txt",
+                "*** Update File: m1.txt",
+                "-x",
+                "+y",
+                "*** Add File: a1.txt",
+                "+new",
+                "*** Delete File: d2.txt",
+                "*** Update File: src.txt",
+                "*** Move to: moved.txt",
+                "-x",
+                "+z",
+                "*** Add File: a2.txt",
+                "+new",
+                "*** Update File: m2.txt",
+                "-x",
+                "+y",
+            )
+        },
+    )
+    assert result.ok, result.content
+    assert text(result) == (
+        "Success. Updated the following files:\n"
+        "A a1.txt\nA a2.txt\nM m1.txt\nM moved.txt\nM m2.txt\nD d1.txt\nD d2.txt"
+    )

@@ -10,12 +10,14 @@ surrounding-space and then Unicode-punctuation matching). Where it differs, on p
   puts back what was already replaced;
 - a chunk whose lines match at more than one place (after its ``@@`` anchor) is refused as
   ambiguous instead of taking the first;
-- line endings, BOM, encoding and the final newline of each file are kept outside the change;
+- line endings, BOM, encoding and the final newline of each file are kept outside the change,
+  and a context line is written back as the file has it (its own ending, its own text);
 - ``Add File`` onto an existing file and ``Move to`` onto one are refused, not overwritten.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,6 +58,9 @@ class Chunk:
     old: list[str] = field(default_factory=list)
     new: list[str] = field(default_factory=list)
     end_of_file: bool = False
+    # For each line of ``new``: the index in ``old`` of the same context line, or None for an
+    # added line. Context lines are written back as the file has them, ending included.
+    kept: list[int | None] = field(default_factory=list)
 
 
 @dataclass
@@ -75,16 +80,11 @@ def parse_patch(text: str) -> list[Hunk]:
     lines = [line[:-1] if line.endswith("\r") else line for line in lines]
     body = _boundaries(lines)
     if body is None:
-        inner = lines[1:-1]
-        heredoc = (
-            len(lines) >= 4
-            and lines[0] in ("<<EOF", "<<'EOF'", '<<"EOF"')
-            and lines[-1].endswith("EOF")
-        )
-        if heredoc and _boundaries(inner) is not None:
-            lines = inner
-            body = _boundaries(inner)
-        else:
+        # A heredoc wrapper (what a model writes when it thinks of the shell command) is
+        # taken off, and what it wraps is judged: its missing end is the error to report.
+        lines = _unwrap_heredoc(lines)
+        body = _boundaries(lines)
+        if body is None:
             _raise_boundary_error(lines)
     assert body is not None
     hunks: list[Hunk] = []
@@ -102,6 +102,21 @@ def _boundaries(lines: list[str]) -> list[str] | None:
     if len(lines) >= 2 and lines[0].strip() == BEGIN and lines[-1].strip() == END:
         return lines[1:-1]
     return None
+
+
+_HEREDOC_OPENER = re.compile(r"(?:(?:apply_patch|applypatch)\s+)?<<-?\s*(['\"]?)(\w+)\1")
+
+
+def _unwrap_heredoc(lines: list[str]) -> list[str]:
+    """The lines inside ``[apply_patch ]<<'EOF'`` ... ``EOF`` (the closing word may be missing);
+    ``lines`` as given when the first line opens no heredoc."""
+    opener = _HEREDOC_OPENER.fullmatch(lines[0].strip()) if lines else None
+    if opener is None:
+        return lines
+    inner = lines[1:]
+    if inner and inner[-1].strip() == opener.group(2):
+        inner = inner[:-1]
+    return inner
 
 
 def _raise_boundary_error(lines: list[str]) -> None:
@@ -187,13 +202,12 @@ def _parse_chunk(lines: list[str], number: int, first_chunk: bool) -> tuple[Chun
             taken += 1
             break
         marker = line[:1]
-        if marker == "":
-            chunk.old.append("")
-            chunk.new.append("")
-        elif marker == " ":
+        if marker in ("", " "):
+            chunk.kept.append(len(chunk.old))
             chunk.old.append(line[1:])
             chunk.new.append(line[1:])
         elif marker == "+":
+            chunk.kept.append(None)
             chunk.new.append(line[1:])
         elif marker == "-":
             chunk.old.append(line[1:])
@@ -321,6 +335,8 @@ async def apply_patch(args: Any, ctx: RunContext) -> Any:
                 stat = None
             ledger.remember(ctx.session_id, key, stat, f.current)
     ctx.files_changed([f.path for f in changed])
+    # The format's order: added files, then modified, then deleted (stable within each).
+    summary.sort(key=lambda line: "AMD".index(line[0]))
     return "Success. Updated the following files:\n" + "\n".join(summary)
 
 
@@ -447,14 +463,13 @@ def _apply_chunks(text: str, chunks: list[Chunk], name: str) -> str:
             index = found + 1
         if not chunk.old:
             at = index if chunk.context is not None else len(lines)
-            replacements.append((at, 0, chunk.new))
+            replacements.append((at, 0, [body + newline for body in chunk.new]))
             continue
-        old, new = chunk.old, chunk.new
+        old, new, kept = chunk.old, chunk.new, chunk.kept
         try:
             found = seek(bodies, old, index, chunk.end_of_file)
             if found is None and old[-1] == "":
-                old = old[:-1]
-                new = new[:-1] if new and new[-1] == "" else new
+                old, new, kept = _without_final_blank(old, new, kept)
                 found = seek(bodies, old, index, chunk.end_of_file)
         except Ambiguous as exc:
             places = ", ".join(str(p + 1) for p in exc.places[:10])
@@ -476,19 +491,68 @@ def _apply_chunks(text: str, chunks: list[Chunk], name: str) -> str:
                     code="hunk_not_found",
                 )
             )
-        replacements.append((found, len(old), new))
+        span = lines[found : found + len(old)]
+        replacements.append((found, len(old), _replaced(span, new, kept, newline)))
         index = found + len(old)
-    for start, length, new_lines in sorted(replacements, key=lambda r: r[0], reverse=True):
-        # New lines get the file's line ending, but the last of them keeps the break of the
-        # last line it replaces: a file without a final newline still has none.
-        made = [body + newline for body in new_lines]
-        if length and made:
-            made[-1] = new_lines[-1] + line_break(lines[start + length - 1])
-        elif not length and made and start == len(lines) and lines and not line_break(lines[-1]):
-            lines[-1] += newline  # appended after a last line that had no line break
-            made[-1] = new_lines[-1]
+    had_final_break = not lines or bool(line_break(lines[-1]))
+    for start, length, made in sorted(replacements, key=lambda r: r[0], reverse=True):
         lines[start : start + length] = made
+    _settle_breaks(lines, newline, had_final_break)
     return "".join(lines)
+
+
+def _without_final_blank(
+    old: list[str], new: list[str], kept: list[int | None]
+) -> tuple[list[str], list[str], list[int | None]]:
+    """The chunk without the empty last line that the file lacks (the format's tolerance of a
+    patch ending in a blank context line)."""
+    old = old[:-1]
+    if new and new[-1] == "":
+        new, kept = new[:-1], kept[:-1]
+    return old, new, [k if k is not None and k < len(old) else None for k in kept]
+
+
+def _replaced(span: list[str], new: list[str], kept: list[int | None], newline: str) -> list[str]:
+    """The lines that take the place of ``span`` (the file's lines the chunk matched, with their
+    breaks). A context line is the file's own line, byte for byte. The added lines between two
+    context lines replace the removed lines between them: the i-th takes the break of the i-th
+    removed one (the last removed one's when there are more added lines); added lines that
+    replace nothing take the file's dominant break."""
+    made: list[str] = []
+    previous = -1  # index in ``span`` of the last context line written
+    run: list[str] = []  # added lines waiting for the next context line (or the end)
+
+    def flush(following: int) -> None:
+        removed = span[previous + 1 : following]
+        for i, body in enumerate(run):
+            made.append(
+                body + (line_break(removed[min(i, len(removed) - 1)]) if removed else newline)
+            )
+        run.clear()
+
+    for body, source in zip(new, kept, strict=True):
+        if source is None:
+            run.append(body)
+            continue
+        flush(source)
+        made.append(span[source])
+        previous = source
+    flush(len(span))
+    return made
+
+
+def _settle_breaks(lines: list[str], newline: str, had_final_break: bool) -> None:
+    """Every line but the last ends with a break (a line that was the file's unterminated last
+    line may now stand inside it); the last one has a break exactly when the file had one."""
+    for i in range(len(lines) - 1):
+        if not line_break(lines[i]):
+            lines[i] += newline
+    if lines:
+        last = lines[-1]
+        if had_final_break and not line_break(last):
+            lines[-1] = last + newline
+        elif not had_final_break:
+            lines[-1] = line_body(last)
 
 
 async def _commit(ctx: RunContext, fs: Any, changed: list[_File]) -> Failure | None:
