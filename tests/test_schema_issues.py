@@ -176,6 +176,22 @@ def test_malformed_schema_is_a_schema_error_with_pointer(
     assert pointer in str(info.value) and keyword in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("schema", "reason"),
+    [
+        ({"frobnicate": 1}, "unknown keyword 'frobnicate': "),
+        ({"properties": {"a": {"sparkle": True}}}, "unknown keyword 'sparkle': "),
+        ({"patternProperties": {}}, "unsupported keyword 'patternProperties': "),
+        ({"items": {"if": {}}}, "unsupported keyword 'if': "),
+    ],
+)
+def test_an_unenforceable_keyword_is_named_once(schema: dict[str, Any], reason: str) -> None:
+    with pytest.raises(SchemaError) as info:
+        from_json_schema(schema)
+    assert info.value.reason.startswith(reason) and str(info.value).startswith(reason)
+    assert "keyword keyword" not in str(info.value)
+
+
 @pytest.mark.parametrize("schema", [None, 1, "x", [], {"properties": {"a": 3}}])
 def test_non_schema_values_are_schema_errors(schema: Any) -> None:
     with pytest.raises(SchemaError):

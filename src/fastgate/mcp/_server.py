@@ -20,8 +20,9 @@ import anyio
 import mcp_types
 import msgspec
 from mcp.shared.exceptions import MCPError
+from mcp_types.methods import validate_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import TypeAdapter, ValidationError
+from pydantic import ValidationError
 
 from fastgate import ErrorCode, RunContext, ToolDefinition, ToolFault
 from fastgate.mcp._config import MCPServerConfig
@@ -42,7 +43,6 @@ STABLE_AFTER = 30.0  # a connection that lasted this long starts the backoff afr
 CANCEL_SETTLE = 5.0  # how long a cancelled call waits for its cancellation to be sent
 MAX_LIST_PAGES = 100  # pages of one tools/list; a server paging past it is refused
 MAX_LISTED_TOOLS = 10_000  # tools in one listing, all pages together
-_RAW: Final = TypeAdapter(dict[str, Any])
 _UNAVAILABLE: Final = "server_unavailable"
 
 
@@ -321,7 +321,7 @@ class ServerLink:
         loop = asyncio.get_running_loop()
         watch = _Watch(loop, self.config, ctx)
         task = loop.create_task(
-            client.session.send_request(request, _RAW, progress_callback=watch.progress),  # type: ignore[type-var]
+            _call_tool(client, request, watch.progress),
             name=f"fastgate-mcp:{self.config.name}:{remote}",
         )
         self._requests.add(task)
@@ -464,14 +464,30 @@ async def _settle(task: asyncio.Task[Any]) -> None:
         await asyncio.wait({task}, timeout=CANCEL_SETTLE)
 
 
-async def _raw_request(client: Client, method: str, params: dict[str, Any] | None) -> Any:
+async def _call_tool(client: Client, request: mcp_types.CallToolRequest, progress: Any) -> Any:
+    """A ``tools/call`` whose reply is checked against the negotiated era's result types, except
+    that a 2026-era result may leave out ``resultType`` (absent means complete), which the SDK's
+    own ``send_request`` refuses. ``pydantic.ValidationError`` for a reply that is no result."""
+    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
+    reply = await _raw_request(client, "tools/call", data.get("params"), on_progress=progress)
+    version = client.protocol_version or "2025-11-25"
+    if version in MODERN_PROTOCOL_VERSIONS and isinstance(reply, dict):
+        reply.setdefault("resultType", "complete")
+    with contextlib.suppress(KeyError):  # a version without a tools/call row: unchecked
+        validate_server_result("tools/call", version, reply)
+    return reply
+
+
+async def _raw_request(
+    client: Client, method: str, params: dict[str, Any] | None, **options: Any
+) -> Any:
     """A request whose reply is returned unvalidated. The SDK's own ``send_request`` checks the
     reply against the protocol's types first; this is the same request, stamped the same way."""
     session = client.session
     data: dict[str, Any] = {"method": method}
     if params is not None:
         data["params"] = params
-    opts: dict[str, Any] = {}
+    opts: dict[str, Any] = dict(options)
     session._stamp(data, opts)  # type: ignore[arg-type]  # the era's _meta and headers
     return await session._dispatcher.send_raw_request(method, data.get("params"), opts)  # type: ignore[arg-type]
 

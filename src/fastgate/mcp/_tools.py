@@ -9,7 +9,16 @@ from typing import Any
 
 import msgspec
 
-from fastgate import Failure, Output, RunContext, SchemaError, ToolDefinition, ToolKind, define_tool
+from fastgate import (
+    Failure,
+    Output,
+    RunContext,
+    SchemaError,
+    ToolDefinition,
+    ToolFault,
+    ToolKind,
+    define_tool,
+)
 from fastgate.mcp._config import MCPServerConfig
 from fastgate.mcp._names import pool_name, server_rule_name, tool_name
 from fastgate.schema import from_json_schema
@@ -139,7 +148,18 @@ def render(value: Any) -> Any:
 
 
 def value_of(reply: dict[str, Any], server: str, remote: str) -> Any:
-    """The canonical value of a ``tools/call`` reply, or a ``Failure`` for ``isError``."""
+    """The canonical value of a ``tools/call`` reply, or a ``Failure`` for ``isError`` and for
+    a server that asks for input first. A reply without ``resultType`` is complete."""
+    result_type = reply.get("resultType", "complete")
+    if result_type == "input_required":
+        return _input_required(reply, server, remote)
+    if result_type != "complete":
+        raise ToolFault(
+            f"MCP server {server} answered the call of {remote} with a result of type "
+            f"{str(result_type)[:80]!r}, which fastgate does not know: the call's outcome is "
+            "unknown and it is not repeated automatically.",
+            details={"reason": "protocol_error", "server": server},
+        )
     blocks = reply.get("content")
     shown = _shown(blocks if isinstance(blocks, list) else [])
     if reply.get("isError") is True:
@@ -157,6 +177,38 @@ def value_of(reply: dict[str, Any], server: str, remote: str) -> Any:
         value.shown = shown if shown else None
         return value
     return shown if shown is not None else ""
+
+
+_SHOWN_PROMPTS = 3  # the server's questions quoted in the failure, each clipped
+_PROMPT_CHARS = 300
+
+
+def _input_required(reply: dict[str, Any], server: str, remote: str) -> Failure:
+    """An ``input_required`` result: the server wants answers (an elicitation, say) before it
+    completes the call. Until fastgate can answer them the call fails, saying what was asked,
+    never succeeds empty."""
+    requests = reply.get("inputRequests")
+    requests = requests if isinstance(requests, dict) else {}
+    asked = [_prompt_of(request) for request in requests.values()]
+    prompts = [p for p in asked if p][:_SHOWN_PROMPTS]
+    quoted = "".join(f" It asked: {p!r}." for p in prompts)
+    return Failure(
+        f"The tool {remote} of MCP server {server} needs more input before it can run, and "
+        f"no answer could be given, so the call did not complete.{quoted}",
+        code="input_required",
+        details={
+            "reason": "input_required",
+            "server": server,
+            "tool": remote,
+            "requests": sorted(str(k)[:_PROMPT_CHARS] for k in requests)[: _SHOWN_PROMPTS * 10],
+        },
+    )
+
+
+def _prompt_of(request: Any) -> str:
+    params = request.get("params") if isinstance(request, dict) else None
+    message = params.get("message") if isinstance(params, dict) else None
+    return message[:_PROMPT_CHARS] if isinstance(message, str) else ""
 
 
 def _shown(blocks: list[Any]) -> str | tuple[Any, ...] | None:

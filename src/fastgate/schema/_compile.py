@@ -120,7 +120,7 @@ class _Compiler:
             if handler is None:
                 if keyword == "$id" and pointer == "":
                     continue
-                reason = "unknown keyword" if keyword not in _KNOWN_UNSUPPORTED else "unsupported"
+                reason = "unsupported" if keyword in _KNOWN_UNSUPPORTED else "unknown"
                 raise SchemaError(
                     f"{reason} keyword {keyword!r}: fastgate does not implement it, so the schema "
                     "cannot be enforced as written",
