@@ -154,3 +154,44 @@ async def test_a_context_function_and_a_scope() -> None:
     assert seen == ["c1"]
     (done,) = ex.history()
     assert done.ok and done.meta.session_id == "user-ada"
+
+
+class ManyCalls:
+    """The model: ``per_step`` echo calls in each of ``steps`` responses, then a final answer."""
+
+    def __init__(self, steps: int, per_step: int) -> None:
+        self.steps, self.per_step, self.step = steps, per_step, 0
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.step += 1
+        if self.step > self.steps:
+            return ModelResponse(parts=[TextPart("done")])
+        parts = [
+            ToolCallPart("echo", {"text": f"{self.step}-{i}"}, tool_call_id=f"c{self.step}-{i}")
+            for i in range(self.per_step)
+        ]
+        return ModelResponse(parts=list(parts))
+
+
+@pytest.mark.parametrize("deps", [None, ExecutionContext(session_id="s1")], ids=["none", "ctx"])
+async def test_one_model_response_is_one_turn(deps: ExecutionContext | None) -> None:
+    ex = _executor()
+    agent = Agent(FunctionModel(ManyCalls(steps=2, per_step=70)), toolsets=[toolset(ex)])
+    result = await agent.run("work", deps=deps)
+    assert result.output == "done"
+    outcomes = [p.outcome for p in _returns(result.all_messages()).values()]
+    assert outcomes.count("success") == 2 * 64 and outcomes.count("failed") == 2 * 6
+    limited = [r for r in ex.history() if not r.ok]
+    assert len(limited) == 12
+    assert {r.error.details["reason"] for r in limited if r.error is not None} == {"turn_limit"}
+    assert_idle(ex)
+
+
+async def test_the_callers_turn_is_kept_across_responses() -> None:
+    ex = _executor()
+    agent = Agent(FunctionModel(ManyCalls(steps=2, per_step=40)), toolsets=[toolset(ex)])
+    ctx = ExecutionContext(session_id="s1", turn_id="turn-1")
+    result = await agent.run("work", deps=ctx)
+    outcomes = [p.outcome for p in _returns(result.all_messages()).values()]
+    assert outcomes.count("success") == 64 and outcomes.count("failed") == 16
+    assert_idle(ex)

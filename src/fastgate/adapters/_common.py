@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -88,6 +89,15 @@ def in_scope(ctx: ExecutionContext | None, scope: str | None) -> ExecutionContex
     return dataclasses.replace(ctx or ExecutionContext(), agent_scope=scope)
 
 
+def one_turn(ctx: ExecutionContext | None) -> ExecutionContext:
+    """The context one model message runs under. A message is one turn (at most 64 calls,
+    SPEC §11): without a ``turn_id`` of the caller's, the message gets a fresh one of its own,
+    so a message of 200 calls cannot run them all."""
+    if ctx is not None and ctx.turn_id is not None:
+        return ctx
+    return dataclasses.replace(ctx or ExecutionContext(), turn_id=f"message-{uuid.uuid4().hex}")
+
+
 async def run_in_order(
     executor: ToolExecutor,
     pending: Sequence[Pending],
@@ -95,7 +105,11 @@ async def run_in_order(
     max_parallel: int,
 ) -> list[ToolResult]:
     """Results in model order: readable calls through ``execute_parallel``, unreadable ones
-    refused with ``INVALID_ARGS`` (recorded like any result) without running."""
+    refused with ``INVALID_ARGS`` (recorded like any result) without running. The calls are
+    one turn (``one_turn``)."""
+    if not pending:
+        return []
+    ctx = one_turn(ctx)
     results: list[ToolResult | None] = [None] * len(pending)
     calls: list[ToolCall] = []
     positions: list[int] = []

@@ -13,7 +13,8 @@
 Blocks are read from the SDK's objects or from plain dicts (other blocks than ``tool_use`` are
 skipped); the SDK itself is not needed at run time. Several calls run through
 ``executor.execute_parallel`` and the ``tool_result`` blocks come back in model order, with
-``is_error`` for every call that did not succeed. Content blocks are kept: text as text blocks,
+``is_error`` for every call that did not succeed. A message is one turn (at most 64 calls run)
+unless ``ctx`` names its own ``turn_id``. Content blocks are kept: text as text blocks,
 images (MCP's or Anthropic's shape) as image blocks.
 """
 

@@ -15,8 +15,9 @@ The Responses API has ``response_tools`` and ``execute_response_calls`` (``respo
 ``function_call_output`` items out). Calls are read from the SDK's objects or from plain dicts;
 the SDK itself is not needed at run time. Several calls of one message run through
 ``executor.execute_parallel`` (shared tools overlap, exclusive ones are barriers) and the answers
-come back in the order the model made the calls. Arguments that are not JSON get an
-``INVALID_ARGS`` answer, never an exception.
+come back in the order the model made the calls. A message is one turn (at most 64 calls run)
+unless ``ctx`` names its own ``turn_id``. Arguments that are not JSON get an ``INVALID_ARGS``
+answer, never an exception.
 """
 
 from __future__ import annotations

@@ -15,13 +15,15 @@ JSON. The tools are listed again at every step, so registry changes take effect 
 
 The call's ``ExecutionContext`` is ``context`` when one is given (or what a function of the run's
 ``RunContext`` returns), else the run's ``deps`` when they are an ``ExecutionContext``, else the
-executor's ``context_defaults``. Needs the ``pydantic-ai`` extra.
+executor's ``context_defaults``. The calls of one model response are one turn (the context's
+``turn_id`` when it has one, else one of the run step's own). Needs the ``pydantic-ai`` extra.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -109,7 +111,7 @@ class FastgateToolset(AbstractToolset[Any]):
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
-        context = in_scope(self._context_of(ctx), self.scope)
+        context = _model_turn(in_scope(self._context_of(ctx), self.scope), ctx)
         scope = context.agent_scope if context is not None else None
         args = decoder_for(self.executor.registry.resolve(name, scope))(tool_args)
         result = await self.executor.execute(name, args, context, call_id=ctx.tool_call_id)
@@ -121,6 +123,18 @@ class FastgateToolset(AbstractToolset[Any]):
         if self.context is not None:
             return self.context(ctx)
         return ctx.deps if isinstance(ctx.deps, ExecutionContext) else None
+
+
+def _model_turn(context: ExecutionContext | None, ctx: RunContext[Any]) -> ExecutionContext | None:
+    """One model response is one turn (at most 64 calls, SPEC §11): without a ``turn_id`` of the
+    caller's, the calls of one run step of one run share a turn of their own."""
+    if context is not None and context.turn_id is not None:
+        return context
+    run_id = getattr(ctx, "run_id", None)
+    if run_id is None:
+        return context
+    turn = f"pydantic-ai:{run_id}:{ctx.run_step}"
+    return dataclasses.replace(context or ExecutionContext(), turn_id=turn)
 
 
 def toolset(
