@@ -20,9 +20,15 @@ def noop(event: Any) -> None:
     ("matcher", "matches", "misses"),
     [
         ("*", ["Bash", "Read", "mcp__srv__tool"], []),
+        ("", ["Bash", "Read", "mcp__srv__tool"], []),
         ("Bash", ["Bash"], ["bash", "Bash2", "Read"]),
         ("Bash|Read", ["Bash", "Read"], ["Write", "Bash|Read"]),
         (" Edit | Write ", ["Edit", "Write"], ["Read"]),
+        # A regular expression is searched for anywhere in the name, as Claude Code does.
+        ("mcp__github__.*", ["mcp__github__issue", "mcp__github__"], ["mcp__git__x", "Bash"]),
+        ("Notebook.*", ["NotebookEdit", "MyNotebook"], ["Bash", "notebook"]),
+        ("^Bash$", ["Bash"], ["Bash2", "MyBash"]),
+        ("Ba*", ["Bash", "B", "xBy"], ["Read"]),
     ],
 )
 def test_matchers(matcher: str, matches: list[str], misses: list[str]) -> None:
@@ -36,7 +42,14 @@ def test_matchers(matcher: str, matches: list[str], misses: list[str]) -> None:
         assert not (hooks.has_pre(name) or hooks.has_post(name) or hooks.has_post_failure(name))
 
 
-@pytest.mark.parametrize("matcher", ["", "Ba*", "Bash|", "a||b", "Bash(ls)", ".*", "a|*", "x" * 65])
+@pytest.mark.parametrize(
+    "matcher",
+    [
+        *("Bash|", "a||b", "a b", "x" * 65),  # names joined by "|": an empty or a bad name
+        *("Bash(ls)", "Bash(git push:*)"),  # a rule's syntax would match nothing
+        *("a|*", "(", "[a-", "." * 1001),  # invalid or oversized regular expressions
+    ],
+)
 def test_bad_matchers_are_refused_at_registration(matcher: str) -> None:
     hooks = Hooks()
     with pytest.raises(ValueError, match="matcher"):

@@ -225,10 +225,10 @@ class _Plan:
     def _ask(self, hooks: Hooks) -> None:
         generation = hooks.generation  # read first: a registration meanwhile means asking again
         if hooks is not self._hooks or generation != self._hooks_generation:
-            name = self.tool.name
-            self._has_pre = hooks.has_pre(name)
-            self._has_post = hooks.has_post(name)
-            self._has_post_failure = hooks.has_post_failure(name)
+            tool = self.tool  # matched by its name and its rule_names
+            self._has_pre = hooks.has_pre(tool)
+            self._has_post = hooks.has_post(tool)
+            self._has_post_failure = hooks.has_post_failure(tool)
             self._hooks, self._hooks_generation = hooks, generation
 
 
@@ -545,12 +545,14 @@ class ToolExecutor:
                 if plan.has_pre(self.hooks):
                     outcome = (
                         await until_cancelled(
-                            run_pre_tool_use(self.hooks, PreToolUseEvent(tool.name, args, ctx)),
+                            run_pre_tool_use(
+                                self.hooks, PreToolUseEvent(tool.name, args, ctx, tool)
+                            ),
                             cancel,
                         )
                         if cancel is not None
                         else await run_pre_tool_use(
-                            self.hooks, PreToolUseEvent(tool.name, args, ctx)
+                            self.hooks, PreToolUseEvent(tool.name, args, ctx, tool)
                         )
                     )
                     hook_decision, hook_reason = outcome.decision, outcome.reason
@@ -798,7 +800,7 @@ class ToolExecutor:
             error = ToolError(code, message, retryable=retryable, details=details)
             if plan.has_post_failure(self.hooks):
                 extra = await run_post_tool_use_failure(
-                    self.hooks, PostToolUseFailureEvent(tool.name, args, ctx, error)
+                    self.hooks, PostToolUseFailureEvent(tool.name, args, ctx, error, tool)
                 )
                 call.additional_context += tuple(extra)
             return self._finalize(call, code, message, retryable=retryable, details=details)
@@ -813,7 +815,7 @@ class ToolExecutor:
                 call, call.elapsed_ms(), None, "", content=content, value=value
             )
             post = await run_post_tool_use(
-                self.hooks, PostToolUseEvent(tool.name, args, ctx, provisional)
+                self.hooks, PostToolUseEvent(tool.name, args, ctx, provisional, tool)
             )
             call.additional_context += tuple(post.additional_context)
             if post.block is not None:

@@ -18,7 +18,7 @@ import asyncio
 import json
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, final, overload
+from typing import Any, Final, Literal, final, overload
 
 import msgspec
 
@@ -38,6 +38,16 @@ _STDERR_TAIL: Final = 500  # characters of stderr quoted in a failure message
 
 class HookFailed(Exception):
     """A hook did not produce a usable reply; the message says why, for the model and the log."""
+
+
+class HookExited(HookFailed):
+    """A command hook exited with a non-zero ``status``; ``stderr`` is what it wrote there (some
+    protocols give a status a meaning: Claude Code's exit 2 blocks with stderr as the reason)."""
+
+    def __init__(self, message: str, *, status: int, stderr: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.stderr = stderr
 
 
 def _to_json_default(value: Any) -> Any:
@@ -164,11 +174,13 @@ class CommandHook:
 
     ``argv`` is run without a shell (use ``["sh", "-c", "..."]`` explicitly for one). ``cwd``
     defaults to the call's ``workspace_root`` (the server's working directory when unset); ``env``
-    defaults to the server's environment. Awaiting the hook is cancellation-safe: the process
-    group is killed and reaped before ``CancelledError`` propagates.
+    defaults to the server's environment. ``protocol="claude"`` speaks Claude Code's hook
+    protocol instead of fastgate's (docs/hooks.md; ``CLAUDE_PROJECT_DIR`` is set to the
+    workspace root). Awaiting the hook is cancellation-safe: the process group is killed and
+    reaped before ``CancelledError`` propagates.
     """
 
-    __slots__ = ("argv", "cwd", "env", "max_output_bytes", "timeout")
+    __slots__ = ("argv", "cwd", "env", "max_output_bytes", "protocol", "timeout")
 
     def __init__(
         self,
@@ -178,6 +190,7 @@ class CommandHook:
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
         max_output_bytes: int = MAX_OUTPUT_BYTES,
+        protocol: Literal["fastgate", "claude"] = "fastgate",
     ) -> None:
         if isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence):
             raise TypeError(
@@ -199,6 +212,11 @@ class CommandHook:
         self.cwd = cwd
         self.env = dict(env) if env is not None else None
         self.max_output_bytes = max_output_bytes
+        if protocol not in ("fastgate", "claude"):
+            raise ValueError(
+                f"CommandHook: protocol must be 'fastgate' or 'claude', got {protocol!r}"
+            )
+        self.protocol = protocol
 
     def __repr__(self) -> str:
         return f"CommandHook({list(self.argv)!r}, timeout={self.timeout})"
@@ -214,6 +232,10 @@ class CommandHook:
         self, event: PreToolUseEvent | PostToolUseEvent | PostToolUseFailureEvent
     ) -> PreToolUseResult | PostToolUseResult | str | None:
         """Run the command for ``event`` and return its typed reply. Raises ``HookFailed``."""
+        if self.protocol == "claude":
+            from fastgate.hooks._claude import call_claude_hook  # it builds on this module
+
+            return await call_claude_hook(self, event)
         try:
             payload = event_payload(event)
         except (TypeError, ValueError) as exc:
@@ -226,12 +248,19 @@ class CommandHook:
             return post_reply(reply)
         return failure_reply(reply)
 
-    async def run(self, stdin: bytes, *, cwd: str | None = None) -> bytes:
-        """Run the command with ``stdin``; the stdout of a clean exit, else ``HookFailed``."""
+    async def run(
+        self, stdin: bytes, *, cwd: str | None = None, env: Mapping[str, str] | None = None
+    ) -> bytes:
+        """Run the command with ``stdin`` (and ``env`` instead of its own); the stdout of a clean
+        exit, else ``HookFailed`` (``HookExited`` for a non-zero exit)."""
         try:
             async with asyncio.timeout(self.timeout):
                 out = await run_bounded(
-                    self.argv, stdin, limit=self.max_output_bytes, cwd=cwd, env=self.env
+                    self.argv,
+                    stdin,
+                    limit=self.max_output_bytes,
+                    cwd=cwd,
+                    env=env if env is not None else self.env,
                 )
         except TimeoutError:
             raise HookFailed(
@@ -242,7 +271,11 @@ class CommandHook:
         if out.stdout_overflow:
             raise HookFailed(f"wrote more than {self.max_output_bytes} bytes to stdout")
         if out.returncode != 0:
-            raise HookFailed(f"exited with status {out.returncode}{_stderr_note(out.stderr)}")
+            raise HookExited(
+                f"exited with status {out.returncode}{_stderr_note(out.stderr)}",
+                status=-1 if out.returncode is None else out.returncode,
+                stderr=out.stderr.decode("utf-8", "replace").strip(),
+            )
         return bytes(out.stdout)
 
 

@@ -1,5 +1,5 @@
 """``Hooks``: the registered hooks of an executor, with a per-tool lookup cheap enough for every
-call (the executor asks ``has_pre(tool_name)`` on every call)."""
+call (the executor asks ``has_pre(tool)`` once per tool definition and registration)."""
 
 from __future__ import annotations
 
@@ -8,49 +8,93 @@ import re
 import shlex
 import threading
 from collections.abc import Callable
-from typing import Any, Final, Literal, final
+from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import msgspec
 
 from fastgate.hooks._command import CommandHook
 
+if TYPE_CHECKING:
+    import os
+
+    from fastgate.tools import ToolDefinition
+
 DEFAULT_HOOK_TIMEOUT: Final = 30.0
 """Seconds an async Python hook may take before it counts as failed (``None``: no limit)."""
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-_CACHE_LIMIT = 4096  # distinct tool names remembered per event before the cache starts over
+# Claude Code reads a matcher made of these characters as tool names joined by "|", anything
+# else as a regular expression.
+_NAMES_ONLY = re.compile(r"[A-Za-z0-9_|\s-]+")
+# "Bash(git push:*)" is a rule's syntax; as a regular expression it would silently match nothing.
+_RULE_LIKE = re.compile(r"\s*[A-Za-z0-9_-]+\(.*\)\s*", re.DOTALL)
+_MAX_PATTERN = 1000
+_CACHE_LIMIT = 4096  # distinct tools remembered per event before the cache starts over
 
 PreOnError = Literal["deny", "ignore"]
 PostOnError = Literal["block", "ignore"]
 
 
 class HookEntry(msgspec.Struct, frozen=True):
-    """One registration. ``tools`` is ``None`` for ``"*"``, else the exact tool names matched."""
+    """One registration. ``tools``: the exact names matched (``None`` when every tool matches or
+    ``pattern`` decides); ``pattern``: a compiled regular expression searched for in each name."""
 
     fn: Callable[[Any], Any]
     name: str
     tools: frozenset[str] | None
     on_error: str
     timeout: float | None
+    pattern: re.Pattern[str] | None = None
 
-    def matches(self, tool_name: str) -> bool:
-        return self.tools is None or tool_name in self.tools
+    def matches(self, tool: str | ToolDefinition) -> bool:
+        """Whether this hook runs for ``tool``: a name, or a definition, which answers to its
+        registered name and to each of its ``rule_names`` (SPEC §6.5)."""
+        return self.matches_names(names_of(tool))
+
+    def matches_names(self, names: tuple[str, ...]) -> bool:
+        if self.pattern is not None:
+            return any(self.pattern.search(name) for name in names)
+        tools = self.tools
+        return tools is None or any(name in tools for name in names)
 
 
-def parse_matcher(matcher: object) -> frozenset[str] | None:
-    """``"*"`` → ``None`` (every tool); ``"a|b"`` → ``{"a", "b"}``. Raises on anything else."""
+def names_of(tool: str | ToolDefinition) -> tuple[str, ...]:
+    """The names a matcher is tested against: the registered name, then the rule names."""
+    if isinstance(tool, str):
+        return (tool,)
+    return (tool.name, *tool.rule_names)
+
+
+def parse_matcher(matcher: object) -> frozenset[str] | re.Pattern[str] | None:
+    """A matcher as Claude Code reads it: ``""`` or ``"*"`` → ``None`` (every tool); tool names
+    joined by ``|`` → the set of names; anything else → a regular expression, searched for
+    anywhere in a name (``"mcp__github__.*"``; anchor it with ``^...$``). Raises on a malformed
+    one: an empty alternative, a rule's ``Tool(specifier)`` syntax, an invalid expression."""
     if not isinstance(matcher, str):
         raise TypeError(f"matcher must be a string, got {type(matcher).__name__}")
-    if matcher.strip() == "*":
+    text = matcher.strip()
+    if text in ("", "*"):
         return None
-    names = [part.strip() for part in matcher.split("|")]
-    for name in names:
-        if not _TOOL_NAME.fullmatch(name):
-            raise ValueError(
-                f"matcher {matcher!r}: {name!r} is not a tool name; a matcher is '*', an exact "
-                "tool name, or names separated by '|' (no patterns)"
-            )
-    return frozenset(names)
+    if _NAMES_ONLY.fullmatch(text):
+        names = [part.strip() for part in text.split("|")]
+        for name in names:
+            if not _TOOL_NAME.fullmatch(name):
+                raise ValueError(
+                    f"matcher {matcher!r}: {name!r} is not a tool name; a matcher is '*', tool "
+                    "names joined by '|', or a regular expression"
+                )
+        return frozenset(names)
+    if _RULE_LIKE.fullmatch(text):
+        raise ValueError(
+            f"matcher {matcher!r}: a matcher names tools, it takes no specifier (that is a "
+            "permission rule's syntax); match the tool and look at its arguments in the hook"
+        )
+    if len(text) > _MAX_PATTERN:
+        raise ValueError(f"matcher: a regular expression longer than {_MAX_PATTERN} characters")
+    try:
+        return re.compile(text)
+    except re.error as exc:
+        raise ValueError(f"matcher {matcher!r} is not a valid regular expression: {exc}") from None
 
 
 def _check_timeout(timeout: object) -> float | None:
@@ -86,18 +130,22 @@ def _entry(
         raise ValueError(f"on_error must be one of {choices}, got {on_error!r}")
     if name is not None and not isinstance(name, str):
         raise TypeError("name must be a string")
+    parsed = parse_matcher(matcher)
     return HookEntry(
         fn=fn,
         name=name or _describe(fn),
-        tools=parse_matcher(matcher),
+        tools=parsed if isinstance(parsed, frozenset) else None,
         on_error=str(on_error),
         timeout=_check_timeout(timeout),
+        pattern=parsed if isinstance(parsed, re.Pattern) else None,
     )
 
 
 class _EventHooks:
-    """The hooks of one event: an immutable tuple plus a per-tool-name cache of matches.
+    """The hooks of one event: an immutable tuple plus a per-tool cache of matches.
 
+    The cache is keyed by a tool's name and rule names (a name alone for a string), so two
+    definitions that answer to the same names share an answer and no definition is kept alive.
     Writers (registration, under the owner's lock) replace both at once; readers never lock.
     """
 
@@ -105,15 +153,17 @@ class _EventHooks:
 
     def __init__(self, entries: tuple[HookEntry, ...] = ()) -> None:
         self.entries = entries
-        self.by_tool: dict[str, tuple[HookEntry, ...]] = {}
+        self.by_tool: dict[object, tuple[HookEntry, ...]] = {}
 
-    def matching(self, tool_name: str) -> tuple[HookEntry, ...]:
-        found = self.by_tool.get(tool_name)
+    def matching(self, tool: str | ToolDefinition) -> tuple[HookEntry, ...]:
+        key: object = tool if isinstance(tool, str) else (tool.name, tool.rule_names)
+        found = self.by_tool.get(key)
         if found is None:
-            found = tuple(e for e in self.entries if e.matches(tool_name))
+            names = names_of(tool)
+            found = tuple(e for e in self.entries if e.matches_names(names))
             if len(self.by_tool) >= _CACHE_LIMIT:
                 self.by_tool.clear()
-            self.by_tool[tool_name] = found
+            self.by_tool[key] = found
         return found
 
 
@@ -128,10 +178,11 @@ class Hooks:
     that reach the hook stage afterwards.
     """
 
-    __slots__ = ("_failure", "_lock", "_post", "_pre", "generation")
+    __slots__ = ("_failure", "_lock", "_post", "_pre", "_warnings", "generation")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._warnings: tuple[str, ...] = ()
         # Bumped by every registration: a caller may keep the answers of has_pre() and the
         # like for as long as it has not changed.
         self.generation = 0
@@ -186,25 +237,54 @@ class Hooks:
             self._failure = _EventHooks((*self._failure.entries, entry))
             self.generation += 1
 
-    def has_pre(self, tool_name: str) -> bool:
-        """Whether any PreToolUse hook matches ``tool_name`` (a dict lookup after the first)."""
+    @classmethod
+    def load(cls, *settings_paths: str | os.PathLike[str]) -> Hooks:
+        """The hooks of Claude Code settings files (their ``hooks`` key), in file order (SPEC
+        §6.5). Each command runs as ``sh -c`` from the call's workspace root, speaking Claude
+        Code's protocol (``CommandHook(..., protocol="claude")``). Events and hook types fastgate
+        does not run are ``FastgateConfigWarning``s naming the file, listed by ``warnings()``.
+        ``ValueError`` naming the file for a JSON error or a malformed ``hooks`` section; nothing
+        is half-loaded."""
+        from fastgate.hooks._settings import load_settings_hooks
+
+        hooks = cls()
+        loaded = load_settings_hooks(settings_paths)
+        for setting in loaded.hooks:
+            add = {
+                "PreToolUse": hooks.add_pre_tool_use,
+                "PostToolUse": hooks.add_post_tool_use,
+                "PostToolUseFailure": hooks.add_post_tool_use_failure,
+            }[setting.event]
+            # The command bounds itself with its own timeout (Claude Code's default: 60 s).
+            add(setting.hook, setting.matcher, timeout=None, name=setting.name)
+        hooks._warnings = loaded.warnings
+        return hooks
+
+    def warnings(self) -> list[str]:
+        """What ``load`` read and does not act on (unsupported events, hook types, keys), each
+        naming its file. Empty for hooks registered in code."""
+        return list(self._warnings)
+
+    def has_pre(self, tool: str | ToolDefinition) -> bool:
+        """Whether any PreToolUse hook matches ``tool``: a definition (matched by its name and
+        its ``rule_names``) or a name. A dict lookup after the first time."""
         hooks = self._pre
-        return bool(hooks.entries) and bool(hooks.matching(tool_name))
+        return bool(hooks.entries) and bool(hooks.matching(tool))
 
-    def has_post(self, tool_name: str) -> bool:
+    def has_post(self, tool: str | ToolDefinition) -> bool:
         hooks = self._post
-        return bool(hooks.entries) and bool(hooks.matching(tool_name))
+        return bool(hooks.entries) and bool(hooks.matching(tool))
 
-    def has_post_failure(self, tool_name: str) -> bool:
+    def has_post_failure(self, tool: str | ToolDefinition) -> bool:
         hooks = self._failure
-        return bool(hooks.entries) and bool(hooks.matching(tool_name))
+        return bool(hooks.entries) and bool(hooks.matching(tool))
 
-    def pre_tool_use(self, tool_name: str) -> tuple[HookEntry, ...]:
-        """The PreToolUse hooks matching ``tool_name``, in registration order."""
-        return self._pre.matching(tool_name)
+    def pre_tool_use(self, tool: str | ToolDefinition) -> tuple[HookEntry, ...]:
+        """The PreToolUse hooks matching ``tool``, in registration order."""
+        return self._pre.matching(tool)
 
-    def post_tool_use(self, tool_name: str) -> tuple[HookEntry, ...]:
-        return self._post.matching(tool_name)
+    def post_tool_use(self, tool: str | ToolDefinition) -> tuple[HookEntry, ...]:
+        return self._post.matching(tool)
 
-    def post_tool_use_failure(self, tool_name: str) -> tuple[HookEntry, ...]:
-        return self._failure.matching(tool_name)
+    def post_tool_use_failure(self, tool: str | ToolDefinition) -> tuple[HookEntry, ...]:
+        return self._failure.matching(tool)

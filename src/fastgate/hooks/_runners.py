@@ -30,8 +30,21 @@ from fastgate.hooks._types import (
     PreToolUseEvent,
     PreToolUseResult,
 )
+from fastgate.tools import ToolDefinition
 
 log = logging.getLogger("fastgate.hooks")
+
+# The reason a hook's ALLOW carries into the decision trail: it can never skip a rule's ask or
+# deny (stage 8 keeps the strictest), so it counts as no opinion.
+_ALLOW_NOTE = "a hook's allow is no opinion: hooks tighten, never loosen"
+
+
+def _subject(
+    event: PreToolUseEvent | PostToolUseEvent | PostToolUseFailureEvent,
+) -> str | ToolDefinition:
+    """What matchers are tested against: the definition (its name and rule names) when the
+    event carries one, else the name."""
+    return event.tool if event.tool is not None else event.tool_name
 
 
 async def _invoke(entry: HookEntry, event: object) -> Any:
@@ -66,15 +79,15 @@ async def run_pre_tool_use(hooks: Hooks, event: PreToolUseEvent) -> PreHookOutco
     """Run the PreToolUse hooks matching ``event.tool_name``; never raises (but cancellation).
 
     Decisions merge to the strictest (a hook can tighten, never loosen); the reason kept is the
-    first one given with that decision. A hook's ``updated_args`` is snapshotted at once
-    (``fastgate.freeze.freeze``: a frozen deep copy) and is what the next hook sees. The chain
-    stops at the first DENY.
+    first one given with that decision (an ALLOW's reason says it is no opinion). A hook's
+    ``updated_args`` is snapshotted at once (``fastgate.freeze.freeze``: a frozen deep copy) and
+    is what the next hook sees. The chain stops at the first DENY.
     Errors: a hook that raises, times out, or returns anything but ``PreToolUseResult | None``
     (including ``updated_args`` that is not a JSON object) denies the call with a reason naming
     it; registered with ``on_error="ignore"`` it is skipped instead. Both are listed in
     ``failures``.
     """
-    entries = hooks.pre_tool_use(event.tool_name)
+    entries = hooks.pre_tool_use(_subject(event))
     if not entries:
         return NO_PRE_OUTCOME
     decision: Decision | None = None
@@ -124,9 +137,11 @@ async def run_pre_tool_use(hooks: Hooks, event: PreToolUseEvent) -> PreHookOutco
             contexts.append(reply.additional_context)
         if new_args is not None:
             updated = new_args
-            current = PreToolUseEvent(event.tool_name, new_args, event.context)
+            current = PreToolUseEvent(event.tool_name, new_args, event.context, event.tool)
         if decision is Decision.DENY:
             break
+    if decision is Decision.ALLOW:
+        reason = f"{reason} ({_ALLOW_NOTE})" if reason else _ALLOW_NOTE
     return PreHookOutcome(decision, reason, updated, tuple(contexts), tuple(failures))
 
 
@@ -140,7 +155,7 @@ async def run_post_tool_use(hooks: Hooks, event: PostToolUseEvent) -> PostHookOu
     ``PostToolUseResult | None`` blocks the result with a reason naming it (the model does not see
     output a filter failed on); registered with ``on_error="ignore"`` it is logged and skipped.
     """
-    entries = hooks.post_tool_use(event.tool_name)
+    entries = hooks.post_tool_use(_subject(event))
     if not entries:
         return NO_POST_OUTCOME
     value: Any = UNSET
@@ -178,7 +193,7 @@ async def run_post_tool_use(hooks: Hooks, event: PostToolUseEvent) -> PostHookOu
             result = replace(current.result, content=content)
         else:
             continue
-        current = PostToolUseEvent(event.tool_name, event.args, event.context, result)
+        current = PostToolUseEvent(event.tool_name, event.args, event.context, result, event.tool)
     return PostHookOutcome(value, content, None, tuple(contexts))
 
 
@@ -190,7 +205,7 @@ async def run_post_tool_use_failure(
     Errors: the call has already failed, so a hook that raises, times out or returns anything but
     ``str | None`` is logged and ignored. Never raises (but cancellation).
     """
-    entries = hooks.post_tool_use_failure(event.tool_name)
+    entries = hooks.post_tool_use_failure(_subject(event))
     contexts: list[str] = []
     for entry in entries:
         try:

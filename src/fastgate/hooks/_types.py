@@ -11,6 +11,7 @@ from msgspec.structs import force_setattr
 from fastgate.context import ExecutionContext
 from fastgate.decision import Decision
 from fastgate.results import ToolError, ToolResult
+from fastgate.tools import ToolDefinition
 
 UNSET: Final = msgspec.UNSET
 """``PostToolUseResult`` field default meaning "keep what the tool produced" (``msgspec.UNSET``)."""
@@ -19,11 +20,14 @@ UnsetType = msgspec.UnsetType
 
 
 class PreToolUseEvent(msgspec.Struct, frozen=True):
-    """Before a call runs. ``args`` are the frozen arguments (``fastgate.freeze`` snapshot)."""
+    """Before a call runs. ``args`` are the frozen arguments (``fastgate.freeze`` snapshot).
+    ``tool`` is the called tool's definition (the executor always sets it; its ``rule_names``
+    say which Claude Code tool it stands for)."""
 
     tool_name: str
     args: Any
     context: ExecutionContext
+    tool: ToolDefinition | None = None
 
 
 class PostToolUseEvent(msgspec.Struct, frozen=True):
@@ -33,6 +37,7 @@ class PostToolUseEvent(msgspec.Struct, frozen=True):
     args: Any
     context: ExecutionContext
     result: ToolResult
+    tool: ToolDefinition | None = None
 
 
 class PostToolUseFailureEvent(msgspec.Struct, frozen=True):
@@ -42,6 +47,7 @@ class PostToolUseFailureEvent(msgspec.Struct, frozen=True):
     args: Any
     context: ExecutionContext
     error: ToolError
+    tool: ToolDefinition | None = None
 
 
 def _optional_str(name: str, value: object) -> None:
