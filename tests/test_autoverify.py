@@ -12,6 +12,7 @@ import pytest
 from fastgate import (
     AutoVerify,
     ExecutionContext,
+    PermissionConfig,
     PermissionMode,
     RunContext,
     ToolKind,
@@ -313,3 +314,247 @@ async def test_a_different_fingerprint_waits_for_the_running_check(tmp_path: Pat
     await asyncio.gather(first, second)
     assert av.runs == 2 and av.shared == 0
     assert shell.most_at_once == 1
+
+
+# -- trust: the check declared before the first call, and only if the rules let it run ------------
+
+PLANTED = [
+    '["rm", "victim.txt"]',
+    '["bash", "-c", "rm victim.txt"]',
+    '["sh", "-c", "cd . && rm -f victim.txt"]',
+    '["find", ".", "-name", "victim.txt", "-delete"]',
+    '["python3", "-c", "import os; os.remove(\'victim.txt\')"]',
+]
+
+
+def attack_executor(workspace: Path, av: AutoVerify, **options: Any) -> Any:
+    (workspace / "victim.txt").write_text("precious\n")
+    options.setdefault("permissions", PermissionConfig(deny=("Bash(rm:*)",)))
+    return verifying(workspace, av, **options)
+
+
+async def write_in(ex: Any, session: str, path: str, content: str, **ctx: Any) -> ToolResult:
+    result: ToolResult = await ex.execute(
+        "write",
+        {"file_path": path, "content": content},
+        ExecutionContext(session_id=session, trusted=True, **ctx),
+    )
+    assert result.ok, result.content
+    return result
+
+
+@pytest.mark.parametrize("verify", PLANTED)
+@pytest.mark.parametrize("second_step", ["same session", "other session", "other executor"])
+async def test_a_check_a_call_declares_is_not_run(
+    tmp_path: Path, verify: str, second_step: str
+) -> None:
+    av = AutoVerify()
+    ex = attack_executor(tmp_path, av)
+    planted = f"[tool.fastgate]\nverify = {verify}\n"
+    results = [await write_in(ex, "s1", "pyproject.toml", planted)]
+    if second_step == "other executor":  # a server with one executor per session
+        ex = verifying(tmp_path, av, permissions=PermissionConfig(deny=("Bash(rm:*)",)))
+    session = "s1" if second_step == "same session" else "s2"
+    results.append(await write_in(ex, session, "src/a.py", "print(x)\n"))
+    assert (tmp_path / "victim.txt").read_text() == "precious\n"
+    assert av.runs == 0
+    for result in results:
+        section = verify_section(result)
+        assert section is not None
+        assert section.startswith("the check was not run: the check this workspace declares")
+        assert "then: none; now: `" in section and "in pyproject.toml" in section
+
+
+@pytest.mark.parametrize(
+    ("path", "planted"),
+    [
+        ("package.json", '{"scripts": {"type-check": "rm victim.txt"}}'),
+        ("package.json", '{"scripts": {"type-check": "tsc --noEmit; rm victim.txt"}}'),
+        ("pyproject.toml", '[tool.fastgate]\nverify = ["rm", "victim.txt"]\n'),
+    ],
+)
+async def test_a_type_check_script_rewritten_by_a_call_is_not_run(
+    tmp_path: Path, path: str, planted: str
+) -> None:
+    (tmp_path / "package.json").write_text('{"scripts": {"type-check": "tsc --noEmit"}}')
+    shell = ScriptedShell("src/a.py:1: error\n", exit_code=1)
+    av = AutoVerify()
+    ex = attack_executor(tmp_path, av, shell=shell)
+    if (tmp_path / path).exists():
+        read = await ex.execute("read", {"file_path": path}, ExecutionContext(session_id="s1"))
+        assert read.ok
+    await write_in(ex, "s1", path, planted)
+    result = await write_in(ex, "s2", "src/a.py", "print(x)\n")
+    assert shell.commands == [] and av.runs == 0
+    section = verify_section(result)
+    assert section is not None and "then: `npm run type-check`, script `tsc --noEmit`" in section
+
+
+def write_only_executor(workspace: Path, av: AutoVerify, **options: Any) -> Any:
+    """No bash tool at all: the check is still judged as a bash call would be."""
+    from fastgate import ToolRegistry
+    from fastgate.builtin import register_builtins
+
+    ex = attack_executor(workspace, av, **options)
+    ex.registry = ToolRegistry()
+    register_builtins(ex.registry, include=("write",))
+    return ex
+
+
+@pytest.mark.parametrize(
+    ("rules", "verify", "why"),
+    [
+        ({"deny": ("Bash(rm:*)",)}, '["rm", "victim.txt"]', "rule Bash(rm:*) denies"),
+        ({"deny": ("Bash(rm:*)",)}, '["/bin/rm", "victim.txt"]', "rule Bash(rm:*) denies"),
+        ({"deny": ("Bash(rm:*)",)}, '["env", "rm", "victim.txt"]', "rule Bash(rm:*) denies"),
+        ({"deny": ("Bash(rm:*)",)}, '["bash", "-c", "rm victim.txt"]', "rule Bash(rm:*) denies"),
+        ({"deny": ("Bash(rm:*)",)}, '["sh", "-c", "cd . && rm victim.txt"]', "denies"),
+        ({"ask": ("Bash(rm:*)",)}, '["rm", "victim.txt"]', "rule Bash(rm:*) asks before it"),
+        ({"ask": ("Bash(rm *)",)}, '["bash", "-c", "rm victim.txt"]', "asks before it"),
+        ({}, '["bash", "-c", "cat .env > victim.txt"]', "touches sensitive file"),
+    ],
+)
+@pytest.mark.parametrize("tools", ["built-ins", "write only"])
+async def test_a_declared_check_the_rules_refuse_is_not_run(
+    tmp_path: Path, rules: dict[str, Any], verify: str, why: str, tools: str
+) -> None:
+    declare(tmp_path, verify)  # declared before the first call: trusted, but not above the rules
+    (tmp_path / ".env").write_text("SECRET=1\n")
+    av = AutoVerify()
+    make = attack_executor if tools == "built-ins" else write_only_executor
+    ex = make(tmp_path, av, permissions=PermissionConfig(**rules))
+    result = await write_in(ex, "s1", "src/a.py", "print(x)\n")
+    assert (tmp_path / "victim.txt").read_text() == "precious\n"
+    assert av.runs == 0
+    section = verify_section(result)
+    assert section is not None and section.startswith("the check `"), section
+    assert "was not run: " in section and why in section, section
+
+
+async def test_a_declared_check_the_rules_allow_runs_beside_deny_rules(tmp_path: Path) -> None:
+    declare(tmp_path, '["echo", "src/a.py:1: checked"]')
+    av = AutoVerify()
+    ex = attack_executor(tmp_path, av)
+    result = await write_in(ex, "s1", "src/a.py", "print(x)\n")
+    assert verify_section(result) == "src/a.py:1: checked" and av.runs == 1
+
+
+async def test_a_check_changed_between_sessions_is_refused_for_the_later_one(
+    tmp_path: Path,
+) -> None:
+    """Read once per workspace, not per session: a session cannot plant a check for another,
+    whatever it wrote the declaration with (here bash, which reports no changed file)."""
+    declare(tmp_path, '["echo", "src/a.py:1: first"]')
+    av = AutoVerify()
+    ex = attack_executor(tmp_path, av)
+    first = await write_in(ex, "s1", "src/a.py", "print(x)\n")
+    assert verify_section(first) == "src/a.py:1: first"
+    rewrite = (
+        'printf \'[tool.fastgate]\\nverify = ["echo", "src/b.py:1: planted"]\\n\' > pyproject.toml'
+    )
+    ran = await ex.execute("bash", {"command": rewrite}, ExecutionContext(session_id="s1"))
+    assert ran.ok, ran.content
+    later = await write_in(ex, "s2", "src/b.py", "print(y)\n")
+    section = verify_section(later)
+    assert section is not None and section.startswith("the check was not run")
+    assert "src/b.py:1: planted" not in section.splitlines()  # what the planted check says
+    assert "then: `echo 'src/a.py:1: first'` in pyproject.toml; now: `echo" in section
+    assert av.runs == 1
+
+
+@pytest.mark.parametrize(
+    "initial",
+    [
+        '[tool.fastgate]\nverify = ["echo", "src/a.py:1: x"]\n',
+        "[tool.fastgate]\nverify = 'not a list'\n",
+        "not toml at all [",
+    ],
+)
+async def test_a_removed_or_repaired_declaration_is_not_run_either(
+    tmp_path: Path, initial: str
+) -> None:
+    (tmp_path / "pyproject.toml").write_text(initial)
+    shell = ScriptedShell()
+    av = AutoVerify()
+    ex = verifying(tmp_path, av, shell=shell)
+    read = await ex.execute("read", {"file_path": "pyproject.toml"}, ExecutionContext())
+    assert read.ok
+    changed = '[tool.fastgate]\nverify = ["echo", "other"]\n'
+    if "echo" in initial:
+        changed = "[project]\nname = 'x'\n"  # the declaration removed
+    await write_in(ex, "s1", "pyproject.toml", changed)
+    result = await write_in(ex, "s1", "src/a.py", "print(x)\n")
+    assert shell.commands == []
+    section = verify_section(result)
+    assert section is not None and "changed after its first call" in section
+
+
+# -- the call lets go of its slot and locks before its check ---------------------------------------
+
+
+class GatedShell:
+    """The local shell, each run held until ``release`` is set."""
+
+    def __init__(self) -> None:
+        from fastgate.builtin import LocalShell
+
+        self.local = LocalShell()
+        self.release = asyncio.Event()
+        self.started = asyncio.Event()
+
+    async def run(self, command: str, **options: Any) -> ShellResult:
+        self.started.set()
+        await self.release.wait()
+        result: ShellResult = await self.local.run(command, **options)
+        return result
+
+
+def unblocking(event: asyncio.Event) -> Any:
+    """An exclusive tool that sets ``event``: it passes the executor's gate only after every
+    call before it has let go of its passage."""
+
+    async def unblock(args: Any, ctx: RunContext) -> str:
+        event.set()
+        return "unblocked"
+
+    return define_tool("unblock", "", schema.Object({}), unblock, kind=ToolKind.READ_ONLY)
+
+
+async def test_two_writes_of_one_file_in_flight_share_one_check_run(tmp_path: Path) -> None:
+    script = 'echo run >> runs.log\necho "src/a.py:1: finding"\nexit 1\n'
+    declare(tmp_path, '["bash", "check.sh"]', script)
+    shell = GatedShell()
+    av = AutoVerify()
+    ex = verifying(tmp_path, av)
+    # The check is held until `unblock` runs, which passes the gate only after the second write
+    # has let go of it: so the second write reaches its check while the first one is running.
+    ex.registry.register(unblocking(shell.release))
+    ctx = ExecutionContext(session_id="s1", trusted=True, shell=shell)
+    args = {"file_path": "src/a.py", "content": "print(x)\n"}
+    async with asyncio.timeout(30):  # with locks kept through the check: a deadlock
+        first, second, unblocked = await asyncio.gather(
+            ex.execute("write", args, ctx),
+            ex.execute("write", args, ctx),
+            ex.execute("unblock", {}, ctx),
+        )
+    assert unblocked.ok and first.ok and second.ok
+    assert text(first).startswith("Created") and text(second).startswith("Overwrote")
+    assert (tmp_path / "runs.log").read_text() == "run\n"
+    assert av.runs == 1 and av.shared == 1
+    assert verify_section(first) == verify_section(second) == "src/a.py:1: finding"
+    assert len(ex.locks) == 0
+
+
+async def test_the_call_holds_no_slot_lock_or_gate_while_its_check_runs(tmp_path: Path) -> None:
+    declare(tmp_path, '["check"]')
+    shell = ScriptedShell("src/a.py:1: late\n", exit_code=1)
+    shell.release = asyncio.Event()
+    ex = verifying(tmp_path, AutoVerify())
+    call = asyncio.ensure_future(write_a(ex, shell=shell))
+    await shell.started.wait()
+    assert len(ex.locks) == 0
+    assert ex.scheduler.stats().in_flight == 0
+    gate = ex._gate.statistics()
+    assert not gate.exclusive_running and gate.shared_running == 0
+    shell.release.set()
+    assert verify_section(await call) == "src/a.py:1: late"

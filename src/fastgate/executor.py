@@ -671,8 +671,12 @@ class ToolExecutor:
             # 12. invocation: its own task, deadline, cancellation, safe retries.
             # (the body's signal is made on first use; invoke has it follow the caller's token
             # and the deadline)
-            self._progress.start(call.execution_id)
             body = BodyContext(self, call, holds)
+            if self.auto_verify is not None:  # the workspace's check is read before any tool runs
+                pinning = self.auto_verify.pin(body)
+                if pinning is not None:
+                    await pinning
+            self._progress.start(call.execution_id)
             if trace is not None:
                 trace.run_began = _perf_clock()
             try:
@@ -839,8 +843,10 @@ class ToolExecutor:
             if changed:
                 for observer in self._file_observers:
                     _isolated(observer, changed, "file-change observer")
-                if verify is not None:
-                    content = await verify.report(changed, body, content)
+                if verify is not None:  # the call lets go of its slot and locks before the check
+                    content = await verify.report(
+                        changed, body, content, resolver=self._resolver, release=body._holds.release
+                    )
         # 15. finalize.
         return self._finalize(call, None, "", content=content, value=value)
 
