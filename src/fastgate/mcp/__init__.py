@@ -14,12 +14,13 @@ except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
     ) from exc
 
 from fastgate.mcp._bridge import MCPBridge, MCPStartupError
-from fastgate.mcp._config import MCPConfigError, MCPServerConfig, load_mcp_config
+from fastgate.mcp._config import MCPConfigError, MCPConfigFile, MCPServerConfig, load_mcp_config
 from fastgate.mcp._names import server_rule_name, tool_name
 
 __all__ = (
     "MCPBridge",
     "MCPConfigError",
+    "MCPConfigFile",
     "MCPServerConfig",
     "MCPStartupError",
     "load_mcp_config",

@@ -106,7 +106,7 @@ class MCPBridge:
         return {
             name: {
                 "state": link.state if not self._closed else CLOSED,
-                "transport": link.config.transport,
+                "transport": link.transport,
                 "tools": len(link.tools),
                 "tool_names": sorted(link.tools),
                 "generation": link.generation,

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 import anyio
@@ -79,6 +79,8 @@ class ServerLink:
         self.protocol_version: str | None = None
         self.restarts = 0
         self._mode = "auto"  # "legacy" once the server proved to speak the handshake era
+        # How the url is spoken; "auto" becomes "http" or "sse" at the first connection.
+        self.transport = config.transport or "stdio"
         self._client: Client | None = None
         self._wake = asyncio.Event()
         self._closing = False
@@ -162,32 +164,10 @@ class ServerLink:
         self._lost = None
         self._stdio = None
         async with contextlib.AsyncExitStack() as stack:
-            transport: Any
-            if config.command is not None:
-                argv = tuple(config.command)
-                stdio = StdioTransport(argv, config.env, config.cwd, self.stderr)
-                stdio.on_lost = self._connection_lost
-                stdio.on_spawn = self._spawned
-                transport = self._stdio = stdio
-            else:
-                transport = await _http_transport(stack, config)
-            client = Client(
-                transport,
-                mode=self._mode,
-                message_handler=self._on_message,
-                cache=None,
-                client_info=mcp_types.Implementation(name="fastgate", version=_version()),
-            )
             # asyncio's timeout, not anyio's: the client's own scopes, entered in here, stay
             # open past it (anyio requires its scopes to be exited in order).
             async with asyncio.timeout(config.startup_timeout):
-                try:
-                    await stack.enter_async_context(client)
-                except Exception as exc:  # the SDK's task group may wrap the server's error
-                    refused = _refused("the handshake", exc)
-                    if refused is None:
-                        raise
-                    raise refused from None
+                client = await self._connect(stack)
                 self.protocol_version = client.protocol_version
                 modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
                 if not modern:
@@ -204,6 +184,57 @@ class ServerLink:
                     group.start_soon(self._listen, client)
                 await self._serve(client)
                 group.cancel_scope.cancel()
+
+    async def _connect(self, stack: contextlib.AsyncExitStack) -> Client:
+        """The client after its handshake, its transport's contexts in ``stack``."""
+        config = self.config
+        if config.command is not None:
+            stdio = StdioTransport(tuple(config.command), config.env, config.cwd, self.stderr)
+            stdio.on_lost = self._connection_lost
+            stdio.on_spawn = self._spawned
+            self._stdio = stdio
+            return await self._handshake(stack, stdio)
+        if self.transport == "sse":
+            return await self._handshake(stack, _sse_transport(config))
+        statuses = _FirstPostStatus()
+        attempt = contextlib.AsyncExitStack()
+        try:
+            client = await self._handshake(
+                attempt, await _http_transport(attempt, config, statuses.record)
+            )
+        except BaseException as exc:
+            await attempt.aclose()
+            if not isinstance(exc, Exception) or statuses.legacy is None:
+                raise
+            if self.transport == "http":
+                raise ProtocolFailure(
+                    f"the server answered the first POST with HTTP {statuses.legacy}; an older "
+                    'HTTP+SSE server needs "type": "sse" (transport="sse")'
+                ) from exc
+            # "auto": MCP's backwards compatibility, the older HTTP+SSE transport at the same URL.
+            self.transport = "sse"
+            return await self._handshake(stack, _sse_transport(config))
+        await stack.enter_async_context(attempt)
+        if self.transport == "auto":
+            self.transport = "http"  # and so on every reconnect
+        return client
+
+    async def _handshake(self, stack: contextlib.AsyncExitStack, transport: Any) -> Client:
+        client = Client(
+            transport,
+            mode=self._mode,
+            message_handler=self._on_message,
+            cache=None,
+            client_info=mcp_types.Implementation(name="fastgate", version=_version()),
+        )
+        try:
+            await stack.enter_async_context(client)
+        except Exception as exc:  # the SDK's task group may wrap the server's error
+            refused = _refused("the handshake", exc)
+            if refused is None:
+                raise
+            raise refused from None
+        return client
 
     async def _serve(self, client: Client) -> None:
         while True:
@@ -492,15 +523,58 @@ async def _raw_request(
     return await session._dispatcher.send_raw_request(method, data.get("params"), opts)  # type: ignore[arg-type]
 
 
-async def _http_transport(stack: contextlib.AsyncExitStack, config: MCPServerConfig) -> Any:
+async def _http_transport(
+    stack: contextlib.AsyncExitStack,
+    config: MCPServerConfig,
+    on_response: Callable[[Any], Awaitable[None]],
+) -> Any:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
     # Reads are not timed here: a call is bounded by its idle and call timeouts.
-    http = httpx2.AsyncClient(headers=dict(config.headers), timeout=httpx2.Timeout(30.0, read=None))
+    http = httpx2.AsyncClient(
+        headers=dict(config.headers),
+        timeout=httpx2.Timeout(30.0, read=None),
+        event_hooks={"response": [on_response]},
+    )
     await stack.enter_async_context(http)
     assert config.url is not None
     return streamable_http_client(config.url, http_client=http)
+
+
+def _sse_transport(config: MCPServerConfig) -> Any:
+    """The SDK's client of the older HTTP+SSE transport: a GET stream for the server's messages,
+    a POST for each of ours."""
+    import httpx2
+    from mcp.client.sse import sse_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    def http_client(
+        headers: dict[str, str] | None = None,
+        timeout: httpx2.Timeout | None = None,
+        auth: httpx2.Auth | None = None,
+    ) -> httpx2.AsyncClient:
+        # The stream may be silent for as long as a tool runs: calls are bounded by their idle
+        # and call timeouts, not by a read timeout of the stream.
+        return create_mcp_http_client(headers, httpx2.Timeout(30.0, read=None), auth)
+
+    assert config.url is not None
+    return sse_client(config.url, headers=dict(config.headers), httpx_client_factory=http_client)
+
+
+class _FirstPostStatus:
+    """Whether the server answered a POST of the handshake with a 4xx status (not 401/403):
+    what MCP's backwards compatibility reads as an older HTTP+SSE server at that URL."""
+
+    __slots__ = ("legacy",)
+
+    def __init__(self) -> None:
+        self.legacy: int | None = None
+
+    async def record(self, response: Any) -> None:
+        status = response.status_code
+        if response.request.method == "POST" and 400 <= status < 500 and status not in (401, 403):
+            self.legacy = status
 
 
 def _is_transport_error(exc: Exception) -> bool:
