@@ -29,6 +29,7 @@ def noop(event: Any) -> None:
         ("Notebook.*", ["NotebookEdit", "MyNotebook"], ["Bash", "notebook"]),
         ("^Bash$", ["Bash"], ["Bash2", "MyBash"]),
         ("Ba*", ["Bash", "B", "xBy"], ["Read"]),
+        ("Notebook(Edit|Read)", ["NotebookEdit", "NotebookRead"], ["Notebook", "Edit"]),
     ],
 )
 def test_matchers(matcher: str, matches: list[str], misses: list[str]) -> None:

@@ -1,8 +1,9 @@
 """Hooks (SPEC §6): Python callables or external commands around each tool call.
 
-``Hooks`` holds the registrations; the executor calls ``run_pre_tool_use`` (stage 7),
-``run_post_tool_use`` and ``run_post_tool_use_failure`` (stage 13). docs/hooks.md has the API,
-the command-hook JSON protocol and what every kind of failure does.
+``Hooks`` holds the registrations (``Hooks.load`` reads them from Claude Code settings files);
+the executor calls ``run_pre_tool_use`` (stage 7), ``run_post_tool_use`` and
+``run_post_tool_use_failure`` (stage 13). docs/hooks.md has the API, matchers, both command-hook
+protocols (fastgate's and Claude Code's) and what every kind of failure does.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from fastgate.hooks._command import DEFAULT_COMMAND_TIMEOUT as DEFAULT_COMMAND_TIMEOUT
 from fastgate.hooks._command import MAX_OUTPUT_BYTES as MAX_OUTPUT_BYTES
 from fastgate.hooks._command import CommandHook as CommandHook
+from fastgate.hooks._command import HookExited as HookExited
 from fastgate.hooks._command import HookFailed as HookFailed
 from fastgate.hooks._registry import DEFAULT_HOOK_TIMEOUT as DEFAULT_HOOK_TIMEOUT
 from fastgate.hooks._registry import HookEntry as HookEntry
@@ -34,6 +36,7 @@ __all__ = (
     "UNSET",
     "CommandHook",
     "HookEntry",
+    "HookExited",
     "HookFailed",
     "Hooks",
     "PostHookOutcome",

@@ -27,7 +27,8 @@ _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # else as a regular expression.
 _NAMES_ONLY = re.compile(r"[A-Za-z0-9_|\s-]+")
 # "Bash(git push:*)" is a rule's syntax; as a regular expression it would silently match nothing.
-_RULE_LIKE = re.compile(r"\s*[A-Za-z0-9_-]+\(.*\)\s*", re.DOTALL)
+# (A group of alternatives, "Notebook(Edit|Read)", is a regular expression.)
+_RULE_LIKE = re.compile(r"\s*[A-Za-z0-9_-]+\([^|]*\)\s*", re.DOTALL)
 _MAX_PATTERN = 1000
 _CACHE_LIMIT = 4096  # distinct tools remembered per event before the cache starts over
 
