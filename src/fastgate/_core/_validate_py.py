@@ -119,6 +119,8 @@ class Node:
     """One compiled schema location. Fields are filled by the compiler, read by ``run``."""
 
     def __init__(self, pointer: str) -> None:
+        # The step from the node it was found under ("/properties/a"), or a whole pointer for
+        # the root and a $ref target: the compiler spells out full pointers only for errors.
         self.pointer = pointer
         self.types = K_ANY
         self.type_names: tuple[str, ...] = ()

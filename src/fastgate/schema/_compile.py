@@ -1,16 +1,22 @@
 """Compile a raw JSON Schema (draft 2020-12 subset, SPEC §2.3) into the validation program.
 
-Compilation is a worklist over schema locations: each location (a JSON pointer) becomes one
-``Node``; subschemas are queued rather than recursed into, so a 10,000-level schema compiles with
-constant Python stack. ``$ref`` points at the node of its target location (created on demand), so
-recursive schemas are graphs. A cycle of ``$ref``/``allOf``/``anyOf``/``oneOf``/``not`` edges that
-never moves into the instance would loop forever at validation: it is a ``SchemaError``.
+Compilation is a worklist over schema locations: each subschema becomes one ``Node``;
+subschemas are queued rather than recursed into, so a 100,000-level schema compiles with constant
+Python stack. ``$ref`` points at the node of its target (created on demand), so recursive schemas
+are graphs. A cycle of ``$ref``/``allOf``/``anyOf``/``oneOf``/``not`` edges that never moves into
+the instance would loop forever at validation: it is a ``SchemaError``.
+
+Memory and time stay linear in the schema's size, whatever its depth: a node is found by the
+identity of its subschema (one subschema object, one node), and its JSON pointer is not stored
+whole but as the step from the node it was found under (``Node.pointer``, e.g.
+``/properties/a``) plus a parent link; the full pointer is spelled out only for an error.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
@@ -74,37 +80,51 @@ class _Compiler:
     def __init__(self, document: Any, engine: Any) -> None:
         self.document = document
         self.engine = engine
-        self.nodes: dict[str, core.Node] = {}
+        # id(subschema) -> its node; the document keeps every subschema alive meanwhile.
+        self.nodes: dict[int, core.Node] = {}
+        self.parents: dict[int, core.Node] = {}  # id(node) -> the node it was found under
         self.pending: list[tuple[core.Node, Any]] = []
+        self.root: core.Node | None = None
 
-    def node_for(self, pointer: str, schema: Any) -> core.Node:
-        node = self.nodes.get(pointer)
+    def node_for(self, parent: core.Node | None, step: str, schema: Any) -> core.Node:
+        """The node of ``schema``, found at ``step`` (a pointer suffix) below ``parent`` (None:
+        ``step`` is a whole pointer from the root)."""
+        node = self.nodes.get(id(schema))
         if node is None:
             if type(schema) is not dict and type(schema) is not bool:
                 raise SchemaError(
                     f"a schema must be an object or a boolean, got {type(schema).__name__}",
-                    pointer=_where(pointer),
+                    pointer=_where(self.pointer_of(parent) + step),
                 )
-            node = self.engine.Node(pointer)
-            self.nodes[pointer] = node
+            node = self.engine.Node(step)
+            self.nodes[id(schema)] = node
+            if parent is not None:
+                self.parents[id(node)] = parent
             self.pending.append((node, schema))
         return node
 
+    def pointer_of(self, node: core.Node | None) -> str:
+        """The JSON pointer of ``node`` (its steps from the root joined; for errors only)."""
+        steps: list[str] = []
+        while node is not None:
+            steps.append(node.pointer)
+            node = self.parents.get(id(node))
+        return "".join(reversed(steps))
+
     def run(self) -> core.Node:
-        root = self.node_for("", self.document)
+        root = self.root = self.node_for(None, "", self.document)
         while self.pending:
             node, schema = self.pending.pop()
             self.fill(node, schema)
         for node in self.nodes.values():
             self.engine.finish_node(node, _STRUCTURE)
             _find_discriminator(node)
-        _reject_stationary_cycles(root)
+        _reject_stationary_cycles(root, self.pointer_of)
         return root
 
     # -- one location ---------------------------------------------------------------------------
 
     def fill(self, node: core.Node, schema: Any) -> None:
-        pointer = node.pointer
         if schema is True:
             return
         if schema is False:
@@ -114,32 +134,39 @@ class _Compiler:
             if keyword in _ANNOTATIONS:
                 continue
             if keyword == "$schema":
-                _check_dialect(value, pointer)
+                _check_dialect(value, self.pointer_of(node))
                 continue
             handler = _HANDLERS.get(keyword)
             if handler is None:
-                if keyword == "$id" and pointer == "":
+                if keyword == "$id" and node is self.root:
                     continue
                 reason = "unsupported" if keyword in _KNOWN_UNSUPPORTED else "unknown"
                 raise SchemaError(
                     f"{reason} keyword {keyword!r}: fastgate does not implement it, so the schema "
                     "cannot be enforced as written",
-                    pointer=_where(pointer),
+                    pointer=_where(self.pointer_of(node)),
                     keyword=keyword,
                 )
-            handler(self, node, keyword, value, f"{pointer}/{escape_token(keyword)}")
+            handler(self, node, keyword, value)
 
-    def child(self, pointer: str, schema: Any) -> core.Node:
-        return self.node_for(pointer, schema)
+    def child(
+        self, node: core.Node, keyword: str, schema: Any, name: str | None = None
+    ) -> core.Node:
+        """The node of ``schema``, found under ``node``'s ``keyword`` (at ``name`` inside it)."""
+        step = "/" + escape_token(keyword)
+        if name is not None:
+            step += "/" + escape_token(name)
+        return self.node_for(node, step, schema)
 
-    def resolve(self, ref: Any, at: str) -> core.Node:
+    def bad(self, node: core.Node, keyword: str, reason: str) -> SchemaError:
+        return SchemaError(reason, pointer=_where(self.pointer_of(node)), keyword=keyword)
+
+    def resolve(self, ref: Any, node: core.Node) -> core.Node:
         if type(ref) is not str:
-            raise SchemaError("$ref must be a string", pointer=_where(at), keyword="$ref")
+            raise self.bad(node, "$ref", "$ref must be a string")
         if ref != "#" and not ref.startswith("#/"):
-            raise SchemaError(
-                f"only local references ('#' or '#/...') are supported, got {ref!r}",
-                pointer=_where(at),
-                keyword="$ref",
+            raise self.bad(
+                node, "$ref", f"only local references ('#' or '#/...') are supported, got {ref!r}"
             )
         tokens = [] if ref == "#" else unquote(ref[2:]).split("/")
         target = self.document
@@ -150,13 +177,11 @@ class _Compiler:
             elif type(target) is list and token.isdigit() and int(token) < len(target):
                 target = target[int(token)]
             else:
-                raise SchemaError(
-                    f"$ref {ref!r} does not resolve", pointer=_where(at), keyword="$ref"
-                )
+                raise self.bad(node, "$ref", f"$ref {ref!r} does not resolve")
         pointer = "".join(
             "/" + escape_token(t.replace("~1", "/").replace("~0", "~")) for t in tokens
         )
-        return self.node_for(pointer, target)
+        return self.node_for(None, pointer, target)
 
 
 # Dialects whose meaning of the supported keywords is the one implemented here (older drafts
@@ -175,144 +200,141 @@ def _check_dialect(value: Any, pointer: str) -> None:
         )
 
 
-def _bad(at: str, keyword: str, reason: str) -> SchemaError:
-    return SchemaError(reason, pointer=_where(at.rsplit("/", 1)[0]), keyword=keyword)
-
-
-def _type(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+def _type(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     names = [value] if type(value) is str else value
     if type(names) is not list or not names:
-        raise _bad(at, keyword, "type must be a type name or a non-empty list of them")
+        raise c.bad(node, keyword, "type must be a type name or a non-empty list of them")
     mask = 0
     for name in names:
         if type(name) is not str or name not in _TYPE_KINDS:
-            raise _bad(at, keyword, f"unknown type {name!r}; expected one of {sorted(_TYPE_KINDS)}")
+            raise c.bad(
+                node, keyword, f"unknown type {name!r}; expected one of {sorted(_TYPE_KINDS)}"
+            )
         mask |= _TYPE_KINDS[name]
     if len(set(names)) != len(names):
-        raise _bad(at, keyword, "type names must be unique")
+        raise c.bad(node, keyword, "type names must be unique")
     node.types = mask
     node.type_names = tuple(names)
 
 
-def _count(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+def _count(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     if type(value) is float and value.is_integer() and value >= 0:
         value = int(value)
     if type(value) is not int or value < 0:
-        raise _bad(at, keyword, f"{keyword} must be a non-negative integer, got {value!r}")
+        raise c.bad(node, keyword, f"{keyword} must be a non-negative integer, got {value!r}")
     setattr(node, _COUNTS[keyword], value)
     node.checks |= {"L": C_STR, "I": C_ARR, "P": C_OBJ}[keyword[3]]
 
 
-def _bound(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+def _bound(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     if not _is_number(value):
-        raise _bad(at, keyword, f"{keyword} must be a finite number, got {value!r}")
+        raise c.bad(node, keyword, f"{keyword} must be a finite number, got {value!r}")
     setattr(node, _BOUNDS[keyword], value)
     node.checks |= C_NUM
 
 
-def _multiple_of(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+def _multiple_of(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     if not _is_number(value) or value <= 0:
-        raise _bad(at, keyword, f"multipleOf must be a number greater than 0, got {value!r}")
+        raise c.bad(node, keyword, f"multipleOf must be a number greater than 0, got {value!r}")
     node.multiple_of = value
     node.checks |= C_NUM
 
 
-def _pattern(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+def _pattern(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     if type(value) is not str:
-        raise _bad(at, keyword, "pattern must be a string")
+        raise c.bad(node, keyword, "pattern must be a string")
     try:
         node.pattern = compile_pattern(value)
     except (ValueError, re.error) as exc:
-        raise _bad(at, keyword, f"pattern {value!r} cannot be used: {exc}") from None
+        raise c.bad(node, keyword, f"pattern {value!r} cannot be used: {exc}") from None
     node.pattern_source = value
     node.checks |= C_STR
 
 
-def _enum(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+def _enum(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     if type(value) is not list:
-        raise _bad(at, keyword, "enum must be a list of values")
+        raise c.bad(node, keyword, "enum must be a list of values")
     node.enum_values = list(value)
     node.enum_keys = frozenset(c.engine.canonical(v) for v in value)
     node.checks |= C_ENUM
 
 
-def _const(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+def _const(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     node.const_value = value
     node.const_key = c.engine.canonical(value)
     node.checks |= C_CONST
 
 
-def _properties(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+def _properties(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     if type(value) is not dict:
-        raise _bad(at, keyword, "properties must be an object mapping names to schemas")
-    node.properties = {
-        name: c.child(f"{at}/{escape_token(name)}", sub) for name, sub in value.items()
-    }
+        raise c.bad(node, keyword, "properties must be an object mapping names to schemas")
+    node.properties = {name: c.child(node, keyword, sub, name) for name, sub in value.items()}
     node.checks |= C_OBJ
 
 
-def _required(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+def _required(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     if type(value) is not list or any(type(name) is not str for name in value):
-        raise _bad(at, keyword, "required must be a list of property names (strings)")
+        raise c.bad(node, keyword, "required must be a list of property names (strings)")
     if len(set(value)) != len(value):
-        raise _bad(at, keyword, "required must not repeat a name")
+        raise c.bad(node, keyword, "required must not repeat a name")
     node.required = tuple(value)
     node.checks |= C_OBJ
 
 
-def _additional(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+def _additional(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     if value is False:
         node.additional_false = True
     else:
-        node.additional = c.child(at, value)
+        node.additional = c.child(node, keyword, value)
     node.checks |= C_OBJ
 
 
-def _items(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+def _items(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     if value is False:
         node.items_false = True
     else:
-        node.items = c.child(at, value)
+        node.items = c.child(node, keyword, value)
     node.checks |= C_ARR
 
 
-def _prefix_items(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+def _prefix_items(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     if type(value) is not list or not value:
-        raise _bad(at, keyword, "prefixItems must be a non-empty list of schemas")
-    node.prefix = [c.child(f"{at}/{i}", sub) for i, sub in enumerate(value)]
+        raise c.bad(node, keyword, "prefixItems must be a non-empty list of schemas")
+    node.prefix = [c.child(node, keyword, sub, str(i)) for i, sub in enumerate(value)]
     node.checks |= C_ARR
 
 
-def _unique(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+def _unique(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     if type(value) is not bool:
-        raise _bad(at, keyword, "uniqueItems must be true or false")
+        raise c.bad(node, keyword, "uniqueItems must be true or false")
     node.unique = value
     if value:
         node.checks |= C_ARR
 
 
-def _schema_list(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+def _schema_list(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     if type(value) is not list or not value:
-        raise _bad(at, keyword, f"{keyword} must be a non-empty list of schemas")
-    setattr(node, _SCHEMA_LISTS[keyword], [c.child(f"{at}/{i}", s) for i, s in enumerate(value)])
+        raise c.bad(node, keyword, f"{keyword} must be a non-empty list of schemas")
+    branches = [c.child(node, keyword, sub, str(i)) for i, sub in enumerate(value)]
+    setattr(node, _SCHEMA_LISTS[keyword], branches)
     node.checks |= C_APPLY
 
 
-def _not(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
-    node.not_ = c.child(at, value)
+def _not(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
+    node.not_ = c.child(node, keyword, value)
     node.checks |= C_APPLY
 
 
-def _ref(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
-    node.ref = c.resolve(value, node.pointer)
+def _ref(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
+    node.ref = c.resolve(value, node)
     node.checks |= C_APPLY
 
 
-def _defs(c: _Compiler, node: core.Node, keyword: str, value: Any, at: str) -> None:
+def _defs(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     if type(value) is not dict:
-        raise _bad(at, keyword, f"{keyword} must be an object mapping names to schemas")
+        raise c.bad(node, keyword, f"{keyword} must be an object mapping names to schemas")
     for name, sub in value.items():
-        c.child(f"{at}/{escape_token(name)}", sub)  # compiled so that errors surface now
+        c.child(node, keyword, sub, name)  # compiled so that errors surface now
 
 
 _HANDLERS: dict[str, Any] = {
@@ -409,7 +431,7 @@ def _stationary_edges(node: core.Node) -> list[core.Node]:
     return edges
 
 
-def _reject_stationary_cycles(root: core.Node) -> None:
+def _reject_stationary_cycles(root: core.Node, pointer_of: Callable[[core.Node], str]) -> None:
     """Run a cycle search from every node reachable from the root (each node searched once)."""
     state: dict[int, int] = {}  # id(node) -> 1 while on a DFS path, 2 when finished
     seen = {id(root)}
@@ -417,7 +439,7 @@ def _reject_stationary_cycles(root: core.Node) -> None:
     while todo:
         node = todo.pop()
         if id(node) not in state:
-            _reject_from(node, state)
+            _reject_from(node, state, pointer_of)
         for nxt in (
             *_stationary_edges(node),
             *node.properties.values(),
@@ -429,7 +451,9 @@ def _reject_stationary_cycles(root: core.Node) -> None:
                 todo.append(nxt)
 
 
-def _reject_from(start: core.Node, state: dict[int, int]) -> None:
+def _reject_from(
+    start: core.Node, state: dict[int, int], pointer_of: Callable[[core.Node], str]
+) -> None:
     """Iterative three-colour DFS over same-location edges: a back edge is a stationary cycle."""
     state[id(start)] = 1
     stack: list[tuple[core.Node, list[core.Node]]] = [(start, _stationary_edges(start))]
@@ -444,7 +468,7 @@ def _reject_from(start: core.Node, state: dict[int, int]) -> None:
         if mark == 1:
             raise SchemaError(
                 "this $ref cycle never moves into the value, so validation could not terminate",
-                pointer=_where(nxt.pointer),
+                pointer=_where(pointer_of(nxt)),
                 keyword="$ref",
             )
         if mark == 0:
