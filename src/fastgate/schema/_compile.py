@@ -134,7 +134,7 @@ class _Compiler:
             if keyword in _ANNOTATIONS:
                 continue
             if keyword == "$schema":
-                _check_dialect(value, self.pointer_of(node))
+                _check_dialect(self, node, value)
                 continue
             handler = _HANDLERS.get(keyword)
             if handler is None:
@@ -191,12 +191,12 @@ _DIALECT = re.compile(
 )
 
 
-def _check_dialect(value: Any, pointer: str) -> None:
+def _check_dialect(c: _Compiler, node: core.Node, value: Any) -> None:
     if type(value) is not str or not _DIALECT.fullmatch(value):
-        raise SchemaError(
+        raise c.bad(
+            node,
+            "$schema",
             f"unknown dialect {value!r}: only the published JSON Schema meta-schemas are known",
-            pointer=_where(pointer),
-            keyword="$schema",
         )
 
 
