@@ -5,8 +5,8 @@ Order of a decision, first that applies wins:
 1. a DENY rule matches → DENY (also: the command cannot be read, or names a program we cannot
    know, and the tool has DENY rules: fail closed);
 2. an ASK rule matches → ASK (YOLO: allowed, unless sensitive);
-3. the call touches a sensitive path → ASK (every mode; allow rules and session approvals do
-   not cover it);
+3. the call touches a sensitive path, or writes a protected one → ASK (every mode; allow rules
+   and session approvals do not cover it);
 4. ALLOW rules cover the call (every sub-command, every path) → ALLOW;
 5. the mode default (ALLOW/ASK/DENY by tool kind); an ASK becomes ALLOW when the session
    approved this permission signature.
@@ -29,7 +29,7 @@ from fastgate.kinds import ToolKind
 from fastgate.paths import canonical_path, folds_case, names_any
 from fastgate.permissions.commands import CommandAnalysis, analyze_command
 from fastgate.permissions.config import PermissionConfig
-from fastgate.permissions.globs import PathPattern, compile_path_pattern
+from fastgate.permissions.globs import PathPattern, tail_regex
 from fastgate.permissions.matching import (
     command_allowed_by,
     command_matches,
@@ -55,9 +55,6 @@ MODE_DEFAULTS: dict[PermissionMode, tuple[Decision, Decision, Decision]] = {
     PermissionMode.PLAN: (Decision.ALLOW, Decision.DENY, Decision.DENY),
     PermissionMode.YOLO: (Decision.ALLOW, Decision.ALLOW, Decision.ALLOW),
 }
-# The resolver's own settings can never be edited without asking: a model that could write
-# them could allow itself anything.
-PROTECTED_PATTERNS: tuple[PathPattern, ...] = (compile_path_pattern("**/.fastgate/**"),)
 _CACHE_LIMIT = 4096
 # Caches keyed by a tool definition hold it alive: kept small, so tools re-registered over a long
 # run (a reconnecting MCP server, say) do not pile up.
@@ -91,12 +88,9 @@ class PermissionResolver:
         "_mode_allows",
         "_own_rules",
         "_path_decisions",
+        "_protected",
         "_regexes",
         "_sensitive",
-        "_sensitive_anchored",
-        "_sensitive_anywhere",
-        "_sensitive_anywhere_folded",
-        "_sensitive_rooted",
         "_settings",
         "_subject_names",
         "approvals",
@@ -127,11 +121,9 @@ class PermissionResolver:
         self._has_command: dict[ToolDefinition, bool] = {}  # bounded like the other caches
         # Per definition: the arguments a rule could look at (paths, and a command).
         self._subject_names: dict[ToolDefinition, tuple[str, ...]] = {}
-        self._sensitive = (*config.sensitive_patterns, *PROTECTED_PATTERNS)
-        self._sensitive_rooted = any(p.anchor == "root" for p in self._sensitive)
-        self._sensitive_anchored = any(p.anchor != "anywhere" for p in self._sensitive)
-        self._sensitive_anywhere = _search_regex(self._sensitive)
-        self._sensitive_anywhere_folded = _search_regex(self._sensitive, fold=True)
+        self._sensitive = _Guard(config.sensitive_patterns)
+        # What a model could change to widen its own permissions or run code later.
+        self._protected = _Guard(config.protected_patterns)
 
     # -- the decision --------------------------------------------------------------------------
 
@@ -158,7 +150,7 @@ class PermissionResolver:
             # The paths were just resolved (a symlink swapped in since is seen). What the rules
             # and the sensitive list say about those resolved paths is text matching, the same
             # every time: remembered per (rules, tool, root, resolved paths).
-            key = (id(rules), tool.name, root, subject.paths)
+            key = (id(rules), tool.name, tool.kind, root, subject.paths)
             known = self._path_decisions.get(key)
             if known is None or known[0] is not rules:  # rules kept alive, so ids are not reused
                 if len(self._path_decisions) >= _CACHE_LIMIT:
@@ -175,9 +167,8 @@ class PermissionResolver:
     ) -> RuleDecision | None:
         """The decision of the rules and the sensitive list; None when the mode decides."""
         if rules is NO_RULES and not subject.invalid:
-            # No rule for this tool (the common case): only sensitive paths and the mode decide.
-            sensitive = self._sensitive_path(subject, root) if subject.paths else None
-            if sensitive is None:
+            # No rule for this tool (the common case): only guarded paths and the mode decide.
+            if self._guarded(tool, subject, root) is None:
                 return None
         signature = permission_signature(tool.name, subject.key)
         shown = _shorten(subject.key)
@@ -200,7 +191,8 @@ class PermissionResolver:
                 "rewrite it so every program is named literally",
                 signature,
             )
-        sensitive_path = self._sensitive_path(subject, root)
+        guarded = self._guarded(tool, subject, root)
+        sensitive_path = None if guarded is None else guarded[1]
         ask = self._first_match(rules.ask, subject, root)
         if ask is None and unreadable:  # it may be what an ask rule names (fail closed)
             ask = next((r for r in rules.ask if r.specifier is not None), None)
@@ -213,14 +205,9 @@ class PermissionResolver:
                 ask.text,
                 sensitive_path is not None,
             )
-        if sensitive_path is not None:
+        if guarded is not None:
             return RuleDecision(
-                Decision.ASK,
-                DecisionSource.SENSITIVE,
-                f"touches sensitive file {sensitive_path}",
-                signature,
-                None,
-                True,
+                Decision.ASK, DecisionSource.SENSITIVE, guarded[0], signature, None, True
             )
         if ask is not None:
             return RuleDecision(
@@ -295,8 +282,11 @@ class PermissionResolver:
         the session instead."""
         root = ctx.workspace_root or os.getcwd()
         subject = self._subject(tool, args, root)
-        if self._sensitive_path(subject, root) is not None:
-            raise ValueError("a call touching a sensitive file cannot be approved for the project")
+        if self._guarded(tool, subject, root) is not None:
+            raise ValueError(
+                "a call touching a sensitive file or writing a protected one cannot be approved "
+                "for the project"
+            )
         new_rules = project_rules_for(tool.name, subject)
         append_rules(root, "allow", new_rules)
         self._settings.forget(root)
@@ -370,9 +360,10 @@ class PermissionResolver:
                     "command", analysis.normalized, analysis, invalid="too many words to check"
                 )
             declared = path_subject(tool, args, root)  # e.g. a ``cwd`` path argument
-            if declared is not None:
-                paths += declared.paths
-            return Subject("command", analysis.normalized, analysis, paths)
+            extra = declared.paths if declared is not None else ()
+            return Subject(
+                "command", analysis.normalized, analysis, paths.paths + extra, found=paths
+            )
         found = path_subject(tool, args, root)
         if found is not None:
             return found
@@ -471,35 +462,123 @@ class PermissionResolver:
             return next((r.text for r in rules if key_matches(r, subject.key)), None)
         return None
 
+    def _guarded(self, tool: ToolDefinition, subject: Subject, root: str) -> tuple[str, str] | None:
+        """Why the call is at least ASK whatever the rules and the mode say (the reason, and
+        the path it names): it touches a sensitive path, or writes a protected one."""
+        sensitive = self._sensitive_path(subject, root)
+        if sensitive is not None:
+            return f"touches sensitive file {sensitive}", sensitive
+        protected = self._protected_path(tool, subject, root)
+        if protected is not None:
+            return protected
+        return None
+
     def _sensitive_path(self, subject: Subject, root: str) -> str | None:
         if subject.invalid == "too many words to check":
             return "(a command with too many words to check)"
-        if not subject.paths:
+        if not subject.paths and not subject.unplaced:
             return None
-        given = _Roots(root, self.config.case_insensitive)
+        roots = _Roots(root, self.config.case_insensitive)
+        found = self._sensitive.match(subject.paths, roots, self._regexes)
+        if found is None and subject.unplaced:
+            word = self._sensitive.may_match_below(subject.unplaced, roots.folds())
+            if word is not None:
+                found = f"{word} (in a directory known only at run time)"
+        return found
+
+    def _protected_path(
+        self, tool: ToolDefinition, subject: Subject, root: str
+    ) -> tuple[str, str] | None:
+        """A protected path the call creates, writes, moves, deletes or changes the mode of:
+        any path of a writer tool, a command's words in writing positions. A command writing
+        where only run time knows counts too (it may be one)."""
+        if subject.kind == "paths":
+            written = subject.paths if tool.kind is ToolKind.WRITE else ()
+        elif subject.kind == "command":
+            if subject.blind_writes:
+                word = subject.blind_writes[0]
+                return (
+                    f"writes `{word}`, a path known only when the command runs, which may be a "
+                    "protected one (settings, git hooks or config)",
+                    word,
+                )
+            written = subject.writes
+        else:
+            return None
+        if not written:
+            return None
+        roots = _Roots(root, self.config.case_insensitive)
+        found = self._protected.match(written, roots, self._regexes)
+        if found is None:
+            return None
+        return (
+            f"writes protected path {found} (a change there alters what runs later or what "
+            "policy allows)",
+            found,
+        )
+
+
+class _Guard:
+    """A list of path patterns (the sensitive or the protected ones), compiled for matching."""
+
+    __slots__ = ("_anchored", "_anywhere", "_anywhere_folded", "_rooted", "_tails", "patterns")
+
+    def __init__(self, patterns: tuple[PathPattern, ...]) -> None:
+        self.patterns = patterns
+        self._rooted = any(p.anchor == "root" for p in patterns)
+        self._anchored = any(p.anchor != "anywhere" for p in patterns)
+        self._anywhere = _search_regex(patterns)
+        self._anywhere_folded = _search_regex(patterns, fold=True)
+        # Per fold: the tails of every pattern, for paths below an unknown directory.
+        self._tails: dict[bool, re.Pattern[str]] = {}
+
+    def match(
+        self,
+        paths: tuple[ResolvedPath, ...],
+        given: _Roots,
+        cache: dict[tuple[str, str, bool], re.Pattern[str]],
+    ) -> str | None:
+        """The canonical form of the first path a pattern matches (either form of it)."""
+        if not paths:
+            return None
         fold = given.folds()
-        anywhere = self._sensitive_anywhere_folded if fold else self._sensitive_anywhere
+        anywhere = self._anywhere_folded if fold else self._anywhere
         anchored: list[re.Pattern[str]] = []
-        if self._sensitive_anchored:
-            roots = ("",) + (given.get_root() if self._sensitive_rooted else ())
-            anchored = [self._sensitive_regex(r, fold) for r in roots]
-        for path in subject.paths:
+        if self._anchored:
+            roots = ("",) + (given.get_root() if self._rooted else ())
+            anchored = [self._anchored_regex(r, fold, cache) for r in roots]
+        for path in paths:
             for form in path.forms:
                 if anywhere.search(form) or any(regex.fullmatch(form) for regex in anchored):
                     return path.canonical
         return None
 
-    def _sensitive_regex(self, root: str, fold: bool) -> re.Pattern[str]:
-        """The anchored sensitive patterns as one full-match alternation: the root-anchored
-        ones for ``root``, the absolute ones for ``""``."""
-        key = ("\x00sensitive", root, fold)
-        compiled = self._regexes.get(key)
+    def may_match_below(self, words: tuple[str, ...], fold: bool) -> str | None:
+        """The first relative word that, below a directory not known in advance, may be a
+        path a pattern matches (``globs.tail_regex``)."""
+        regex = self._tails.get(fold)
+        if regex is None:
+            bodies = [t for t in map(tail_regex, self.patterns) if t is not None]
+            body = "|".join(f"(?:{b})" for b in bodies) or "(?!)"
+            regex = re.compile(body, re.DOTALL | re.IGNORECASE if fold else re.DOTALL)
+            self._tails[fold] = regex
+        return next((w for w in words if regex.fullmatch(w)), None)
+
+    def _anchored_regex(
+        self, root: str, fold: bool, cache: dict[tuple[str, str, bool], re.Pattern[str]]
+    ) -> re.Pattern[str]:
+        """The anchored patterns as one full-match alternation: the root-anchored ones for
+        ``root``, the absolute ones for ``""``."""
+        key = (f"\x00guard{id(self)}", root, fold)
+        compiled = cache.get(key)
         if compiled is None:
             wanted = "root" if root else "absolute"
-            patterns = [p for p in self._sensitive if p.anchor == wanted]
+            patterns = [p for p in self.patterns if p.anchor == wanted]
             body = "|".join(f"(?:{p.regex(root)})" for p in patterns) or "(?!)"
             compiled = re.compile(body, re.DOTALL | re.IGNORECASE if fold else re.DOTALL)
-            self._regexes[key] = compiled
+            if len(cache) >= _CACHE_LIMIT:
+                cache.clear()
+            cache[key] = compiled
         return compiled
 
 
