@@ -2,7 +2,8 @@
 
 Each call passes the gate, a scheduler slot (in a pool or not) and a file lock, in the executor's
 order. Inside, the test counts holders per dimension; afterwards everything must be back to zero:
-no slot, gate passage, lock entry or task leaks, whatever was cancelled where.
+no slot, gate passage, lock entry or task leaks, whatever was cancelled where. A small queue
+makes calls refused, or displaced by another session's, cancellations landing on them too.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from fastgate import (
     ConcurrencyScheduler,
     FileLockManager,
+    ResourceExhausted,
     SchedulerLimits,
     ToolConcurrencyGate,
     ToolKind,
@@ -42,6 +44,7 @@ call = st.tuples(
     session_limit=st.integers(1, 3),
     kind_limit=st.integers(1, 3),
     pool_limits=st.dictionaries(st.sampled_from(["pool-1", "pool-2"]), st.integers(1, 2)),
+    max_queue=st.sampled_from([0, 1, 2, 3, 5, 1024]),
 )
 def test_random_workload_respects_limits_and_leaks_nothing(
     runner: asyncio.Runner,
@@ -51,9 +54,14 @@ def test_random_workload_respects_limits_and_leaks_nothing(
     session_limit: int,
     kind_limit: int,
     pool_limits: dict[str, int],
+    max_queue: int,
 ) -> None:
     limits = SchedulerLimits(
-        global_limit, session_limit, dict.fromkeys(ToolKind, kind_limit), pool_limits
+        global_limit,
+        session_limit,
+        dict.fromkeys(ToolKind, kind_limit),
+        pool_limits,
+        max_queue=max_queue,
     )
     runner.run(_scenario(tmp_path, calls, limits))
 
@@ -125,10 +133,18 @@ async def _scenario(
                 task.cancel()
         await asyncio.sleep(0)
     results = await asyncio.gather(*tasks, return_exceptions=True)
+    refused = 0
     for result in results:
-        assert result is None or isinstance(result, asyncio.CancelledError), result
+        if isinstance(result, ResourceExhausted):
+            assert result.reason == "queue_full"
+            refused += 1
+        else:
+            assert result is None or isinstance(result, asyncio.CancelledError), result
     assert completed == sum(r is None for r in results)
     stats = sched.stats()
+    # A displaced call cancelled before it saw its refusal ends cancelled: counted, not raised.
+    assert stats.rejected >= refused and stats.rejected >= stats.displaced
+    assert stats.queued <= limits.max_queue
     assert stats.in_flight == 0 and stats.queued == 0 and stats.in_flight_by_session == {}
     assert set(stats.in_flight_by_pool.values()) <= {0}
     assert set(stats.queued_by_pool.values()) <= {0}

@@ -28,6 +28,7 @@ from tests.core_impls import implementations
 READY = object()
 SESSIONS = ("a", "b", "c", "d")
 NKINDS = 3
+FINISHED = 2  # a waiter's state once it is neither queued nor holding a granted slot
 
 
 def _nothing(*args: object) -> None:
@@ -44,6 +45,9 @@ class SchedModel:
     """Reference round-robin scheduler on plain lists; independent of the core's linked lists.
 
     A request's pool is the name of a pool that had a limit when the request was made, or None.
+    At a full queue a request takes the place of the newest waiter of the session with the most
+    waiters (of those, the one whose count changed last) when its own session, counting it,
+    would still have fewer; otherwise it is refused.
     """
 
     def __init__(
@@ -52,11 +56,17 @@ class SchedModel:
         session_limit: int,
         kind_limits: list[int],
         pool_limits: dict[str, int],
+        max_queue: int,
     ) -> None:
         self.global_limit = global_limit
         self.session_limit = session_limit
         self.kind_limits = kind_limits
         self.pool_limits = dict(pool_limits)
+        self.max_queue = max_queue
+        self.rejected = 0
+        self.displaced = 0
+        self.changes = 0
+        self.changed_at: dict[Hashable, int] = {}  # session -> when its count last changed
         self.in_flight = 0
         self.by_kind = [0] * NKINDS
         self.by_session: dict[Hashable, int] = {}
@@ -83,14 +93,40 @@ class SchedModel:
         if pool is not None:
             self.by_pool[pool] += 1
 
+    def _count_changed(self, session: Hashable) -> None:
+        self.changes += 1
+        self.changed_at[session] = self.changes
+
     def enqueue(self, session: Hashable, kind: int, pool: str | None, seq: int) -> None:
         if session not in self.queues:
             self.queues[session] = []
             self.ring.append(session)  # end of the current round
         self.queues[session].append((seq, kind, pool))
+        self._count_changed(session)
+
+    def queue_or_displace(
+        self, session: Hashable, kind: int, pool: str | None, seq: int
+    ) -> tuple[bool, int | None]:
+        """(queued, the seq of the waiter that gave its place or None)."""
+        if sum(len(q) for q in self.queues.values()) < self.max_queue:
+            self.enqueue(session, kind, pool, seq)
+            return True, None
+        self.rejected += 1
+        mine = len(self.queues.get(session, []))
+        most = max(
+            self.queues, key=lambda s: (len(self.queues[s]), self.changed_at[s]), default=None
+        )
+        if most is None or mine + 1 >= len(self.queues[most]):
+            return False, None
+        newest = max(w[0] for w in self.queues[most])
+        self.drop(most, newest)
+        self.displaced += 1
+        self.enqueue(session, kind, pool, seq)
+        return True, newest
 
     def drop(self, session: Hashable, seq: int) -> None:
         self.queues[session] = [w for w in self.queues[session] if w[0] != seq]
+        self._count_changed(session)
         if not self.queues[session]:
             del self.queues[session]
             self.ring.remove(session)
@@ -159,6 +195,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         session_limit=st.integers(1, 4),
         kind_limits=st.lists(st.integers(1, 4), min_size=3, max_size=3),
         pool_limits=st.dictionaries(st.sampled_from(["p1", "p2"]), st.integers(1, 3)),
+        max_queue=st.sampled_from([0, 1, 2, 3, 4, 5, 7, 10_000]),
     )
     def setup(
         self,
@@ -166,8 +203,9 @@ class SchedulerMachine(RuleBasedStateMachine):
         session_limit: int,
         kind_limits: list[int],
         pool_limits: dict[str, int],
+        max_queue: int,
     ) -> None:
-        self.model = SchedModel(global_limit, session_limit, kind_limits, pool_limits)
+        self.model = SchedModel(global_limit, session_limit, kind_limits, pool_limits, max_queue)
         self.cores = [
             impl.SchedulerCore(
                 READY,
@@ -179,7 +217,7 @@ class SchedulerMachine(RuleBasedStateMachine):
                 session_limit,
                 kind_limits,
                 list(pool_limits.items()),
-                10_000,
+                max_queue,
                 0.0,
             )
             for impl in implementations("_sched")
@@ -213,12 +251,34 @@ class SchedulerMachine(RuleBasedStateMachine):
             return
         if self.closed:
             return  # the façade raises SchedulerClosed instead of queueing
-        waiters = [
+        results = [
             core.enqueue(session, kind, (seq, session), n)
             for core, n in zip(self.cores, numbers, strict=True)
         ]
-        self.model.enqueue(session, kind, counted, seq)
-        self.queued[seq] = (session, kind, counted, waiters, numbers)
+        queued, displaced = self.model.queue_or_displace(session, kind, counted, seq)
+        for waiter, gave_way in results:
+            assert (waiter is not None) == queued
+            assert (None if gave_way is None else gave_way.owner[0]) == displaced
+        if displaced is not None:
+            gave_way_waiters = self.queued.pop(displaced)[3]
+            assert gave_way_waiters is not None
+            assert [w for _, w in results] == gave_way_waiters
+            assert all(w.state == FINISHED for w in gave_way_waiters)  # withdrawn, not granted
+        if queued:
+            waiters = [waiter for waiter, _ in results]
+            self.queued[seq] = (session, kind, counted, waiters, numbers)
+
+    @precondition(lambda self: self.model is not None)
+    @rule(
+        session=st.sampled_from(SESSIONS),
+        calls=st.integers(2, 6),
+        kind=st.integers(0, 2),
+        pool=st.sampled_from(POOLS),
+    )
+    def flood(self, session: str, calls: int, kind: int, pool: str | None) -> None:
+        """One session's calls in a row: what fills the queue and makes it give way to others."""
+        for _ in range(calls):
+            self.acquire(session, kind, pool)
 
     @precondition(lambda self: self.holding)
     @rule(pick=st.integers(0, 10_000))
@@ -314,7 +374,9 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert by_session == model.by_session
             assert all(n <= model.session_limit for n in by_session.values())
             assert queued_session == {s: len(q) for s, q in model.queues.items()}
-            assert core.queued == len(self.queued)
+            assert core.queued == len(self.queued) <= model.max_queue
+            assert core.rejected == model.rejected
+            assert core.shares.displaced == model.displaced
             by_pool, queued_pool = core.pool_counts()
             assert by_pool == model.by_pool and queued_pool == queued_by_pool
         for session in model.queues:

@@ -51,7 +51,11 @@ class SchedulerLimits:
     ``kind_limits`` may name a subset of kinds; a kind left out is capped by ``global_limit`` only.
     ``pool_limits`` caps the slots of each named pool (a slot names at most one, e.g. every call
     to one MCP server); a pool with no entry adds no limit.
-    ``max_queue`` bounds the requests queued in the whole scheduler (0: never queue).
+    ``max_queue`` bounds the requests queued in the whole scheduler (0: never queue), shared
+    fairly among the sessions waiting: at a full queue, a request of a session with fewer
+    waiters than another takes the place of that session's newest waiter (which fails with
+    ``ResourceExhausted``, reason ``"queue_full"``), as long as it stays below that session's
+    count; a session with as many waiters as any other, less one, is refused.
     ``queue_timeout`` (seconds, or None for no limit) bounds how long one request may queue.
     """
 
@@ -132,7 +136,9 @@ class SchedulerCluster(Protocol):
 
 class SchedulerStats(msgspec.Struct, frozen=True):
     """A snapshot of ``ConcurrencyScheduler.stats()``; wait percentiles are over queued requests.
-    ``cluster``: the cluster view, for a scheduler made with ``cluster=``."""
+    ``rejected`` counts every request refused a slot: refused at a full queue, displaced from it
+    (``displaced``: queued, then gave its place to a session with fewer waiting) or timed out
+    (``timed_out``). ``cluster``: the cluster view, for a scheduler made with ``cluster=``."""
 
     in_flight: int
     queued: int
@@ -151,6 +157,7 @@ class SchedulerStats(msgspec.Struct, frozen=True):
     wait_p99_ms: float
     closed: bool
     cluster: ClusterStats | None = None
+    displaced: int = 0
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:
@@ -295,6 +302,7 @@ class ConcurrencyScheduler:
             wait_p99_ms=_percentile(waits, 0.99) * 1000.0,
             closed=bool(core.closed),
             cluster=None if self.cluster is None else self.cluster.stats(),
+            displaced=int(core.shares.displaced),
         )
 
 

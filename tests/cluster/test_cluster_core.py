@@ -47,8 +47,8 @@ def test_a_slot_released_after_the_lease_ran_out_admits_no_waiter(impl: ModuleTy
     core = _core(impl, now)
     core.set_limits(1, [1, 1, 1], [("p", 1)], {"a": 1}, 110.0)
     assert core.try_acquire("a", 0)
-    waiter = core.enqueue("a", 0, "queued")
-    assert waiter is not None
+    waiter, displaced = core.enqueue("a", 0, "queued")
+    assert waiter is not None and displaced is None
     now[0] = 111.0
     assert not core.release("a", 0)
     assert core.queued == 1 and core.in_flight == 0
@@ -61,7 +61,7 @@ def test_a_raised_allotment_admits_waiters_round_robin(impl: ModuleType) -> None
     now = [0.0]
     core = _core(impl, now)
     core.set_limits(0, [0, 0, 0], [("p", 0)], {}, 0.0)
-    waiters = [core.enqueue(s, 0, (s, i)) for i in range(2) for s in ("a", "b")]
+    waiters = [core.enqueue(s, 0, (s, i))[0] for i in range(2) for s in ("a", "b")]
     assert all(w is not None for w in waiters)
     granted = core.set_limits(3, [8, 8, 8], [("p", 4)], {"a": 1, "b": 4}, 10.0)
     assert [w.owner for w in granted] == [("a", 0), ("b", 0), ("b", 1)]

@@ -15,6 +15,8 @@ cdef class SessionQueue:
     cdef public Py_ssize_t queued
     cdef public SessionQueue ring_prev
     cdef public SessionQueue ring_next
+    cdef public SessionQueue bucket_prev
+    cdef public SessionQueue bucket_next
 
 
 @cython.freelist(64)
@@ -50,6 +52,21 @@ cdef class PoolTable:
 
 
 @cython.final
+cdef class QueueShares:
+    cdef public list buckets
+    cdef public Py_ssize_t top
+    cdef public Py_ssize_t displaced
+
+    @cython.locals(count=Py_ssize_t, buckets=list, prev=SessionQueue, nxt=SessionQueue,
+                   head=SessionQueue)
+    cdef int grew(self, SessionQueue queue) except -1
+    @cython.locals(count=Py_ssize_t, buckets=list, prev=SessionQueue, nxt=SessionQueue,
+                   head=SessionQueue)
+    cdef int shrank(self, SessionQueue queue) except -1
+    cdef SessionQueue most_queued(self)
+
+
+@cython.final
 @cython.freelist(64)
 cdef class SchedulerCore:
     cdef public object ready
@@ -70,6 +87,7 @@ cdef class SchedulerCore:
     cdef Py_ssize_t kind_in_flight[3]
     cdef Py_ssize_t kind_queued[3]
     cdef public PoolTable pools
+    cdef public QueueShares shares
     cdef public dict session_in_flight
     cdef public dict queues
     cdef public SessionQueue cursor
@@ -95,10 +113,13 @@ cdef class SchedulerCore:
     @cython.locals(pools=PoolTable, number=Py_ssize_t)
     cpdef object set_limits(self, Py_ssize_t global_limit, list kind_limits, list pool_limits,
                             dict session_caps, double lease_until)
-    @cython.locals(queue=SessionQueue, waiter=SlotWaiter, tail=SlotWaiter)
-    cpdef SlotWaiter enqueue(self, object session_id, int kind, object owner, Py_ssize_t pool=*)
+    @cython.locals(waiter=SlotWaiter, displaced=SlotWaiter)
+    cpdef tuple enqueue(self, object session_id, int kind, object owner, Py_ssize_t pool=*)
+    @cython.locals(shares=QueueShares, most=SessionQueue, queue=SessionQueue, mine=Py_ssize_t,
+                   newest=SlotWaiter, tail=SlotWaiter, tails=list, lane=Py_ssize_t)
+    cdef SlotWaiter _displace(self, object session_id)
     @cython.locals(queue=SessionQueue, tail=SlotWaiter, kind=int, pool=Py_ssize_t, lane=Py_ssize_t)
-    cdef bint _link(self, SlotWaiter waiter) except -1
+    cdef int _link(self, SlotWaiter waiter) except -1
     @cython.locals(lanes=list, i=Py_ssize_t)
     cdef Py_ssize_t _pool_lane(self, SessionQueue queue, Py_ssize_t key) except -1
     @cython.locals(held=Py_ssize_t, sessions=dict, kind_in_flight=cython.p_Py_ssize_t)
@@ -108,8 +129,10 @@ cdef class SchedulerCore:
     cpdef object finish(self, SlotWaiter waiter)
     cpdef bint remove(self, SlotWaiter waiter) except -1
     cpdef object withdraw(self, SlotWaiter waiter)
-    @cython.locals(waiter=SlotWaiter, future=object, now=double, due=double)
+    @cython.locals(waiter=SlotWaiter, future=object, now=double, due=double, displaced=SlotWaiter)
     cpdef object queue(self, Slot slot)
+    @cython.locals(future=object)
+    cdef int _fail_displaced(self, SlotWaiter waiter) except -1
     @cython.locals(waiter=SlotWaiter, i=Py_ssize_t, now=double)
     cpdef wake(self, list granted)
     @cython.locals(waiter=SlotWaiter, limit=double)

@@ -10,6 +10,15 @@ the earliest-arrived lane head whose kind and pool have room goes first. So one 
 cannot starve the others, and a waiter blocked only by its kind's or its pool's limit never holds
 back waiters of other kinds or pools.
 
+``max_queue`` is shared max-min fairly among the sessions waiting, so that a flood cannot keep
+the others out at the door either: a request arriving at a full queue takes the place of the
+newest waiter of the session with the most waiters, provided that its own session, counting
+the new request, would still have fewer waiters than that session had (``mine + 1 < most``);
+otherwise it is refused. Displacing then never makes the two sessions trade places, and a full
+queue contended by several sessions ends with their counts at most one apart. Of several
+sessions with the most waiters, the one that reached that count last gives way. Sessions are
+kept in buckets by their number of waiters (``QueueShares``), so finding that session is O(1).
+
 Pools are numbered: 0 (``NO_POOL``, false) is "no pool" (a slot that names no pool, or one without
 a limit), the pools with a limit are 1, 2, ... in the order they were configured. A pool's number
 never changes, so a queued waiter keeps it when another pool is added.
@@ -109,6 +118,9 @@ class SessionQueue:
         # dropped from the ring is freed by reference counting, not by the cyclic collector.
         self.ring_prev: SessionQueue | None = None
         self.ring_next: SessionQueue | None = None
+        # Neighbours among the sessions with as many waiters (``QueueShares``); None when idle.
+        self.bucket_prev: SessionQueue | None = None
+        self.bucket_next: SessionQueue | None = None
 
 
 class PoolTable:
@@ -146,6 +158,72 @@ class PoolTable:
         return in_flight, queued
 
 
+class QueueShares:
+    """The sessions with waiters, bucketed by how many: ``buckets[n]`` heads a linked list of the
+    sessions with exactly ``n`` waiters, the last to arrive at ``n`` first; ``top`` is the largest
+    ``n`` with a session in it (0 when nobody waits). A session's count changes by one at a
+    time, so every update is O(1)."""
+
+    def __init__(self) -> None:
+        self.buckets: list[SessionQueue | None] = [None]  # [0] stays empty: idle sessions
+        self.top = 0
+        self.displaced = 0  # waiters that gave their place to a session with fewer
+
+    def grew(self, queue: SessionQueue) -> None:
+        """``queue.queued`` just went up by one: to the head of the next bucket."""
+        count = queue.queued
+        buckets = self.buckets
+        if count > 1:  # leave bucket count - 1 (inlined: this runs on every queued request)
+            prev = queue.bucket_prev
+            nxt = queue.bucket_next
+            if prev is None:
+                buckets[count - 1] = nxt
+            else:
+                prev.bucket_next = nxt
+            if nxt is not None:
+                nxt.bucket_prev = prev
+        if count == len(buckets):
+            buckets.append(None)
+        head = buckets[count]
+        queue.bucket_prev = None
+        queue.bucket_next = head
+        if head is not None:
+            head.bucket_prev = queue
+        buckets[count] = queue
+        if count > self.top:
+            self.top = count
+
+    def shrank(self, queue: SessionQueue) -> None:
+        """``queue.queued`` just went down by one: to the head of the bucket below (none at 0)."""
+        count = queue.queued
+        buckets = self.buckets
+        prev = queue.bucket_prev
+        nxt = queue.bucket_next
+        if prev is None:
+            buckets[count + 1] = nxt
+        else:
+            prev.bucket_next = nxt
+        if nxt is not None:
+            nxt.bucket_prev = prev
+        if count:
+            head = buckets[count]
+            queue.bucket_prev = None
+            queue.bucket_next = head
+            if head is not None:
+                head.bucket_prev = queue
+            buckets[count] = queue
+        else:
+            queue.bucket_prev = None
+            queue.bucket_next = None
+        # Only this session left the top bucket, for the one just below it (or for none).
+        if buckets[self.top] is None:
+            self.top -= 1
+
+    def most_queued(self) -> SessionQueue | None:
+        """The session with the most waiters (the last to get there), None when nobody waits."""
+        return self.buckets[self.top]
+
+
 class SchedulerCore:
     def __init__(
         self,
@@ -178,6 +256,7 @@ class SchedulerCore:
         # One attribute for the pools: an interpreted instance with more than 30 attributes
         # loses CPython's shared-key layout, and every attribute read gets slower.
         self.pools = PoolTable()
+        self.shares = QueueShares()
         self.session_in_flight: dict[Hashable, int] = {}
         self.queues: dict[Hashable, SessionQueue] = {}
         self.cursor: SessionQueue | None = None
@@ -306,16 +385,42 @@ class SchedulerCore:
 
     def enqueue(
         self, session_id: Hashable, kind: int, owner: object, pool: int = NO_POOL
-    ) -> SlotWaiter | None:
-        """Queue a request that could not be admitted; None when the queue is full."""
-        waiter = SlotWaiter(session_id, kind, owner, pool)
-        return waiter if self._link(waiter) else None
-
-    def _link(self, waiter: SlotWaiter) -> bool:
-        """Put a new request at the end of its session's FIFO; False when the queue is full."""
+    ) -> tuple[SlotWaiter | None, SlotWaiter | None]:
+        """Queue a request that could not be admitted: (its waiter, or None when the queue is
+        full for its session; the waiter that gave it its place, withdrawn, or None)."""
+        displaced: SlotWaiter | None = None
         if self.queued >= self.max_queue:
-            self.rejected += 1
-            return False
+            displaced = self._displace(session_id)
+            if displaced is None:
+                return None, None
+        waiter = SlotWaiter(session_id, kind, owner, pool)
+        self._link(waiter)
+        return waiter, displaced
+
+    def _displace(self, session_id: Hashable) -> SlotWaiter | None:
+        """The queue is full: withdraw and return the newest waiter of the session with the most
+        waiters if a request of ``session_id`` is to take its place (see the module docstring),
+        else None (the request is refused). Either way one request is rejected."""
+        self.rejected += 1
+        shares = self.shares
+        most = shares.most_queued()
+        queue = self.queues.get(session_id)
+        mine = 0 if queue is None else queue.queued
+        if most is None or mine + 1 >= most.queued:
+            return None
+        newest: SlotWaiter | None = None
+        tails = most.tails
+        for lane in range(len(tails)):
+            tail = tails[lane]
+            if tail is not None and (newest is None or tail.seq > newest.seq):
+                newest = tail
+        assert newest is not None
+        self.remove(newest)
+        shares.displaced += 1
+        return newest
+
+    def _link(self, waiter: SlotWaiter) -> None:
+        """Put a new request at the end of its session's FIFO (the caller made room)."""
         session_id = waiter.session_id
         kind = waiter.kind
         pool = waiter.pool
@@ -347,9 +452,9 @@ class SchedulerCore:
             waiter.prev = tail
         queue.tails[lane] = waiter
         queue.queued += 1
+        self.shares.grew(queue)
         self.kind_queued[kind] += 1
         self.queued += 1
-        return True
 
     def _pool_lane(self, queue: SessionQueue, key: int) -> int:
         """The session's lane for ``key`` (``pool * NKINDS + kind``), added when missing."""
@@ -429,11 +534,16 @@ class SchedulerCore:
             raise SchedulerClosed("the scheduler is closed")
         # The future first: with no running loop this raises before anything is queued.
         future = self.get_loop().create_future()
-        if not self._link(slot):
-            raise ResourceExhausted(
-                f"the tool queue is full ({self.max_queue} calls waiting); retry next turn",
-                reason="queue_full",
-            )
+        displaced: SlotWaiter | None = None
+        if self.queued >= self.max_queue:
+            displaced = self._displace(slot.session_id)
+            if displaced is None:
+                raise ResourceExhausted(
+                    f"the tool queue is full ({self.max_queue} calls waiting) and this session "
+                    "has its share of it; retry next turn",
+                    reason="queue_full",
+                )
+        self._link(slot)
         slot.future = future
         now = self.clock()
         slot.enqueued_at = now
@@ -443,7 +553,22 @@ class SchedulerCore:
             if due == 0.0 or now > due + self.queue_timeout:
                 self.expiry_due = now + self.queue_timeout
                 self.arm_expiry(self.expiry_due)
+        if displaced is not None:
+            self._fail_displaced(displaced)
         return self.wait_type(slot, future)
+
+    def _fail_displaced(self, waiter: SlotWaiter) -> None:
+        """Fail the future of a waiter that gave its place in a full queue (one whose task was
+        cancelled meanwhile has nothing to fail: it finds itself no longer queued)."""
+        future = waiter.future
+        if future is not None and not future.done():
+            future.set_exception(
+                ResourceExhausted(
+                    f"the tool queue is full ({self.max_queue} calls waiting) and this call gave "
+                    "its place to a session with fewer waiting; retry next turn",
+                    reason="queue_full",
+                )
+            )
 
     def wake(self, granted: list[SlotWaiter] | None) -> None:
         """Resolve granted waiters' futures; one already cancelled passes its slot on."""
@@ -541,6 +666,7 @@ class SchedulerCore:
         waiter.prev = None
         waiter.next = None
         queue.queued -= 1
+        self.shares.shrank(queue)
         kind = waiter.kind
         self.kind_queued[kind] -= 1
         pool = waiter.pool

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from fastgate import (
     ConcurrencyScheduler,
     FileLockManager,
+    ResourceExhausted,
     SchedulerLimits,
     ToolConcurrencyGate,
     ToolKind,
@@ -233,12 +234,49 @@ async def _flood_once(
     }
 
 
+FULL_QUEUE = 64
+
+
+async def _full_queue_once() -> dict[str, float]:
+    """The same flood at a queue that A alone fills (``max_queue`` 64): the share of B's, C's
+    and D's calls refused, and of A's calls that gave them their place."""
+    sched = ConcurrencyScheduler(
+        SchedulerLimits(
+            global_limit=FLOOD_SLOTS,
+            session_limit=FLOOD_SLOTS,
+            kind_limits={ToolKind.EXECUTE: FLOOD_SLOTS},
+            max_queue=FULL_QUEUE,
+        )
+    )
+    slot = sched.slot
+
+    async def call(session: str) -> bool:
+        """Whether the call ran (False: refused, or displaced from the queue)."""
+        try:
+            async with slot(session, ToolKind.EXECUTE):
+                await asyncio.sleep(SERVICE)
+        except ResourceExhausted:
+            return False
+        return True
+
+    flood = [asyncio.create_task(call("A")) for _ in range(FLOOD_BIG)]
+    await asyncio.sleep(0)
+    small = [asyncio.create_task(call(s)) for s in "BCD" for _ in range(FLOOD_SMALL)]
+    ran_small = await asyncio.gather(*small)
+    await asyncio.gather(*flood)
+    return {
+        "small_refused": 1.0 - sum(ran_small) / len(small),
+        "displaced": float(sched.stats().displaced),
+    }
+
+
 def run_fairness(config: BenchConfig, loop: str) -> list[Measurement]:
     """The fairness flood on the fair scheduler and on a FIFO Semaphore, same workload."""
 
     async def main() -> list[Measurement]:
-        fair_runs, fifo_runs = [], []
+        fair_runs, fifo_runs, full_runs = [], [], []
         for _ in range(config.fairness_runs):
+            full_runs.append(await _full_queue_once())
             sched = ConcurrencyScheduler(
                 SchedulerLimits(
                     global_limit=FLOOD_SLOTS,
@@ -285,6 +323,17 @@ def run_fairness(config: BenchConfig, loop: str) -> list[Measurement]:
                 reference="FIFO Semaphore",
                 target=Target("<=", 1.05, ci_bound=1.1),
                 detail="work-conserving: no slot idles while work waits",
+            ),
+            Measurement(
+                "fairness",
+                "small sessions refused, full queue",
+                med(full_runs, "small_refused"),
+                unit="",
+                target=Target("<=", 0.0, ci_bound=0.0),
+                detail=(
+                    f"max_queue {FULL_QUEUE} filled by A; {med(full_runs, 'displaced'):.0f} of "
+                    "A's waiters gave way"
+                ),
             ),
         ]
 
