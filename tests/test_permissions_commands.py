@@ -295,8 +295,8 @@ def test_harmless_redirections_keep_an_allow(tmp_path: Path) -> None:
 
 
 def test_quoted_heredoc_body_is_data(tmp_path: Path) -> None:
-    # data for the program, which no allow rule has seen: asked, never denied for its text
-    assert decide("cat <<'EOF'\n$(rm x)\nEOF", tmp_path) is Decision.ASK
+    # data for the program: the program's own rule decides, never its text
+    assert decide("cat <<'EOF'\n$(rm x)\nEOF", tmp_path) is Decision.ALLOW
     assert decide("cat <<EOF\n$(rm x)\nEOF", tmp_path) is Decision.DENY
 
 
@@ -427,6 +427,8 @@ def test_subshell_followed_by_an_operator(tmp_path: Path) -> None:
 
 
 def test_heredoc_replaces_a_pipe_as_a_shells_input(tmp_path: Path) -> None:
-    assert decide("ls | bash <<'EOF'\nnpm test\nEOF", tmp_path) is Decision.ASK
+    # the shell runs the heredoc, not what ls prints: its commands are what is judged
+    assert decide("ls | bash <<'EOF'\nnpm test\nEOF", tmp_path) is Decision.ALLOW
+    assert decide("ls | bash <<'EOF'\nwhoami\nEOF", tmp_path, deny=()) is Decision.ASK
     assert decide("ls | bash <<'EOF'\nrm x\nEOF", tmp_path) is Decision.DENY
     assert decide("ls | bash", tmp_path) is Decision.DENY

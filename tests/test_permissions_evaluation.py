@@ -330,8 +330,11 @@ def test_process_substitution_target_is_a_command_of_its_own(tmp_path: Path) -> 
     ],
 )
 @pytest.mark.parametrize("rule", ["Bash(npm test:*)", "Bash(npm test *)", "Bash(npm test)"])
-def test_heredoc_never_matches_an_allow_rule(command: str, rule: str, tmp_path: Path) -> None:
-    assert decide(command, tmp_path, allow=(rule,)) is Decision.ASK
+def test_heredoc_is_data_for_its_program(command: str, rule: str, tmp_path: Path) -> None:
+    # the program's own words decide (SPEC §5 round-3): the body is what it reads
+    exact = rule == "Bash(npm test)" and "--watch" in command
+    expected = Decision.ASK if exact else Decision.ALLOW
+    assert decide(command, tmp_path, allow=(rule,)) is expected
 
 
 def test_heredoc_body_substitutions_meet_deny_rules(tmp_path: Path) -> None:

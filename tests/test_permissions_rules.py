@@ -277,7 +277,6 @@ def test_bare_rule_matches_every_call(tmp_path: Path) -> None:
         "x/.aws/credentials",
         "repo/.git/config",
         ".netrc",
-        ".fastgate/settings.local.json",
     ],
 )
 @pytest.mark.parametrize("mode", list(PermissionMode))

@@ -15,10 +15,12 @@ from fastgate.permissions.resolver import MODE_DEFAULTS as MODE_DEFAULTS
 from fastgate.permissions.resolver import PermissionResolver as PermissionResolver
 from fastgate.permissions.resolver import RuleDecision as RuleDecision
 from fastgate.permissions.resolver import permission_signature as permission_signature
+from fastgate.permissions.rules import DEFAULT_PROTECTED as DEFAULT_PROTECTED
 from fastgate.permissions.rules import DEFAULT_SENSITIVE as DEFAULT_SENSITIVE
 from fastgate.permissions.settings import settings_path as settings_path
 
 __all__ = (
+    "DEFAULT_PROTECTED",
     "DEFAULT_SENSITIVE",
     "MODE_DEFAULTS",
     "ApprovalRequest",

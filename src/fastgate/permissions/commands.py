@@ -18,7 +18,17 @@ Each simple command (substitutions included) becomes one ``CommandFacts``:
   expression, ``{}`` as ``find -exec``'s or ``xargs -I``'s program). ``why_unknown`` says which.
 
 Nested shells (``bash -c '...'``, ``eval '...'``, ``trap '...' EXIT``, ``find -exec``, a heredoc
-fed to a shell) are parsed again and contribute commands of their own.
+fed to a shell) are parsed again and contribute commands of their own. A shell reading its
+script from a descriptor (``sh -s``, ``sh -``, ``/dev/stdin``, ``/dev/fd/N``,
+``/proc/self/fd/N``) runs what that descriptor holds: a heredoc or here-string on it is parsed
+as the script; anything else (a pipe, a file, an inherited descriptor) is unknown.
+
+A heredoc or here-string fed to any other program is data, like a file it reads: the program's
+own words decide, and the substitutions of an unquoted body are commands of their own.
+
+Each command also records where it runs (``bases``, see ``places``: ``cd`` and its kin move
+it) and which of its words it writes to (``write_words``, see ``writes``; redirection targets
+included), so relative words name the files bash would open.
 """
 
 from __future__ import annotations
@@ -27,6 +37,13 @@ import os
 import re
 from dataclasses import dataclass
 
+from fastgate.permissions.places import (
+    DIRECTORY_CHANGERS,
+    NOWHERE,
+    START,
+    DirectoryTracker,
+    Place,
+)
 from fastgate.permissions.shell import (
     Redirect,
     ShellSyntaxError,
@@ -35,10 +52,33 @@ from fastgate.permissions.shell import (
     parse_command,
 )
 from fastgate.permissions.wrappers import WRAPPERS, is_assignment, unwrap
+from fastgate.permissions.writes import written_words
 
 SHELLS = frozenset(
-    {"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "yash", "fish", "csh", "tcsh", "rbash"}
+    {
+        "sh",
+        "bash",
+        "zsh",
+        "dash",
+        "ksh",
+        "ksh93",
+        "mksh",
+        "lksh",
+        "oksh",
+        "pdksh",
+        "ash",
+        "hush",
+        "posh",
+        "yash",
+        "fish",
+        "csh",
+        "tcsh",
+        "rbash",
+    }
 )
+# Wrappers that run a builtin in the shell itself: ``command cd x`` moves the shell; ``env cd``
+# runs a program of that name, which cannot.
+SAME_SHELL_WRAPPERS = frozenset({"command", "builtin", "time"})
 # Builtins that can make a name run something else later in the same script.
 REDEFINERS = frozenset({"alias", "hash", "enable"})
 SCRIPT_RUNNERS = frozenset({"source", "."})
@@ -106,6 +146,12 @@ _MAX_NESTING = 16
 _NAME_ARGUMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[.*\])?(?:\+?=|$)", re.DOTALL)
 _LITERAL_INDEX = re.compile(r"\[\s*-?[0-9]+\s*\]")
 _HEREDOCS = frozenset({"<<", "<<-", "<<<"})
+_INPUTS = frozenset({"<", "<<", "<<-", "<<<", "<>", "<&"})
+_OUTPUTS = frozenset({">", ">>", ">|", "<>", "&>", "&>>", ">&"})
+# Paths through which a shell reads its script from a descriptor: ``/dev/stdin``,
+# ``/dev/fd/N``, ``/proc/self/fd/N``, ``/proc/thread-self/fd/N`` (also relative spellings).
+_STDIN_PATH = re.compile(r"(?:^|.*/)dev/stdin")
+_FD_PATH = re.compile(r"(?:^|.*/)(?:dev|proc/(?:self|thread-self)(?:/task/[^/]+)?)/fd/([0-9]+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +164,11 @@ class CommandFacts:
     path_words: tuple[Word, ...]
     why_not_allowable: str = ""
     why_unknown: str = ""
+    # Where relative words are (``places.Place``): the directories it may start in, and
+    # whether it may start in one known only at run time.
+    bases: tuple[str, ...] = ("",)
+    base_unknown: bool = False
+    write_words: tuple[Word, ...] = ()  # words naming files it writes (see ``writes``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +176,7 @@ class CommandAnalysis:
     commands: tuple[CommandFacts, ...]
     normalized: str
     error: str | None = None  # set when the command could not be parsed
+    too_large: bool = False  # a brace expansion past its bound: its words cannot be checked
 
     @property
     def has_unknown(self) -> bool:
@@ -139,16 +191,20 @@ class CommandAnalysis:
 def analyze_command(text: str) -> CommandAnalysis:
     """Parse and unwrap ``text``; never raises (a parse error is recorded in ``error``)."""
     normalized = " ".join(text.split())
+    # ``cd name`` may search ``CDPATH`` (or a variable, with ``cdable_vars``).
+    searches = "CDPATH" in text or "cdable_vars" in text or bool(os.environ.get("CDPATH"))
     try:
         simple, normalized = parse_command(text)
         out: list[CommandFacts] = []
+        dirs = DirectoryTracker(START, searches)
         for cmd in simple:
-            _analyze(cmd, out, 0)
+            _analyze(cmd, out, 0, dirs)
+        _analyze_later(out, dirs)
     except ShellSyntaxError as exc:
         return CommandAnalysis((), normalized, str(exc))
     except RecursionError:
         return CommandAnalysis((), normalized, "nesting too deep")
-    return CommandAnalysis(tuple(out), normalized)
+    return CommandAnalysis(tuple(out), normalized, None, any(c.overflow for c in simple))
 
 
 def program_name(word: Word) -> str:
@@ -156,9 +212,13 @@ def program_name(word: Word) -> str:
     return os.path.basename(word.value) or word.value
 
 
-def _analyze(cmd: SimpleCommand, out: list[CommandFacts], depth: int) -> None:
+def _analyze(
+    cmd: SimpleCommand, out: list[CommandFacts], depth: int, dirs: DirectoryTracker
+) -> None:
     if depth > _MAX_NESTING:
         raise ShellSyntaxError("commands nested too deeply")
+    seen = dirs.place_of(cmd)
+    place = seen  # where its words are: ``env -C dir`` moves the command's own
     blocker = _assignment_blocker(cmd.assignments) or _redirect_blocker(cmd.redirects)
     why_unknown = cmd.hazard or _assignment_hazard(cmd.assignments)
     path_words = [w for w in cmd.words[1:]] + [
@@ -166,19 +226,24 @@ def _analyze(cmd: SimpleCommand, out: list[CommandFacts], depth: int) -> None:
         for r in cmd.redirects
         if r.target is not None and r.op != "<<<" and not _is_process_substitution(r.target)
     ]
+    written = _redirect_writes(cmd.redirects)
     words = tuple(cmd.words)
     if not words:
-        if blocker or why_unknown:
+        dirs.ran(cmd, seen, None)
+        if blocker or why_unknown or written:
             out.append(
                 CommandFacts(
                     (),
                     (),
-                    False,
+                    not blocker,
                     bool(why_unknown),
                     False,
                     tuple(path_words),
                     blocker or why_unknown,
                     why_unknown,
+                    seen.bases,
+                    seen.unknown,
+                    tuple(written),
                 )
             )
         return
@@ -186,6 +251,8 @@ def _analyze(cmd: SimpleCommand, out: list[CommandFacts], depth: int) -> None:
     allow_forms = [words]
     transparent = True
     delegated = False
+    same_shell = True  # every wrapper so far runs a builtin in this shell
+    moved: Place | None = None  # where a ``cd`` (or a script run in this shell) leads
     current = words
     for _ in range(_MAX_NESTING):
         program = current[0]
@@ -194,28 +261,47 @@ def _analyze(cmd: SimpleCommand, out: list[CommandFacts], depth: int) -> None:
             why_unknown = why_unknown or f"the program `{program.raw}` is known only at run time"
             break
         name = program_name(program)
+        if name in DIRECTORY_CHANGERS:
+            if same_shell:
+                moved = dirs.moved_by(cmd, name, current[1:], seen)
+            break
         if name in SHELLS:
-            result = _nested_shell(current[1:], cmd, out, depth)
+            result = _nested_shell(current[1:], cmd, out, depth, dirs, place)
             if result is None:
                 why_unknown = why_unknown or f"{name} reads a script not known in advance"
             delegated = result is True
             break
-        if name in ("eval", "trap"):
-            code = _trap_action(current[1:]) if name == "trap" else current[1:]
-            if code and not _nested_script(code, out, depth):
-                why_unknown = why_unknown or f"{name} runs text known only at run time"
+        if name == "trap":
+            # the action runs later, wherever the shell is by then: analyzed at the end
+            code = _trap_action(current[1:])
+            if any(w.dynamic for w in code):
+                why_unknown = why_unknown or "trap runs text known only at run time"
+            elif code:
+                dirs.later.append((" ".join(w.value for w in code), depth))
             delegated = bool(code) and not why_unknown
             break
+        if name == "eval":  # runs its text here and now, in this shell
+            end = _nested_script(current[1:], out, depth, dirs, place) if current[1:] else None
+            if current[1:] and end is None:
+                why_unknown = why_unknown or "eval runs text known only at run time"
+            elif end is not None and same_shell:
+                moved = end
+            delegated = len(current) > 1 and not why_unknown
+            break
         if name == "find":
-            why_unknown = why_unknown or _find_exec(current, out, depth)
+            why_unknown = why_unknown or _find_exec(current, out, depth, dirs, place)
             break
         wrapper = WRAPPERS.get(name)
         if wrapper is None:
             why_unknown = why_unknown or _builtin_hazard(name, current[1:])
             if name in REDEFINERS:
                 why_unknown = why_unknown or f"{name} can change what a name runs"
-            elif name in SCRIPT_RUNNERS and _sourced_script_unknown(current[1:], cmd, out, depth):
-                why_unknown = why_unknown or f"{name} reads a script not known in advance"
+            elif name in SCRIPT_RUNNERS:
+                sourced = _sourced_script(current[1:], cmd, out, depth, dirs, place)
+                if sourced is None:
+                    why_unknown = why_unknown or f"{name} reads a script not known in advance"
+                elif sourced is not START and same_shell:
+                    moved = sourced
             if name in DECLARATIONS:
                 blocker = blocker or _declaration_blocker(current[1:])
             break
@@ -223,12 +309,16 @@ def _analyze(cmd: SimpleCommand, out: list[CommandFacts], depth: int) -> None:
         if unwrapped is None:  # an option we cannot follow
             why_unknown = why_unknown or f"an option of {name} that cannot be followed"
             break
-        inner, script = unwrapped
+        inner, script = unwrapped.inner, unwrapped.script
+        same_shell = same_shell and name in SAME_SHELL_WRAPPERS
+        if unwrapped.chdir is not None:
+            chdir = unwrapped.chdir
+            place = place | (NOWHERE if chdir.dynamic else place.moved(chdir.value))
         if name == "xargs":
             inner = _xargs_replaced(current[1 : len(current) - len(inner)], inner)
         if script is not None or wrapper.joins_script:
             words_of_script = (script,) if script is not None else inner
-            if not _nested_script(words_of_script, out, depth):
+            if _nested_script(words_of_script, out, depth, dirs, place) is None:
                 why_unknown = why_unknown or f"{name} runs a script known only at run time"
             delegated = not why_unknown
             transparent = transparent and wrapper.transparent
@@ -253,6 +343,16 @@ def _analyze(cmd: SimpleCommand, out: list[CommandFacts], depth: int) -> None:
             allow_forms.append(current)
     else:
         why_unknown = why_unknown or "wrappers nested too deeply"
+    dirs.ran(cmd, seen, moved)
+    for form in forms:
+        written.extend(written_words(form))
+    if place.unknown and not blocker:
+        relative = next((w for w in (*path_words, *written) if _is_relative(w)), None)
+        if relative is not None:
+            blocker = (
+                f"runs in a directory known only at run time, so `{relative.text}` names a "
+                "file not known in advance"
+            )
     out.append(
         CommandFacts(
             tuple(forms),
@@ -263,39 +363,65 @@ def _analyze(cmd: SimpleCommand, out: list[CommandFacts], depth: int) -> None:
             tuple(path_words),
             blocker,
             why_unknown,
+            place.bases,
+            place.unknown,
+            tuple(dict.fromkeys(written)),
         )
     )
 
 
-def _nested_script(args: tuple[Word, ...], out: list[CommandFacts], depth: int) -> bool:
-    """``eval a b c``: the words joined are a script. False when they are not all literal."""
+def _is_relative(word: Word) -> bool:
+    """A word that, if it names a file, names one relative to the working directory."""
+    value = word.value
+    if value.startswith("-"):
+        value = value.partition("=")[2]
+    return bool(value) and not value.startswith(("/", "~"))
+
+
+def _nested_script(
+    args: tuple[Word, ...],
+    out: list[CommandFacts],
+    depth: int,
+    dirs: DirectoryTracker,
+    start: Place,
+) -> Place | None:
+    """``eval a b c``: the words joined are a script, run from ``start``; where it ends, or
+    None when the words are not all literal."""
     if any(w.dynamic for w in args):
-        return False
-    _analyze_text(" ".join(w.value for w in args), out, depth)
-    return True
+        return None
+    return _analyze_text(" ".join(w.value for w in args), out, depth, dirs, start)
 
 
-def _sourced_script_unknown(
-    args: tuple[Word, ...], cmd: SimpleCommand, out: list[CommandFacts], depth: int
-) -> bool:
-    """``source FILE``: a file on disk is a normal program; a script from a pipe, a
-    substitution or standard input is unknown unless it is a heredoc we can read."""
-    if not args:
-        return True
-    target = args[0]
-    if target.dynamic:
-        return True
-    if target.value in ("/dev/stdin", "/proc/self/fd/0", "/dev/fd/0", "-"):
-        return _nested_shell((), cmd, out, depth) is None
-    return target.value.startswith(("/dev/fd/", "/proc/"))
+def _sourced_script(
+    args: tuple[Word, ...],
+    cmd: SimpleCommand,
+    out: list[CommandFacts],
+    depth: int,
+    dirs: DirectoryTracker,
+    place: Place,
+) -> Place | None:
+    """``source FILE``: a file on disk is a normal program (``START``: nothing followed); a
+    script from a descriptor runs in this shell (where it ends); None when it is unknown."""
+    if not args or args[0].dynamic:
+        return None
+    fd = _script_descriptor(args[0].value)
+    if fd is None:
+        return START
+    return _read_descriptor(cmd, fd, out, depth, dirs, place)
 
 
 def _nested_shell(
-    args: tuple[Word, ...], cmd: SimpleCommand, out: list[CommandFacts], depth: int
+    args: tuple[Word, ...],
+    cmd: SimpleCommand,
+    out: list[CommandFacts],
+    depth: int,
+    dirs: DirectoryTracker,
+    place: Place,
 ) -> bool | None:
     """``sh [opts] -c SCRIPT``: True when the script was parsed, False for ``sh script.sh``
     (a normal program), None when the script is not known statically."""
-    has_c = False
+    has_c = has_s = False
+    startup: list[Word] = []  # ``--rcfile FILE``: read (and run) before the script
     i = 0
     while i < len(args):
         word = args[i]
@@ -308,49 +434,148 @@ def _nested_shell(
         if not value.startswith(("-", "+")):
             break
         if value in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
+            startup.extend(args[i + 1 : i + 2] if value in ("--rcfile", "--init-file") else ())
             i += 2
             continue
-        if not value.startswith("--") and "c" in value[1:]:
-            has_c = True
+        if not value.startswith("--"):
+            has_c = has_c or "c" in value[1:]
+            has_s = has_s or "s" in value[1:]
         i += 1
+    for file in startup:
+        fd = _script_descriptor(file.value) if not file.dynamic else -1
+        if fd is not None and _read_descriptor(cmd, fd, out, depth, dirs, place) is None:
+            return None
     operands = args[i:]
     if has_c:
         if not operands or operands[0].dynamic:
             return None
-        _analyze_text(operands[0].value, out, depth)
+        _analyze_text(operands[0].value, out, depth, dirs, place)
         return True
-    if operands:
-        return False
-    # The script comes from standard input: only a heredoc or here-string we can read is known.
-    # A heredoc or here-string replaces a pipe as standard input; a file or a pipe is unknown.
-    sources = [r for r in cmd.redirects if r.op in ("<<", "<<-", "<<<", "<", "<>", "<&")]
-    if len(sources) != 1 or sources[0].op not in ("<<", "<<-", "<<<"):
-        return None
-    source = sources[0]
-    if source.body is not None:
-        _analyze_text(source.body, out, depth)
-        return True
-    if source.target is None or source.target.dynamic:
-        return None
-    _analyze_text(source.target.value, out, depth)
-    return True
+    fd = 0  # the script comes from standard input
+    if operands and not has_s:
+        fd_named = _script_descriptor(operands[0].value)
+        if fd_named is None:
+            return False  # a script file
+        fd = fd_named
+    return None if _read_descriptor(cmd, fd, out, depth, dirs, place) is None else True
 
 
-def _find_exec(words: tuple[Word, ...], out: list[CommandFacts], depth: int) -> str:
+def _script_descriptor(path: str) -> int | None:
+    """The descriptor a script path reads (``/dev/stdin`` → 0, ``/dev/fd/3`` → 3); -1 for
+    another device or ``/proc`` path (what it holds is unknown); None for a plain file."""
+    if path == "-":
+        return 0
+    normal = os.path.normpath(path) if path else path
+    if _STDIN_PATH.fullmatch(normal):
+        return 0
+    m = _FD_PATH.fullmatch(normal)
+    if m is not None:
+        return int(m.group(1)) if len(m.group(1)) < 10 else -1
+    if normal.startswith(("/dev/", "/proc/")):
+        return -1
+    return None
+
+
+def _read_descriptor(
+    cmd: SimpleCommand,
+    fd: int,
+    out: list[CommandFacts],
+    depth: int,
+    dirs: DirectoryTracker,
+    place: Place,
+) -> Place | None:
+    """Parse the script a shell reads from descriptor ``fd`` when a heredoc or here-string of
+    ``cmd`` is what that descriptor holds (the last redirection of ``fd`` wins); where it
+    ends, or None when the descriptor holds anything else (a pipe, a file, an inherited one)."""
+    source: Redirect | None = None
+    for r in cmd.redirects:
+        targets = _descriptors_of(r)
+        if targets is None:
+            if fd >= 10:  # ``{var}<<<...`` picks a descriptor from 10 up
+                source = None
+            continue
+        if fd in targets:
+            source = r
+    if fd < 0 or source is None or source.op not in _HEREDOCS:
+        return None
+    if source.op == "<<<":
+        if source.target is None or source.target.dynamic:
+            return None
+        text: str | None = source.target.value
+    else:
+        text = source.body or ""
+        if source.expand:
+            text = _expanded_heredoc(text)
+    if text is None:
+        return None
+    return _analyze_text(text, out, depth, dirs, place)
+
+
+def _descriptors_of(r: Redirect) -> tuple[int, ...] | None:
+    """The descriptors a redirection sets (None for a ``{var}`` one: chosen at run time)."""
+    if r.fd.startswith("{"):
+        return None
+    if r.fd:
+        return (int(r.fd),) if len(r.fd) < 10 else ()
+    if r.op in ("&>", "&>>"):
+        return (1, 2)
+    if r.op == ">&" and r.target is not None and not r.target.value.isdigit():
+        return (1, 2)  # ``>&file`` is ``&>file``
+    return (0,) if r.op in _INPUTS else (1,)
+
+
+def _expanded_heredoc(body: str) -> str | None:
+    """The text bash hands over for an unquoted heredoc body: backslash escapes of ``$``,
+    `` ` ``, ``\\`` and newlines removed; None when it expands anything (known at run time)."""
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and body[i + 1 : i + 2] in ("$", "`", "\\", "\n"):
+            if body[i + 1] != "\n":
+                out.append(body[i + 1])
+            i += 2
+            continue
+        if c == "`":
+            return None
+        if c == "$" and i + 1 < len(body):
+            following = body[i + 1]
+            if following in "({_@*#?$!-" or following.isalnum():
+                return None
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def _find_exec(
+    words: tuple[Word, ...],
+    out: list[CommandFacts],
+    depth: int,
+    dirs: DirectoryTracker,
+    place: Place,
+) -> str:
     """Record the commands of ``-exec`` and its kin; return why the expression cannot be known
     (a word known only at run time may be ``-exec`` itself), or ``""``."""
     if any(w.dynamic for w in words[1:]):
         return "find's expression has a word known only at run time (it may be -exec)"
     i = 1
     while i < len(words):
-        if words[i].value in ("-exec", "-execdir", "-ok", "-okdir"):
+        action = words[i].value
+        if action in ("-exec", "-execdir", "-ok", "-okdir"):
             j = i + 1
             while j < len(words) and words[j].value not in (";", "+"):
                 j += 1
             if j > i + 1:
-                # ``{}`` becomes each file found: a word known only at run time
+                # ``{}`` becomes each file found: a word known only at run time; ``-execdir``
+                # runs in each file's directory
                 command = [_replaced(w, "{}") for w in words[i + 1 : j]]
-                _analyze(SimpleCommand(words=command), out, depth + 1)
+                start = NOWHERE if action.endswith("dir") else place
+                _analyze(
+                    SimpleCommand(words=command),
+                    out,
+                    depth + 1,
+                    DirectoryTracker(start, dirs.searches),
+                )
             i = j
         i += 1
     return ""
@@ -516,12 +741,25 @@ def _is_process_substitution(word: Word) -> bool:
     return word.dynamic and word.raw.startswith(("<(", ">("))
 
 
-def _analyze_text(text: str, out: list[CommandFacts], depth: int) -> None:
+def _analyze_text(
+    text: str, out: list[CommandFacts], depth: int, dirs: DirectoryTracker, start: Place
+) -> Place:
+    """Analyze a nested script run from ``start``; where its shell ends."""
     if depth + 1 > _MAX_NESTING:
         raise ShellSyntaxError("commands nested too deeply")
     simple, _ = parse_command(text)
+    nested = DirectoryTracker(start, dirs.searches)
     for cmd in simple:
-        _analyze(cmd, out, depth + 1)
+        _analyze(cmd, out, depth + 1, nested)
+    _analyze_later(out, nested)
+    return nested.end()
+
+
+def _analyze_later(out: list[CommandFacts], dirs: DirectoryTracker) -> None:
+    """The scripts a shell runs later (``trap`` actions), from anywhere it may be by then."""
+    while dirs.later:
+        text, depth = dirs.later.pop(0)
+        _analyze_text(text, out, depth, dirs, dirs.end())
 
 
 def _assignment_blocker(assignments: list[Word]) -> str:
@@ -533,11 +771,23 @@ def _assignment_blocker(assignments: list[Word]) -> str:
     return ""
 
 
+def _redirect_writes(redirects: list[Redirect]) -> list[Word]:
+    """The files the redirections open for writing (or create)."""
+    out: list[Word] = []
+    for r in redirects:
+        target = r.target
+        if r.op not in _OUTPUTS or target is None or _is_process_substitution(target):
+            continue
+        if r.op == ">&" and not target.dynamic and (target.value == "-" or target.value.isdigit()):
+            continue  # descriptor duplication
+        out.append(target)
+    return out
+
+
 def _redirect_blocker(redirects: list[Redirect]) -> str:
     for r in redirects:
         if r.op in _HEREDOCS:
-            # the program reads data no allow rule has seen: at least ASK
-            return "feeds the program a heredoc" if r.op != "<<<" else "feeds a here-string"
+            continue  # data for the program (its substitutions are commands of their own)
         target = r.target
         if target is None or _is_process_substitution(target):
             continue  # a pipe to a command that is checked on its own

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from fastgate.decision import PermissionMode
 from fastgate.permissions.globs import PathPattern
 from fastgate.permissions.rules import (
+    DEFAULT_PROTECTED,
     DEFAULT_SENSITIVE,
     Rule,
     RuleKind,
@@ -58,8 +59,13 @@ class PermissionConfig:
     ``additional_dirs`` are absolute (or ``~``) directories that path arguments may reach
     besides the workspace root.
 
-    ``case_insensitive``: whether deny and ask rules, the sensitive patterns and the protected
-    settings directory match paths ignoring case (allow rules never do). ``None``, the default,
+    ``protected``: paths whose change alters what runs later or what policy says
+    (``DEFAULT_PROTECTED``): creating, writing, moving onto, deleting or changing the mode of
+    one (a writer tool's path, a bash word in a writing position) is at least ASK in every
+    mode, and session approvals do not cover it. Reading them is left to the rules.
+
+    ``case_insensitive``: whether deny and ask rules, the sensitive and the protected patterns
+    match paths ignoring case (allow rules never do). ``None``, the default,
     means where the workspace's file system ignores case (macOS and Windows, or a probed
     case-insensitive volume); ``True`` forces it everywhere.
 
@@ -73,10 +79,12 @@ class PermissionConfig:
     deny: Iterable[str | Rule] = ()
     sensitive: Iterable[str] = DEFAULT_SENSITIVE
     additional_dirs: Iterable[str] = ()
+    protected: Iterable[str] = DEFAULT_PROTECTED
     case_insensitive: bool | None = None
     default_mode: PermissionMode | None = None
     rules: RuleSet = field(init=False, repr=False, compare=False)
     sensitive_patterns: tuple[PathPattern, ...] = field(init=False, repr=False, compare=False)
+    protected_patterns: tuple[PathPattern, ...] = field(init=False, repr=False, compare=False)
     # Set by ``load``: what the files said that has no effect. An init field (by ``load``, not
     # by callers), so that a copy made with ``dataclasses.replace`` keeps it.
     _notes: tuple[str, ...] = field(default=(), repr=False, compare=False)
@@ -86,6 +94,7 @@ class PermissionConfig:
         ask = _rules(self.ask, "ask")
         deny = _rules(self.deny, "deny")
         sensitive = parse_patterns(self.sensitive, "sensitive")
+        protected = parse_patterns(self.protected, "protected")
         dirs = _parse_dirs(self.additional_dirs)
         fold = self.case_insensitive
         if fold is not None and type(fold) is not bool:
@@ -103,6 +112,8 @@ class PermissionConfig:
         set_(self, "additional_dirs", dirs)
         set_(self, "rules", RuleSet.of(deny.parsed, ask.parsed, allow.parsed))
         set_(self, "sensitive_patterns", sensitive)
+        set_(self, "protected", tuple(p.text for p in protected))
+        set_(self, "protected_patterns", protected)
 
     @classmethod
     def load(
@@ -110,6 +121,7 @@ class PermissionConfig:
         *paths: str | os.PathLike[str],
         sensitive: Iterable[str] = DEFAULT_SENSITIVE,
         case_insensitive: bool | None = None,
+        protected: Iterable[str] = DEFAULT_PROTECTED,
     ) -> PermissionConfig:
         """The rules of Claude Code-shaped settings files, merged in order (SPEC §5): rules add
         up, ``additionalDirectories`` add up (relative ones are relative to each file's
@@ -146,6 +158,7 @@ class PermissionConfig:
             deny=listed("deny"),
             sensitive=sensitive,
             additional_dirs=dirs,
+            protected=protected,
             case_insensitive=case_insensitive,
             default_mode=mode,
             _notes=tuple(notes),

@@ -32,6 +32,7 @@ class PathPattern:
     anchor: Anchor
     body: str  # regex fragment for the part after the anchor
     prefix: str = ""  # the absolute directory of an "absolute" pattern
+    segments: tuple[str, ...] = ()  # the glob's segments after the anchor
 
     def regex(self, root: str) -> str:
         """A full-match regex over absolute paths; ``root`` is the canonical workspace root."""
@@ -79,7 +80,24 @@ def compile_path_pattern(text: str, project: str | None = None) -> PathPattern:
         segments.append(segment)
     if ".." in segments:
         raise ValueError("'..' is not allowed in a path pattern")
-    return PathPattern(text, anchor, _segments_regex(segments), prefix)
+    return PathPattern(text, anchor, _segments_regex(segments), prefix, tuple(segments))
+
+
+def tail_regex(pattern: PathPattern) -> str | None:
+    """A full-match regex over a relative path (``a/b``) for "this path, below some directory
+    not known in advance, may be one the pattern matches": some tail of the pattern, holding a
+    segment other than ``**``, matches the path's first components (what follows them is
+    below). The unknown directory itself is not assumed to be a match: a tail of only ``**``
+    (``**/.ssh/**``'s last segment) is left out. None when no tail qualifies."""
+    segments = [*(c for c in pattern.prefix.split("/") if c), *pattern.segments]
+    tails = [
+        _segments_regex(segments[start:])
+        for start in range(len(segments))
+        if any(segment != "**" for segment in segments[start:])
+    ]
+    if not tails:
+        return None
+    return "(?:" + "|".join(f"(?:{t})" for t in tails) + ")(?:/.*)?"
 
 
 def _segments_regex(segments: list[str]) -> str:

@@ -48,6 +48,17 @@ DEFAULT_SENSITIVE: tuple[str, ...] = (
     "**/.config/gh/hosts.yml",
 )
 
+# Files whose change alters what runs later or what policy says: settings of fastgate and of
+# Claude Code (which fastgate loads), MCP server lists, git hooks and git's own configuration
+# (``core.hooksPath``, ``core.fsmonitor``, aliases). Writing one is at least ASK in every mode.
+DEFAULT_PROTECTED: tuple[str, ...] = (
+    "**/.fastgate/**",
+    "**/.claude/**",
+    "**/.mcp.json",
+    "**/.git/hooks/**",
+    "**/.git/config",
+)
+
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _RULE = re.compile(r"(?s)([^()]*)(?:\((.*)\))?")  # greedy: the specifier ends at the last ")"
 # Words of a command are joined with a character no word can hold (NUL is refused), so a wildcard

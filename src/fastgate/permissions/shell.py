@@ -22,7 +22,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from fastgate.permissions import braces
+from fastgate.permissions.braces import DYNAMIC, LITERAL, UNQUOTED, Piece
+
 _METACHARS = frozenset(" \t\n;&|()<>")
+# Characters that end a run of plain unquoted text within a word.
+_PLAIN_STOP = _METACHARS | frozenset("\\'\"$`{,}")
 _REDIRECT = re.compile(r"(\d+|\{[A-Za-z_][A-Za-z0-9_]*\})?(<<<|<<-|<<|<>|<&|>&|>>|>\||&>>|&>|<|>)")
 _NAME_START = re.compile(r"[A-Za-z_]")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -34,6 +39,10 @@ _UNSUPPORTED_WORDS = frozenset({"case", "esac", "function", "coproc", "select"})
 _LEADING_KEYWORDS = frozenset(
     {"!", "{", "}", "if", "then", "else", "elif", "fi", "do", "done", "while", "until"}
 )
+# Keywords after which ``cmd && next`` no longer means "next runs only when cmd ran and
+# succeeded": a negation, or the end of a compound command (whose status may not be cmd's).
+_BREAKS_CHAIN = frozenset({"!", "}", "fi", "done"})
+_LOOP_CONDITIONS = frozenset({"while", "until"})
 _MAX_DEPTH = 32
 # Numeric literals of bash arithmetic (``0x1f``, ``16#ff``, ``42``): the only words an arithmetic
 # context may hold for its value to be known; any name or ``$`` is a variable's value.
@@ -72,6 +81,8 @@ class Redirect:
     op: str
     target: Word | None  # None for heredocs (their text is ``body``)
     body: str | None = None
+    fd: str = ""  # the descriptor written before the operator (``3<<<``), "" for the default
+    expand: bool = False  # a heredoc whose body bash expands (its delimiter is unquoted)
 
 
 @dataclass(slots=True)
@@ -83,6 +94,14 @@ class SimpleCommand:
     # Set on a command of its own for text bash will evaluate as code (see the module docs):
     # what runs then cannot be known statically.
     hazard: str = ""
+    # Where it runs, for directory changes: the chain of subshells it is in (``(...)``, every
+    # substitution), from the outermost; ``after``: the command that ran and succeeded whenever
+    # this one runs (``after && this``); ``in_loop``: it may run many times.
+    scope: tuple[int, ...] = (0,)
+    after: SimpleCommand | None = None
+    in_loop: bool = False
+    piped_out: bool = False  # a pipeline element with a ``|`` after it: a subshell
+    overflow: bool = False  # a brace expansion past its bound (the hazard says so)
 
 
 @dataclass(slots=True)
@@ -94,21 +113,41 @@ class _PendingHeredoc:
     index: int
 
 
-def parse_command(text: str) -> tuple[list[SimpleCommand], str]:
+def parse_command(text: str, *, expand_braces: bool = True) -> tuple[list[SimpleCommand], str]:
     """Every simple command of ``text`` (substitutions included) and a whitespace-normalized
-    spelling of the whole line. Raises ``ShellSyntaxError``."""
+    spelling of the whole line. Raises ``ShellSyntaxError``. ``expand_braces=False`` keeps a
+    brace expansion as one word whose value is known only at run time (rule specifiers)."""
     if "\x00" in text:
         raise ShellSyntaxError("NUL byte in command")
     out: list[SimpleCommand] = []
-    lexer = _Lexer(text, out, 0)
+    lexer = _Lexer(text, out, 0, expand_braces=expand_braces)
     lexer.parse_list(None)
     return out, " ".join(lexer.canon)
 
 
 class _Lexer:
-    __slots__ = ("canon", "depth", "i", "out", "pending", "s")
+    __slots__ = (
+        "canon",
+        "depth",
+        "expand_braces",
+        "i",
+        "ids",
+        "loops",
+        "out",
+        "pending",
+        "s",
+        "scope",
+    )
 
-    def __init__(self, text: str, out: list[SimpleCommand], depth: int) -> None:
+    def __init__(
+        self,
+        text: str,
+        out: list[SimpleCommand],
+        depth: int,
+        scope: tuple[int, ...] = (0,),
+        ids: list[int] | None = None,
+        expand_braces: bool = True,
+    ) -> None:
         if depth > _MAX_DEPTH:
             raise ShellSyntaxError("nesting too deep")
         self.s = text
@@ -117,15 +156,30 @@ class _Lexer:
         self.depth = depth
         self.pending: list[_PendingHeredoc] = []
         self.canon: list[str] = []
+        self.scope = scope
+        self.ids = ids if ids is not None else [0]  # shared by every lexer of one command
+        self.loops = 0  # ``do`` ... ``done`` bodies open at this point
+        self.expand_braces = expand_braces
+
+    def _child(self, text: str) -> _Lexer:
+        """A lexer for a substitution's text: a subshell of its own."""
+        return _Lexer(
+            text, self.out, self.depth + 1, self._subshell(), self.ids, self.expand_braces
+        )
+
+    def _subshell(self) -> tuple[int, ...]:
+        self.ids[0] += 1
+        return (*self.scope, self.ids[0])
 
     # -- command lists -------------------------------------------------------------------------
 
     def parse_list(self, end: str | None) -> None:
         """Parse commands until ``end`` (``")"``) or the end of the text."""
         s = self.s
-        cmd = SimpleCommand()
+        cmd = SimpleCommand(scope=self.scope)
         dangling: str | None = None  # an operator still waiting for its right-hand command
         grouped = False
+        before: str | None = None  # the operator before ``cmd``
         while True:
             self._skip_blanks()
             if self.i >= len(s) or s[self.i] == end:
@@ -155,7 +209,8 @@ class _Lexer:
                     continue
                 self._finish(cmd)
                 grouped = False
-                cmd = SimpleCommand()
+                cmd = SimpleCommand(scope=self.scope)
+                before = None
                 self._read_heredoc_bodies()
                 self.canon.append(";")
                 continue
@@ -165,9 +220,15 @@ class _Lexer:
                     raise ShellSyntaxError("';;' (case) is not supported")
                 if not (cmd.words or cmd.assignments or cmd.redirects or grouped) and op != ";":
                     raise ShellSyntaxError(f"{op!r} without a command before it")
-                self._finish(cmd)
+                cmd.piped_out = op in ("|", "|&")
+                plain = self._finish(cmd) and before not in ("||", "|", "|&")
                 grouped = False
-                cmd = SimpleCommand(piped_in=op in ("|", "|&"))
+                cmd = SimpleCommand(
+                    piped_in=op in ("|", "|&"),
+                    scope=self.scope,
+                    after=cmd if op == "&&" and plain else None,
+                )
+                before = op
                 self.canon.append(op)
                 dangling = op if op in ("&&", "||", "|", "|&") else None
                 continue
@@ -180,7 +241,10 @@ class _Lexer:
                     continue
                 self.i += 1
                 self.canon.append("(")
+                outer = self.scope
+                self.scope = self._subshell()
                 self.parse_list(")")
+                self.scope = outer
                 self.canon.append(")")
                 grouped = True  # ``( a ) | b``: the subshell is the left-hand command
                 continue
@@ -194,23 +258,33 @@ class _Lexer:
             m = _REDIRECT.match(s, self.i)
             if m is not None:
                 self.i = m.end()
-                self._redirect(cmd, m.group(2), m.group(0))
+                self._redirect(cmd, m.group(2), m.group(0), m.group(1) or "")
                 continue
-            word = self._read_word()
+            word, expanded = self._read_words()
             self.canon.append(word.raw)
             if not cmd.words and _is_assignment(word):
-                cmd.assignments.append(word)
+                cmd.assignments.append(word)  # bash expands no braces in an assignment
             elif not cmd.words and not word.dynamic and word.value in _UNSUPPORTED_WORDS:
                 raise ShellSyntaxError(f"{word.value!r} is not supported")
             elif not word.dynamic and word.value == "[[" and _at_command_start(cmd):
                 cmd.words.append(word)
                 self._conditional(cmd)
             else:
-                cmd.words.append(word)
+                cmd.words.extend(expanded)
 
-    def _finish(self, cmd: SimpleCommand) -> None:
+    def _finish(self, cmd: SimpleCommand) -> bool:
+        """Record ``cmd``; return whether ``cmd && next`` means next runs only after cmd ran
+        and succeeded (a plain command, not the end of a compound one nor negated)."""
+        plain = True
         while cmd.words and not cmd.words[0].dynamic and cmd.words[0].value in _LEADING_KEYWORDS:
-            del cmd.words[0]
+            keyword = cmd.words.pop(0).value
+            plain = plain and keyword not in _BREAKS_CHAIN
+            if keyword == "do":
+                self.loops += 1
+            elif keyword == "done":
+                self.loops = max(0, self.loops - 1)
+            elif keyword in _LOOP_CONDITIONS:
+                cmd.in_loop = True
             # After a keyword a new command starts: ``if X=1 rm x`` assigns, then runs rm.
             while cmd.words and _is_assignment(cmd.words[0]):
                 cmd.assignments.append(cmd.words.pop(0))
@@ -218,8 +292,11 @@ class _Lexer:
             # ``for NAME in WORDS``: no program runs; substitutions inside the words were
             # already recorded as commands of their own.
             cmd.words.clear()
+        cmd.in_loop = cmd.in_loop or self.loops > 0
         if cmd.words or cmd.assignments or cmd.redirects:
             self.out.append(cmd)
+            return plain and bool(cmd.words)
+        return False
 
     def _arithmetic_command(self) -> bool:
         """At ``((``: read an arithmetic command when it closes with ``))`` and return True.
@@ -270,8 +347,8 @@ class _Lexer:
         if reason:
             self._hazard(reason)
 
-    def _hazard(self, reason: str) -> None:
-        self.out.append(SimpleCommand(hazard=reason))
+    def _hazard(self, reason: str, overflow: bool = False) -> None:
+        self.out.append(SimpleCommand(hazard=reason, scope=self.scope, overflow=overflow))
 
     def _arithmetic(self, text: str, where: str) -> None:
         if _VARIABLE_REFERENCE.search(_NUMERIC_LITERAL.sub("0", text)):
@@ -306,27 +383,35 @@ class _Lexer:
 
     # -- redirections and heredocs ------------------------------------------------------------
 
-    def _redirect(self, cmd: SimpleCommand, op: str, spelled: str) -> None:
+    def _redirect(self, cmd: SimpleCommand, op: str, spelled: str, fd: str) -> None:
         self._skip_blanks()
         s = self.s
         if op not in ("<<", "<<-") and s.startswith(("<(", ">("), self.i):
             # ``> >(tee log)``: the target is a pipe to a command of its own (recorded).
             target = self._process_substitution()
             self.canon.append(spelled + target.raw)
-            cmd.redirects.append(Redirect(op, target))
+            cmd.redirects.append(Redirect(op, target, fd=fd))
             return
         if self.i >= len(s) or s[self.i] in _METACHARS:
             raise ShellSyntaxError(f"redirection {op!r} without a target")
-        target = self._read_word()
+        if op in ("<<", "<<-", "<<<"):
+            # A heredoc's delimiter and a here-string are never brace-expanded.
+            target = self._read_word()
+        else:
+            target, expanded = self._read_words()
+            if len(expanded) == 1:
+                target = expanded[0]
+            else:  # bash refuses it ("ambiguous redirect"): known only when it runs
+                target = Word(target.raw, target.raw, dynamic=True)
         self.canon.append(spelled + target.raw)
         if op in ("<<", "<<-"):
             quoted = any(q in target.raw for q in "'\"\\")
-            cmd.redirects.append(Redirect(op, None, ""))
+            cmd.redirects.append(Redirect(op, None, "", fd, not quoted))
             self.pending.append(
                 _PendingHeredoc(target.value, op == "<<-", not quoted, cmd, len(cmd.redirects) - 1)
             )
         else:
-            cmd.redirects.append(Redirect(op, target))
+            cmd.redirects.append(Redirect(op, target, fd=fd))
 
     def _read_heredoc_bodies(self) -> None:
         s = self.s
@@ -338,66 +423,95 @@ class _Lexer:
                 nl = s.find("\n", self.i)
                 line = s[self.i :] if nl < 0 else s[self.i : nl]
                 self.i = len(s) if nl < 0 else nl + 1
-                if (line.lstrip("\t") if doc.strip_tabs else line) == doc.delimiter:
+                if doc.strip_tabs:
+                    line = line.lstrip("\t")
+                if line == doc.delimiter:
                     break
                 lines.append(line)
             body = "\n".join(lines)
             if doc.expand:
-                _Lexer(body, self.out, self.depth + 1).scan_expansions()
+                self._child(body).scan_expansions()
             self.canon.append(f"\n{body}\n{doc.delimiter}\n")
             old = doc.command.redirects[doc.index]
-            doc.command.redirects[doc.index] = Redirect(old.op, None, body)
+            doc.command.redirects[doc.index] = Redirect(old.op, None, body, old.fd, old.expand)
         self.pending.clear()
 
     # -- words ---------------------------------------------------------------------------------
 
     def _read_word(self) -> Word:
+        """One word, braces kept as written (where bash does not expand them)."""
+        return _word_of(*self._read_pieces())
+
+    def _read_words(self) -> tuple[Word, list[Word]]:
+        """One word as written, and the words its brace expansion yields (itself when none)."""
+        pieces, raw = self._read_pieces()
+        word = _word_of(pieces, raw)
+        if not braces.has_braces(pieces):
+            return word, [word]
+        if not self.expand_braces:
+            plain = "".join(p[0] if p[2] == UNQUOTED else "_" for p in pieces)
+            if _BRACE_EXPANSION.search(plain):
+                word = Word(word.value, word.raw, True)
+            return word, [word]
+        try:
+            expanded = braces.expand(pieces)
+        except braces.TooLarge:
+            self._hazard(
+                f"the brace expansion `{_shorten(raw)}` yields more than "
+                f"{braces.MAX_RESULTS} words",
+                overflow=True,
+            )
+            word = Word(word.value, word.raw, True)
+            return word, [word]
+        return word, [_word_of(p, "".join(piece[1] for piece in p)) for p in expanded]
+
+    def _read_pieces(self) -> tuple[list[Piece], str]:
+        """The word at the cursor as pieces (see ``braces``), and its spelling."""
         s = self.s
         start = self.i
-        value: list[str] = []
-        unquoted: list[str] = []  # unquoted characters only, for glob and brace detection
-        dynamic = False
+        pieces: list[Piece] = []
         while self.i < len(s):
             c = s[self.i]
+            begin = self.i
             if c in _METACHARS:
                 break
             if c == "\\":
                 if s.startswith("\n", self.i + 1):
                     self.i += 2
                     continue
-                value.append(s[self.i + 1 : self.i + 2])
-                unquoted.append("_")
                 self.i += 2
-            elif c == "'":
+                # A backslash ending the text stands for itself.
+                value_text = s[begin + 1 : self.i] or "\\"
+                pieces.append((value_text, s[begin : self.i], LITERAL))
+                continue
+            value: list[str] = []
+            dynamic = False
+            if c == "'":
                 end = s.find("'", self.i + 1)
                 if end < 0:
                     raise ShellSyntaxError("unterminated single quote")
                 value.append(s[self.i + 1 : end])
-                unquoted.append("_")
                 self.i = end + 1
             elif c == '"':
-                dynamic |= self._double_quoted(value)
-                unquoted.append("_")
+                dynamic = self._double_quoted(value)
             elif c == "$" and s.startswith("'", self.i + 1):
                 value.append(self._ansi_c_quoted())
-                unquoted.append("_")
             elif c == "$" and s.startswith('"', self.i + 1):
                 self.i += 1
-                dynamic |= self._double_quoted(value)
-                unquoted.append("_")
+                dynamic = self._double_quoted(value)
             elif c == "$" or c == "`":
-                if self._expansion(value):
-                    dynamic = True
-                unquoted.append("_")
+                dynamic = self._expansion(value)
             else:
-                value.append(c)
-                unquoted.append(c)
-                self.i += 1
-        raw = s[start : self.i]
-        plain = "".join(unquoted)
-        if _is_pattern(plain) or _BRACE_EXPANSION.search(plain):
-            dynamic = True
-        return Word("".join(value), raw, dynamic)
+                if c in "{,}":
+                    self.i += 1
+                else:  # a run of plain characters
+                    while self.i < len(s) and s[self.i] not in _PLAIN_STOP:
+                        self.i += 1
+                text = s[begin : self.i]
+                pieces.append((text, text, UNQUOTED))
+                continue
+            pieces.append(("".join(value), s[begin : self.i], DYNAMIC if dynamic else LITERAL))
+        return pieces, s[start : self.i]
 
     def _double_quoted(self, value: list[str]) -> bool:
         s = self.s
@@ -440,7 +554,7 @@ class _Lexer:
             if s.startswith("$((", start):  # bash may still read this as arithmetic
                 self._hazard("an arithmetic expansion `$((...))` bash may read with variables")
             self.i = start + 2
-            inner = _Lexer(s, self.out, self.depth + 1)
+            inner = self._child(s)
             inner.i = self.i
             inner.parse_list(")")
             self.i = inner.i
@@ -479,7 +593,7 @@ class _Lexer:
                 if end < 0:
                     raise ShellSyntaxError("unterminated single quote in ${...}")
                 # Within "..." these quotes are literal and "$(...)" inside them runs.
-                _Lexer(s[i + 1 : end], self.out, self.depth + 1).scan_expansions()
+                self._child(s[i + 1 : end]).scan_expansions()
                 i = end + 1
             elif c == '"':
                 self.i = i
@@ -516,11 +630,11 @@ class _Lexer:
             inner.append(c)
             i += 1
         self.i = i + 1
-        _Lexer("".join(inner), self.out, self.depth + 1).parse_list(None)
+        self._child("".join(inner)).parse_list(None)
 
     def _process_substitution(self) -> Word:
         start = self.i
-        inner = _Lexer(self.s, self.out, self.depth + 1)
+        inner = self._child(self.s)
         inner.i = self.i + 2
         inner.parse_list(")")
         self.i = inner.i
@@ -622,6 +736,19 @@ def _arithmetic_end(s: str, i: int) -> int | None:
             if depth == 1:
                 return i + 1 if s.startswith(")", i) else None
     return None
+
+
+def _word_of(pieces: list[Piece], raw: str) -> Word:
+    value = "".join(piece[0] for piece in pieces)
+    dynamic = any(piece[2] == DYNAMIC for piece in pieces)
+    if not dynamic:
+        plain = "".join(p[0] if p[2] == UNQUOTED else "_" for p in pieces)
+        dynamic = _is_pattern(plain)
+    return Word(value, raw, dynamic)
+
+
+def _shorten(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _is_pattern(plain: str) -> bool:

@@ -69,7 +69,7 @@ class Subject:
     """A plain class, not a tuple: one is made per decision, and a compiled class is made in a
     fraction of a named tuple's time."""
 
-    __slots__ = ("command", "invalid", "key", "kind", "paths")
+    __slots__ = ("blind_writes", "command", "invalid", "key", "kind", "paths", "unplaced", "writes")
 
     def __init__(
         self,
@@ -78,12 +78,40 @@ class Subject:
         command: CommandAnalysis | None = None,
         paths: tuple[ResolvedPath, ...] = (),
         invalid: str = "",  # why the subject could not be read (fail closed)
+        found: CommandPaths | None = None,  # what a command's words name (``command_paths``)
     ) -> None:
         self.kind = kind
         self.key = key
         self.command = command
         self.paths = paths
         self.invalid = invalid
+        # A command's words in writing positions, resolved; its relative words in a directory
+        # known only at run time; and the written words whose file is known only then.
+        self.writes: tuple[ResolvedPath, ...] = ()
+        self.unplaced: tuple[str, ...] = ()
+        self.blind_writes: tuple[str, ...] = ()
+        if found is not None:
+            self.writes = found.writes
+            self.unplaced = found.unplaced
+            self.blind_writes = found.blind_writes
+
+
+class CommandPaths:
+    """What the words of a command name, resolved at decision time."""
+
+    __slots__ = ("blind_writes", "paths", "unplaced", "writes")
+
+    def __init__(
+        self,
+        paths: tuple[ResolvedPath, ...],
+        writes: tuple[ResolvedPath, ...],
+        unplaced: tuple[str, ...],
+        blind_writes: tuple[str, ...],
+    ) -> None:
+        self.paths = paths  # every word that may name a file, in every directory it may be in
+        self.writes = writes  # those in a writing position
+        self.unplaced = unplaced  # relative words, normalized, where the directory is unknown
+        self.blind_writes = blind_writes  # written words naming a file known only at run time
 
 
 def resolve_path(value: str, root: str) -> ResolvedPath:
@@ -157,41 +185,85 @@ def _plain(value: Any) -> Any:
     raise TypeError(f"unsupported {type(value).__name__}")
 
 
-def command_paths(analysis: CommandAnalysis, root: str) -> tuple[ResolvedPath, ...] | None:
-    """Every word of every command that may name a file, resolved now; None when there are too
-    many to check (callers fail closed)."""
-    words: list[Word] = []
-    for facts in analysis.commands:
-        words.extend(facts.path_words)
-        for form in facts.forms[1:]:
-            words.extend(form[1:])
-    if len(words) > _MAX_PATH_WORDS:
+def command_paths(analysis: CommandAnalysis, root: str) -> CommandPaths | None:
+    """Every word of every command that may name a file, resolved now in each directory the
+    command may run in; None when there are too many to check (callers fail closed)."""
+    if analysis.too_large:
         return None
-    out: list[ResolvedPath] = []
-    seen: set[str] = set()
-    for word in words:
-        for candidate in _candidates(word, root):
-            if candidate in seen:
-                continue
-            seen.add(candidate)
-            out.append(_resolve_word(candidate, root))
-    return tuple(out)
+    budget = _MAX_PATH_WORDS
+    resolved: dict[str, ResolvedPath] = {}
+    paths: dict[ResolvedPath, None] = {}
+    writes: dict[ResolvedPath, None] = {}
+    unplaced: dict[str, None] = {}
+    blind: dict[str, None] = {}
+    for facts in analysis.commands:
+        words = [*facts.path_words, *(w for form in facts.forms[1:] for w in form[1:])]
+        for group, written in ((words, False), (facts.write_words, True)):
+            for word in group:
+                value = _path_value(word)
+                if value is None:
+                    continue
+                relative = not value.startswith("/")
+                bases = facts.bases if relative else ("",)
+                budget -= max(1, len(bases))
+                if budget < 0:
+                    return None
+                if written and word.dynamic and ("$" in value or "`" in value):
+                    blind[word.text] = None  # computed when it runs
+                if relative and facts.base_unknown:
+                    where = _below(value)
+                    if written:
+                        blind[word.text] = None
+                    elif where:
+                        unplaced[where] = None
+                for base in bases:
+                    located = _located(value, base)
+                    for candidate in _candidates(located, word.dynamic, root):
+                        path = resolved.get(candidate)
+                        if path is None:
+                            path = resolved[candidate] = _resolve_word(candidate, root)
+                        paths[path] = None
+                        if written:
+                            writes[path] = None
+    return CommandPaths(tuple(paths), tuple(writes), tuple(unplaced), tuple(blind))
 
 
-def _candidates(word: Word, root: str) -> list[str]:
+def _path_value(word: Word) -> str | None:
+    """The path a word may name (``~`` and, best effort, ``$VARS`` expanded), or None."""
     value = word.value
     if value.startswith("-"):
         _, eq, value = value.partition("=")
         if not eq:
-            return []
+            return None
     if not value or "\x00" in value or len(value) > 4096:
-        return []
+        return None
     if value.startswith("~"):
         value = os.path.expanduser(value)
-    if not word.dynamic:
-        return [value]
-    value = os.path.expandvars(value)  # best effort: the environment of this process
-    if not any(c in _GLOB_CHARS for c in value):
+    if word.dynamic:
+        value = os.path.expandvars(value)  # best effort: the environment of this process
+    return value
+
+
+def _located(value: str, base: str) -> str:
+    """``value`` in the directory ``base`` (relative to the root, absolute, or under ``~``)."""
+    if not base or value.startswith("/"):
+        return value
+    if base.startswith("~"):
+        base = os.path.expanduser(base)
+    return base.rstrip("/") + "/" + value
+
+
+def _below(value: str) -> str:
+    """A relative path as the components below an unknown directory (``..`` at its start
+    stays in the unknown)."""
+    parts = [p for p in os.path.normpath(value).split("/") if p not in ("", ".")]
+    while parts and parts[0] == "..":
+        parts.pop(0)
+    return "/".join(parts)
+
+
+def _candidates(value: str, dynamic: bool, root: str) -> list[str]:
+    if not dynamic or not any(c in _GLOB_CHARS for c in value):
         return [value]
     pattern = value if os.path.isabs(value) else os.path.join(root, value)
     try:

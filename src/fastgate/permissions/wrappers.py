@@ -3,6 +3,12 @@
 A wrapper entry says which options take an argument, which ones we cannot follow (the command
 then counts as unknown, fail closed), whether allow rules may see through it (``transparent``:
 same command, same privileges), and whether it runs a script given as a string (``su -c``).
+
+Options are read as the program's getopt reads them: options come before the command (and
+before ``NAME=VALUE`` assignments: ``env -S=x`` is an option, not an assignment); a long option
+may be abbreviated to any unambiguous prefix (``--split-s``, ``--sig KILL``), its argument
+joined with ``=`` or in the next word; short options may be clustered, the last one taking the
+rest of the word or the next word as its argument (``-iS'rm x'``, ``-k5``).
 """
 
 from __future__ import annotations
@@ -26,6 +32,31 @@ class Wrapper:
     needs_script: bool = False  # without a script option it runs an unknown shell (su)
     joins_script: bool = False  # the remaining words joined are a script (watch)
     any_long: bool = False  # every ``--opt``/``--opt=x`` is a flag (valgrind)
+    chdir: frozenset[str] = frozenset()  # options naming the directory the command runs in
+
+    def long_options(self) -> frozenset[str]:
+        return frozenset(
+            o
+            for group in (
+                self.flags,
+                self.with_arg,
+                self.stop_flags,
+                self.opaque_flags,
+                self.script_flags,
+            )
+            for o in group
+            if o.startswith("--") and len(o) > 2
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Unwrapped:
+    """What a wrapper runs: the command's words (``()`` when nothing runs), the script of a
+    script option (``su -c SCRIPT``), and the directory of a ``--chdir`` option."""
+
+    inner: tuple[Word, ...]
+    script: Word | None = None
+    chdir: Word | None = None
 
 
 def _w(**kw: object) -> Wrapper:
@@ -36,10 +67,13 @@ def _w(**kw: object) -> Wrapper:
 
 WRAPPERS: dict[str, Wrapper] = {
     "env": _w(
-        flags="-i - -0 --null --ignore-environment -v --debug",
+        # The signal options take an optional argument: only ``--opt=SIG``, never the next word.
+        flags="-i - -0 --null --ignore-environment -v --debug --default-signal --ignore-signal "
+        "--block-signal --list-signal-handling",
         with_arg="-u --unset -C --chdir",
-        opaque_flags="-S --split-string",
+        opaque_flags="-S --split-string --help --version",
         assignments=True,
+        chdir="-C --chdir",
     ),
     "command": _w(flags="-p", stop_flags="-v -V", transparent=True),
     "builtin": _w(transparent=True),
@@ -62,12 +96,16 @@ WRAPPERS: dict[str, Wrapper] = {
     "ionice": _w(flags="-t --ignore", with_arg="-c -n --class --classdata", transparent=True),
     "setsid": _w(flags="-c -f -w --ctty --fork --wait", transparent=True),
     "sudo": _w(
-        flags="-A -b -E -H -n -P -S -k -K --askpass --background --preserve-env --set-home "
-        "--non-interactive --preserve-groups --stdin --reset-timestamp --",
-        with_arg="-C -D -g -h -p -R -r -T -t -U -u --close-from --chdir --group --host --prompt "
+        flags="-A -b -E -H -n -P -S -k -K -N --askpass --background --preserve-env --set-home "
+        "--non-interactive --preserve-groups --stdin --reset-timestamp --remove-timestamp "
+        "--no-update --",
+        with_arg="-C -D -g -p -R -r -T -t -U -u --close-from --chdir --group --prompt "
         "--chroot --role --type --command-timeout --other-user --user",
-        opaque_flags="-e --edit -s --shell -i --login -l --list -v --validate -V --version",
+        # ``-h`` is help alone and a host with an argument: not followed.
+        opaque_flags="-e --edit -s --shell -i --login -l --list -v --validate -V --version "
+        "-h --help --host",
         assignments=True,
+        chdir="-D --chdir",
     ),
     "doas": _w(flags="-n", with_arg="-u -C", opaque_flags="-s"),
     "xargs": _w(
@@ -84,8 +122,8 @@ WRAPPERS: dict[str, Wrapper] = {
         needs_script=True,
     ),
     "script": _w(
-        flags="-a --append -e --return -f --flush -q --quiet -E --echo",
-        with_arg="-t --timing -T --log-timing -I --log-in -O --log-out -B --log-io -m "
+        flags="-a --append -e --return -f --flush -q --quiet -E --echo -t --timing",
+        with_arg="-T --log-timing -I --log-in -O --log-out -B --log-io -m "
         "--logging-format -o --output-limit",
         script_flags="-c --command",
         needs_script=True,
@@ -108,6 +146,7 @@ WRAPPERS: dict[str, Wrapper] = {
         flags="-m -u -i -n -p -U -C -T -f -r -c --fork --map-root-user --map-current-user "
         "--mount --uts --ipc --net --pid --user --cgroup --time --kill-child --mount-proc",
         with_arg="--propagation --setgroups -R --root -w --wd -S --setuid -G --setgid",
+        chdir="-w --wd",
     ),
     "strace": _w(
         flags="-f -ff -c -C -d -D -i -k -q -qq -r -t -tt -ttt -T -v -w -x -xx -y -yy -z -Z",
@@ -130,11 +169,9 @@ def is_assignment(word: Word) -> bool:
     return not word.dynamic and "=" in word.value
 
 
-def unwrap(
-    words: tuple[Word, ...], wrapper: Wrapper
-) -> tuple[tuple[Word, ...], Word | None] | None:
-    """The words after a wrapper's options (``()`` when nothing runs) and the argument of a
-    script option (``su -c SCRIPT``); None when an option cannot be followed."""
+def unwrap(words: tuple[Word, ...], wrapper: Wrapper) -> Unwrapped | None:
+    """What the wrapper ``words[0]`` runs; None when an option cannot be followed."""
+    chdir: Word | None = None
     i = 1
     while i < len(words):
         word = words[i]
@@ -144,65 +181,97 @@ def unwrap(
         if arg == "--":
             i += 1
             break
-        if wrapper.assignments and is_assignment(word):
-            return words[i:], None
         if not arg.startswith("-") or (arg == "-" and "-" not in wrapper.flags):
+            if wrapper.assignments and is_assignment(word):
+                return Unwrapped(words[i:], None, chdir)
             break
         if arg in wrapper.stop_flags:
-            return (), None
-        option = arg.split("=", 1)[0] if arg.startswith("--") else arg
+            return Unwrapped(())
+        if arg.startswith("--") and len(arg) > 2:
+            name, eq, value = arg.partition("=")
+            option = _long_option(name, wrapper)
+            if option is None:
+                return None
+            argument = Word(value, value) if eq else None
+            step = 1
+            if option in wrapper.with_arg and not eq:
+                if i + 1 >= len(words):
+                    return None
+                argument, step = words[i + 1], 2
+        else:
+            parsed = _short_options(words, i, wrapper)
+            if parsed is None:
+                return None
+            option, argument, step = parsed
+        if option in wrapper.stop_flags:
+            return Unwrapped(())
         if option in wrapper.opaque_flags:
             return None
-        if option in wrapper.script_flags or arg[:2] in wrapper.script_flags:
-            return _script_argument(words, i, arg, option)
-        if arg.startswith("--"):
-            if option in wrapper.flags or wrapper.any_long:
-                i += 1
-            elif option in wrapper.with_arg:
-                i += 1 if "=" in arg else 2
-            else:
-                return None
-            continue
-        if wrapper.numeric_flags and arg[1:].isdigit():
-            i += 1
-            continue
-        consumed = _short_options(arg, wrapper)
-        if consumed is None:
-            return None
-        i += consumed
+        if option in wrapper.script_flags:
+            if argument is None:
+                if i + 1 >= len(words):
+                    return None
+                argument = words[i + 1]
+            return Unwrapped((), argument, chdir)
+        if option in wrapper.chdir:
+            chdir = argument
+        i += step
     i += wrapper.positionals
     if i < len(words) and wrapper.script_flags:  # ``flock FILE -c SCRIPT``
         arg = words[i].value
         option = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
         if option in wrapper.script_flags and not words[i].dynamic:
-            return _script_argument(words, i, arg, option)
-    return (words[i:] if i <= len(words) else ()), None
+            script = _script_argument(words, i, arg)
+            return None if script is None else Unwrapped((), script, chdir)
+    return Unwrapped(words[i:] if i <= len(words) else (), None, chdir)
 
 
-def _script_argument(
-    words: tuple[Word, ...], i: int, arg: str, option: str
-) -> tuple[tuple[Word, ...], Word | None] | None:
+def _long_option(name: str, wrapper: Wrapper) -> str | None:
+    """The long option ``name`` stands for: itself, or the one option it abbreviates
+    (getopt_long); None when it is unknown or ambiguous."""
+    known = wrapper.long_options()
+    if name in known:
+        return name
+    if wrapper.any_long:
+        return name
+    matches = [option for option in known if option.startswith(name)]
+    return matches[0] if len(matches) == 1 else None
+
+
+def _script_argument(words: tuple[Word, ...], i: int, arg: str) -> Word | None:
     """``-c SCRIPT``, ``-cSCRIPT``, ``--command=SCRIPT`` or ``--command SCRIPT``."""
     if arg.startswith("--") and "=" in arg:
         value = arg.split("=", 1)[1]
-        return (), Word(value, value)
+        return Word(value, value)
     if not arg.startswith("--") and len(arg) > 2:
-        return (), Word(arg[2:], arg[2:])
+        return Word(arg[2:], arg[2:])
     if i + 1 >= len(words):
         return None
-    return (), words[i + 1]
+    return words[i + 1]
 
 
-def _short_options(arg: str, wrapper: Wrapper) -> int | None:
-    """How many words a ``-abc`` cluster consumes (1 or 2); None for an unknown option."""
+def _short_options(
+    words: tuple[Word, ...], i: int, wrapper: Wrapper
+) -> tuple[str, Word | None, int] | None:
+    """A ``-abc`` cluster at ``words[i]``: the option that decides (the one taking an argument,
+    or one we cannot follow, else the last), its argument, and how many words it spans. None
+    for an unknown option."""
+    arg = words[i].value
     if arg in wrapper.flags:
-        return 1
+        return arg, None, 1
+    if wrapper.numeric_flags and arg[1:].isdigit():  # ``nice -10``
+        return arg, None, 1
     for k in range(1, len(arg)):
         option = "-" + arg[k]
+        if option in wrapper.with_arg or option in wrapper.script_flags:
+            if k + 1 < len(arg):
+                rest = arg[k + 1 :]
+                return option, Word(rest, rest), 1
+            if i + 1 >= len(words):
+                return None
+            return option, words[i + 1], 2
         if option in wrapper.stop_flags or option in wrapper.opaque_flags:
-            return None
-        if option in wrapper.with_arg:
-            return 1 if k + 1 < len(arg) else 2
+            return option, None, 1
         if option not in wrapper.flags:
             return None
-    return 1
+    return arg, None, 1

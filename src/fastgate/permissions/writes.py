@@ -1,0 +1,228 @@
+"""The words of a command that name files it creates, writes, moves, deletes or changes the
+mode of: what protected paths are checked against (a redirection target is one too; the
+analysis adds those).
+
+Programs are known by their basename. Over-reading is safe (a word taken for a path that is
+not one names no protected file); a program missing here writes unseen, which is why the list
+covers every everyday way to write a file from a shell. Code a program runs from its own
+language (``python -c``, ``awk``'s ``print > f``) or from an archive (``tar -x``) is not seen.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+from fastgate.permissions.shell import Word
+
+# Every operand is a file the program writes, creates, removes or changes.
+_EVERY_OPERAND = frozenset(
+    {
+        "rm",
+        "rmdir",
+        "unlink",
+        "mkdir",
+        "touch",
+        "chmod",
+        "chown",
+        "chgrp",
+        "chattr",
+        "setfacl",
+        "truncate",
+        "shred",
+        "mkfifo",
+        "mknod",
+        "tee",
+        "ln",
+        "link",
+        "mv",
+        "patch",
+        "ed",
+        "ex",
+        "vi",
+        "vim",
+        "nvim",
+        "nano",
+        "emacs",
+        "gzip",
+        "gunzip",
+        "bzip2",
+        "bunzip2",
+        "xz",
+        "unxz",
+        "zstd",
+    }
+)
+# The last operand (and a ``-t DIR``) is the destination; with links every operand counts,
+# since a link to a file is a way to write it later.
+_DESTINATION = frozenset({"cp", "install", "rsync", "scp"})
+_LINKING = frozenset({"-s", "-l", "--link", "--symbolic-link", "--remove-source-files", "-d"})
+# Programs that edit their operands in place with ``-i`` (sed, perl, ruby), gawk with
+# ``-i inplace``.
+_IN_PLACE = frozenset({"sed", "gsed", "perl", "ruby"})
+# Options whose argument is a file written: program -> spellings (short ones may be joined).
+_OUTPUT_OPTIONS: dict[str, tuple[str, ...]] = {
+    "curl": ("-o", "--output"),
+    "wget": ("-O", "--output-document", "-P", "--directory-prefix"),
+    "tar": ("-C", "--directory"),
+    "unzip": ("-d",),
+    "sort": ("-o", "--output"),
+}
+_FIND_OUTPUTS = frozenset({"-fprint", "-fprint0", "-fprintf", "-fls"})
+_GIT_READS = frozenset(
+    {
+        "--get",
+        "--get-all",
+        "--get-regexp",
+        "--get-urlmatch",
+        "--get-color",
+        "--get-colorbool",
+        "-l",
+        "--list",
+    }
+)
+_GIT_WRITES = frozenset(
+    {
+        "--unset",
+        "--unset-all",
+        "--add",
+        "--replace-all",
+        "--rename-section",
+        "--remove-section",
+        "-e",
+        "--edit",
+    }
+)
+_GIT_OPTIONS_WITH_ARGUMENT = frozenset(
+    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path", "--config-env"}
+)
+
+
+def written_words(form: tuple[Word, ...]) -> list[Word]:
+    """The words of the simple command ``form`` naming files it changes."""
+    if not form or form[0].dynamic:
+        return []
+    name = os.path.basename(form[0].value)
+    args = form[1:]
+    if name in _EVERY_OPERAND:
+        return _operands(args)
+    if name in _DESTINATION:
+        operands = _operands(args)
+        if any(w.value in _LINKING for w in args):
+            return operands
+        return operands[-1:] + _option_values(args, ("-t", "--target-directory"))
+    if name in _IN_PLACE:
+        return _operands(args) if any(_edits_in_place(w) for w in args) else []
+    if name in ("awk", "gawk"):
+        in_place = any(
+            a.value == "-i" and b.value == "inplace" for a, b in itertools.pairwise(args)
+        )
+        return _operands(args) if in_place else []
+    if name == "dd":
+        return [Word(w.value[3:], w.raw, w.dynamic) for w in args if w.value.startswith("of=")]
+    if name in _OUTPUT_OPTIONS:
+        return _option_values(args, _OUTPUT_OPTIONS[name])
+    if name == "find":
+        return _find_writes(args)
+    if name == "git":
+        return _git_config_writes(args)
+    return []
+
+
+def _operands(args: tuple[Word, ...]) -> list[Word]:
+    """Words that are not options (everything after ``--``)."""
+    out: list[Word] = []
+    for index, word in enumerate(args):
+        if word.value == "--" and not word.dynamic:
+            return out + list(args[index + 1 :])
+        if not word.value.startswith("-") or word.value == "-" or word.dynamic:
+            out.append(word)
+    return out
+
+
+def _option_values(args: tuple[Word, ...], spellings: tuple[str, ...]) -> list[Word]:
+    """The arguments of the options ``spellings`` (``-o X``, ``-oX``, ``--output=X``,
+    ``--output X``)."""
+    out: list[Word] = []
+    for index, word in enumerate(args):
+        value = word.value
+        for option in spellings:
+            if value == option and index + 1 < len(args):
+                out.append(args[index + 1])
+            elif option.startswith("--") and value.startswith(option + "="):
+                out.append(Word(value[len(option) + 1 :], word.raw, word.dynamic))
+            elif len(option) == 2 and value.startswith(option) and len(value) > 2:
+                out.append(Word(value[2:], word.raw, word.dynamic))
+    return out
+
+
+def _edits_in_place(word: Word) -> bool:
+    """``-i``, ``-i.bak``, ``--in-place[=SUFFIX]``, or a cluster of short options with ``i``
+    before any option that takes an argument (``-ni``, ``-pi``, ``-Ei``)."""
+    value = word.value
+    if word.dynamic:
+        return True
+    if value.startswith("--in-place"):
+        return True
+    if not value.startswith("-") or value.startswith("--"):
+        return False
+    for letter in value[1:]:
+        if letter == "i":
+            return True
+        if letter in "efl":  # the rest is that option's argument
+            return False
+    return False
+
+
+def _find_writes(args: tuple[Word, ...]) -> list[Word]:
+    out: list[Word] = []
+    if any(w.value == "-delete" for w in args):
+        for word in args:  # the starting points, before the expression
+            if word.value.startswith(("-", "(", "!")) and not word.dynamic:
+                break
+            out.append(word)
+    for index, word in enumerate(args[:-1]):
+        if word.value in _FIND_OUTPUTS:
+            out.append(args[index + 1])
+    return out
+
+
+def _git_config_writes(args: tuple[Word, ...]) -> list[Word]:
+    """``git config`` that sets or removes a value writes the repository's ``.git/config`` (or
+    the ``--file`` it names)."""
+    directory = ""
+    git_dir = ""
+    i = 0
+    while i < len(args) and args[i].value.startswith("-"):
+        value = args[i].value
+        if value in _GIT_OPTIONS_WITH_ARGUMENT and i + 1 < len(args):
+            if value == "-C":
+                directory = os.path.join(directory, args[i + 1].value)
+            elif value == "--git-dir":
+                git_dir = args[i + 1].value
+            i += 2
+            continue
+        if value.startswith("--git-dir="):
+            git_dir = value.split("=", 1)[1]
+        i += 1
+    if i >= len(args) or args[i].value != "config":
+        return []
+    rest = args[i + 1 :]
+    values = [w.value for w in rest]
+    scoped = _option_values(rest, ("-f", "--file"))
+    if any(v in ("--global", "--system", "--blob") or v.startswith("--blob=") for v in values):
+        return []
+    if any(v in _GIT_READS for v in values):
+        return []
+    operands = [w for w in rest if not w.value.startswith("-")]
+    verb = operands[0].value if operands else ""
+    if verb in ("get", "list"):
+        return []
+    writes = verb in ("set", "unset", "rename-section", "remove-section", "edit")
+    writes = writes or len(operands) >= 2 or any(v in _GIT_WRITES for v in values)
+    if not writes:
+        return []
+    if scoped:
+        return scoped
+    target = os.path.join(git_dir, "config") if git_dir else os.path.join(directory, ".git/config")
+    return [Word(target, target)]
