@@ -46,7 +46,6 @@ from fastgate.locks import FileLockManager as FileLockManager
 from fastgate.locks import default_lock_manager as default_lock_manager
 from fastgate.locks import lock_key as lock_key
 from fastgate.permissions import DEFAULT_PROTECTED as DEFAULT_PROTECTED
-from fastgate.permissions import DEFAULT_PROTECTED as DEFAULT_PROTECTED
 from fastgate.permissions import DEFAULT_SENSITIVE as DEFAULT_SENSITIVE
 from fastgate.permissions import AuditEvent as AuditEvent
 from fastgate.permissions import AuditSink as AuditSink
