@@ -1,21 +1,32 @@
-"""``LocalShell`` leaves no survivors (SPEC §16 "Shell"): whatever a command started is gone
-when the call ends — exited, timed out, or cancelled by token or by task — and the test looks
-every pid up afterwards."""
+"""``LocalShell`` leaves no survivors (SPEC §16 "Shell", §22 "One supervisor"): whatever a
+command started is gone when the call ends — exited, timed out, or cancelled by token or by
+task — daemons that detached included, and the test looks every pid up afterwards. Its
+parent (the launcher) shows none of the server's secrets."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
 
-from fastgate import CancelToken, ErrorCode, PermissionMode
-from fastgate.builtin import LocalShell, _shell
-from fastgate.builtin._shell import _Run
+from fastgate import CancelToken, ErrorCode, ExecutionContext, PermissionMode
+from fastgate.builtin import LocalShell
+from fastgate.processes import _spawn
 from tests.builtin_kit import builtin_executor, gone
+from tests.processes_kit import (
+    DAEMONS,
+    alive,
+    compiled_launcher_fixture,  # noqa: F401  (the fixture "compiled_launcher")
+    daemon_script,
+    kill_all,
+    launcher_fixture,  # noqa: F401  (the fixture "launcher")
+    until_dead,
+)
 
 # Each case starts processes that record their pids (one line each) in ./pids; the number is
 # how many lines to wait for.
@@ -28,7 +39,7 @@ CASES: dict[str, tuple[str, int]] = {
     ),
     "child holding the pipe": ("setsid bash -c 'echo $$ >> pids; exec sleep 300' &", 1),
     "child ignoring TERM": ("(trap '' TERM; echo $BASHPID >> pids; exec sleep 300) &", 1),
-    "pipe holder without the marker": (
+    "pipe holder without a variable": (
         "(setsid env -i bash -c 'echo $$ >> pids; exec sleep 300' &)",
         1,
     ),
@@ -101,35 +112,48 @@ async def test_nothing_the_command_started_survives(workspace: Path, case: str, 
     await ends_everything(workspace, case, how)
 
 
-@pytest.mark.parametrize("case", list(CASES))
-@pytest.mark.parametrize("how", ["exit", "token"])
-async def test_the_portable_search_finds_the_same(
-    workspace: Path, case: str, how: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("case", list(DAEMONS))
+@pytest.mark.parametrize("how", ["exit", "timeout", "token", "task"])
+async def test_no_daemon_outlives_the_call(
+    workspace: Path, case: str, how: str, launcher: list[str]
 ) -> None:
-    # Where there is no /proc (macOS, the BSDs) processes are found through psutil.
-    monkeypatch.setattr(_shell, "_PROC", False)
-    await ends_everything(workspace, case, how)
+    # Each daemon leaves the command's session, drops every variable and lets go of the
+    # output pipe: nothing but its ancestry ties it to the call.
+    await stopped_by(workspace, how, lambda then, announce: daemon_script(case, then, announce))
+    pids = recorded(workspace)
+    try:
+        assert len(pids) == 2
+        assert [pid for pid in pids if alive(pid)] == []
+    finally:
+        kill_all(pids)
 
 
 async def ends_everything(workspace: Path, case: str, how: str) -> None:
-    announcing(workspace)
+    await stopped_by(workspace, how, lambda then, announce: command_for(case, then, announce))
+    pids = recorded(workspace)
+    assert len(pids) == CASES[case][1] + 1
+    assert [pid for pid in pids if not gone(pid)] == []
+    assert in_workspace(workspace) == []
+
+
+async def stopped_by(workspace: Path, how: str, command: Callable[[str, bool], str]) -> None:
+    """Run ``command(then, announce)`` through ``bash`` in ``workspace`` and let the call end
+    ``how``: the command exits (``exit``), its timeout passes, its token is cancelled, or its
+    task is (for the last two, once the command announced itself through ./ready)."""
     ex = builtin_executor(workspace, mode=PermissionMode.YOLO, cancel_grace=30.0)
+    announcing(workspace)
     if how == "exit":
-        result = await ex.execute("bash", {"command": command_for(case, "exit 0")})
+        result = await ex.execute("bash", {"command": command("exit 0", False)})
         assert result.ok, result.content
     elif how == "timeout":
-        args = {"command": command_for(case, "sleep 300"), "timeout": 2}
+        args = {"command": command("sleep 300", False), "timeout": 1}
         result = await ex.execute("bash", args)
         assert result.error is not None and result.error.code == ErrorCode.TIMEOUT, result
     elif how == "token":
-        from fastgate import ExecutionContext
-
         token = CancelToken()
         running = asyncio.ensure_future(
             ex.execute(
-                "bash",
-                {"command": command_for(case, "sleep 300", announce=True)},
-                ExecutionContext(cancel=token),
+                "bash", {"command": command("sleep 300", True)}, ExecutionContext(cancel=token)
             )
         )
         await until_ready(workspace)
@@ -137,17 +161,22 @@ async def ends_everything(workspace: Path, case: str, how: str) -> None:
         result = await running
         assert result.error is not None and result.error.code == ErrorCode.ABORTED, result
     else:
-        running = asyncio.ensure_future(
-            ex.execute("bash", {"command": command_for(case, "sleep 300", announce=True)})
-        )
+        running = asyncio.ensure_future(ex.execute("bash", {"command": command("sleep 300", True)}))
         await until_ready(workspace)
         running.cancel()
         with pytest.raises(asyncio.CancelledError):
             await running
-    pids = recorded(workspace)
-    assert len(pids) == CASES[case][1] + 1
-    assert [pid for pid in pids if not gone(pid)] == []
-    assert in_workspace(workspace) == []
+
+
+@pytest.mark.parametrize("case", ["background child", "nohup child", "child ignoring TERM"])
+@pytest.mark.parametrize("how", ["exit", "token"])
+async def test_without_a_launcher_the_process_group_is_ended(
+    workspace: Path, case: str, how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Where there are no subreapers (not Linux) the command's group is what is ended.
+    monkeypatch.setattr(_spawn, "launcher_command", lambda: None)
+    await stopped_by(workspace, how, lambda then, announce: command_for(case, then, announce))
+    await until_dead(recorded(workspace))  # signalled, but not ours to reap
 
 
 async def test_a_command_that_closed_its_output_and_runs_on_times_out(workspace: Path) -> None:
@@ -168,20 +197,22 @@ async def test_a_fork_loop_is_ended_whole(workspace: Path) -> None:
 
 
 async def test_reading_stops_in_bounded_time_when_a_holder_cannot_be_ended(
-    workspace: Path, monkeypatch: pytest.MonkeyPatch
+    workspace: Path,
 ) -> None:
-    # A holder none of the searches can see (here: the pipe search is switched off): the call
-    # still returns, after read_grace, with what was read.
-    monkeypatch.setattr(_Run, "_pipe_holders", lambda self: [])
+    # A command that kills its launcher (same user: the sandbox is what prevents it) leaves
+    # its detached daemon to init, out of reach; the daemon holds the output pipe, and the
+    # call still returns after read_grace with what was read.
     shell = LocalShell(read_grace=0.3)
     command = (
-        "echo out; (setsid env -i bash -c 'echo $$ > pids; exec sleep 300' &); " + WAIT.format(n=1)
+        "echo out; setsid -f sh -c 'echo $$ > pids; exec sleep 300'; "
+        + WAIT.format(n=1)
+        + "; kill -KILL $PPID; sleep 300"
     )
     result = await shell.run(command, cwd=str(workspace), timeout=60)
-    assert result.exit_code == 0
+    assert result.exit_code is None and not result.timed_out  # no status: its reporter died
     assert result.output == "out\n"
     (holder,) = recorded(workspace)
-    assert not gone(holder)  # it escaped: the limit the docs name
+    assert alive(holder)  # it escaped: the limit the docs name
     psutil.Process(holder).kill()
 
 
@@ -220,3 +251,58 @@ async def test_a_missing_program_or_directory_raises_oserror(workspace: Path) ->
 async def test_a_bad_timeout_is_refused(workspace: Path, bad: float) -> None:
     with pytest.raises(ValueError, match="timeout"):
         await LocalShell().run("true", cwd=str(workspace), timeout=bad)
+
+
+# -- the server's secrets ----------------------------------------------------------------------
+
+SECRET = "hunter2-proc-environ"
+# Each reads the environment of the command's parent (the secret must not be in it).
+SPELLINGS = {
+    "cat": "cat -v /proc/$PPID/environ",  # -v: NULs as ^@ (raw NULs make the output binary)
+    "tr": "tr '\\0' '\\n' < /proc/$PPID/environ",
+    "xargs": "xargs -0 -n1 < /proc/$PPID/environ",
+    "parent through status": (
+        "p=$(awk '/^PPid:/ {print $2}' /proc/$$/status); tr '\\0' '\\n' < /proc/$p/environ"
+    ),
+    "from a child, two up": (
+        'sh -c \'p=$(awk "/^PPid:/ {print \\$2}" /proc/$PPID/status); '
+        "cat -v /proc/$PPID/environ /proc/$p/environ'"
+    ),
+}
+
+
+@pytest.mark.parametrize("spelling", list(SPELLINGS))
+async def test_the_servers_secrets_are_not_in_the_parents_environment(
+    workspace: Path, spelling: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("FASTGATE_TEST_API_TOKEN", SECRET)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET + "-aws")
+    result = await LocalShell().run(SPELLINGS[spelling], cwd=str(workspace), timeout=60)
+    assert result.exit_code == 0, result.output
+    assert SECRET not in result.output
+    assert "PAGER=cat" in result.output  # it did read an environment: the filtered one
+
+
+async def test_every_ancestor_below_the_server_shows_only_the_filtered_environment(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Walking up from the command: every process between it and the server (its launcher)
+    # holds the filtered environment and a command line without secrets. The server itself,
+    # one step further, is readable by any process of its user: the sandbox hides it.
+    monkeypatch.setenv("FASTGATE_TEST_API_TOKEN", SECRET)
+    command = (
+        'p=$$; n=0; while [ "$p" != "$FASTGATE_TEST_SERVER" ] && [ "$p" -gt 1 ]; do '
+        "cat -v /proc/$p/environ /proc/$p/cmdline; echo; n=$((n + 1)); "
+        "p=$(awk '/^PPid:/ {print $2}' /proc/$p/status); done; echo walked $n to $p"
+    )
+    result = await LocalShell().run(
+        command,
+        cwd=str(workspace),
+        env={"FASTGATE_TEST_SERVER": str(os.getpid())},
+        timeout=60,
+    )
+    assert result.exit_code == 0, result.output
+    assert SECRET not in result.output
+    assert result.output.rstrip().endswith(f"to {os.getpid()}")  # it reached the server
+    walked = int(result.output.rsplit("walked ", 1)[1].split()[0])
+    assert walked >= 2  # the shell, then its launcher: the server is not the shell's parent

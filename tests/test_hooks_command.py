@@ -1,4 +1,5 @@
-"""``CommandHook``: the JSON protocol, fail-closed replies, and process-group cleanup."""
+"""``CommandHook``: the JSON protocol, fail-closed replies, and the end of every process a hook
+started (its group, and daemons that detached from it)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,15 @@ from fastgate.hooks import (
     run_pre_tool_use,
 )
 from fastgate.results import ErrorCode, ResultMeta, ToolError, ToolResult
+from tests.processes_kit import (
+    DAEMONS,
+    alive,
+    compiled_launcher_fixture,  # noqa: F401  (the fixture "compiled_launcher")
+    daemon_script,
+    kill_all,
+    launcher_fixture,  # noqa: F401  (the fixture "launcher")
+    recorded,
+)
 
 CTX = ExecutionContext(session_id="s1", turn_id="t1", agent_scope="main")
 
@@ -204,7 +214,7 @@ async def test_a_hook_that_ignores_a_large_stdin_is_fine() -> None:
     assert outcome.decision is None and outcome.failures == ()
 
 
-# -- timeouts and cancellation kill the whole process group --------------------------------------
+# -- timeouts and cancellation end every process ------------------------------------------------
 
 # The hook forks a child, which forks a grandchild; all three report their pids through a FIFO
 # and then sleep. Child and grandchild inherit stdout, so none of them may survive the hook.
@@ -320,6 +330,39 @@ async def test_stragglers_are_killed_after_a_clean_reply(pid_fifo: tuple[str, in
     outcome = await task
     assert outcome.decision is None and outcome.failures == ()
     _assert_all_gone(pids, leader=pids[0])
+
+
+@pytest.mark.parametrize("case", list(DAEMONS))
+@pytest.mark.parametrize("how", ["exit", "timeout", "cancel"])
+async def test_no_daemon_outlives_a_hook(
+    tmp_path: Path, case: str, how: str, launcher: list[str]
+) -> None:
+    # The daemon leaves the hook's session and lets go of its stdio: only its ancestry ties it
+    # to the hook. The hook then exits, times out, or its caller is cancelled.
+    os.mkfifo(tmp_path / "ready")
+    then = "exit 0" if how == "exit" else "sleep 300"
+    script = daemon_script(case, then, announce=how == "cancel")
+    hook = CommandHook(
+        ["bash", "-c", script], cwd=str(tmp_path), timeout=1 if how == "timeout" else 60
+    )
+    task = asyncio.create_task(run_one(hook))
+    if how == "cancel":
+        await asyncio.to_thread((tmp_path / "ready").read_bytes)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    else:
+        outcome = await task
+        if how == "exit":
+            assert outcome.decision is None and outcome.failures == ()
+        else:
+            assert outcome.decision is Decision.DENY and "timed out" in outcome.reason
+    pids = recorded(tmp_path)
+    try:
+        assert len(pids) == 2
+        assert [pid for pid in pids if alive(pid)] == []
+    finally:
+        kill_all(pids)
 
 
 # -- PostToolUse and PostToolUseFailure ----------------------------------------------------------

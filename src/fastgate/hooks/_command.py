@@ -6,10 +6,11 @@ Exit 0 with empty (or whitespace-only) stdout is "no opinion". A non-zero exit, 
 than ``max_output_bytes`` of output, or stdout that is not exactly one valid reply object raises
 ``HookFailed`` (the runner turns that into a deny for PreToolUse).
 
-The command runs in its own session, so its pid is also the id of a process group holding
-everything it spawned. Whatever happens (reply, failure, timeout, cancellation of the awaiting
-task) the whole group gets SIGKILL once the hook is over and the command is reaped before the call
-returns: a hook leaves no process and no zombie behind (``_process.py``).
+The command runs under a launcher that is its parent and the reaper of everything it starts,
+daemons that detach included (``fastgate.processes``). Whatever happens (reply, failure,
+timeout, cancellation of the awaiting task) every one of those processes gets SIGKILL once the
+hook is over and is reaped before the call returns: a hook leaves no process and no zombie
+behind (``_process.py``).
 """
 
 from __future__ import annotations
@@ -264,7 +265,7 @@ class CommandHook:
                 )
         except TimeoutError:
             raise HookFailed(
-                f"timed out after {self.timeout:g} s (its process group was killed)"
+                f"timed out after {self.timeout:g} s (every process it started was killed)"
             ) from None
         except OSError as exc:
             raise HookFailed(f"cannot start {self.argv[0]!r}: {exc}") from None

@@ -1,22 +1,23 @@
 """Run one short-lived command with bounded output, for command hooks.
 
-Spawned with ``subprocess.Popen`` (``close_fds=True``, ``start_new_session=True``) and driven by
-the running loop's ``add_reader``/``add_writer``, so asyncio and uvloop behave the same: uvloop's
-own ``subprocess_exec`` leaves extra copies of the stdio pipes in the child, which would let a
+Started through ``fastgate.processes`` (its launcher is the command's parent and the reaper of
+everything it starts, daemons that detach included) and driven by the running loop's
+``add_reader``/``add_writer``, so asyncio and uvloop behave the same: uvloop's own
+``subprocess_exec`` leaves extra copies of the stdio pipes in the child, which would let a
 background grandchild hold stdout open and turn a clean reply into a timeout.
 
-The command's pid is the id of its process group. Every way out of ``run_bounded`` (reply,
-failure, timeout, cancellation) SIGKILLs that group and reaps the command before returning.
+When the command exits, whatever it left running is killed at once; every other way out of
+``run_bounded`` (overflow, timeout, cancellation) kills the command and everything it started.
+Either way every process is gone and reaped before it returns.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import subprocess
 from collections.abc import Mapping, Sequence
-from contextlib import suppress
+
+from fastgate.processes import PIPE, Process, spawn
 
 _CHUNK = 65536
 
@@ -34,23 +35,23 @@ class CommandOutput:
 
 
 class _Run:
-    """The I/O of one process: feed stdin, drain stdout/stderr up to ``limit``, await exit."""
+    """The I/O of one process: feed stdin, drain stdout/stderr up to ``limit``, await the end
+    of the command and of everything it started."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], stdin: bytes, limit: int) -> None:
+    def __init__(self, process: Process, stdin: bytes, limit: int) -> None:
         self.loop = asyncio.get_running_loop()
-        self.proc = proc
+        self.process = process
         self.limit = limit
         self.out = CommandOutput()
-        self.finished = self.loop.create_future()  # output closed and process exited, or overflow
-        self.exited = self.loop.create_future()
+        self.finished = self.loop.create_future()  # output closed and processes ended, or overflow
+        self.ended: asyncio.Task[int | None] | None = None
         self.pending_input = memoryview(stdin)
-        assert proc.stdin and proc.stdout and proc.stderr
-        self.stdin_fd: int | None = proc.stdin.fileno()
+        assert process.stdin and process.stdout and process.stderr
+        self.stdin_fd: int | None = process.stdin.fileno()
         self.open_outputs = {
-            proc.stdout.fileno(): self.out.stdout,
-            proc.stderr.fileno(): self.out.stderr,
+            process.stdout.fileno(): self.out.stdout,
+            process.stderr.fileno(): self.out.stderr,
         }
-        self.pidfd: int | None = None
 
     def start(self) -> None:
         for fd in (self.stdin_fd, *self.open_outputs):
@@ -63,25 +64,11 @@ class _Run:
             self.loop.add_writer(self.stdin_fd, self._writable)
         else:
             self._close_stdin()
-        self._watch_exit()
+        self.ended = self.loop.create_task(self.process.wait())
+        self.ended.add_done_callback(self._on_end)
 
-    def _watch_exit(self) -> None:
-        try:
-            self.pidfd = os.pidfd_open(self.proc.pid)
-        except (AttributeError, OSError):  # no pidfd (not Linux, old kernel): a waiting thread
-            waiter = self.loop.run_in_executor(None, self.proc.wait)
-            waiter.add_done_callback(lambda _: self._on_exit())
-            return
-        self.loop.add_reader(self.pidfd, self._on_exit)
-
-    def _on_exit(self) -> None:
-        if self.pidfd is not None:
-            self.loop.remove_reader(self.pidfd)
-            os.close(self.pidfd)
-            self.pidfd = None
-        self.out.returncode = self.proc.wait()  # reaps: the process has already exited
-        if not self.exited.done():
-            self.exited.set_result(None)
+    def _on_end(self, _: object) -> None:
+        self.out.returncode = self.process.returncode
         self._maybe_finish()
 
     def _writable(self) -> None:
@@ -101,8 +88,8 @@ class _Run:
         if self.stdin_fd is not None:
             self.loop.remove_writer(self.stdin_fd)
             self.stdin_fd = None
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
+            assert self.process.stdin is not None
+            self.process.stdin.close()
 
     def _readable(self, fd: int) -> None:
         try:
@@ -128,7 +115,7 @@ class _Run:
         del self.open_outputs[fd]
 
     def _maybe_finish(self) -> None:
-        if not self.open_outputs and self.exited.done():
+        if not self.open_outputs and self.process.done():
             self._finish()
 
     def _finish(self) -> None:
@@ -136,19 +123,19 @@ class _Run:
             self.finished.set_result(None)
 
     async def stop(self) -> None:
-        """Kill the process group, reap the command, release every descriptor."""
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self._close_stdin()
-        for fd in list(self.open_outputs):
-            self._close_output(fd)
-        for stream in (self.proc.stdout, self.proc.stderr):
-            assert stream is not None
-            stream.close()
-        if not self.exited.done():
-            # The kill is sent, so this is short; shielded so a second cancellation cannot
-            # leave the command unreaped.
-            await asyncio.shield(self.exited)
+        """Kill every process (reaped before this returns), release every descriptor. A
+        second cancellation waits for that too."""
+        try:
+            await self.process.terminate_all(0)
+        finally:
+            if self.ended is not None:
+                self.ended.cancel()  # a no-op once it has seen the end
+            self._close_stdin()
+            for fd in list(self.open_outputs):
+                self._close_output(fd)
+            for stream in (self.process.stdout, self.process.stderr):
+                assert stream is not None
+                stream.close()
 
 
 async def run_bounded(
@@ -162,22 +149,11 @@ async def run_bounded(
     """Run ``argv`` until it exits and closes its output (or overflows ``limit`` on stdout).
 
     Raises ``OSError`` when it cannot start. Bound it with ``asyncio.timeout``: on cancellation
-    (a deadline included) the group is killed and the command reaped before ``CancelledError``
+    (a deadline included) every process is killed and reaped before ``CancelledError``
     propagates.
     """
-    # Popen's fork/exec is a short blocking call (vfork where possible), as in asyncio's own
-    # subprocess_exec; everything after it is non-blocking.
-    proc = subprocess.Popen(  # noqa: ASYNC220
-        list(argv),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=cwd,
-        env=env,
-        close_fds=True,
-        start_new_session=True,
-    )
-    run = _Run(proc, stdin, limit)
+    process = await spawn(argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, cwd=cwd, env=env, grace=0)
+    run = _Run(process, stdin, limit)
     try:
         run.start()
         await run.finished

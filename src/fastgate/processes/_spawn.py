@@ -1,0 +1,385 @@
+"""``spawn`` and ``Process``: a command, and every process it starts, from start to end.
+
+On Linux each command is started by a launcher (``_launcher.py``; its compiled twin
+``fastgate-launcher`` where the build made it) that is its parent: a child subreaper, so
+whatever the command starts stays the launcher's descendant however it detaches. The
+launcher's environment is the command's, so ``/proc/$PPID/environ`` seen from the command
+shows nothing the command could not see itself.
+
+Elsewhere (no subreapers) the command is started directly in a session of its own and its
+process group is what is ended: a process that leaves the group is out of reach there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from typing import IO, NamedTuple
+
+from fastgate._core import NO_EXTENSIONS, REQUIRE_EXTENSIONS
+
+PIPE = subprocess.PIPE
+DEVNULL = subprocess.DEVNULL
+STDOUT = subprocess.STDOUT
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+#: The compiled launcher (built by setup.py beside this module), and its pure twin.
+COMPILED_LAUNCHER = os.path.join(_HERE, "fastgate-launcher")
+PURE_LAUNCHER = os.path.join(_HERE, "_launcher.py")
+_SUBREAPERS = sys.platform.startswith("linux")
+_compiled_failed = False  # the compiled launcher could not be executed here (a noexec mount)
+
+Environment = Mapping[str, str] | Mapping[bytes, bytes]
+
+
+def launcher_command() -> list[str] | None:
+    """The command line that starts a launcher here: the compiled one when it was built (and
+    ``FASTGATE_NO_EXTENSIONS`` is not set), else the pure one; ``None`` where processes are
+    started directly (not Linux)."""
+    if not _SUBREAPERS:
+        return None
+    if not NO_EXTENSIONS and not _compiled_failed:
+        if os.access(COMPILED_LAUNCHER, os.X_OK):
+            return [COMPILED_LAUNCHER]
+        if REQUIRE_EXTENSIONS:
+            raise OSError(
+                errno.ENOENT,
+                "the compiled launcher is missing (FASTGATE_REQUIRE_EXTENSIONS is set)",
+                COMPILED_LAUNCHER,
+            )
+    if not sys.executable:
+        return None
+    return [sys.executable, "-I", "-S", "-B", PURE_LAUNCHER]
+
+
+def supervision() -> str:
+    """How commands are supervised here: ``"compiled launcher"``, ``"pure launcher"`` or
+    ``"process group"``."""
+    try:
+        command = launcher_command()
+    except OSError:
+        return "none (the compiled launcher is missing)"
+    if command is None:
+        return "process group"
+    return "compiled launcher" if command[0] == COMPILED_LAUNCHER else "pure launcher"
+
+
+async def spawn(
+    argv: Sequence[str],
+    *,
+    cwd: str | None = None,
+    env: Environment | None = None,
+    stdin: int | None = DEVNULL,
+    stdout: int | None = None,
+    stderr: int | None = None,
+    executable: str | None = None,
+    grace: float = 1.0,
+) -> Process:
+    """Start ``argv`` and return once it runs; raise ``OSError`` when it cannot be started.
+
+    ``stdin``/``stdout``/``stderr``: a descriptor, ``PIPE`` (then the ``Process`` holds the
+    other end), ``DEVNULL``, ``STDOUT`` (stderr only) or ``None`` (this process's own).
+    ``env``: the command's whole environment (``None``: this process's). ``executable``: the
+    program to run, ``argv[0]`` being only its name (looked up in ``env``'s ``PATH`` when it
+    holds no ``/``). ``grace``: when the command ends, or ``terminate_all()`` is called without
+    one, how long the processes left have between SIGTERM and SIGKILL.
+
+    Every ``Process`` must be awaited to its end (``wait()`` or ``terminate_all()``): that is
+    when the processes are reaped and the descriptors released.
+    """
+    args = [] if isinstance(argv, (str, bytes)) else list(argv)
+    if not args or not all(isinstance(arg, str) for arg in args):
+        raise TypeError("spawn: argv must be a non-empty list of strings")
+    if not grace >= 0:
+        raise ValueError(f"spawn: grace must be >= 0 seconds, got {grace!r}")
+    program = executable if executable is not None else args[0]
+    std = _Setup(stdin, stdout, stderr, cwd, env)
+    launcher = launcher_command()
+    if launcher is None:
+        return Process(std.popen(args, executable=program), -1, -1, grace, direct=True)
+    control_r, control_w = os.pipe()
+    report_r, report_w = os.pipe()
+    try:
+        popen = _start_launcher(launcher, [program, *args], grace, control_r, report_w, std)
+    except BaseException:
+        os.close(control_w)
+        os.close(report_r)
+        raise
+    finally:
+        os.close(control_r)
+        os.close(report_w)
+    process = Process(popen, control_w, report_r, grace, direct=False)
+    try:
+        await asyncio.shield(process._started)
+    except OSError as exc:
+        await process.wait()
+        process._close_pipes()
+        raise OSError(exc.errno, exc.strerror, program) from None
+    except BaseException:  # cancelled while it started: nothing may outlive the call
+        try:
+            await process.terminate_all(0)
+        finally:
+            process._close_pipes()
+        raise
+    return process
+
+
+class _Setup(NamedTuple):
+    """What the command starts with."""
+
+    stdin: int | None
+    stdout: int | None
+    stderr: int | None
+    cwd: str | None
+    env: Environment | None
+
+    def popen(
+        self, argv: list[str], *, executable: str | None = None, pass_fds: tuple[int, ...] = ()
+    ) -> subprocess.Popen[bytes]:
+        # Popen only forks and execs (no wait): what asyncio's own subprocess support does.
+        return subprocess.Popen(
+            argv,
+            executable=executable,
+            stdin=self.stdin,
+            stdout=self.stdout,
+            stderr=self.stderr,
+            cwd=self.cwd,
+            env=self.env,
+            pass_fds=pass_fds,
+            close_fds=True,
+            start_new_session=True,
+        )
+
+
+def _start_launcher(
+    launcher: list[str], command: list[str], grace: float, control: int, report: int, std: _Setup
+) -> subprocess.Popen[bytes]:
+    global _compiled_failed
+    argv = [*launcher, str(round(grace * 1000)), str(control), str(report), *command]
+    try:
+        return std.popen(argv, pass_fds=(control, report))
+    except OSError as exc:
+        if launcher[0] != COMPILED_LAUNCHER or exc.filename != COMPILED_LAUNCHER:
+            raise  # the directory or a descriptor, not the launcher
+    _compiled_failed = True  # e.g. installed on a noexec mount: the pure one from now on
+    pure = launcher_command()
+    assert pure is not None
+    return _start_launcher(pure, command, grace, control, report, std)
+
+
+class Process:
+    """One started command and everything it started.
+
+    ``pid``: the command's. ``returncode``: its status once it ended (an exit code, or minus
+    the signal that killed it; ``None`` while it runs, or when it could not be told). ``left``:
+    processes that could not be ended (the launcher may not signal them). ``stdin``,
+    ``stdout``, ``stderr``: the ends of the pipes asked with ``PIPE``.
+    """
+
+    __slots__ = (
+        "_buffer",
+        "_control",
+        "_direct",
+        "_ended",
+        "_ending",
+        "_exited",
+        "_grace",
+        "_loop",
+        "_pidfd",
+        "_popen",
+        "_report",
+        "_started",
+        "left",
+        "pid",
+        "returncode",
+        "stderr",
+        "stdin",
+        "stdout",
+    )
+
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        control: int,
+        report: int,
+        grace: float,
+        *,
+        direct: bool,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._popen = popen
+        self._control = control
+        self._report = report
+        self._grace = grace
+        self._direct = direct
+        self._buffer = b""
+        self._pidfd = -1
+        self._ending: asyncio.TimerHandle | None = None
+        self._started: asyncio.Future[None] = loop.create_future()
+        self._exited: asyncio.Future[None] = loop.create_future()  # the command itself
+        self._ended: asyncio.Future[None] = loop.create_future()  # and all it started
+        self.pid = popen.pid if direct else 0
+        self.returncode: int | None = None
+        self.left = 0
+        self.stdin: IO[bytes] | None = popen.stdin
+        self.stdout: IO[bytes] | None = popen.stdout
+        self.stderr: IO[bytes] | None = popen.stderr
+        if direct:
+            self._started.set_result(None)
+        else:
+            os.set_blocking(control, False)
+            os.set_blocking(report, False)
+            loop.add_reader(report, self._read_report)
+        self._watch_end()
+
+    @property
+    def supervisor_pid(self) -> int:
+        """The launcher's pid (the command's own where there is none)."""
+        return self._popen.pid
+
+    def done(self) -> bool:
+        """Whether every process is gone and reaped."""
+        return self._ended.done()
+
+    async def exited(self) -> int | None:
+        """Wait until the command itself ended (what it started may still be ending)."""
+        await asyncio.shield(self._exited)
+        return self.returncode
+
+    async def wait(self) -> int | None:
+        """Wait until the command and everything it started are gone; its status."""
+        await asyncio.shield(self._ended)
+        return self.returncode
+
+    async def terminate_all(self, grace: float | None = None) -> None:
+        """End every process: SIGTERM, then SIGKILL after ``grace`` (default: the spawn's;
+        ``0``: SIGKILL at once), and wait until all are gone. A cancellation of the caller
+        waits for that too, then propagates."""
+        grace = self._grace if grace is None else max(grace, 0.0)
+        if not self._ended.done():
+            if self._direct:
+                self._end_group(grace)
+            else:
+                try:
+                    os.write(self._control, f"T {round(grace * 1000)}\n".encode())
+                except OSError:
+                    pass  # the launcher is ending already
+        cancelled = False
+        while not self._ended.done():
+            try:
+                await asyncio.shield(self._ended)
+            except asyncio.CancelledError:
+                cancelled = True  # bounded: the launcher gives up on what it cannot end
+        if cancelled:
+            raise asyncio.CancelledError
+
+    def _close_pipes(self) -> None:
+        """When the caller never got this process: the pipes it would have owned."""
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+
+    # -- the launcher's reports ---------------------------------------------------------------
+
+    def _read_report(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self._report, 4096)
+            except BlockingIOError:
+                break
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._loop.remove_reader(self._report)
+                break
+            self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            self._on_line(line)
+
+    def _on_line(self, line: bytes) -> None:
+        kind, _, value = line.partition(b" ")
+        try:
+            number = int(value)
+        except ValueError:
+            return
+        if kind == b"S":
+            self.pid = number
+            _resolve(self._started)
+        elif kind == b"E" and not self._started.done():
+            self._started.set_exception(OSError(number, os.strerror(number)))
+        elif kind == b"X":
+            self.returncode = number
+            _resolve(self._exited)
+        elif kind == b"L":
+            self.left = number
+
+    # -- the end --------------------------------------------------------------------------------
+
+    def _watch_end(self) -> None:
+        """The launcher's exit (the command's, without one): a pidfd where the OS has them,
+        else a thread waiting."""
+        try:
+            self._pidfd = os.pidfd_open(self._popen.pid)
+        except (AttributeError, OSError):
+            waiting = self._loop.run_in_executor(None, self._popen.wait)
+            waiting.add_done_callback(lambda _: self._on_end())
+            return
+        self._loop.add_reader(self._pidfd, self._on_end)
+
+    def _on_end(self) -> None:
+        if self._pidfd >= 0:
+            self._loop.remove_reader(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = -1
+        status = self._popen.wait()  # it has exited: this only collects it
+        if self._ending is not None:
+            self._ending.cancel()
+        if self._direct:
+            self.returncode = status
+            _signal_group(self.pid, signal.SIGKILL)  # what is left of its group
+        else:
+            self._read_report()  # what it wrote before it exited
+            self._loop.remove_reader(self._report)
+            os.close(self._report)
+            os.close(self._control)
+            self._report = self._control = -1
+            if status != 0 and not self._exited.done() and self.pid:
+                # The launcher itself was killed (SIGKILL from outside): its command died with
+                # it; what is left of the command's group is ended here.
+                _signal_group(self.pid, signal.SIGKILL)
+        if not self._started.done():
+            self._started.set_exception(
+                OSError(errno.EIO, f"the launcher ended before the command started ({status})")
+            )
+            self._started.exception()  # retrieved here: spawn may no longer be waiting
+        _resolve(self._exited)
+        _resolve(self._ended)
+
+    def _end_group(self, grace: float) -> None:
+        """Without a launcher: the command's process group, TERM then KILL after ``grace``
+        (the KILL is called off when the command has ended: its group may be gone)."""
+        if grace == 0:
+            _signal_group(self.pid, signal.SIGKILL)
+            return
+        _signal_group(self.pid, signal.SIGTERM)
+        if self._ending is None:
+            self._ending = self._loop.call_later(grace, _signal_group, self.pid, signal.SIGKILL)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except OSError:
+        pass  # the group is empty
