@@ -28,8 +28,9 @@ CLAUDE_SETTINGS = {
 
 
 def fastgate_call(workspace: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    """The command with only the settings it is given (discovery has tests of its own)."""
     return subprocess.run(
-        [FASTGATE, "call", *argv, "--workspace", str(workspace)],
+        [FASTGATE, "call", *argv, "--workspace", str(workspace), "--no-discover"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -365,7 +366,7 @@ def test_prompt_asks_on_the_terminal(
     try:
         os.write(controller, f"{answer}\n".encode())
         done = subprocess.run(
-            [FASTGATE, "call", "bash", '{"command": "echo yes"}', "--json"],
+            [FASTGATE, "call", "bash", '{"command": "echo yes"}', "--json", "--no-discover"],
             cwd=workspace,
             stdin=terminal,
             capture_output=True,

@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import importlib
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable
+import warnings
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from fastgate import discovery
 
 OK, FAILED, USAGE, REFUSED, WOULD_ASK = 0, 1, 2, 3, 4
 SESSION = "fastgate-call"
@@ -34,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("arguments", help="its arguments as one JSON object")
     parser.add_argument("--workspace", metavar="DIR", help="default: the current directory")
     parser.add_argument(
-        "--mode", help="default, accept_edits, plan or yolo (default: the settings' defaultMode)"
+        "--mode",
+        help="default, accept_edits, plan, yolo or dont_ask, or Claude Code's names "
+        "(acceptEdits, bypassPermissions, dontAsk); default: the settings' defaultMode",
     )
     parser.add_argument(
         "--settings",
@@ -47,7 +53,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             f"--{kind}", action="append", default=[], metavar="RULE", help=f"an extra {kind} rule"
         )
-    parser.add_argument("--mcp-config", metavar="FILE", help="MCP servers to add ({mcpServers})")
+    parser.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        help="MCP servers to add ({mcpServers}; default: the workspace's .mcp.json)",
+    )
+    parser.add_argument(
+        "--no-discover",
+        action="store_true",
+        help="read only the --settings given, not the workspace's and the user's settings files",
+    )
     parser.add_argument(
         "--approve",
         choices=["prompt", "once", "session", "never"],
@@ -74,7 +89,7 @@ class _Setup:
     """Everything the call needs, checked before anything runs."""
 
     def __init__(self, args: argparse.Namespace) -> None:
-        from fastgate import PermissionConfig, PermissionMode
+        from fastgate import Hooks, PermissionConfig, PermissionMode
 
         try:
             self.arguments = json.loads(args.arguments)
@@ -84,8 +99,13 @@ class _Setup:
         if not workspace.is_dir():
             raise UsageError(f"the workspace {workspace} is not a directory")
         self.workspace = str(workspace.resolve())
+        discovered = [] if args.no_discover else discovery.settings_files(self.workspace)
+        self.settings_files: list[str] = [*discovered, *args.settings]
+        self.config_warnings: list[str] = []
         try:
-            self.settings = PermissionConfig.load(*args.settings)
+            with _config_warnings(self.config_warnings):
+                self.settings = PermissionConfig.load(*self.settings_files)
+                self.hooks = Hooks.load(*self.settings_files)
             self.extra = PermissionConfig(
                 allow=args.allow, ask=args.ask, deny=args.deny, sensitive=()
             )
@@ -102,6 +122,8 @@ class _Setup:
         self.approve = args.approve or ("prompt" if sys.stdin.isatty() else "never")
         self.dry_run: bool = args.dry_run
         self.mcp_config: str | None = args.mcp_config
+        if self.mcp_config is None and not args.no_discover:
+            self.mcp_config = discovery.mcp_config_file(self.workspace)
 
     def source_of(self, rule: str) -> str:
         """Where a matched rule came from, as the trail names it."""
@@ -124,9 +146,28 @@ class _Setup:
         from fastgate.permissions.dead_rules import dead_rule_warnings
 
         return [
+            *self.config_warnings,
             *self.settings.warnings(registry),
             *dead_rule_warnings(self.extra.all_rules, self._option_of, registry),
         ]
+
+
+@contextlib.contextmanager
+def _config_warnings(into: list[str]) -> Iterator[None]:
+    """Collect the loaders' ``FastgateConfigWarning``s (printed with the rest on stderr) and let
+    any other warning through as usual."""
+    from fastgate import FastgateConfigWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for warning in caught:
+        if issubclass(warning.category, FastgateConfigWarning):
+            into.append(str(warning.message))
+        else:
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
 
 
 def _merged(settings: Any, extra: Any) -> Any:
@@ -185,7 +226,8 @@ async def _with_mcp(
             f"available here: {exc}"
         ) from None
     try:
-        servers = mcp.load_mcp_config(setup.mcp_config)
+        with _config_warnings(setup.config_warnings):
+            servers = mcp.load_mcp_config(setup.mcp_config)
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     bridge = mcp.MCPBridge(registry, servers)
@@ -237,6 +279,7 @@ async def _run(setup: _Setup, registry: Any, name: str) -> dict[str, Any]:
         registry,
         permissions=setup.config,
         mode=setup.mode,
+        hooks=setup.hooks,
         scheduler=ConcurrencyScheduler(SchedulerLimits()),
         locks=FileLockManager(),
         context_defaults={"workspace_root": setup.workspace, "session_id": SESSION},
@@ -327,6 +370,8 @@ def _report(
     def step(stage: str, outcome: str, **extra: Any) -> None:
         trail.append({"stage": stage, "outcome": outcome, **extra})
 
+    read = [*setup.settings_files, *([setup.mcp_config] if setup.mcp_config else [])]
+    step("settings", ", ".join(read) if read else "no settings file read", files=read)
     if tool is None:
         step("lookup", f"no tool named {name}", ok=False)
     else:
