@@ -17,7 +17,8 @@ from fastgate.cancel import CancelToken
 if TYPE_CHECKING:
     from fastgate.approvals import ApprovalRequest, ApprovalResponse
 
-Approver = Callable[["ApprovalRequest"], Awaitable["ApprovalResponse"]]
+# async or plain: a plain function runs in a thread of its own (fastgate._approval)
+Approver = Callable[["ApprovalRequest"], "Awaitable[ApprovalResponse] | ApprovalResponse"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 # One bit per field a default can fill (see ``lacks_any``).
@@ -299,6 +300,18 @@ class RunContext:
                 "fastgate.builtin for the local one"
             )
         return factory(self.workspace_root or os.getcwd(), self.additional_dirs)
+
+    def checked_path(self, path: str) -> str:
+        """``path`` (a path argument of this call, as given) as the executor resolved it when it
+        checked the call (stage 5): absolute, every symlink followed. Writers change the file
+        there, following no symlink from there, so one that appeared since (while the user
+        decided, say) cannot redirect them. Outside an executor, or for a path the call did not
+        name: its canonical form now."""
+        from fastgate.paths import absolute_path, canonical_path
+
+        if not isinstance(path, str) or not path or "\x00" in path:
+            raise ValueError(f"not a usable path: {path!r}")
+        return canonical_path(absolute_path(self.workspace_root or os.getcwd(), path))
 
     def files_changed(self, paths: Iterable[str]) -> None:
         """Report paths this call wrote, created or deleted: they reach the executor's

@@ -41,28 +41,38 @@ _STRICTNESS = {Decision.ALLOW: 0, Decision.ASK: 1, Decision.DENY: 2}
 
 
 class PermissionMode(StrEnum):
-    """Defaults by tool kind when no rule decides (SPEC §5 table)."""
+    """Defaults by tool kind when no rule decides (SPEC §5 table). ``DONT_ASK`` never asks:
+    every ASK (of the mode, a rule, a sensitive or protected path, a hook) becomes DENY."""
 
     DEFAULT = "default"
     ACCEPT_EDITS = "accept_edits"
     PLAN = "plan"
     YOLO = "yolo"
+    DONT_ASK = "dont_ask"
 
     @classmethod
     def parse(cls, value: object, *, field: str = "mode") -> PermissionMode:
-        """A member, its value or its name in any case (Claude Code's ``acceptEdits`` and
-        ``bypassPermissions`` too)."""
+        """A member, its value or its name in any case and with or without ``_``/``-``
+        (``accept_edits``, ``acceptEdits``, ``DONTASK``), or Claude Code's ``bypassPermissions``
+        (YOLO)."""
         if isinstance(value, cls):
             return value
         if isinstance(value, str):
-            key = value.replace("-", "_").lower()
-            key = {"acceptedits": "accept_edits", "bypasspermissions": "yolo"}.get(key, key)
-            try:
-                return cls(key)
-            except ValueError:
-                pass
+            member = _MODE_SPELLINGS.get(value.replace("-", "").replace("_", "").lower())
+            if member is not None:
+                return member
         names = ", ".join(m.value for m in cls)
-        raise ValueError(f"{field}: unknown permission mode {value!r} (expected one of {names})")
+        raise ValueError(
+            f"{field}: unknown permission mode {value!r} (expected one of {names}, or Claude "
+            "Code's default, acceptEdits, plan, bypassPermissions, dontAsk)"
+        )
+
+
+# Every mode by its name squeezed (no ``_``/``-``, lower case), and Claude Code's names.
+_MODE_SPELLINGS: dict[str, PermissionMode] = {
+    **{m.value.replace("_", ""): m for m in PermissionMode},
+    "bypasspermissions": PermissionMode.YOLO,
+}
 
 
 class DecisionSource(StrEnum):

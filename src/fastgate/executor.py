@@ -47,6 +47,7 @@ from fastgate.locks import FileLockManager, default_lock_manager
 from fastgate.paths import (
     DeclaredPathsError,
     absolute_path,
+    canonical_path,
     consistent_paths,
     declared_paths,
     given_paths,
@@ -103,6 +104,7 @@ class _Call:
         "args",
         "attempts",
         "call_id",
+        "checked_paths",
         "ctx",
         "decision",
         "decision_source",
@@ -134,6 +136,8 @@ class _Call:
         self.decision_source: str | None = None
         self.additional_context: tuple[str, ...] = ()  # rarely added to: a tuple is cheaper
         self.lock_keys: tuple[str, ...] = ()
+        # (path as given made absolute, canonical) from stage 5: where the writers write.
+        self.checked_paths: tuple[tuple[str, str], ...] = ()
         self.recorded = False  # its tool-use record is in the store
         self.trace: CallTrace | None = None  # only when the executor has a tracer
         self.parent_execution_id: str | None = None  # the run_code call it came from
@@ -611,7 +615,9 @@ class ToolExecutor:
                         ctx.session_id,
                         call.execution_id,
                     )
-                    answer = await ask_approval(self.approvals, ctx, request, rule, reason)
+                    answer = await ask_approval(
+                        self.approvals, ctx, request, rule, reason, self.mode
+                    )
                     if call.trace is not None:
                         call.trace.approval = answer
                     if isinstance(answer, Refusal):
@@ -775,10 +781,11 @@ class ToolExecutor:
             return self._finalize(
                 call, ErrorCode.WORKTREE_VIOLATION, violation.message, details=details
             )
-        keys = [
-            lock_key(absolute_path(root, value)) for _, value in given if isinstance(value, str)
-        ]
+        absolutes = [absolute_path(root, value) for _, value in given if isinstance(value, str)]
+        keys = [lock_key(path) for path in absolutes]
         call.lock_keys = tuple(keys) if len(keys) == 1 else tuple(sorted(set(keys)))
+        # Resolved once above (the memo of consistent_paths): no system call here.
+        call.checked_paths = tuple([(path, canonical_path(path)) for path in absolutes])
         return None
 
     async def _conclude(

@@ -34,8 +34,8 @@ from fastgate.permissions.matching import (
     command_allowed_by,
     command_matches,
     key_matches,
-    project_rules_for,
 )
+from fastgate.permissions.project_rules import exact_rules_for
 from fastgate.permissions.rules import NO_RULES, Rule, ToolRules
 from fastgate.permissions.settings import SettingsCache, append_rules
 from fastgate.permissions.subjects import (
@@ -54,6 +54,8 @@ MODE_DEFAULTS: dict[PermissionMode, tuple[Decision, Decision, Decision]] = {
     PermissionMode.ACCEPT_EDITS: (Decision.ALLOW, Decision.ALLOW, Decision.ASK),
     PermissionMode.PLAN: (Decision.ALLOW, Decision.DENY, Decision.DENY),
     PermissionMode.YOLO: (Decision.ALLOW, Decision.ALLOW, Decision.ALLOW),
+    # Claude Code's dontAsk: only what is already allowed runs (every other ASK is refused too).
+    PermissionMode.DONT_ASK: (Decision.ALLOW, Decision.DENY, Decision.DENY),
 }
 _CACHE_LIMIT = 4096
 # Caches keyed by a tool definition hold it alive: kept small, so tools re-registered over a long
@@ -160,7 +162,10 @@ class PermissionResolver:
             decided = known[1]
         else:
             decided = self._rule_decision(tool, rules, subject, root)
-        return decided if decided is not None else self._mode_decision(tool, subject, ctx)
+        final = decided if decided is not None else self._mode_decision(tool, subject, ctx)
+        if final.decision is Decision.ASK and self.mode is PermissionMode.DONT_ASK:
+            return _never_asked(final)
+        return final
 
     def _rule_decision(
         self, tool: ToolDefinition, rules: ToolRules, subject: Subject, root: str
@@ -287,7 +292,7 @@ class PermissionResolver:
                 "a call touching a sensitive file or writing a protected one cannot be approved "
                 "for the project"
             )
-        new_rules = project_rules_for(tool.name, subject)
+        new_rules = exact_rules_for(tool.name, subject)  # never wider than the call
         append_rules(root, "allow", new_rules)
         self._settings.forget(root)
         return ", ".join(new_rules)
@@ -662,6 +667,15 @@ _MODE_REASONS: dict[tuple[PermissionMode, ToolKind], tuple[Decision, str]] = {
     for mode, defaults in MODE_DEFAULTS.items()
     for kind in ToolKind
 }
+
+
+def _never_asked(decided: RuleDecision) -> RuleDecision:
+    """DONT_ASK mode: a decision that would ask is refused instead (no prompt is ever shown)."""
+    return msgspec.structs.replace(
+        decided,
+        decision=Decision.DENY,
+        reason=f"DONT_ASK mode refuses what would need approval ({decided.reason})",
+    )
 
 
 def _shorten(key: str, limit: int = 200) -> str:
