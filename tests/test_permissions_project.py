@@ -59,14 +59,12 @@ def read_settings(root: Path) -> Any:
 
 def test_project_approval_is_honoured_by_a_new_resolver(tmp_path: Path) -> None:
     ctx = context(tmp_path)
-    args = {"command": "npm run build && make  check"}
+    args = {"command": "make  check"}
     first = new_resolver()
     assert first.decide(BASH, args, ctx).decision is Decision.ASK
     written = first.record_project_approval(BASH, args, ctx)
-    assert written == "Bash(npm run build), Bash(make check)"
-    assert read_settings(tmp_path) == {
-        "permissions": {"allow": ["Bash(npm run build)", "Bash(make check)"]}
-    }
+    assert written == "Bash(make check)"
+    assert read_settings(tmp_path) == {"permissions": {"allow": ["Bash(make check)"]}}
     for resolver in (first, new_resolver()):
         result = resolver.decide(BASH, args, ctx)
         assert result.decision is Decision.ALLOW
@@ -247,7 +245,11 @@ def test_project_rule_round_trips_any_words(tmp_path: Path, words: list[str]) ->
     root.mkdir(exist_ok=True)
     command = "prog " + " ".join(shlex.quote(w) for w in words)
     ctx = context(root)
-    written = new_resolver().record_project_approval(BASH, {"command": command}, ctx)
+    try:
+        written = new_resolver().record_project_approval(BASH, {"command": command}, ctx)
+    except ValueError:  # a word no rule can name exactly ('*', '$x'...): nothing is written
+        assert not os.path.exists(settings_path(str(root)))
+        return
     assert written.startswith("Bash(prog")
     assert new_resolver().decide(BASH, {"command": command}, ctx).decision is Decision.ALLOW
     other = new_resolver().decide(BASH, {"command": command + " extra"}, ctx)

@@ -282,7 +282,9 @@ def test_bare_rule_matches_every_call(tmp_path: Path) -> None:
 @pytest.mark.parametrize("mode", list(PermissionMode))
 def test_sensitive_paths_ask_in_every_mode(tmp_path: Path, path: str, mode: PermissionMode) -> None:
     result = resolve(READ, {"file_path": path}, tmp_path, mode=mode, allow=["Read"])
-    assert result.decision is Decision.ASK
+    # DONT_ASK never asks: what would ask is refused
+    asks = Decision.DENY if mode is PermissionMode.DONT_ASK else Decision.ASK
+    assert result.decision is asks
     assert result.source is DecisionSource.SENSITIVE
     assert result.sensitive
 
@@ -337,6 +339,7 @@ MODE_TABLE = {
     PermissionMode.ACCEPT_EDITS: (A, A, Q),
     PermissionMode.PLAN: (A, D, D),
     PermissionMode.YOLO: (A, A, A),
+    PermissionMode.DONT_ASK: (A, D, D),
 }
 
 
