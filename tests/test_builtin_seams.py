@@ -14,6 +14,7 @@ import pytest
 
 from fastgate import ExecutionContext, Hooks, PreToolUseEvent, RunContext
 from fastgate.builtin import FileSystem, LocalFileSystem, find_ripgrep
+from fastgate.builtin._fs import PathChanged
 from tests.builtin_kit import MemoryFileSystem, builtin_executor, call, failure_code, text
 
 
@@ -104,7 +105,14 @@ async def test_a_directory_swapped_after_the_check_cannot_carry_a_write_out(
         ex = builtin_executor(ws, hooks=_swap_hook(ws / "sub", outside))
         result = await call(ex, name, args)
         assert not result.ok, (name, result.content)
-        assert failure_code(result) == "outside_workspace", (name, result.content)
+        # A read follows links that stay inside; a change follows none (SPEC §16):
+        # apply_patch, which reads what it changes first, may be stopped by either.
+        expected = {
+            "read": {"outside_workspace"},
+            "write": {"path_changed"},
+            "apply_patch": {"outside_workspace", "path_changed"},
+        }[name]
+        assert failure_code(result) in expected, (name, result.content)
         assert sorted(os.listdir(outside)) == ["victim.txt"], name
         assert (outside / "victim.txt").read_text() == "precious\n"
 
@@ -126,9 +134,13 @@ async def test_local_file_system_refuses_what_leads_outside(tmp_path: Path) -> N
             raise AssertionError(f"{operation.__name__} followed a link out of the workspace")
     stat = await fs.stat(str(ws / "link.txt"))
     assert stat is not None and stat.is_symlink and stat.size == 0  # the target is not shown
-    # A link inside the workspace is written through, to its target, atomically.
-    await fs.write_bytes(str(ws / "inner.txt"), b"via link")
-    assert (ws / "real.txt").read_bytes() == b"via link" and (ws / "inner.txt").is_symlink()
+    # A change follows no symlink, even one inside: writers pass the canonical path.
+    (ws / "real.txt").write_bytes(b"kept")
+    with pytest.raises(PathChanged):
+        await fs.write_bytes(str(ws / "inner.txt"), b"via link")
+    assert (ws / "real.txt").read_bytes() == b"kept" and (ws / "inner.txt").is_symlink()
+    await fs.write_bytes(str(ws / "real.txt"), b"direct")
+    assert (ws / "real.txt").read_bytes() == b"direct"
     await fs.remove(str(ws / "inner.txt"))  # removes the link, not its target
     assert not (ws / "inner.txt").exists() and (ws / "real.txt").exists()
     os.mkfifo(ws / "fifo")
@@ -278,7 +290,7 @@ async def test_a_move_target_swapped_for_a_symlink_out_is_refused_and_keeps_the_
     assert not result.ok, result.content
     assert result.error is not None
     code, cause = failure_code(result), result.error.details.get("cause")
-    assert "outside_workspace" in (code, cause), result.content
+    assert {"outside_workspace", "path_changed"} & {code, cause}, result.content
     assert sorted(os.listdir(outside)) == ["victim.txt"]
     assert (outside / "victim.txt").read_text() == "precious\n"
     # The source is where it was, untouched: not deleted, not deleted and written back.

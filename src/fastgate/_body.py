@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from fastgate.context import RunContext
-from fastgate.paths import lock_key
+from fastgate.paths import absolute_path, lock_key
 
 if TYPE_CHECKING:
     from fastgate._holds import Holds
@@ -59,6 +59,14 @@ class BodyContext(RunContext):
         if keys:
             locks = self._executor.locks.acquire_keys(keys, self.execution_id)
             await self._holds.enter(locks, None)
+
+    def checked_path(self, path: str) -> str:
+        root = self.workspace_root or os.getcwd()
+        given = absolute_path(root, path)
+        for absolute, canonical in self._call.checked_paths:
+            if absolute == given:
+                return canonical
+        return RunContext.checked_path(self, path)  # a path stage 5 did not see
 
     def may_read(self, path: str) -> bool:
         plan = self._call.plan

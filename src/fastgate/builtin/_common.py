@@ -7,7 +7,13 @@ import os
 from typing import Any
 
 from fastgate.beneath import WorktreeEscape
-from fastgate.builtin._fs import FileStat, FileTooLarge, LocalFileSystem, NotARegularFile
+from fastgate.builtin._fs import (
+    FileStat,
+    FileTooLarge,
+    LocalFileSystem,
+    NotARegularFile,
+    PathChanged,
+)
 from fastgate.context import RunContext
 from fastgate.paths import canonical_path
 from fastgate.results import Failure
@@ -45,6 +51,18 @@ def ledger_key(fs: Any, path: str) -> str:
     return path
 
 
+async def write_target(ctx: RunContext, fs: Any, given: str) -> str:
+    """Where a writer changes the file the path argument ``given`` names. On the local disk:
+    the canonical path stage 5 checked (``RunContext.checked_path``), once no symlink has
+    appeared on it since (``PathChanged``; the write itself then follows none, so one that
+    appears later fails it too). On any other file system: the path made absolute."""
+    if not isinstance(fs, LocalFileSystem):
+        return absolute(ctx, given)
+    path = ctx.checked_path(given)
+    await fs.refuse_symlinks(path)
+    return path
+
+
 async def read_file(fs: Any, path: str) -> tuple[FileStat, bytes]:
     """The file's stat and bytes: one open on the local disk, stat then read elsewhere.
     Raises ``FileNotFoundError``, ``IsADirectoryError``, ``FileTooLarge``, ..."""
@@ -65,6 +83,13 @@ async def read_file(fs: Any, path: str) -> tuple[FileStat, bytes]:
 
 def os_failure(exc: OSError, name: str, doing: str) -> Failure:
     """An ``OSError`` of the file system as a failure naming the file and what to do."""
+    if isinstance(exc, PathChanged):
+        return Failure(
+            f"{name} was not {doing}: {exc.link} became a symlink after the call was checked, "
+            "and a change follows no symlink. Nothing was changed; look at the path and call "
+            "again.",
+            code="path_changed",
+        )
     if isinstance(exc, WorktreeEscape):
         return Failure(
             f"{name} is refused: it now leads outside the workspace ({exc}). Nothing was {doing}.",

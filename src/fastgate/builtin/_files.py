@@ -15,6 +15,7 @@ from fastgate.builtin._common import (
     read_file,
     shown,
     stale_failure,
+    write_target,
 )
 from fastgate.builtin._ledger import is_fresh, ledger_of
 from fastgate.builtin._text import (
@@ -120,10 +121,13 @@ def number_lines(text: str, offset: int, limit: int, name: str) -> Any:
 
 
 async def write(args: Any, ctx: RunContext) -> Any:
-    path = absolute(ctx, args["file_path"])
-    name = shown(ctx, path)
+    name = shown(ctx, absolute(ctx, args["file_path"]))
     content: str = args["content"]
     fs = ctx.fs
+    try:
+        path = await write_target(ctx, fs, args["file_path"])
+    except OSError as exc:
+        return os_failure(exc, name, "written")
     ledger = ledger_of(fs)
     key = ledger_key(fs, path)
     encoding: Encoding = PLAIN_UTF8
@@ -180,8 +184,7 @@ async def _remember_written(ctx: RunContext, fs: Any, path: str, key: str, data:
 
 
 async def edit(args: Any, ctx: RunContext) -> Any:
-    path = absolute(ctx, args["file_path"])
-    name = shown(ctx, path)
+    name = shown(ctx, absolute(ctx, args["file_path"]))
     old_string: str = args["old_string"].replace("\r\n", "\n")
     new_string: str = args["new_string"].replace("\r\n", "\n")
     replace_all: bool = args.get("replace_all", False)
@@ -197,6 +200,10 @@ async def edit(args: Any, ctx: RunContext) -> Any:
             code="empty_old_string",
         )
     fs = ctx.fs
+    try:
+        path = await write_target(ctx, fs, args["file_path"])
+    except OSError as exc:
+        return os_failure(exc, name, "changed")
     ledger = ledger_of(fs)
     key = ledger_key(fs, path)
     try:

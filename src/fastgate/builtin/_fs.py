@@ -5,10 +5,14 @@ sandbox or an in-memory tree instead of the disk. Every method is async and take
 that stage 5 already checked; errors are the ``OSError`` subclasses Python uses
 (``FileNotFoundError``, ``IsADirectoryError``, ``NotADirectoryError``, ``PermissionError``).
 
-``LocalFileSystem`` checks again at use: each path is opened component by component beneath the
-allowed roots (``fastgate.beneath.open_beneath``), so a directory swapped for a symlink to the
-outside after stage 5 cannot carry a read or a write out, and every operation then works on the
-descriptor it opened. Blocking calls run in the loop's default executor.
+``LocalFileSystem`` checks again at use. Reads open each path component by component beneath the
+allowed roots (``fastgate.beneath.open_beneath``), following symlinks only while they stay inside,
+so a directory swapped for a symlink to the outside after stage 5 cannot carry a read out.
+Changes (``write_bytes``, ``remove``) follow no symlink at all: the writers pass the canonical
+path stage 5 resolved (``RunContext.checked_path``), and every component of it is opened with
+``O_NOFOLLOW`` from ``/`` down, so a symlink that appeared since, pointing inside the workspace or
+out, makes the change fail with ``PathChanged`` before anything is written. Every operation then
+works on the descriptor it opened. Blocking calls run in the loop's default executor.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from fastgate.beneath import WorktreeEscape, open_beneath
-from fastgate.worktree import MAX_SYMLINKS, _roots, is_within
+from fastgate.worktree import MAX_SYMLINKS, WorktreeViolation, _or, _roots, is_within
 
 T = TypeVar("T")
 _O_PATH = getattr(os, "O_PATH", 0)
@@ -60,11 +64,13 @@ class FileSystem(Protocol):
 
     async def write_bytes(self, path: str, data: bytes) -> None:
         """Replace the file atomically (readers see the old or the new bytes, never a mix);
-        missing parent directories are created."""
+        missing parent directories are created. The local file system follows no symlink on
+        ``path`` (``PathChanged``): writers pass the path stage 5 resolved."""
         ...
 
     async def remove(self, path: str) -> None:
-        """Delete a file (a symlink itself, not its target); never a directory."""
+        """Delete a file (a symlink itself, not its target); never a directory. The local file
+        system follows no symlink on ``path``'s directories (``PathChanged``)."""
         ...
 
     async def list_dir(self, path: str) -> list[str]:
@@ -79,6 +85,15 @@ class FileTooLarge(OSError):
         super().__init__(errno.EFBIG, f"{size} bytes, over the {limit} bytes read at once", path)
         self.size = size
         self.limit = limit
+
+
+class PathChanged(OSError):
+    """A symlink is on a path a change was to follow no symlink on: one appeared after the call
+    was checked (nothing was changed)."""
+
+    def __init__(self, path: str, link: str) -> None:
+        super().__init__(errno.ELOOP, f"{link} is now a symlink", path)
+        self.link = link
 
 
 class NotARegularFile(OSError):
@@ -136,6 +151,12 @@ class LocalFileSystem:
 
     async def remove(self, path: str) -> None:
         await _offload(self.remove_now, path)
+
+    async def refuse_symlinks(self, path: str) -> None:
+        """Raise ``PathChanged`` when a component of ``path`` (the last included) is a symlink,
+        ``WorktreeEscape`` when ``path`` is outside the roots: what a writer checks before it
+        reads the file it is about to change. Missing components are fine."""
+        await _offload(self.refuse_symlinks_now, path)
 
     async def list_dir(self, path: str) -> list[str]:
         return await _offload(self.list_now, path)
@@ -195,13 +216,15 @@ class LocalFileSystem:
             os.close(fd)
 
     def write_now(self, path: str, data: bytes) -> None:
-        parent, name = self._parent(path, follow_last=True, create=True)
+        parent, name = self._pinned_parent(path, create=True)
         temp = None
         try:
             try:
                 old = os.stat(name, dir_fd=parent, follow_symlinks=False)
             except FileNotFoundError:
                 old = None
+            if old is not None and stat_.S_ISLNK(old.st_mode):
+                raise PathChanged(path, path)
             if old is not None and stat_.S_ISDIR(old.st_mode):
                 raise IsADirectoryError(errno.EISDIR, "is a directory", path)
             if old is not None and not stat_.S_ISREG(old.st_mode):
@@ -237,7 +260,7 @@ class LocalFileSystem:
             os.close(parent)
 
     def remove_now(self, path: str) -> None:
-        parent, name = self._parent(path, follow_last=False)
+        parent, name = self._pinned_parent(path, create=False)
         try:
             own = os.stat(name, dir_fd=parent, follow_symlinks=False)
             if stat_.S_ISDIR(own.st_mode):
@@ -245,6 +268,20 @@ class LocalFileSystem:
             os.unlink(name, dir_fd=parent)
         finally:
             os.close(parent)
+
+    def refuse_symlinks_now(self, path: str) -> None:
+        try:
+            parent, name = self._pinned_parent(path, create=False)
+        except FileNotFoundError:
+            return  # a directory on the way is missing: nothing there can be a symlink
+        try:
+            own = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        finally:
+            os.close(parent)
+        if stat_.S_ISLNK(own.st_mode):
+            raise PathChanged(path, path)
 
     def list_now(self, path: str) -> list[str]:
         fd = self._open(path, _DIR_FLAGS)
@@ -272,17 +309,17 @@ class LocalFileSystem:
     def _open(self, path: str, flags: int) -> int:
         return open_beneath(path, flags, self._root, self._dirs)
 
-    def _parent(self, path: str, *, follow_last: bool, create: bool = False) -> tuple[int, str]:
+    def _parent(self, path: str, *, follow_last: bool) -> tuple[int, str]:
         """(a descriptor of the directory holding ``path``, opened beneath the roots; the name
         in it). ``follow_last`` follows a symlink at the end (within the roots) to the file it
-        names; ``create`` makes missing directories, beneath the roots too."""
+        names."""
         links = 0
         while True:
             directory, name = os.path.split(os.path.normpath(path))
             if name in ("", ".", ".."):
                 raise IsADirectoryError(errno.EISDIR, "is a directory", path)
             try:
-                parent = self._make_dirs(directory) if create else self._open(directory, _DIR_FLAGS)
+                parent = self._open(directory, _DIR_FLAGS)
             except WorktreeEscape:
                 if self._is_root(path):
                     raise _RootItself(path) from None
@@ -306,34 +343,33 @@ class LocalFileSystem:
             os.close(parent)
             path = os.path.normpath(os.path.join(base, target))
 
-    def _make_dirs(self, directory: str) -> int:
-        """Open ``directory`` beneath the roots, creating what is missing of it, one component
-        at a time, each inside a directory already opened beneath them."""
-        missing: list[str] = []
-        current = directory
-        while True:
-            try:
-                fd = self._open(current, _DIR_FLAGS)
-                break
-            except FileNotFoundError:
-                current, name = os.path.split(current)
-                if not name:
-                    raise
-                missing.append(name)
+    def _pinned_parent(self, path: str, *, create: bool) -> tuple[int, str]:
+        """(a descriptor of the directory holding ``path``; the name in it), every directory
+        opened from ``/`` down with ``O_NOFOLLOW``: the path is taken as it is, a symlink on
+        it raises ``PathChanged``. ``path`` must lie inside the roots as written (it names
+        what it names: no symlink is followed); ``create`` makes the missing directories
+        below the root."""
+        if not os.path.isabs(path):
+            raise ValueError(f"expected an absolute path, got {path!r}")
+        path = os.path.normpath(path)
+        directory, name = os.path.split(path)
+        if name in ("", ".", ".."):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        root = next((r for r in self.roots if is_within(path, r) and path != r), None)
+        if root is None:
+            if path in self.roots:
+                raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+            raise WorktreeEscape(_outside(path, self.roots))
+        parts = [p for p in directory.split("/") if p]
+        existing = len([p for p in root.split("/") if p])  # the root and above: never made
+        fd = os.open("/", _DIR_FLAGS)
         try:
-            for name in reversed(missing):
-                try:
-                    os.mkdir(name, 0o777, dir_fd=fd)
-                except FileExistsError:
-                    pass
-                # O_NOFOLLOW: a symlink planted in its place meanwhile is refused, not followed
-                child = os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=fd)
-                os.close(fd)
-                fd = child
+            for depth, part in enumerate(parts):
+                fd = _replace(fd, _open_dir_pinned(fd, part, path, create and depth >= existing))
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        return fd, name
 
     def _is_root(self, path: str) -> bool:
         try:
@@ -345,6 +381,53 @@ class LocalFileSystem:
 
 class _RootItself(Exception):
     """``_parent`` of an allowed root: its directory lies outside the roots."""
+
+
+def _open_dir_pinned(parent: int, name: str, path: str, create: bool) -> int:
+    """The directory ``name`` in ``parent``, opened without following a symlink (made first
+    when missing and ``create``)."""
+    try:
+        return os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent)
+    except FileNotFoundError:
+        if not create:
+            raise
+    except OSError as exc:
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP) and _is_symlink(parent, name):
+            raise PathChanged(path, _descriptor_child(parent, name)) from None
+        raise
+    try:
+        os.mkdir(name, 0o777, dir_fd=parent)
+    except FileExistsError:
+        pass  # made meanwhile: opened like any other, a symlink refused
+    try:
+        return os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTDIR, errno.ELOOP) and _is_symlink(parent, name):
+            raise PathChanged(path, _descriptor_child(parent, name)) from None
+        raise
+
+
+def _is_symlink(parent: int, name: str) -> bool:
+    try:
+        return stat_.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+def _descriptor_child(parent: int, name: str) -> str:
+    base = _descriptor_path(parent)
+    return name if base is None else os.path.join(base, name)
+
+
+def _replace(old: int, new: int) -> int:
+    os.close(old)
+    return new
+
+
+def _outside(path: str, roots: tuple[str, ...]) -> WorktreeViolation:
+    reason = "it is outside the workspace"
+    message = f"path {path!r} is refused: {reason}. Use a path inside {_or(roots)}."
+    return WorktreeViolation("path", path, path, roots, reason, message)
 
 
 def _file_stat(st: os.stat_result, is_symlink: bool) -> FileStat:
