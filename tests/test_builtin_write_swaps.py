@@ -227,3 +227,21 @@ async def test_a_link_repointed_meanwhile_does_not_move_the_write(tmp_path: Path
     assert result.ok, text(result)
     assert (first / "guide.md").read_text() == EVIL
     assert (second / "guide.md").read_text() == ORIGINAL
+
+
+async def test_a_workspace_reached_through_a_symlink_is_written_in(tmp_path: Path) -> None:
+    # The roots are trusted as given: only what lies below them is taken without links.
+    real_ws = tmp_path / "real"
+    real_ws.mkdir()
+    (real_ws / "a.txt").write_text("a\n")
+    linked = tmp_path / "linked"
+    os.symlink(real_ws, linked)
+    ex = builtin_executor(linked)
+    assert (await call(ex, "read", {"file_path": "a.txt"})).ok
+    assert (await call(ex, "write", {"file_path": "a.txt", "content": "A\n"})).ok
+    assert (await call(ex, "write", {"file_path": str(linked / "new/b.txt"), "content": "b"})).ok
+    patch = "*** Begin Patch\n*** Add File: c.txt\n+c\n*** Delete File: new/b.txt\n*** End Patch"
+    patched = await call(ex, "apply_patch", {"patch": patch})
+    assert patched.ok, text(patched)
+    assert (real_ws / "a.txt").read_text() == "A\n" and (real_ws / "c.txt").read_text() == "c\n"
+    assert not (real_ws / "new" / "b.txt").exists() and linked.is_symlink()

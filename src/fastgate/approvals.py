@@ -24,9 +24,11 @@ class ApprovalRequest(msgspec.Struct, frozen=True):
 
 
 class ApprovalResponse(msgspec.Struct, frozen=True):
-    """``scope``: ``"once"`` (this call), ``"session"`` (this call's session, in the store's
-    memory) or ``"project"`` (an allow rule appended to
-    ``<workspace>/.fastgate/settings.local.json``)."""
+    """What an approver (``ExecutionContext.approver``: an async or a plain function of the
+    ``ApprovalRequest``) answers. ``scope``: ``"once"`` (this call), ``"session"`` (this call's
+    session, in the store's memory) or ``"project"`` (an allow rule matching exactly this call,
+    appended to ``<workspace>/.fastgate/settings.local.json``; kept for the session instead
+    when no rule can name only this call)."""
 
     approved: bool
     scope: ApprovalScope = "once"
@@ -44,8 +46,9 @@ class ApprovalStore:
     One store may serve many sessions (one executor for a whole server): an approval given in one
     session never covers another, and one session's open prompt never holds back another
     session's. Share a store between the executors of one session so an approval given to one
-    agent holds for its sub-agents too. Session approvals never cover DENY rules or sensitive
-    paths.
+    agent holds for its sub-agents too. A session approval only stands for an ASK of the mode's
+    default: never a DENY, an ASK rule, a sensitive or protected path, or a hook's ask (those
+    are asked every time).
     """
 
     __slots__ = ("_approved", "_guard", "_prompt_locks")

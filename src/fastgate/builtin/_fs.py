@@ -351,7 +351,7 @@ class LocalFileSystem:
         below the root."""
         if not os.path.isabs(path):
             raise ValueError(f"expected an absolute path, got {path!r}")
-        path = os.path.normpath(path)
+        path = self._on_canonical_root(os.path.normpath(path))
         directory, name = os.path.split(path)
         if name in ("", ".", ".."):
             raise IsADirectoryError(errno.EISDIR, "is a directory", path)
@@ -370,6 +370,19 @@ class LocalFileSystem:
             os.close(fd)
             raise
         return fd, name
+
+    def _on_canonical_root(self, path: str) -> str:
+        """``path`` under a root spelt as given (a workspace reached through a symlink), moved
+        to that root's canonical form, resolved when this file system was made: the roots are
+        trusted, only what lies below them is taken as written."""
+        for given in (self._root, *self._dirs):
+            spelt = os.path.normpath(os.path.abspath(given))
+            if spelt != "/" and is_within(path, spelt):
+                canonical = _roots(given, ())
+                if canonical and canonical[0] != spelt:
+                    return canonical[0] + path[len(spelt) :]
+                return path
+        return path
 
     def _is_root(self, path: str) -> bool:
         try:
