@@ -101,7 +101,9 @@ class ClusterStats(msgspec.Struct, frozen=True):
     ``allotment_*``: this worker's current share of each limit (its lease, or the fallback when
     ``degraded``). ``lease_age_s``/``lease_remaining_s``: since the lease was asked for and until
     this worker stops admitting on it (None without a lease). ``redis_round_trips``: refreshes
-    sent to Redis (each one script call), ``refresh_failures`` the ones that failed.
+    sent to Redis (each one script call), ``refresh_failures`` the ones that failed. Sessions
+    and pools are keyed by their id when it is short printable text, else by an escaped, cut
+    form that stays distinct (``fastgate.cluster._names.shown``).
     """
 
     namespace: str

@@ -5,6 +5,9 @@ every ``refresh_interval`` and sooner when a session it has no share for shows u
 past what Redis last saw. The allotment is applied to the local scheduler core as its limits, so
 admission itself never waits on Redis; the core also checks the lease's end on every admission,
 on the worker's own monotonic clock, so a worker that was frozen admits nothing on a stale lease.
+
+Sessions and pools are named in Redis by ``_names.redis_name``, never by what the caller chose:
+every report then decodes in the script, whatever the ids hold.
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from fastgate._types import AsyncHold
+from fastgate.cluster._names import redis_name, shown
 from fastgate.cluster._script import REFRESH_LUA
 from fastgate.kinds import ToolKind
 from fastgate.scheduler import ClusterStats
@@ -53,7 +57,7 @@ def _seconds(name: str, value: object) -> float:
 class _Lease:
     """An allotment Redis granted, and when (local clock) it was asked for and runs out."""
 
-    __slots__ = ("asked_at", "epoch", "global_", "kinds", "pools", "sessions", "until")
+    __slots__ = ("asked_at", "epoch", "global_", "kinds", "pools", "sessions", "shown", "until")
 
     def __init__(
         self,
@@ -72,6 +76,7 @@ class _Lease:
         self.asked_at = asked_at
         self.until = until
         self.epoch = epoch
+        self.shown: dict[str, int] = {}  # the session shares by readable name, for stats()
 
 
 class RedisCluster:
@@ -95,6 +100,10 @@ class RedisCluster:
             raise ValueError(f"url: expected a redis:// rediss:// or unix:// URL, got {url!r}")
         if type(namespace) is not str or not namespace:
             raise ValueError(f"namespace: expected a non-empty string, got {namespace!r}")
+        try:
+            namespace.encode("utf-8")  # its keys and channel are sent as UTF-8
+        except UnicodeEncodeError:
+            raise ValueError(f"namespace: not valid UTF-8 text: {namespace!r}") from None
         self.url = url
         self.namespace = namespace
         self.lease_ttl = _seconds("lease_ttl", lease_ttl)
@@ -125,7 +134,7 @@ class RedisCluster:
         self._lease: _Lease | None = None
         self._caps: dict[Hashable, int] = {}  # the lease's session shares, by local session id
         self._seen: dict[Hashable, None] = {}  # sessions that asked for a slot since the report
-        self._reported: dict[str, int] = {}  # session demand in the last report
+        self._reported: dict[Hashable, int] = {}  # session demand in the last report
         self._workers = 0
         self._grace = False
         self._short = False
@@ -215,7 +224,7 @@ class RedisCluster:
         kinds: list[int]
         if lease is not None and now < lease.until:
             allot_global, kinds = lease.global_, lease.kinds
-            pools, sessions = lease.pools, lease.sessions
+            pools, sessions = self._local_pools(lease), lease.shown
         elif self._fallback:
             allot_global, kinds, pools = self._fallback_caps()
             sessions = {}
@@ -232,7 +241,7 @@ class RedisCluster:
             lease_remaining_s=None if lease is None else max(0.0, lease.until - now),
             allotment_global=allot_global if core is not None else 0,
             allotment_by_kind={kind.name: kinds[kind] for kind in KINDS},
-            allotment_by_pool=dict(pools),
+            allotment_by_pool={shown(name): share for name, share in pools.items()},
             allotment_by_session=dict(sessions),
             redis_round_trips=self._round_trips,
             refresh_failures=self._failures,
@@ -306,7 +315,7 @@ class RedisCluster:
         limit = self._limits().session_limit
         reported = self._reported
         for sid, waiting in queued.items():
-            if min(waiting + in_flight.get(sid, 0), limit) > reported.get(str(sid), 0):
+            if min(waiting + in_flight.get(sid, 0), limit) > reported.get(sid, 0):
                 return True
         return False
 
@@ -315,6 +324,7 @@ class RedisCluster:
         return self._scheduler.limits
 
     def _report(self, now: float) -> tuple[str, dict[str, Hashable]]:
+        """The report as sent (JSON), and the local session of each session name in it."""
         core = self._core
         lim = self._limits()
         in_flight, queued = core.session_counts()
@@ -323,28 +333,34 @@ class RedisCluster:
         names: dict[str, Hashable] = {}
         demand: dict[str, int] = {}
         use: dict[str, int] = {}
+        reported: dict[Hashable, int] = {}
         for sid in {**self._seen, **dict.fromkeys(in_flight), **dict.fromkeys(queued)}:
-            name = str(sid)
+            name = redis_name(sid)
             names[name] = sid
             running = in_flight.get(sid, 0)
-            demand[name] = min(running + queued.get(sid, 0), lim.session_limit)
+            demand[name] = reported[sid] = min(running + queued.get(sid, 0), lim.session_limit)
             if running:
                 use[name] = running
         self._seen.clear()
-        self._reported = demand
+        self._reported = reported
         report: dict[str, Any] = {
             "lim": {
                 "g": lim.global_limit,
                 "s": lim.session_limit,
                 "k": [lim.limit_for(kind) for kind in KINDS],
-                "p": dict(lim.pool_limits),
+                "p": _pool_names(lim.pool_limits),
             },
             "dem": {
                 "s": demand,
                 "k": [kind_in[i] + kind_queued[i] for i in range(3)],
-                "p": {name: pool_in[name] + pool_queued[name] for name in pool_in},
+                "p": {redis_name(name): pool_in[name] + pool_queued[name] for name in pool_in},
             },
-            "use": {"g": int(core.in_flight), "s": use, "k": list(kind_in), "p": pool_in},
+            "use": {
+                "g": int(core.in_flight),
+                "s": use,
+                "k": list(kind_in),
+                "p": _pool_names(pool_in),
+            },
         }
         lease = self._lease
         report["ri"] = int(self.refresh_interval * 1000)
@@ -366,7 +382,7 @@ class RedisCluster:
                 "g": global_,
                 "s": dict.fromkeys(demand, per_session),
                 "k": kinds,
-                "p": pools,
+                "p": _pool_names(pools),
             }
         return json.dumps(report, separators=(",", ":")), names
 
@@ -380,6 +396,9 @@ class RedisCluster:
             raw = await self._script(
                 keys=self._keys, args=[self.worker_id, ttl_ms, body, "refresh", self._channel]
             )
+        except ResponseError as exc:  # it answered, with an error: not a connection problem
+            self._failed(f"redis refused the refresh: {exc}")
+            return
         except (TimeoutError, RedisError, OSError) as exc:
             self._failed(f"redis unreachable: {type(exc).__name__}: {exc}")
             return
@@ -469,13 +488,20 @@ class RedisCluster:
         self._set(0, [0, 0, 0], pools, self._caps, 0.0)
 
     def _apply_lease(self, lease: _Lease, names: dict[str, Hashable]) -> None:
+        """Apply the shares Redis granted, each session's to the local session of that name
+        (the script grants shares only to sessions of this worker's report)."""
         caps = self._caps
         caps.clear()
         for name, share in lease.sessions.items():
-            sid = names.get(name, name)
-            caps[sid] = share
-        pools = {name: lease.pools.get(name, 0) for name in self._limits().pool_limits}
-        self._set(lease.global_, lease.kinds, pools, caps, lease.until)
+            if name in names:
+                sid = names[name]
+                caps[sid] = share
+                lease.shown[shown(sid)] = share
+        self._set(lease.global_, lease.kinds, self._local_pools(lease), caps, lease.until)
+
+    def _local_pools(self, lease: _Lease) -> dict[str, int]:
+        """The lease's pool shares by local pool name (Redis knows them by ``redis_name``)."""
+        return {name: lease.pools.get(redis_name(name), 0) for name in self._limits().pool_limits}
 
     def _set(
         self,
@@ -487,6 +513,11 @@ class RedisCluster:
     ) -> None:
         core = self._core
         core.wake(core.set_limits(global_, kinds, list(pools.items()), caps, until))
+
+
+def _pool_names(by_pool: Any) -> dict[str, int]:
+    """Counts per pool, keyed by the pools' names in Redis."""
+    return {redis_name(name): count for name, count in by_pool.items()}
 
 
 def _cause(reason: str) -> str:
