@@ -52,10 +52,10 @@ class SchedulerLimits:
     ``pool_limits`` caps the slots of each named pool (a slot names at most one, e.g. every call
     to one MCP server); a pool with no entry adds no limit.
     ``max_queue`` bounds the requests queued in the whole scheduler (0: never queue), shared
-    fairly among the sessions waiting: at a full queue, a request of a session with fewer
-    waiters than another takes the place of that session's newest waiter (which fails with
-    ``ResourceExhausted``, reason ``"queue_full"``), as long as it stays below that session's
-    count; a session with as many waiters as any other, less one, is refused.
+    fairly among the sessions waiting: at a full queue, a request takes the place of the newest
+    waiter of the session with the most waiters when its own session, this request included,
+    would still have fewer than that session has (the displaced waiter fails with
+    ``ResourceExhausted``, reason ``"queue_full"``); otherwise it is refused.
     ``queue_timeout`` (seconds, or None for no limit) bounds how long one request may queue.
     """
 
