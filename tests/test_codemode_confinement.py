@@ -1,11 +1,18 @@
 """Confinement, each tested from inside a program: no file but its scratch directory, no network,
-no secret of the server's environment, no reach into the parent, no way to raise its limits.
-The suite runs as root (as CI does): every check holds for root too."""
+no secret of the server's environment, no reach into the parent, no way to raise its limits,
+nothing of the server's shared state (System V IPC, scheduling, signals through a descriptor's
+owner) on every Landlock ABI. The suite runs as root (as CI does): every check holds for root
+too, and the shared-state checks run against a server started without any capability."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -264,3 +271,165 @@ async def test_a_worker_that_cannot_confine_itself_runs_nothing(
     result = await run(executor, "print('ran')")
     assert result.error is not None and result.error.code == ErrorCode.TOOL_ERROR
     assert "ran" not in result.content
+
+
+# -- the server's shared state, against a server without capabilities ---------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+# Each attempt prints "<name> refused" (EPERM) or "<name> ALLOWED ...".
+ATTEMPT = """
+import ctypes, errno, fcntl, os, platform, signal, struct
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.shmat.restype = ctypes.c_void_p
+libc.shmat.argtypes = (ctypes.c_int, ctypes.c_void_p, ctypes.c_int)
+libc.shmdt.argtypes = (ctypes.c_void_p,)
+NR = {"x86_64": {"sched_setattr": 314, "ioprio_set": 251},
+      "aarch64": {"sched_setattr": 274, "ioprio_set": 30}}[platform.machine()]
+server = SERVER_PID
+def attempt(name, call):
+    try:
+        value = call()
+    except OSError as e:
+        print(name, "refused" if e.errno == errno.EPERM else f"ALLOWED error {e.errno}")
+        return None
+    print(name, f"ALLOWED {value}")
+    return value
+def raw(name, call):
+    value = call()
+    if value == -1 or value == ctypes.c_void_p(-1).value:
+        code = ctypes.get_errno()
+        print(name, "refused" if code == errno.EPERM else f"ALLOWED error {code}")
+        return None
+    print(name, f"ALLOWED {value}")
+    return value
+"""
+IPC_ATTACK = """
+raw("shmget", lambda: libc.shmget(IPC_KEY, 0, 0))
+address = raw("shmat", lambda: libc.shmat(SHM_ID, None, 0))
+if address is not None:
+    ctypes.memmove(address, b"PWNED", 5)
+    libc.shmdt(address)
+raw("shmctl", lambda: libc.shmctl(SHM_ID, 0, None))  # IPC_RMID
+created = raw("shmget private", lambda: libc.shmget(0, 4096, 0o1000 | 0o600))
+if created is not None:
+    libc.shmctl(created, 0, None)
+raw("semget", lambda: libc.semget(IPC_KEY, 0, 0))
+take = (ctypes.c_short * 3)(0, -1, 0o4000)  # sem_num, sem_op, IPC_NOWAIT
+raw("semop", lambda: libc.semop(SEM_ID, take, 1))
+raw("semtimedop", lambda: libc.semtimedop(SEM_ID, take, 1, None))
+raw("semctl", lambda: libc.semctl(SEM_ID, 0, 16, 0))  # SETVAL
+raw("msgget", lambda: libc.msgget(IPC_KEY, 0))
+message = ctypes.create_string_buffer(struct.pack("l", 1) + b"PWNED")
+raw("msgsnd", lambda: libc.msgsnd(MSG_ID, message, 5, 0o4000))
+raw("msgrcv", lambda: libc.msgrcv(MSG_ID, message, 5, 0, 0o4000))
+name = b"/fastgate-probe"
+queue = raw("mq_open", lambda: libc.mq_open(name, os.O_CREAT | os.O_RDWR, 0o600, None))
+if queue is not None:
+    libc.mq_unlink(name)
+"""
+SCHEDULING_ATTACK = """
+attempt("sched_setaffinity", lambda: os.sched_setaffinity(server, {0}))
+attempt("setpriority", lambda: os.setpriority(os.PRIO_PROCESS, server, 19))
+attempt("setpriority group", lambda: os.setpriority(os.PRIO_PGRP, os.getpgid(server), 19))
+# A user with no process at all: refused, not "no such process" (PRIO_USER would reach every
+# process of the server's user, the server included).
+attempt("setpriority user", lambda: os.setpriority(os.PRIO_USER, 3999999, 19))
+idle = os.sched_param(0)
+attempt("sched_setscheduler", lambda: os.sched_setscheduler(server, os.SCHED_IDLE, idle))
+attempt("sched_setparam", lambda: os.sched_setparam(server, os.sched_param(0)))
+attr = ctypes.create_string_buffer(struct.pack("IIQiIQQQ", 48, 3, 0, 10, 0, 0, 0, 0))
+raw("sched_setattr", lambda: libc.syscall(NR["sched_setattr"], server, attr, 0))
+raw("ioprio_set", lambda: libc.syscall(NR["ioprio_set"], 1, server, 3 << 13))
+# Its own process it may still tune.
+os.setpriority(os.PRIO_PROCESS, 0, 5)
+os.sched_setaffinity(0, os.sched_getaffinity(0))
+print("own nice", os.getpriority(os.PRIO_PROCESS, 0))
+"""
+SIGNAL_ATTACK = """
+def asynchronous(fd):
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+owned = {}
+for name, owner in (
+    ("F_SETOWN", lambda fd: fcntl.fcntl(fd, fcntl.F_SETOWN, server)),
+    ("F_SETOWN group", lambda fd: fcntl.fcntl(fd, fcntl.F_SETOWN, -os.getpgid(server))),
+    ("F_SETOWN_EX", lambda fd: fcntl.fcntl(fd, 15, struct.pack("ii", 1, server))),
+    ("FIOSETOWN", lambda fd: fcntl.ioctl(fd, 0x8901, struct.pack("i", server))),
+):
+    r, w = os.pipe()
+    attempt(name, lambda: owner(r))
+    attempt(name + " F_SETSIG", lambda: fcntl.fcntl(r, 10, signal.SIGUSR1))
+    asynchronous(r)
+    os.write(w, b"x")  # readable: the owner would be signalled now
+channel = 3
+attempt("channel F_SETOWN", lambda: fcntl.fcntl(channel, fcntl.F_SETOWN, server))
+attempt("channel SIOCSPGRP", lambda: fcntl.ioctl(channel, 0x8902, struct.pack("i", server)))
+asynchronous(channel)
+await tools.noop()  # its reply arrives on the channel: the owner would be signalled now
+"""
+ABIS = [None, 5, 1]  # the machine's Landlock, then as on kernels without signal scoping
+
+
+def _without_capabilities() -> None:
+    """In the server's child before exec: an empty bounding set, so that even as root the
+    interpreter starts with no capability at all."""
+    _sandbox.drop_capabilities(_sandbox._libc())
+
+
+def run_server(code: str, landlock_abi: int | None) -> dict[str, Any]:
+    """Run ``code`` in code mode on a server without capabilities (``tests/codemode_server``);
+    its report, after checking it had none."""
+    request = {"code": code, "key": 0x46470000 + os.getpid() % 0xFFFF, "landlock_abi": landlock_abi}
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.codemode_server"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        start_new_session=True,  # its own group: a renice of "its group" is of it alone
+        preexec_fn=_without_capabilities if os.getuid() == 0 else None,
+    )
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout)
+    assert set(report["capabilities"].values()) == {"0000000000000000"}, report["capabilities"]
+    return report
+
+
+def refusals(report: dict[str, Any]) -> list[str]:
+    """The program's attempts (every line but those about its own process)."""
+    lines = report["output"].splitlines()
+    assert lines and not lines[0].startswith("FAILED"), report["output"]
+    return [line for line in lines if not line.startswith("own ")]
+
+
+@pytest.mark.parametrize("abi", ABIS)
+def test_no_system_v_ipc_or_message_queue_is_shared_with_the_server(abi: int | None) -> None:
+    report = run_server(ATTEMPT + IPC_ATTACK, abi)
+    attempts = refusals(report)
+    assert len(attempts) == 12 and all(line.endswith(" refused") for line in attempts), attempts
+    before, after = report["before"], report["after"]
+    assert after["segment"] == before["segment"] and after["segment_key_alive"]
+    assert after["semaphore"] == before["semaphore"] == 1
+    assert after["messages"] == ["the server's message"]  # nothing taken, nothing added
+
+
+@pytest.mark.parametrize("abi", ABIS)
+def test_the_servers_scheduling_is_out_of_reach(abi: int | None) -> None:
+    report = run_server(ATTEMPT + SCHEDULING_ATTACK, abi)
+    attempts = refusals(report)
+    assert len(attempts) == 8 and all(line.endswith(" refused") for line in attempts), attempts
+    assert "own nice 5" in report["output"]  # its own process it may tune
+    before, after = report["before"], report["after"]
+    for field in ("affinity", "nice", "scheduler", "ioprio"):
+        assert after[field] == before[field], field
+    if (os.cpu_count() or 1) > 1:  # else the attack could not have shown
+        assert len(after["affinity"]) > 1
+
+
+@pytest.mark.parametrize("abi", ABIS)
+def test_no_descriptor_signals_the_server(abi: int | None) -> None:
+    report = run_server(ATTEMPT + SIGNAL_ATTACK, abi)
+    attempts = refusals(report)
+    assert len(attempts) == 10 and all(line.endswith(" refused") for line in attempts), attempts
+    assert report["after"]["signals"] == {} and report["after"]["pending"] == []

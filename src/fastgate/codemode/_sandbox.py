@@ -1,7 +1,10 @@
 """Confinement of a code-mode worker on Linux, applied by the worker to itself before it reads
 a program: hard rlimits, ``no_new_privs``, every capability dropped, Landlock (file system, TCP,
 abstract sockets and signals) and a seccomp filter (no new process, no socket, no exec, no
-ptrace, no signal to another process, no raised limit).
+ptrace, no signal to another process, no raised limit, nothing the server shares with it:
+System V IPC and POSIX message queues, the scheduling, priority, affinity and I/O priority of
+another process, a descriptor's owner for SIGIO). The filter does not depend on the Landlock
+ABI: what an older Landlock does not scope (signals before ABI 6), seccomp refuses.
 
 Standard library only (``ctypes``): the worker runs ``python -I -S`` and loads this file by its
 path, never the fastgate package. The parent imports it too, to probe what the host offers.
@@ -82,6 +85,11 @@ _X86_64 = """
     process_vm_writev 311 bpf 321 execveat 322 userfaultfd 323 pidfd_send_signal 424
     io_uring_setup 425 io_uring_enter 426 io_uring_register 427 pidfd_open 434 clone3 435
     pidfd_getfd 438
+    ioctl 16 shmget 29 shmat 30 shmctl 31 semget 64 semop 65 semctl 66 shmdt 67 msgget 68
+    msgsnd 69 msgrcv 70 msgctl 71 fcntl 72 setpriority 141 sched_setparam 142
+    sched_setscheduler 144 sched_setaffinity 203 semtimedop 220 mq_open 240 mq_unlink 241
+    mq_timedsend 242 mq_timedreceive 243 mq_notify 244 mq_getsetattr 245 ioprio_set 251
+    migrate_pages 256 move_pages 279 kcmp 312 sched_setattr 314 process_madvise 440
 """
 _AARCH64 = """
     umount2 39 mount 40 pivot_root 41 chroot 51 unshare 97 ptrace 117 kill 129 tkill 130
@@ -91,6 +99,11 @@ _AARCH64 = """
     process_vm_writev 271 bpf 280 execveat 281 userfaultfd 282 pidfd_send_signal 424
     io_uring_setup 425 io_uring_enter 426 io_uring_register 427 pidfd_open 434 clone3 435
     pidfd_getfd 438
+    fcntl 25 ioctl 29 ioprio_set 30 sched_setparam 118 sched_setscheduler 119
+    sched_setaffinity 122 setpriority 140 mq_open 180 mq_unlink 181 mq_timedsend 182
+    mq_timedreceive 183 mq_notify 184 mq_getsetattr 185 msgget 186 msgctl 187 msgrcv 188
+    msgsnd 189 semget 190 semctl 191 semtimedop 192 semop 193 shmget 194 shmctl 195 shmat 196
+    shmdt 197 migrate_pages 238 move_pages 239 kcmp 272 sched_setattr 274 process_madvise 440
 """
 
 
@@ -104,16 +117,39 @@ _ARCHES: dict[str, tuple[int, dict[str, int]]] = {
     "aarch64": (0xC00000B7, _table(_AARCH64)),
 }
 # Refused outright (EPERM): new processes and programs, sockets (a socketpair stays allowed: it
-# reaches nothing), other processes' memory, namespaces, mounts, kernel keys, io_uring (its
-# operations would bypass this filter), raised limits.
+# reaches nothing), other processes' memory and pages, namespaces, mounts, kernel keys, io_uring
+# (its operations would bypass this filter), raised limits, state shared with the server:
+# System V IPC (no architecture here has the ``ipc`` multiplexer; another ABI's calls are
+# refused above), POSIX message queues (named in the IPC namespace, not the file system Landlock
+# sees), kcmp (it compares the server's descriptors and memory with the program's).
 _DENIED = """
     fork vfork execve execveat socket connect bind listen accept accept4 ptrace process_vm_readv
     process_vm_writev pidfd_open pidfd_getfd pidfd_send_signal unshare setns mount umount2
     pivot_root chroot bpf perf_event_open userfaultfd add_key request_key keyctl io_uring_setup
     io_uring_enter io_uring_register setrlimit
+    shmget shmat shmctl shmdt semget semop semtimedop semctl msgget msgsnd msgrcv msgctl
+    mq_open mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr
+    kcmp migrate_pages move_pages process_madvise
 """.split()
 # Signals only to itself (its first argument is its own pid; kill(0, ...) is its own group).
 _SIGNALS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
+# Scheduling of its own process only (the pid, the first argument, is 0 or its own; a thread's
+# id is refused too). ``setpriority`` and ``ioprio_set`` also name which kind of target the pid
+# is: a process only (PRIO_PROCESS = 0, IOPRIO_WHO_PROCESS = 1), never a group or a user (every
+# process of the server's user, the server included).
+_OWN_SCHEDULING = (
+    ("sched_setaffinity", 0, None),
+    ("sched_setscheduler", 0, None),
+    ("sched_setparam", 0, None),
+    ("sched_setattr", 0, None),
+    ("setpriority", 1, (0, 0)),
+    ("ioprio_set", 1, (0, 1)),
+)
+# A descriptor's owner receives SIGIO (or the signal F_SETSIG names) when it turns ready: the
+# owner cannot be set at all (fcntl F_SETOWN, F_SETSIG, F_SETOWN_EX; ioctl FIOSETOWN,
+# SIOCSPGRP), so no descriptor signals the server, whatever Landlock scopes.
+_F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 8, 10, 15
+_FIOSETOWN, _SIOCSPGRP = 0x8901, 0x8902
 
 
 class SandboxError(OSError):
@@ -314,6 +350,10 @@ def seccomp_filter(arch: str, own_pid: int) -> bytes:
         (_RET, 0, 0, _RET_ALLOW),
         (_RET, 0, 0, deny),
     ]
+    for name, pid_arg, which in _OWN_SCHEDULING:
+        prog += _own_process_only(numbers[name], pid_arg, which, own_pid)
+    prog += _refused_values(numbers["fcntl"], 1, (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX))
+    prog += _refused_values(numbers["ioctl"], 1, (_FIOSETOWN, _SIOCSPGRP))
     # Signals: to itself only (the kernel reads a pid argument's low 32 bits).
     for name in _SIGNALS:
         prog += [
@@ -326,6 +366,39 @@ def seccomp_filter(arch: str, own_pid: int) -> bytes:
         ]
     prog.append((_RET, 0, 0, _RET_ALLOW))
     return b"".join(struct.pack("=HBBI", *insn) for insn in prog)
+
+
+def _own_process_only(
+    number: int, pid_arg: int, which: tuple[int, int] | None, own_pid: int
+) -> list[tuple[int, int, int, int]]:
+    """Syscall ``number`` allowed when its argument ``pid_arg`` is 0 or ``own_pid`` (and, with
+    ``which = (arg, value)``, that argument is ``value``); refused otherwise. The kernel reads
+    these int arguments' low 32 bits."""
+    check = [(_LD_ABS_W, 0, 0, _arg_lo(which[0])), (_JEQ, 0, 3, which[1])] if which else []
+    body = [
+        *check,
+        (_LD_ABS_W, 0, 0, _arg_lo(pid_arg)),
+        (_JEQ, 2, 0, own_pid),
+        (_JEQ, 1, 0, 0),
+        (_RET, 0, 0, _RET_ERRNO | errno.EPERM),
+        (_RET, 0, 0, _RET_ALLOW),
+    ]
+    return [(_JEQ, 0, len(body), number), *body]
+
+
+def _refused_values(
+    number: int, arg: int, values: tuple[int, ...]
+) -> list[tuple[int, int, int, int]]:
+    """Syscall ``number`` refused when its argument ``arg`` (an int command: its low 32 bits)
+    is one of ``values``; allowed otherwise."""
+    tests = [(_JEQ, len(values) - index, 0, value) for index, value in enumerate(values)]
+    body = [
+        (_LD_ABS_W, 0, 0, _arg_lo(arg)),
+        *tests,
+        (_RET, 0, 0, _RET_ALLOW),
+        (_RET, 0, 0, _RET_ERRNO | errno.EPERM),
+    ]
+    return [(_JEQ, 0, len(body), number), *body]
 
 
 def install_seccomp(libc: ctypes.CDLL, arch: str) -> None:
