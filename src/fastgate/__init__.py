@@ -52,6 +52,7 @@ from fastgate.permissions import AuditSink as AuditSink
 from fastgate.permissions import PermissionConfig as PermissionConfig
 from fastgate.permissions import PermissionResolver as PermissionResolver
 from fastgate.permissions import RuleDecision as RuleDecision
+from fastgate.permissions.terminal_approver import TerminalApprover as TerminalApprover
 from fastgate.projector import ToolResultProjector as ToolResultProjector
 from fastgate.registry import ToolRegistry as ToolRegistry
 from fastgate.results import ErrorCode as ErrorCode
@@ -129,6 +130,7 @@ __all__ = (
     "StoreError",
     "StoredCall",
     "StreamingToolExecutor",
+    "TerminalApprover",
     "ToolCall",
     "ToolCallView",
     "ToolConcurrencyGate",
