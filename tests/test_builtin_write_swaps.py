@@ -70,16 +70,8 @@ CALLS: dict[str, tuple[str, dict[str, Any]]] = {
 
 
 def _path_changed(result: Any) -> bool:
-    """The failure says the path changed: its code. apply_patch reads what it changes first,
-    following links inside: a link out is refused there (``outside_workspace``), one inside at
-    its write (``write_failed`` caused by ``path_changed``, every file restored)."""
-    code = failure_code(result)
-    if result.meta.tool_name == "apply_patch":
-        cause = result.error.details.get("cause")
-        return code in ("path_changed", "outside_workspace") or (
-            code == "write_failed" and cause == "path_changed"
-        )
-    return code == "path_changed"
+    """The failure says the path changed, by its code, for every writer."""
+    return failure_code(result) == "path_changed"
 
 
 def _snapshot(root: Path) -> dict[str, Any]:
@@ -194,6 +186,18 @@ async def test_a_link_there_at_the_check_is_written_through_to_its_target(tmp_pa
     assert (shared / "guide.md").read_text() == "new guide\n"
     assert (shared / "sub" / "new.md").read_text() == "n\n"
     assert (ws / "docs").is_symlink() and os.readlink(ws / "docs") == "../shared-docs"
+    # apply_patch too: through the file link and the directory link, adding a file beside.
+    body = (
+        "*** Begin Patch\n*** Update File: CLAUDE.md\n@@\n-# AGENTS\n+# agents, patched\n"
+        "*** Update File: docs/guide.md\n@@\n-new guide\n+patched guide\n"
+        "*** Add File: docs/added.md\n+added\n*** End Patch"
+    )
+    patched = await call(ex, "apply_patch", {"patch": body})
+    assert patched.ok, text(patched)
+    assert (ws / "AGENTS.md").read_text() == "# agents, patched\n"
+    assert (shared / "guide.md").read_text() == "patched guide\n"
+    assert (shared / "added.md").read_text() == "added\n"
+    assert (ws / "CLAUDE.md").is_symlink() and (ws / "docs").is_symlink()
 
 
 async def test_a_link_repointed_meanwhile_does_not_move_the_write(tmp_path: Path) -> None:

@@ -22,7 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fastgate.builtin._common import absolute, ledger_key, os_failure, read_file, shown
+from fastgate.builtin._common import (
+    absolute,
+    ledger_key,
+    os_failure,
+    read_file,
+    shown,
+    write_target,
+)
 from fastgate.builtin._ledger import ledger_of
 from fastgate.builtin._text import (
     PLAIN_UTF8,
@@ -298,6 +305,7 @@ class _File:
     original: bytes | None
     current: bytes | None
     key: str  # the file's identity: a symlink and its target share one
+    given: str  # the name the patch used for it, made absolute
 
 
 class _Refused(Exception):
@@ -340,15 +348,17 @@ async def apply_patch(args: Any, ctx: RunContext) -> Any:
     return "Success. Updated the following files:\n" + "\n".join(summary)
 
 
-async def _load(ctx: RunContext, fs: Any, files: dict[str, _File], path: str) -> _File:
+async def _load(ctx: RunContext, fs: Any, files: dict[str, _File], given: str) -> _File:
+    path = await _write_target(ctx, fs, given)
+    given = absolute(ctx, given)
     known = files.get(path)
-    if known is None:
+    if known is None or known.given != given:
         # Two names of one file would be staged twice and the last write would win, silently
         # dropping the other change: such a patch is refused whole.
         key = ledger_key(fs, path)
-        alias = next((f for f in files.values() if f.key == key), None)
+        alias = known or next((f for f in files.values() if f.key == key), None)
         if alias is not None:
-            first, second = shown(ctx, alias.path), shown(ctx, path)
+            first, second = shown(ctx, alias.given), shown(ctx, given)
             raise _Refused(
                 Failure(
                     f"{first} and {second} are the same file; give each file once in a patch. "
@@ -363,14 +373,22 @@ async def _load(ctx: RunContext, fs: Any, files: dict[str, _File], path: str) ->
             data = None
         except OSError as exc:
             raise _Refused(os_failure(exc, shown(ctx, path), "changed")) from None
-        known = files[path] = _File(path, data, data, key)
+        known = files[path] = _File(path, data, data, key, given)
     return known
+
+
+async def _write_target(ctx: RunContext, fs: Any, given: str) -> str:
+    """Where the patch changes ``given``: the path stage 5 checked, with no symlink on it since
+    (the same rule as ``write`` and ``edit``)."""
+    try:
+        return await write_target(ctx, fs, given)
+    except OSError as exc:
+        raise _Refused(os_failure(exc, given, "changed")) from None
 
 
 async def _stage(ctx: RunContext, fs: Any, files: dict[str, _File], hunk: Hunk) -> str:
     """Work out one hunk on the staged files; its summary line (``A|M|D path``)."""
-    path = absolute(ctx, hunk.path)
-    target = await _load(ctx, fs, files, path)
+    target = await _load(ctx, fs, files, hunk.path)
     name = hunk.path
     if hunk.kind == "add":
         if target.current is not None:
@@ -415,7 +433,7 @@ async def _stage(ctx: RunContext, fs: Any, files: dict[str, _File], hunk: Hunk) 
     if hunk.move_to is None:
         target.current = new_bytes
         return f"M {name}"
-    destination = await _load(ctx, fs, files, absolute(ctx, hunk.move_to))
+    destination = await _load(ctx, fs, files, hunk.move_to)
     if destination is not target:
         if destination.current is not None:
             raise _Refused(
@@ -574,9 +592,10 @@ async def _commit(ctx: RunContext, fs: Any, changed: list[_File]) -> Failure | N
                 if not undone
                 else "These could not be restored: " + ", ".join(shown(ctx, p) for p in undone)
             )
+            # A symlink that appeared since the check keeps its own code, as in write and edit.
             return Failure(
                 f"Failed to write {shown(ctx, f.path)}: {failure.message} {note}",
-                code="write_failed",
+                code="path_changed" if failure.code == "path_changed" else "write_failed",
                 details={"unrestored": [shown(ctx, p) for p in undone], "cause": failure.code},
             )
         done.append(f)
