@@ -52,6 +52,7 @@ from fastgate.permissions import AuditSink as AuditSink
 from fastgate.permissions import PermissionConfig as PermissionConfig
 from fastgate.permissions import PermissionResolver as PermissionResolver
 from fastgate.permissions import RuleDecision as RuleDecision
+from fastgate.permissions.audit_jsonl import JsonlAuditSink as JsonlAuditSink
 from fastgate.permissions.terminal_approver import TerminalApprover as TerminalApprover
 from fastgate.projector import ToolResultProjector as ToolResultProjector
 from fastgate.registry import ToolRegistry as ToolRegistry
@@ -108,6 +109,7 @@ __all__ = (
     "GateStats",
     "Guard",
     "Hooks",
+    "JsonlAuditSink",
     "Output",
     "OwnerCancelled",
     "PermissionConfig",
