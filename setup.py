@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import os
 import shutil
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -123,6 +124,24 @@ class OptionalBuildExt(build_ext):
             if _flag("FASTGATE_REQUIRE_EXTENSIONS"):
                 raise
             print("fastgate: compiled core not built; the pure-Python core will be used")
+        self.build_launcher()
+
+    def build_launcher(self) -> None:
+        """``fastgate-launcher`` beside ``fastgate/processes`` (Linux): the compiled twin of
+        ``_launcher.py``, which starts in a millisecond where the pure one needs an interpreter.
+        Built with the extensions' compiler, so not under ``FASTGATE_NO_EXTENSIONS``."""
+        compiler = self.compiler
+        if not sys.platform.startswith("linux") or not hasattr(compiler, "link_executable"):
+            return
+        source = "src/fastgate/processes/_launcher.c"
+        target = os.path.dirname(self.get_ext_fullpath("fastgate.processes._launcher"))
+        try:
+            objects = compiler.compile([source], output_dir=self.build_temp, extra_postargs=["-O2"])
+            compiler.link_executable(objects, "fastgate-launcher", output_dir=target)
+        except Exception:
+            if _flag("FASTGATE_REQUIRE_EXTENSIONS"):
+                raise
+            print("fastgate: could not compile the process launcher; the pure one will be used")
 
     def build_extension(self, ext: object) -> None:
         try:

@@ -7,13 +7,13 @@ every process it started are gone, ``await process.terminate_all(grace)`` ends t
 ``Process``: when the command exits, whatever it left running is ended too.
 
 How (Linux): each command's parent is a launcher (``_launcher.c``, built by setup.py as
-``fastgate-launcher``; ``_launcher.py`` is the same program in Python, used where it was not
-built or under ``FASTGATE_NO_EXTENSIONS=1``). The launcher makes itself a child subreaper
-before it forks the command, so a daemon that detaches (``setsid``, a double fork,
-``nohup ... &``) is re-parented to it rather than to init, and is found among its
-descendants; it ends them all, reaps them, and only then exits. It is started with the
-command's environment: ``/proc/$PPID/environ`` read by the command shows nothing it could not
-already see. Elsewhere the command's process group is what is ended.
+``fastgate-launcher`` with the compiled core; ``_launcher.py`` is the same program in Python,
+used where it was not built, at the cost of an interpreter's start per command). The launcher
+makes itself a child subreaper before it forks the command, so a daemon that detaches
+(``setsid``, a double fork, ``nohup ... &``) is re-parented to it rather than to init, and is
+found among its descendants; it ends them all, reaps them, and only then exits. It is started
+with the command's environment: ``/proc/$PPID/environ`` read by the command shows nothing it
+could not already see. Elsewhere the command's process group is what is ended.
 
 What escapes it (the command sandbox closes these): a process that kills its launcher with
 SIGKILL (same user), whose detached descendants are then re-parented to init; a process

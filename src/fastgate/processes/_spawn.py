@@ -21,7 +21,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import IO, NamedTuple
 
-from fastgate._core import NO_EXTENSIONS, REQUIRE_EXTENSIONS
+from fastgate._core import REQUIRE_EXTENSIONS
 
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
@@ -38,12 +38,13 @@ Environment = Mapping[str, str] | Mapping[bytes, bytes]
 
 
 def launcher_command() -> list[str] | None:
-    """The command line that starts a launcher here: the compiled one when it was built (and
-    ``FASTGATE_NO_EXTENSIONS`` is not set), else the pure one; ``None`` where processes are
-    started directly (not Linux)."""
+    """The command line that starts a launcher here: the compiled one wherever the build made
+    it (it is a program, not a module: ``FASTGATE_NO_EXTENSIONS`` leaves it in use, and a
+    missing one is an error under ``FASTGATE_REQUIRE_EXTENSIONS``), else the pure one; ``None``
+    where processes are started directly (not Linux)."""
     if not _SUBREAPERS:
         return None
-    if not NO_EXTENSIONS and not _compiled_failed:
+    if not _compiled_failed:
         if os.access(COMPILED_LAUNCHER, os.X_OK):
             return [COMPILED_LAUNCHER]
         if REQUIRE_EXTENSIONS:
