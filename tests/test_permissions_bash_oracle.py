@@ -25,6 +25,8 @@ from fastgate.permissions.commands import analyze_command, program_name
 BASH = shutil.which("bash")
 STUBS = ("a", "b", "rm", "push")
 REAL = ("bash", "sh", "env", "timeout", "nice", "nohup", "xargs", "true", "find")
+# Spellings include brace expansions (``{rm,}``), shells reading ``/dev/stdin``, ``/dev/fd/N``
+# or ``/proc/self/fd/N`` from a here-string, and directory changes before a command.
 
 pytestmark = pytest.mark.skipif(BASH is None, reason="bash is not installed")
 
@@ -49,7 +51,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 def _program(draw: st.DrawFn) -> str:
     name = draw(st.sampled_from(STUBS))
-    spelling = draw(st.integers(0, 6))
+    spelling = draw(st.integers(0, 9))
     if spelling == 1:
         return f"'{name}'"
     if spelling == 2:
@@ -62,6 +64,12 @@ def _program(draw: st.DrawFn) -> str:
         return "$'" + "".join(f"\\x{ord(ch):02x}" for ch in name) + "'"
     if spelling == 6:
         return name[0] + "\\\n" + name[1:]
+    if spelling == 7:  # brace expansion: bash expands it before it finds the program
+        return "{" + name + ",}"
+    if spelling == 8:
+        return name[0] + "{" + name[1:] + ",}"
+    if spelling == 9:
+        return "{" + name[0] + ",}" + name[1:]
     return name
 
 
@@ -71,7 +79,7 @@ def simple(draw: st.DrawFn, depth: int = 0) -> str:
     command = " ".join(words)
     if draw(st.booleans()):
         command = draw(st.sampled_from(["X=1 ", "X=$(a) ", "Y='b c' "])) + command
-    wrapper = draw(st.integers(0, 28))
+    wrapper = draw(st.integers(0, 32))
     if wrapper == 1:
         command = "env X=1 " + command
     elif wrapper == 2:
@@ -131,6 +139,15 @@ def simple(draw: st.DrawFn, depth: int = 0) -> str:
         command = "timeout -s KILL 5 env -u X " + command
     elif wrapper == 28:
         command += draw(st.sampled_from([" >out", " 2>err", " &>both", " >>app", " 3>fd", " >|f"]))
+    elif wrapper == 29 and depth < 2:  # a shell reading its script through a path
+        path = draw(st.sampled_from(["/dev/stdin", "/dev/fd/0", "/proc/self/fd/0", "-s", "-"]))
+        command = f"sh {path} <<< " + shlex.quote(draw(script(depth + 1)))
+    elif wrapper == 30 and depth < 2:
+        command = "bash /dev/fd/3 3<<< " + shlex.quote(draw(script(depth + 1)))
+    elif wrapper == 31 and depth < 2:
+        command = ". /dev/stdin <<< " + shlex.quote(draw(script(depth + 1)))
+    elif wrapper == 32:
+        command = draw(st.sampled_from(["cd . && ", "cd .; ", "pushd . >/dev/null; "])) + command
     redirect = draw(st.sampled_from(["", " 2>/dev/null", " >/dev/null 2>&1", " # c"]))
     return command + (redirect if not command.endswith("\n") else "")
 

@@ -63,7 +63,7 @@ class _Shell:
     """What one shell (or subshell) knows of its working directory."""
 
     anywhere: Place  # every directory it may be in by now
-    previous: Place | None = None  # ``$OLDPWD`` once a ``cd`` ran here
+    previous: Place = NOWHERE  # ``$OLDPWD``: inherited (unknown) until a ``cd`` runs here
     stack: tuple[Place, ...] = ()  # ``pushd``'s directory stack, newest last
 
     def copy(self) -> _Shell:
@@ -74,13 +74,14 @@ class DirectoryTracker:
     """Follows the directory changes of one parsed command line, command by command, in the
     order the lexer listed them (the order bash runs them in)."""
 
-    __slots__ = ("_after", "_shells", "later", "searches")
+    __slots__ = ("_after", "_previous", "_shells", "later", "searches")
 
     def __init__(self, start: Place, searches: bool) -> None:
         # ``searches``: ``cd name`` may look the name up in ``CDPATH`` (or ``cdable_vars``).
         self.searches = searches
         self._shells: dict[tuple[int, ...], _Shell] = {(0,): _Shell(start)}
         self._after: dict[int, Place] = {}  # id(command) -> where the next ``&&`` runs
+        self._previous: dict[int, Place] = {}  # id(command) -> ``$OLDPWD`` for the next ``&&``
         # Scripts that run later in this shell (``trap`` actions), with their nesting depth:
         # analyzed once the line is, from wherever the shell may be by then.
         self.later: list[tuple[str, int]] = []
@@ -98,15 +99,18 @@ class DirectoryTracker:
         changed no directory)."""
         if moved is None or cmd.piped_out:  # a ``cd`` in a pipeline's subshell moves nothing
             self._after[id(cmd)] = seen
+            self._previous[id(cmd)] = self._previous_of(cmd)
             return
         if cmd.in_loop:  # it may run any number of times
             moved = (seen | moved).lost()
         elif cmd.piped_in:  # the last element of a pipeline runs in this shell with lastpipe
             moved = seen | moved
         shell = self._shell(cmd.scope)
-        shell.previous = seen
+        # a cd that may not have run leaves ``$OLDPWD`` as it was
+        shell.previous = shell.previous | seen
         shell.anywhere = shell.anywhere | moved
         self._after[id(cmd)] = moved
+        self._previous[id(cmd)] = seen
 
     def moved_by(
         self, cmd: SimpleCommand, name: str, args: tuple[Word, ...], seen: Place
@@ -115,10 +119,18 @@ class DirectoryTracker:
         changes no directory); keeps ``pushd``'s stack."""
         shell = self._shell(cmd.scope)
         if name == "cd":
-            return self._cd(args, seen, shell)
+            return self._cd(cmd, args, seen)
         if name == "pushd":
-            return self._pushd(args, seen, shell)
+            return self._pushd(cmd, args, seen, shell)
         return self._popd(args, shell)
+
+    def _previous_of(self, cmd: SimpleCommand) -> Place:
+        """``$OLDPWD`` where ``cmd`` runs."""
+        if cmd.after is not None:
+            narrowed = self._previous.get(id(cmd.after))
+            if narrowed is not None:
+                return narrowed
+        return self._shell(cmd.scope).previous
 
     def end(self) -> Place:
         """Every directory the line's own shell may be in when it ends."""
@@ -138,12 +150,12 @@ class DirectoryTracker:
             shell = self._shells[scope] = parent.copy()
         return shell
 
-    def _target(self, word: Word, seen: Place, shell: _Shell) -> Place:
+    def _target(self, cmd: SimpleCommand, word: Word, seen: Place) -> Place:
         if word.dynamic:
             return NOWHERE
         value = word.value
         if value == "-":
-            return shell.previous if shell.previous is not None else NOWHERE
+            return self._previous_of(cmd)
         if (
             self.searches
             and not value.startswith(("/", "./", "../", "~"))
@@ -156,7 +168,7 @@ class DirectoryTracker:
             return NOWHERE  # ``CDPATH`` may send it anywhere
         return seen.moved(value)
 
-    def _cd(self, args: tuple[Word, ...], seen: Place, shell: _Shell) -> Place | None:
+    def _cd(self, cmd: SimpleCommand, args: tuple[Word, ...], seen: Place) -> Place | None:
         operands = _operands(args, _DIRECTORY_OPTIONS)
         if operands is None:
             return NOWHERE
@@ -166,15 +178,17 @@ class DirectoryTracker:
             return seen.moved("~")
         if not operands[0].dynamic and operands[0].value == "":
             return None
-        return self._target(operands[0], seen, shell)
+        return self._target(cmd, operands[0], seen)
 
-    def _pushd(self, args: tuple[Word, ...], seen: Place, shell: _Shell) -> Place | None:
+    def _pushd(
+        self, cmd: SimpleCommand, args: tuple[Word, ...], seen: Place, shell: _Shell
+    ) -> Place | None:
         operands = _operands(args, frozenset("n"))
         if operands is None or any(w.value[:1] in "+-" and len(w.value) > 1 for w in operands):
             return NOWHERE  # ``+N``/``-N`` rotate the stack: not followed
         if any(w.value == "-n" for w in args):
             # only the stack changes: the directory goes below the current one
-            added = self._target(operands[0], seen, shell) if operands else NOWHERE
+            added = self._target(cmd, operands[0], seen) if operands else NOWHERE
             shell.stack = (*shell.stack, added)
             return None
         if not operands:
@@ -183,7 +197,7 @@ class DirectoryTracker:
             moved = shell.stack[-1]
             shell.stack = (*shell.stack[:-1], seen)
             return moved
-        moved = self._target(operands[0], seen, shell)
+        moved = self._target(cmd, operands[0], seen)
         shell.stack = (*shell.stack, seen)
         return moved
 
