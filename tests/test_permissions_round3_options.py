@@ -85,6 +85,18 @@ FOLLOWED = [
     "flock --comm='rm victim.txt' /tmp/lock",
     "script -qc 'rm victim.txt' /dev/null",
     "time -p rm victim.txt",
+    # more programs that run a command
+    "taskset 0x1 rm victim.txt",
+    "taskset --cpu-list 0-3 rm victim.txt",
+    "chrt --idle 0 rm victim.txt",
+    "setpriv --nnp rm victim.txt",
+    "prlimit --nofile=10 rm victim.txt",
+    "pkexec --user root rm victim.txt",
+    "eatmydata rm victim.txt",
+    "tini -- rm victim.txt",
+    "dumb-init rm victim.txt",
+    "sg wheel 'rm victim.txt'",
+    "sg wheel -c 'rm victim.txt'",
 ]
 
 

@@ -159,6 +159,47 @@ WRAPPERS: dict[str, Wrapper] = {
     "proxychains4": _w(flags="-q", with_arg="-f"),
     "torsocks": _w(flags="-q --quiet -i --isolate", with_arg="-u -p -a -P"),
     "unbuffer": _w(flags="-p", transparent=True),
+    # Affinity, scheduling and I/O-free wrappers: the same command, the same privileges.
+    "taskset": _w(
+        flags="-a --all-tasks -c --cpu-list",
+        opaque_flags="-p --pid -h --help -V --version",
+        positionals=1,
+        transparent=True,
+    ),
+    "chrt": _w(
+        flags="-a --all-tasks -b --batch -d --deadline -f --fifo -i --idle -o --other -r --rr "
+        "-R --reset-on-fork -v --verbose -e --ext",
+        with_arg="-T --sched-runtime -P --sched-period -D --sched-deadline",
+        opaque_flags="-p --pid -m --max -h --help -V --version",
+        positionals=1,
+        transparent=True,
+    ),
+    "eatmydata": _w(transparent=True),
+    "dumb-init": _w(flags="-c --single-child -v --verbose", with_arg="-r --rewrite"),
+    "tini": _w(flags="-s -v -g -w -l", with_arg="-p -e", opaque_flags="-h --version"),
+    # Other users or privileges.
+    "runuser": _w(
+        flags="- -l --login -m -p --preserve-environment -P --pty -f --fast",
+        with_arg="-s --shell -g --group -G --supp-group -w --whitelist-environment",
+        script_flags="-c --command --session-command",
+        needs_script=True,  # ``runuser -u user cmd`` too: not followed, so never allowed
+    ),
+    "setpriv": _w(
+        flags="--nnp --no-new-privs --clear-groups --keep-groups --init-groups --reset-env",
+        with_arg="--reuid --regid --ruid --rgid --euid --egid --groups --inh-caps "
+        "--ambient-caps --bounding-set --securebits --pdeathsig --selinux-label "
+        "--apparmor-profile",
+        opaque_flags="-d --dump -h --help -V --version --landlock-access --landlock-rule "
+        "--seccomp-filter",
+    ),
+    "prlimit": _w(any_long=True, opaque_flags="-p --pid -h --help -V --version"),
+    "pkexec": _w(
+        flags="--disable-internal-agent --keep-cwd",
+        with_arg="--user",
+        opaque_flags="--version --help",
+    ),
+    # ``sg GROUP [-c] COMMAND``: the command is a string the shell runs.
+    "sg": _w(flags="-", positionals=1, script_flags="-c", joins_script=True),
     "caffeinate": _w(flags="-d -i -m -s -u", with_arg="-t -w", transparent=True),
 }
 
