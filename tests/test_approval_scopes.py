@@ -19,8 +19,10 @@ from fastgate import (
     DecisionSource,
     ErrorCode,
     ExecutionContext,
+    Hooks,
     PermissionConfig,
     PermissionMode,
+    PreToolUseResult,
     ToolKind,
     ToolResult,
     schema,
@@ -160,6 +162,31 @@ async def test_queued_calls_under_an_ask_rule_are_each_asked(tmp_path: Path) -> 
     results = await asyncio.gather(*calls)
     assert all(r.ok for r in results) and asked == 2
     assert [r.meta.decision_source for r in results] == [DecisionSource.USER] * 2
+    assert_idle(ex)
+
+
+async def test_a_hooks_ask_is_asked_every_time_even_where_the_mode_asks(tmp_path: Path) -> None:
+    # The mode asks for Bash and a hook asks too: the hook's ask is the source, so neither a
+    # session approval given earlier nor one given while a duplicate waited covers it.
+    hooks = Hooks()
+    hooks.add_pre_tool_use(lambda event: PreToolUseResult(decision="ask", reason="hook asks"))
+    ex = _executor(tmp_path, hooks=hooks)
+    release = asyncio.Event()
+    sources: list[str] = []
+
+    async def approver(request: Any) -> ApprovalResponse:
+        sources.append(request.source)
+        await release.wait()
+        return ApprovalResponse(True, scope="session")
+
+    args = {"command": "make lint"}
+    calls = [asyncio.ensure_future(ex.execute("Bash", args, _ctx("s1", approver))) for _ in "ab"]
+    for _ in range(10):
+        await asyncio.sleep(0)
+    release.set()
+    assert all(r.ok for r in await asyncio.gather(*calls))
+    assert sources == ["hook", "hook"]  # each asked, and told that the hook asked
+    assert _asked_again(await ex.execute("Bash", args, _ctx("s1")))
     assert_idle(ex)
 
 
