@@ -253,7 +253,12 @@ async def test_a_cancelled_prompt_restores_the_terminal_and_frees_the_next(
 
 async def test_through_the_executor_the_loop_keeps_running(terminal: Terminal) -> None:
     ran: list[str] = []
-    deploy = tool("deploy", lambda a, c: ran.append(a["text"]) or "done", kind=ToolKind.EXECUTE)
+
+    def run(args: Any, ctx: Any) -> str:
+        ran.append(args["text"])
+        return "done"
+
+    deploy = tool("deploy", run, kind=ToolKind.EXECUTE)
     ex = executor(deploy)
     ctx = ExecutionContext(session_id="s1", approver=approver(terminal))
     asked = asyncio.create_task(ex.execute("deploy", {"text": "prod"}, ctx))
