@@ -193,7 +193,11 @@ def test_a_listing_quarantines_what_it_cannot_use() -> None:
         {"name": "ok", "inputSchema": {"type": "object"}},  # a duplicate
         {"name": "no_schema"},
         {"name": "not_object", "inputSchema": {"type": "string"}},
-        {"name": "bad_output", "inputSchema": {"type": "object"}, "outputSchema": {"if": {}}},
+        {
+            "name": "bad_output",
+            "inputSchema": {"type": "object"},
+            "outputSchema": {"unevaluatedProperties": False},
+        },
         {"name": "mine", "inputSchema": {"type": "object"}},
         {"inputSchema": {"type": "object"}},
         "garbage",
@@ -207,7 +211,7 @@ def test_a_listing_quarantines_what_it_cannot_use() -> None:
     why = listing.quarantined
     assert set(why) == {"ok", "no_schema", "not_object", "bad_output", "mine", "#6", "#7"}
     assert "already used" in why["ok"] and "inputSchema" in why["no_schema"]
-    assert "JSON object" in why["not_object"] and "'if'" in why["bad_output"]
+    assert "JSON object" in why["not_object"] and "unevaluatedProperties" in why["bad_output"]
     assert "already registered" in why["mine"]
 
 
