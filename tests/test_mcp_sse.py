@@ -152,3 +152,14 @@ async def test_an_sse_server_that_dies_is_server_unavailable() -> None:
             assert_idle(executor)
         assert bridge.status()["old"]["state"] == "closed"
     assert not alive(pid)
+
+
+async def test_a_url_neither_transport_answers_names_both_refusals() -> None:
+    with serving("sse") as served:
+        registry = ToolRegistry()
+        config = MCPServerConfig("nowhere", url=served.base + "/missing", transport="auto")
+        async with running(registry, config) as bridge:
+            status = bridge.status()["nowhere"]
+            assert status["state"] == "restarting" and status["transport"] == "auto"
+            error = status["last_error"]
+            assert "HTTP 404 to the first POST" in error and "and so was SSE" in error, error

@@ -212,8 +212,16 @@ class ServerLink:
                     'HTTP+SSE server needs "type": "sse" (transport="sse")'
                 ) from exc
             # "auto": MCP's backwards compatibility, the older HTTP+SSE transport at the same URL.
-            self.transport = "sse"
-            return await self._handshake(stack, _sse_transport(config))
+            try:
+                client = await self._handshake(stack, _sse_transport(config))
+            except Exception as sse_exc:
+                raise ProtocolFailure(
+                    f"streamable HTTP was refused (HTTP {statuses.legacy} to the first POST: "
+                    f"{_describe(exc, '')}), and so was SSE at the same URL "
+                    f"({_describe(sse_exc, '')})"
+                ) from sse_exc
+            self.transport = "sse"  # and so on every reconnect
+            return client
         await stack.enter_async_context(attempt)
         if self.transport == "auto":
             self.transport = "http"  # and so on every reconnect
