@@ -10,6 +10,7 @@ from fastgate.decision import DecisionSource as DecisionSource
 from fastgate.decision import PermissionMode as PermissionMode
 from fastgate.permissions.audit import AuditEvent as AuditEvent
 from fastgate.permissions.audit import AuditSink as AuditSink
+from fastgate.permissions.audit_jsonl import JsonlAuditSink as JsonlAuditSink
 from fastgate.permissions.config import PermissionConfig as PermissionConfig
 from fastgate.permissions.resolver import MODE_DEFAULTS as MODE_DEFAULTS
 from fastgate.permissions.resolver import PermissionResolver as PermissionResolver
@@ -18,6 +19,7 @@ from fastgate.permissions.resolver import permission_signature as permission_sig
 from fastgate.permissions.rules import DEFAULT_PROTECTED as DEFAULT_PROTECTED
 from fastgate.permissions.rules import DEFAULT_SENSITIVE as DEFAULT_SENSITIVE
 from fastgate.permissions.settings import settings_path as settings_path
+from fastgate.permissions.terminal_approver import TerminalApprover as TerminalApprover
 
 __all__ = (
     "DEFAULT_PROTECTED",
@@ -30,10 +32,12 @@ __all__ = (
     "AuditSink",
     "Decision",
     "DecisionSource",
+    "JsonlAuditSink",
     "PermissionConfig",
     "PermissionMode",
     "PermissionResolver",
     "RuleDecision",
+    "TerminalApprover",
     "permission_signature",
     "settings_path",
 )
