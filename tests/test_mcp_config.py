@@ -448,7 +448,7 @@ def test_fields_of_the_other_transport_are_warned_and_ignored(tmp_path: Path) ->
     }
 
 
-def test_a_file_with_warnings_still_loads_under_the_error_filter(tmp_path: Path) -> None:
+def test_warnings_follow_pythons_filters_and_stay_listed(tmp_path: Path) -> None:
     """Warnings are warnings: under ``-W error`` they raise, as Python's filters say, but
     ``warnings()`` is there for callers that filter them out."""
     path = write(tmp_path, {"mcpServers": {"a": {"command": "x", "alwaysAllow": ["t"]}}})
