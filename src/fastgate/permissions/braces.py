@@ -24,6 +24,9 @@ Piece = tuple[str, str, int]
 MAX_RESULTS = 1024
 MAX_PIECES = 1 << 16  # the pieces of every result together
 MAX_DEPTH = 64  # nested brace pairs
+# Pieces looked at while searching for braces: bash's search is quadratic in the number of
+# braces (``{{{{...``), ours stops here.
+MAX_STEPS = 1 << 17
 _INTEGER = re.compile(r"[-+]?[0-9]+")
 _MAX_DIGITS = 18  # longer numbers overflow bash's integers: known only to bash
 
@@ -38,15 +41,19 @@ def has_braces(pieces: list[Piece]) -> bool:
 
 def expand(pieces: list[Piece]) -> list[list[Piece]]:
     """Every word the pieces expand to, in bash's order (``TooLarge`` past the bound)."""
-    return [word for word in _expand(pieces, 0) if any(raw for _, raw, _ in word)]
+    budget = [MAX_STEPS]
+    return [word for word in _expand(pieces, 0, budget) if any(raw for _, raw, _ in word)]
 
 
-def _expand(pieces: list[Piece], depth: int) -> list[list[Piece]]:
+def _expand(pieces: list[Piece], depth: int, budget: list[int]) -> list[list[Piece]]:
     if depth > MAX_DEPTH:
         raise TooLarge
     opening = _opening(pieces, 0)
     closing = -1
     while opening >= 0:
+        budget[0] -= len(pieces) - opening
+        if budget[0] < 0:
+            raise TooLarge
         closing = _closing(pieces, opening + 1)
         if closing >= 0:
             break
@@ -55,7 +62,9 @@ def _expand(pieces: list[Piece], depth: int) -> list[list[Piece]]:
         return [pieces]
     inner = pieces[opening + 1 : closing]
     if _has_comma(inner):
-        middles = [word for item in _split_commas(inner) for word in _expand(item, depth + 1)]
+        middles = [
+            word for item in _split_commas(inner) for word in _expand(item, depth + 1, budget)
+        ]
     else:
         sequence = _sequence("".join(raw for _, raw, _ in inner))
         if sequence is None:  # not a valid sequence: the pair is text, what follows may expand
@@ -65,7 +74,7 @@ def _expand(pieces: list[Piece], depth: int) -> list[list[Piece]]:
         else:
             middles = [[_generated(text)] for text in sequence]
     head = pieces[:opening]
-    tails = _expand(pieces[closing + 1 :], depth + 1)
+    tails = _expand(pieces[closing + 1 :], depth + 1, budget)
     count = len(middles) * len(tails)
     size = count * len(head) + sum(map(len, middles)) * len(tails)
     size += sum(map(len, tails)) * len(middles)
