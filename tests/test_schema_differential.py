@@ -70,6 +70,21 @@ def _fragments(child: st.SearchStrategy[Any]) -> st.SearchStrategy[dict[str, Any
         st.lists(child, min_size=1, max_size=3).map(lambda cs: {"anyOf": cs}),
         st.lists(child, min_size=1, max_size=3).map(lambda cs: {"oneOf": cs}),
         child.map(lambda c: {"not": c}),
+        st.tuples(child, child, child).map(lambda t: {"if": t[0], "then": t[1], "else": t[2]}),
+        st.tuples(child, child).map(lambda t: {"if": t[0], "then": t[1]}),
+        st.tuples(child, child).map(lambda t: {"if": t[0], "else": t[1]}),
+        st.dictionaries(
+            st.sampled_from(NAMES),
+            st.lists(st.sampled_from(NAMES), min_size=1, max_size=2, unique=True),
+            min_size=1,
+            max_size=2,
+        ).map(lambda d: {"dependentRequired": d}),
+        st.dictionaries(st.sampled_from(NAMES), child, min_size=1, max_size=2).map(
+            lambda d: {"dependentSchemas": d}
+        ),
+        st.sampled_from(["x-mcp-header", "title", "format", "contentSchema"]).map(
+            lambda k: {k: {"type": "sparkle"} if k != "format" else "email"}
+        ),
     )
 
 

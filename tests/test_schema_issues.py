@@ -155,7 +155,7 @@ def test_json_semantics(schema: dict[str, Any], value: Any, valid: bool) -> None
         ({"properties": {"x": {"pattern": "\\p{L}"}}}, "pattern", "#/properties/x"),
         ({"minLength": -1}, "minLength", "#"),
         ({"maximum": "3"}, "maximum", "#"),
-        ({"items": {"if": {}}}, "if", "#/items"),
+        ({"items": {"contains": {}}}, "contains", "#/items"),
         ({"properties": []}, "properties", "#"),
         ({"allOf": []}, "allOf", "#"),
         ({"$ref": "#/$defs/missing"}, "$ref", "#"),
@@ -182,7 +182,11 @@ def test_malformed_schema_is_a_schema_error_with_pointer(
         ({"frobnicate": 1}, "unknown keyword 'frobnicate': "),
         ({"properties": {"a": {"sparkle": True}}}, "unknown keyword 'sparkle': "),
         ({"patternProperties": {}}, "unsupported keyword 'patternProperties': "),
-        ({"items": {"if": {}}}, "unsupported keyword 'if': "),
+        ({"items": {"contains": {}}}, "unsupported keyword 'contains': "),
+        (
+            {"properties": {"a": {"x-ok": 1, "unevaluatedProperties": False}}},
+            "unsupported keyword 'unevaluatedProperties': ",
+        ),
     ],
 )
 def test_an_unenforceable_keyword_is_named_once(schema: dict[str, Any], reason: str) -> None:

@@ -1,9 +1,10 @@
 cimport cython
 
 cdef int K_NULL, K_BOOL, K_INT, K_INTFLOAT, K_FLOAT, K_STR, K_ARR, K_OBJ, K_NONFINITE, K_OTHER, K_ANY
-cdef int C_STR, C_NUM, C_ENUM, C_CONST, C_OBJ, C_ARR, C_APPLY, C_FALSE, _LOCAL_CHECKS
-cdef int S_ANY, S_ONE, S_NOT
+cdef int C_STR, C_NUM, C_ENUM, C_CONST, C_OBJ, C_ARR, C_APPLY, C_FALSE, C_COND, _LOCAL_CHECKS
+cdef int S_ANY, S_ONE, S_NOT, S_IF
 cdef object _HERE
+cdef list _NO_BRANCHES
 cdef int INLINE_DEPTH
 
 
@@ -58,6 +59,11 @@ cdef class Node:
     cdef public list one_of
     cdef public Node not_
     cdef public Node ref
+    cdef public Node if_
+    cdef public Node then_
+    cdef public Node else_
+    cdef public tuple dependent_required
+    cdef public tuple dependent_schemas
     cdef public object disc_key
     cdef public dict disc_map
     cdef public bint disc_required
@@ -161,9 +167,15 @@ cdef int _expand_array(Node node, object value, object loc, Sink sink, list stac
 cdef int _check_unique(object value, object loc, Sink sink) except -1
 @cython.locals(sub=Node)
 cdef int _expand_applicators(Node node, object value, object loc, Sink sink, list stack, int depth) except -1
+@cython.locals(name=str, needed=tuple, sub=Node)
+cdef int _expand_conditionals(Node node, object value, object loc, Sink sink, list stack, int depth) except -1
+@cython.locals(other=str)
+cdef int _report_dependent(str name, tuple needed, object value, object loc, Sink sink) except -1
 @cython.locals(branch=Node, obj=dict)
 cdef bint _discriminate(Node node, object value, object loc, Sink sink, list stack, int op, int depth) except -1
 @cython.locals(sub=Sink, branch=Node)
 cdef Node _advance(Step step, list stack)
+@cython.locals(sub=Sink, branch=Node)
+cdef Node _advance_if(Step step, list stack)
 @cython.locals(sink=Sink)
 cdef Sink _new_sink(Py_ssize_t limit, bint silent)

@@ -7,7 +7,8 @@ the schema or of the value. Leaf nodes (scalar checks only) are checked in place
 tool call pushes no frame at all.
 
 Issues go to a ``Sink``: the top-level sink collects up to ``limit`` issues with messages; the
-sinks of ``anyOf``/``oneOf``/``not`` branches are silent and stop at the first failure.
+sinks of ``anyOf``/``oneOf``/``not`` branches and of an ``if`` are silent and stop at the first
+failure.
 """
 
 from __future__ import annotations
@@ -36,8 +37,11 @@ C_ENUM = 4
 C_CONST = 8
 C_OBJ = 16
 C_ARR = 32
-C_APPLY = 64  # allOf / anyOf / oneOf / not / $ref
+C_APPLY = 64  # allOf / anyOf / oneOf / not / $ref (and every C_COND node)
 C_FALSE = 128
+# if/then/else, dependentRequired, dependentSchemas: always set together with C_APPLY, so
+# nodes without them pay nothing and applicator nodes pay one bit test.
+C_COND = 256
 # Keyword groups checked by ``check_local`` (beyond the type).
 _LOCAL_CHECKS = C_STR | C_NUM | C_ENUM | C_CONST | C_FALSE
 
@@ -45,8 +49,10 @@ _LOCAL_CHECKS = C_STR | C_NUM | C_ENUM | C_CONST | C_FALSE
 S_ANY = 0
 S_ONE = 1
 S_NOT = 2
+S_IF = 3  # runs ``if`` silently, then ``then`` or ``else`` in the step's own sink
 
 _HERE = object()  # "no key": the value sits at the location ``parent`` itself
+_NO_BRANCHES: list[Any] = []  # the branch list of an ``if`` step (its nodes are on the Node)
 # Nesting walked by bounded recursion before work goes to the explicit stack: small enough
 # for any C or Python stack, large enough that typical tool arguments never use a frame.
 INLINE_DEPTH = 16
@@ -71,6 +77,7 @@ CHECK_BITS = {
     "array": C_ARR,
     "apply": C_APPLY,
     "false": C_FALSE,
+    "conditional": C_COND,
 }
 
 
@@ -164,6 +171,12 @@ class Node:
         self.one_of: list[Node] = []
         self.not_: Node | None = None
         self.ref: Node | None = None
+        self.if_: Node | None = None
+        self.then_: Node | None = None
+        self.else_: Node | None = None
+        # (name, names required when it is present) / (name, schema applied when it is present)
+        self.dependent_required: tuple[tuple[str, tuple[str, ...]], ...] = ()
+        self.dependent_schemas: tuple[tuple[str, Node], ...] = ()
         # A const-discriminated anyOf/oneOf: property name, const -> branch, every branch needs it.
         self.disc_key: str | None = None
         self.disc_map: dict[str, Node] = {}
@@ -172,6 +185,10 @@ class Node:
 
 def finish_node(node: Node, structural: int) -> None:
     """Derive the run-time tables of a node once all its keywords are compiled."""
+    if node.if_ is not None and (node.then_ is not None or node.else_ is not None):
+        node.checks |= C_APPLY | C_COND
+    else:
+        node.if_ = None  # ``if`` alone (or then/else alone) cannot change validity
     node.leaf = not node.checks & structural
     node.expected = _expected_types(node) if node.type_names else "any value"
     node.prop_table = {
@@ -809,6 +826,37 @@ def _expand_applicators(
     if node.any_of:
         if node.disc_key is None or not _discriminate(node, value, loc, sink, stack, S_ANY, depth):
             stack.append(Step(S_ANY, node, value, loc, sink, node.any_of))
+    if node.checks & C_COND:
+        _expand_conditionals(node, value, loc, sink, stack, depth)
+
+
+def _expand_conditionals(
+    node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any], depth: int
+) -> None:
+    """if/then/else as a step (the ``if`` must finish before a branch is chosen);
+    dependentSchemas walked at once, as allOf; dependentRequired reported as required is."""
+    if node.if_ is not None:
+        stack.append(Step(S_IF, node, value, loc, sink, _NO_BRANCHES))
+    if (node.dependent_required or node.dependent_schemas) and _kind(value) == K_OBJ:
+        for name, needed in node.dependent_required:
+            if name in value:
+                _report_dependent(name, needed, value, loc, sink)
+        for name, sub in node.dependent_schemas:
+            if name in value:
+                _visit(sub, value, loc, _HERE, sink, stack, depth)
+
+
+def _report_dependent(name: str, needed: tuple[str, ...], value: Any, loc: Any, sink: Sink) -> None:
+    for other in needed:
+        if other not in value:
+            sink.count += 1
+            if not sink.silent and sink.count <= sink.limit:
+                add_issue(
+                    sink,
+                    loc,
+                    "dependentRequired",
+                    f"missing property {_quote(other)} (required when {_quote(name)} is present)",
+                )
 
 
 def _discriminate(
@@ -855,6 +903,8 @@ def _discriminate(
 
 def _advance(step: Step, stack: list[Any]) -> Node | None:
     """Account for the branch that just ran; return the next branch to run, or None when done."""
+    if step.op == S_IF:
+        return _advance_if(step, stack)
     sub = step.sub
     if sub is not None:
         if sub.count == 0:
@@ -879,6 +929,19 @@ def _advance(step: Step, stack: list[Any]) -> Node | None:
     step.index += 1
     step.sub = _new_sink(1, True)
     stack.append(step)
+    return branch
+
+
+def _advance_if(step: Step, stack: list[Any]) -> Node | None:
+    """First the ``if`` in a silent sink (its failure is no issue), then ``then`` or ``else``
+    in the step's own sink: their issues stand at their own keywords, as allOf's do."""
+    sub = step.sub
+    if sub is None:
+        step.sub = _new_sink(1, True)
+        stack.append(step)
+        return step.node.if_
+    branch = step.node.then_ if sub.count == 0 else step.node.else_
+    step.sub = step.sink
     return branch
 
 

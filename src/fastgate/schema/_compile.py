@@ -3,8 +3,9 @@
 Compilation is a worklist over schema locations: each subschema becomes one ``Node``;
 subschemas are queued rather than recursed into, so a 100,000-level schema compiles with constant
 Python stack. ``$ref`` points at the node of its target (created on demand), so recursive schemas
-are graphs. A cycle of ``$ref``/``allOf``/``anyOf``/``oneOf``/``not`` edges that never moves into
-the instance would loop forever at validation: it is a ``SchemaError``.
+are graphs. A cycle of edges that never move into the instance (``$ref``, ``allOf``, ``anyOf``,
+``oneOf``, ``not``, ``if``/``then``/``else``, ``dependentSchemas``) would loop forever at
+validation: it is a ``SchemaError``.
 
 Memory and time stay linear in the schema's size, whatever its depth: a node is found by the
 identity of its subschema (one subschema object, one node), and its JSON pointer is not stored
@@ -31,6 +32,9 @@ _TYPE_KINDS: dict[str, int] = core.TYPE_KINDS
 _BIT: dict[str, int] = core.CHECK_BITS
 C_STR, C_NUM, C_ENUM, C_CONST = _BIT["string"], _BIT["number"], _BIT["enum"], _BIT["const"]
 C_OBJ, C_ARR, C_APPLY, C_FALSE = _BIT["object"], _BIT["array"], _BIT["apply"], _BIT["false"]
+C_COND = _BIT["conditional"]
+# The annotation keywords of JSON Schema 2020-12 (meta-data, format, content): they describe,
+# they never change validity. ``x-`` keywords are extensions and are ignored the same way.
 _ANNOTATIONS = frozenset(
     (
         "title",
@@ -44,8 +48,10 @@ _ANNOTATIONS = frozenset(
         "writeOnly",
         "contentMediaType",
         "contentEncoding",
+        "contentSchema",
     )
 )
+_EXTENSION_PREFIX = "x-"
 _COUNTS = {
     "minLength": "min_length",
     "maxLength": "max_length",
@@ -61,11 +67,15 @@ _BOUNDS = {
     "exclusiveMaximum": "exclusive_maximum",
 }
 _SCHEMA_LISTS = {"allOf": "all_of", "anyOf": "any_of", "oneOf": "one_of"}
-_STRUCTURE = C_OBJ | C_ARR | C_APPLY
+_STRUCTURE = C_OBJ | C_ARR | C_APPLY | C_COND
 
 
 def escape_token(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
+
+
+def _is_extension(keyword: Any) -> bool:
+    return type(keyword) is str and keyword.startswith(_EXTENSION_PREFIX)
 
 
 def _where(pointer: str) -> str:
@@ -138,7 +148,7 @@ class _Compiler:
                 continue
             handler = _HANDLERS.get(keyword)
             if handler is None:
-                if keyword == "$id" and node is self.root:
+                if (keyword == "$id" and node is self.root) or _is_extension(keyword):
                     continue
                 reason = "unsupported" if keyword in _KNOWN_UNSUPPORTED else "unknown"
                 raise SchemaError(
@@ -330,6 +340,42 @@ def _ref(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     node.checks |= C_APPLY
 
 
+def _conditional(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
+    # Compiled even when alone (errors surface); ``finish_node`` marks the node conditional
+    # only when ``if`` has a ``then`` or an ``else`` to choose.
+    setattr(node, keyword + "_", c.child(node, keyword, value))
+
+
+def _names(value: Any) -> bool:
+    return (
+        type(value) is list and all(type(n) is str for n in value) and len(set(value)) == len(value)
+    )
+
+
+def _dependent_required(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
+    if type(value) is not dict or not all(
+        type(name) is str and _names(needed) for name, needed in value.items()
+    ):
+        raise c.bad(
+            node, keyword, "dependentRequired must map property names to lists of unique names"
+        )
+    node.dependent_required = tuple(
+        [(name, tuple(needed)) for name, needed in value.items() if needed]
+    )
+    if node.dependent_required:
+        node.checks |= C_APPLY | C_COND
+
+
+def _dependent_schemas(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
+    if type(value) is not dict or not all(type(name) is str for name in value):
+        raise c.bad(node, keyword, "dependentSchemas must map property names to schemas")
+    node.dependent_schemas = tuple(
+        [(name, c.child(node, keyword, sub, name)) for name, sub in value.items()]
+    )
+    if node.dependent_schemas:
+        node.checks |= C_APPLY | C_COND
+
+
 def _defs(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     if type(value) is not dict:
         raise c.bad(node, keyword, f"{keyword} must be an object mapping names to schemas")
@@ -354,6 +400,11 @@ _HANDLERS: dict[str, Any] = {
     "pattern": _pattern,
     "uniqueItems": _unique,
     "$ref": _ref,
+    "if": _conditional,
+    "then": _conditional,
+    "else": _conditional,
+    "dependentRequired": _dependent_required,
+    "dependentSchemas": _dependent_schemas,
     "$defs": _defs,
     "definitions": _defs,
     **dict.fromkeys(_COUNTS, _count),
@@ -368,20 +419,14 @@ _KNOWN_UNSUPPORTED = frozenset(
         "$recursiveRef",
         "$recursiveAnchor",
         "$vocabulary",
-        "if",
-        "then",
-        "else",
         "patternProperties",
         "unevaluatedProperties",
         "unevaluatedItems",
         "contains",
         "minContains",
         "maxContains",
-        "dependentRequired",
-        "dependentSchemas",
         "dependencies",
         "propertyNames",
-        "contentSchema",
     )
 )
 
@@ -428,6 +473,10 @@ def _stationary_edges(node: core.Node) -> list[core.Node]:
         edges.append(node.not_)
     if node.ref is not None:
         edges.append(node.ref)
+    if node.if_ is not None:  # set only when it has a then or an else (``finish_node``)
+        edges.append(node.if_)
+        edges.extend(n for n in (node.then_, node.else_) if n is not None)
+    edges.extend(sub for _, sub in node.dependent_schemas)
     return edges
 
 
