@@ -224,6 +224,72 @@ def test_a_write_to_a_path_known_only_at_run_time_asks(command: str, tmp_path: P
     assert asks_as_guarded(decided) and "run" in decided.reason
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        "rm -rf .",
+        "rm -r sub",
+        "rm -fR ./sub/",
+        "find . -name '*.json' -delete",
+        "chmod -R 777 .",
+        "chown -R me sub",
+        "mv sub elsewhere",
+        "rm -rf ../{name}",
+    ],
+)
+def test_changing_a_whole_tree_that_holds_protected_paths_asks(
+    command: str, tmp_path: Path
+) -> None:
+    (tmp_path / ".fastgate").mkdir()
+    (tmp_path / "sub" / ".git" / "hooks").mkdir(parents=True)
+    command = command.format(name=tmp_path.name)
+    if command.startswith(("chown -R me sub", "rm -r sub", "rm -fR", "mv sub")):
+        (tmp_path / ".fastgate").rmdir()  # only the nested repository's hooks hold it
+    decided = ruling(command, tmp_path, mode=YOLO, sensitive=())
+    assert asks_as_guarded(decided) and "protected" in decided.reason, decided
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cp /tmp/x/.mcp.json .",
+        "cp -r /tmp/x/.claude .",
+        "mv /tmp/x/.fastgate ./",
+        "install -t . /tmp/x/.mcp.json",
+        "rsync -a /tmp/x/.claude sub",
+        "ln -s /tmp/x/.mcp.json",
+    ],
+)
+def test_a_file_copied_into_a_directory_keeps_its_protected_name(
+    command: str, tmp_path: Path
+) -> None:
+    decided = ruling(command, tmp_path, mode=YOLO, allow=("Bash(cp:*)",), sensitive=())
+    assert asks_as_guarded(decided), decided
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "echo .fastgate | xargs rm -rf",
+        "ls -a | xargs -I{} cp /tmp/evil {}/settings.json",
+        "find . -name settings.json -exec rm {} +",
+        "find . -name '*.json' -exec sed -i s/deny/allow/ {} \\;",
+    ],
+)
+def test_writes_filled_in_at_run_time_ask(command: str, tmp_path: Path) -> None:
+    assert asks_as_guarded(ruling(command, tmp_path, mode=YOLO)), command
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["rm -rf build", "rm -f build/x", "cp x build", "cp -r dist build", "ls | xargs wc -l"],
+)
+def test_writes_elsewhere_are_not_protected(command: str, tmp_path: Path) -> None:
+    (tmp_path / ".fastgate").mkdir()
+    (tmp_path / "build").mkdir()
+    assert ruling(command, tmp_path, mode=YOLO).decision is Decision.ALLOW
+
+
 def test_project_approval_of_a_protected_write_is_refused(tmp_path: Path) -> None:
     from fastgate import ApprovalStore, PermissionResolver
 

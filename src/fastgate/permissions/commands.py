@@ -52,7 +52,7 @@ from fastgate.permissions.shell import (
     parse_command,
 )
 from fastgate.permissions.wrappers import WRAPPERS, is_assignment, unwrap
-from fastgate.permissions.writes import written_words
+from fastgate.permissions.writes import takes_operands, tree_words, written_words
 
 SHELLS = frozenset(
     {
@@ -169,6 +169,7 @@ class CommandFacts:
     bases: tuple[str, ...] = ("",)
     base_unknown: bool = False
     write_words: tuple[Word, ...] = ()  # words naming files it writes (see ``writes``)
+    tree_words: tuple[Word, ...] = ()  # of those, directories whose whole tree it changes
 
 
 @dataclass(frozen=True, slots=True)
@@ -344,8 +345,12 @@ def _analyze(
     else:
         why_unknown = why_unknown or "wrappers nested too deeply"
     dirs.ran(cmd, seen, moved)
+    trees: list[Word] = []
     for form in forms:
         written.extend(written_words(form))
+        trees.extend(tree_words(form))
+    if _fed_by_xargs(forms) and takes_operands(program_name(current[0])):
+        written.append(_XARGS_INPUT)  # xargs appends operands known only at run time
     if place.unknown and not blocker:
         relative = next((w for w in (*path_words, *written) if _is_relative(w)), None)
         if relative is not None:
@@ -366,8 +371,16 @@ def _analyze(
             place.bases,
             place.unknown,
             tuple(dict.fromkeys(written)),
+            tuple(dict.fromkeys(trees)),
         )
     )
+
+
+_XARGS_INPUT = Word("$(the words xargs reads)", "(the words xargs reads)", dynamic=True)
+
+
+def _fed_by_xargs(forms: list[tuple[Word, ...]]) -> bool:
+    return any(not f[0].dynamic and program_name(f[0]) == "xargs" for f in forms[:-1])
 
 
 def _is_relative(word: Word) -> bool:

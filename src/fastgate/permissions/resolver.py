@@ -514,6 +514,8 @@ class PermissionResolver:
             return None
         roots = _Roots(root, self.config.case_insensitive)
         found = self._protected.match(written, roots, self._regexes)
+        if found is None and subject.trees:
+            found = self._protected.held_by(subject.trees, roots)
         if found is None:
             return None
         return (
@@ -558,6 +560,25 @@ class _Guard:
                     return path.canonical
         return None
 
+    def held_by(self, trees: tuple[ResolvedPath, ...], given: _Roots) -> str | None:
+        """A path a pattern names that exists right inside one of the directories ``trees``
+        (or inside the workspace root, when one of them holds it): ``rm -r sub`` with
+        ``sub/.git/hooks``, ``find . -delete``. Only the patterns' leading literal segments are
+        looked up, one level deep: a cheap check, not a walk of the tree."""
+        root = given.get_root(True)[0]
+        for tree in trees:
+            places = [tree.canonical]
+            if root == tree.canonical or root.startswith(tree.canonical.rstrip("/") + "/"):
+                places.append(root)
+            for place in places:
+                for pattern in self.patterns:
+                    inside = _leading_literals(pattern)
+                    if inside:
+                        candidate = os.path.join(place, *inside)
+                        if os.path.lexists(candidate):
+                            return candidate
+        return None
+
     def may_match_below(self, words: tuple[str, ...], fold: bool) -> str | None:
         """The first relative word that, below a directory not known in advance, may be a
         path a pattern matches (``globs.tail_regex``)."""
@@ -585,6 +606,19 @@ class _Guard:
                 cache.clear()
             cache[key] = compiled
         return compiled
+
+
+def _leading_literals(pattern: PathPattern) -> tuple[str, ...]:
+    """The plain segments a pattern that may match directly inside a directory starts with
+    (``**/.git/hooks/**`` → ``.git``, ``hooks``); ``()`` for an anchored one or a glob."""
+    if pattern.anchor != "anywhere":
+        return ()
+    literals: list[str] = []
+    for segment in pattern.segments:
+        if segment == "**" or any(c in segment for c in "*?[\\"):
+            break
+        literals.append(segment)
+    return tuple(literals)
 
 
 def _search_regex(patterns: tuple[PathPattern, ...], fold: bool = False) -> re.Pattern[str]:

@@ -69,7 +69,17 @@ class Subject:
     """A plain class, not a tuple: one is made per decision, and a compiled class is made in a
     fraction of a named tuple's time."""
 
-    __slots__ = ("blind_writes", "command", "invalid", "key", "kind", "paths", "unplaced", "writes")
+    __slots__ = (
+        "blind_writes",
+        "command",
+        "invalid",
+        "key",
+        "kind",
+        "paths",
+        "trees",
+        "unplaced",
+        "writes",
+    )
 
     def __init__(
         self,
@@ -88,10 +98,12 @@ class Subject:
         # A command's words in writing positions, resolved; its relative words in a directory
         # known only at run time; and the written words whose file is known only then.
         self.writes: tuple[ResolvedPath, ...] = ()
+        self.trees: tuple[ResolvedPath, ...] = ()
         self.unplaced: tuple[str, ...] = ()
         self.blind_writes: tuple[str, ...] = ()
         if found is not None:
             self.writes = found.writes
+            self.trees = found.trees
             self.unplaced = found.unplaced
             self.blind_writes = found.blind_writes
 
@@ -99,17 +111,19 @@ class Subject:
 class CommandPaths:
     """What the words of a command name, resolved at decision time."""
 
-    __slots__ = ("blind_writes", "paths", "unplaced", "writes")
+    __slots__ = ("blind_writes", "paths", "trees", "unplaced", "writes")
 
     def __init__(
         self,
         paths: tuple[ResolvedPath, ...],
         writes: tuple[ResolvedPath, ...],
+        trees: tuple[ResolvedPath, ...],
         unplaced: tuple[str, ...],
         blind_writes: tuple[str, ...],
     ) -> None:
         self.paths = paths  # every word that may name a file, in every directory it may be in
         self.writes = writes  # those in a writing position
+        self.trees = trees  # those whose whole tree is changed (``rm -r``, ``mv``)
         self.unplaced = unplaced  # relative words, normalized, where the directory is unknown
         self.blind_writes = blind_writes  # written words naming a file known only at run time
 
@@ -194,10 +208,12 @@ def command_paths(analysis: CommandAnalysis, root: str) -> CommandPaths | None:
     resolved: dict[str, ResolvedPath] = {}
     paths: dict[ResolvedPath, None] = {}
     writes: dict[ResolvedPath, None] = {}
+    trees: dict[ResolvedPath, None] = {}
     unplaced: dict[str, None] = {}
     blind: dict[str, None] = {}
     for facts in analysis.commands:
         words = [*facts.path_words, *(w for form in facts.forms[1:] for w in form[1:])]
+        whole = set(facts.tree_words)
         for group, written in ((words, False), (facts.write_words, True)):
             for word in group:
                 value = _path_value(word)
@@ -208,8 +224,8 @@ def command_paths(analysis: CommandAnalysis, root: str) -> CommandPaths | None:
                 budget -= max(1, len(bases))
                 if budget < 0:
                     return None
-                if written and word.dynamic and ("$" in value or "`" in value):
-                    blind[word.text] = None  # computed when it runs
+                if written and _known_only_when_run(word, value):
+                    blind[word.text] = None
                 if relative and facts.base_unknown:
                     where = _below(value)
                     if written:
@@ -225,7 +241,17 @@ def command_paths(analysis: CommandAnalysis, root: str) -> CommandPaths | None:
                         paths[path] = None
                         if written:
                             writes[path] = None
-    return CommandPaths(tuple(paths), tuple(writes), tuple(unplaced), tuple(blind))
+                            if word in whole:
+                                trees[path] = None
+    return CommandPaths(tuple(paths), tuple(writes), tuple(trees), tuple(unplaced), tuple(blind))
+
+
+def _known_only_when_run(word: Word, value: str) -> bool:
+    """A word whose value comes from running the command (a variable, a substitution, a
+    placeholder ``find -exec`` or ``xargs`` fill in), not a glob expanded now."""
+    if not word.dynamic or word.raw.startswith(("<(", ">(")):
+        return False
+    return "$" in value or "`" in value or not any(c in _GLOB_CHARS for c in value)
 
 
 def _path_value(word: Word) -> str | None:

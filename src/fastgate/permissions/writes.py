@@ -98,12 +98,78 @@ _GIT_OPTIONS_WITH_ARGUMENT = frozenset(
 )
 
 
+# Programs that change a whole tree when asked to (or always, for ``mv``): what is below the
+# words counts as written too.
+_RECURSIVE = frozenset({"rm", "chmod", "chown", "chgrp", "setfacl", "chattr"})
+_RECURSIVE_FLAGS = frozenset({"-r", "-R", "--recursive"})
+# Programs that put a file into a destination directory under the source's own name.
+_INTO_DIRECTORY = frozenset({"cp", "install", "rsync", "scp", "mv", "ln"})
+
+
+def takes_operands(name: str) -> bool:
+    """Whether ``name`` changes the files its operands name (``xargs`` adds some at run time)."""
+    return name in _EVERY_OPERAND or name in _DESTINATION or name in _IN_PLACE
+
+
 def written_words(form: tuple[Word, ...]) -> list[Word]:
     """The words of the simple command ``form`` naming files it changes."""
     if not form or form[0].dynamic:
         return []
     name = os.path.basename(form[0].value)
     args = form[1:]
+    words = _written_words(name, args)
+    if name in _INTO_DIRECTORY:
+        words += _placed_into_destination(name, args)
+    return words
+
+
+def tree_words(form: tuple[Word, ...]) -> list[Word]:
+    """The words naming a directory whose whole tree the command changes (``rm -r``,
+    ``chmod -R``, ``mv``, ``find DIR -delete``)."""
+    if not form or form[0].dynamic:
+        return []
+    name = os.path.basename(form[0].value)
+    args = form[1:]
+    if name == "mv":
+        return _operands(args)
+    if name == "find":
+        return _find_writes(args) if any(w.value == "-delete" for w in args) else []
+    if name in _RECURSIVE and any(_recursive(w) for w in args):
+        return _operands(args)
+    return []
+
+
+def _recursive(word: Word) -> bool:
+    value = word.value
+    if value in _RECURSIVE_FLAGS or word.dynamic:
+        return True
+    return value.startswith("-") and not value.startswith("--") and ("r" in value or "R" in value)
+
+
+def _placed_into_destination(name: str, args: tuple[Word, ...]) -> list[Word]:
+    """``cp SRC... DIR`` writes ``DIR/basename(SRC)``: the names the sources bring along
+    (``cp /tmp/.mcp.json .``), whether the destination is a directory or not."""
+    operands = _operands(args)
+    targets = _option_values(args, ("-t", "--target-directory"))
+    if targets:
+        destination, sources = targets[-1], operands
+    elif name == "ln" and len(operands) == 1:
+        destination, sources = Word(".", "."), operands
+    elif len(operands) >= 2:
+        destination, sources = operands[-1], operands[:-1]
+    else:
+        return []
+    out: list[Word] = []
+    for source in sources:
+        base = os.path.basename(source.value.rstrip("/"))
+        if not base or base in (".", ".."):
+            continue
+        value = os.path.join(destination.value, base)
+        out.append(Word(value, value, destination.dynamic or source.dynamic))
+    return out
+
+
+def _written_words(name: str, args: tuple[Word, ...]) -> list[Word]:
     if name in _EVERY_OPERAND:
         return _operands(args)
     if name in _DESTINATION:
