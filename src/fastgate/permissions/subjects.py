@@ -205,6 +205,7 @@ def command_paths(analysis: CommandAnalysis, root: str) -> CommandPaths | None:
     if analysis.too_large:
         return None
     budget = _MAX_PATH_WORDS
+    counted: set[tuple[str, tuple[str, ...]]] = set()
     resolved: dict[str, ResolvedPath] = {}
     paths: dict[ResolvedPath, None] = {}
     writes: dict[ResolvedPath, None] = {}
@@ -221,9 +222,11 @@ def command_paths(analysis: CommandAnalysis, root: str) -> CommandPaths | None:
                     continue
                 relative = not value.startswith("/")
                 bases = facts.bases if relative else ("",)
-                budget -= max(1, len(bases))
-                if budget < 0:
-                    return None
+                if (value, bases) not in counted:  # a word read and written counts once
+                    counted.add((value, bases))
+                    budget -= max(1, len(bases))
+                    if budget < 0:
+                        return None
                 if written and _known_only_when_run(word, value):
                     blind[word.text] = None
                 if relative and facts.base_unknown:
