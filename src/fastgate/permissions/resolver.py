@@ -470,20 +470,24 @@ class PermissionResolver:
     def _guarded(self, tool: ToolDefinition, subject: Subject, root: str) -> tuple[str, str] | None:
         """Why the call is at least ASK whatever the rules and the mode say (the reason, and
         the path it names): it touches a sensitive path, or writes a protected one."""
-        sensitive = self._sensitive_path(subject, root)
+        roots = _Roots(root, self.config.case_insensitive)  # probed once for both lists
+        sensitive = self._sensitive_path(subject, root, roots)
         if sensitive is not None:
             return f"touches sensitive file {sensitive}", sensitive
-        protected = self._protected_path(tool, subject, root)
+        protected = self._protected_path(tool, subject, roots)
         if protected is not None:
             return protected
         return None
 
-    def _sensitive_path(self, subject: Subject, root: str) -> str | None:
+    def _sensitive_path(
+        self, subject: Subject, root: str, roots: _Roots | None = None
+    ) -> str | None:
         if subject.invalid == "too many words to check":
             return "(a command with too many words to check)"
         if not subject.paths and not subject.unplaced:
             return None
-        roots = _Roots(root, self.config.case_insensitive)
+        if roots is None:
+            roots = _Roots(root, self.config.case_insensitive)
         found = self._sensitive.match(subject.paths, roots, self._regexes)
         if found is None and subject.unplaced:
             word = self._sensitive.may_match_below(subject.unplaced, roots.folds())
@@ -492,7 +496,7 @@ class PermissionResolver:
         return found
 
     def _protected_path(
-        self, tool: ToolDefinition, subject: Subject, root: str
+        self, tool: ToolDefinition, subject: Subject, roots: _Roots
     ) -> tuple[str, str] | None:
         """A protected path the call creates, writes, moves, deletes or changes the mode of:
         any path of a writer tool, a command's words in writing positions. A command writing
@@ -512,7 +516,6 @@ class PermissionResolver:
             return None
         if not written:
             return None
-        roots = _Roots(root, self.config.case_insensitive)
         found = self._protected.match(written, roots, self._regexes)
         if found is None and subject.trees:
             found = self._protected.held_by(subject.trees, roots)
