@@ -216,6 +216,15 @@ async def test_reading_stops_in_bounded_time_when_a_holder_cannot_be_ended(
     psutil.Process(holder).kill()
 
 
+async def test_a_command_that_stops_its_launcher_still_ends(workspace: Path) -> None:
+    # SIGSTOP to its parent (same user) would freeze the launcher's reports and its reaping:
+    # the call's end continues it.
+    command = "echo $$ > pids; kill -STOP $PPID; exec sleep 300"
+    result = await LocalShell(kill_grace=0.2).run(command, cwd=str(workspace), timeout=1)
+    assert result.timed_out
+    assert not alive(recorded(workspace)[0])
+
+
 async def test_the_signal_stops_the_command(workspace: Path) -> None:
     shell = LocalShell()
     token = CancelToken()

@@ -48,10 +48,10 @@ async def read_all(fd: int) -> bytes:
 
 
 async def test_a_command_runs_and_reports_its_status(launcher: list[str]) -> None:
-    process = await spawn(
-        ["bash", "-c", "echo out; echo err >&2; exit 7"], stdout=PIPE, stderr=PIPE
-    )
-    assert process.pid > 0 and process.supervisor_pid != process.pid
+    process = spawn(["bash", "-c", "echo out; echo err >&2; exit 7"], stdout=PIPE, stderr=PIPE)
+    pid = await process.started()
+    assert pid == process.pid > 0 and process.supervisor_pid != pid
+    assert await process.exited() == 7
     assert await process.wait() == 7
     assert process.stdout is not None and process.stderr is not None
     assert process.stdout.read() == b"out\n" and process.stderr.read() == b"err\n"
@@ -62,18 +62,26 @@ async def test_a_command_runs_and_reports_its_status(launcher: list[str]) -> Non
 
 
 async def test_a_signal_that_ended_the_command_is_its_status(launcher: list[str]) -> None:
-    process = await spawn(["bash", "-c", "kill -KILL $$"])
+    process = spawn(["bash", "-c", "kill -KILL $$"])
     assert await process.wait() == -signal.SIGKILL
 
 
 async def test_what_cannot_start_raises_oserror(launcher: list[str], tmp_path: Path) -> None:
+    # A program that cannot be executed: known once its launcher tried, from every wait.
+    process = spawn(["fastgate-no-such-program"])
     with pytest.raises(FileNotFoundError) as missing:
-        await spawn(["fastgate-no-such-program"])
+        await process.started()
     assert missing.value.filename == "fastgate-no-such-program"
+    for wait in (process.exited, process.wait):
+        with pytest.raises(FileNotFoundError):
+            await wait()
+    assert process.done() and process.pid == 0
+    process = spawn([str(tmp_path)])  # a directory
     with pytest.raises(PermissionError):
-        await spawn([str(tmp_path)])  # a directory
+        await process.wait()
+    # A directory that does not exist: not even the launcher starts.
     with pytest.raises(FileNotFoundError):
-        await spawn(["true"], cwd=str(tmp_path / "missing"))
+        spawn(["true"], cwd=str(tmp_path / "missing"))
     assert os.listdir(tmp_path) == []
 
 
@@ -81,7 +89,7 @@ async def test_what_cannot_start_raises_oserror(launcher: list[str], tmp_path: P
 async def test_a_daemon_is_gone_when_its_command_exits(
     launcher: list[str], tmp_path: Path, case: str
 ) -> None:
-    process = await spawn(["bash", "-c", daemon_script(case, "exit 3")], cwd=str(tmp_path))
+    process = spawn(["bash", "-c", daemon_script(case, "exit 3")], cwd=str(tmp_path))
     assert await process.wait() == 3
     pids = recorded(tmp_path)
     try:
@@ -94,7 +102,7 @@ async def test_a_daemon_is_gone_when_its_command_exits(
 async def test_a_daemon_is_gone_when_the_command_is_stopped(
     launcher: list[str], tmp_path: Path, case: str
 ) -> None:
-    process = await spawn(
+    process = spawn(
         ["bash", "-c", daemon_script(case, "echo started; sleep 300")],
         cwd=str(tmp_path),
         stdout=PIPE,
@@ -117,7 +125,7 @@ async def test_the_output_ends_when_the_daemons_holding_it_do(
     # The daemon keeps the command's stdout: the pipe reaches its end all the same.
     read_fd, write_fd = os.pipe()
     try:
-        process = await spawn(
+        process = spawn(
             [
                 "bash",
                 "-c",
@@ -142,7 +150,7 @@ async def test_a_process_ignoring_term_is_killed_after_the_grace(
 ) -> None:
     script = "trap '' TERM; echo $$ > pids; echo > ready; exec sleep 300"
     os.mkfifo(tmp_path / "ready")
-    process = await spawn(["bash", "-c", script], cwd=str(tmp_path), grace=0.3)
+    process = spawn(["bash", "-c", script], cwd=str(tmp_path), grace=0.3)
     await asyncio.to_thread((tmp_path / "ready").read_bytes)
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -158,7 +166,7 @@ async def test_a_fork_loop_is_ended_whole(launcher: list[str], tmp_path: Path) -
         "echo $$ > pids; for i in $(seq 20); do (sleep 300 &); done; echo > ready; "
         "while :; do (sleep 300 &); done"
     )
-    process = await spawn(["bash", "-c", script], cwd=str(tmp_path))
+    process = spawn(["bash", "-c", script], cwd=str(tmp_path))
     await asyncio.to_thread((tmp_path / "ready").read_bytes)
     assert len(running_in(tmp_path)) > 20
     await process.terminate_all(0.1)
@@ -184,7 +192,7 @@ async def test_cancelling_the_caller_of_terminate_all_still_ends_everything(
 ) -> None:
     script = "trap '' TERM; echo $$ > pids; echo > ready; exec sleep 300"
     os.mkfifo(tmp_path / "ready")
-    process = await spawn(["bash", "-c", script], cwd=str(tmp_path))
+    process = spawn(["bash", "-c", script], cwd=str(tmp_path))
     await asyncio.to_thread((tmp_path / "ready").read_bytes)
     stopping = asyncio.ensure_future(process.terminate_all(0.3))
     await asyncio.sleep(0)
@@ -197,7 +205,7 @@ async def test_cancelling_the_caller_of_terminate_all_still_ends_everything(
 async def test_the_command_holds_neither_launcher_pipe(launcher: list[str]) -> None:
     # Only its stdio: the control pipe (which could stop the launcher) and the report pipe
     # (which could forge a status) stay the launcher's.
-    process = await spawn(["ls", "/proc/self/fd"], stdout=PIPE)
+    process = spawn(["ls", "/proc/self/fd"], stdout=PIPE)
     assert process.stdout is not None
     fds = process.stdout.read().split()
     process.stdout.close()
@@ -210,7 +218,7 @@ async def test_the_launcher_has_the_commands_environment(
 ) -> None:
     monkeypatch.setenv("FASTGATE_TEST_SECRET_TOKEN", "hunter2-launcher")
     env = {"PATH": os.environ["PATH"], "ONLY": "this"}
-    process = await spawn(
+    process = spawn(
         ["bash", "-c", "tr '\\0' '\\n' < /proc/$PPID/environ; echo; env"], env=env, stdout=PIPE
     )
     assert process.stdout is not None
@@ -228,7 +236,7 @@ async def test_a_killed_launcher_takes_its_command_and_group_along(
     # down (the launcher's death signal) and its group (ended by the server).
     os.mkfifo(tmp_path / "go")
     script = "sleep 300 & echo $! > pids; echo $$ >> pids; read < go; kill -KILL $PPID; sleep 300"
-    process = await spawn(["bash", "-c", script], cwd=str(tmp_path))
+    process = spawn(["bash", "-c", script], cwd=str(tmp_path))
     await asyncio.to_thread((tmp_path / "go").write_text, "go\n")  # once it was reported
     assert await process.wait() is None  # no status: the launcher could not report one
     pids = recorded(tmp_path)
@@ -238,14 +246,12 @@ async def test_a_killed_launcher_takes_its_command_and_group_along(
         kill_all(pids)
 
 
-async def test_cancelled_while_starting_leaves_nothing(launcher: list[str], tmp_path: Path) -> None:
-    task = asyncio.ensure_future(
-        spawn(["bash", "-c", "echo $$ > pids; exec sleep 300"], cwd=str(tmp_path))
-    )
-    await asyncio.sleep(0)  # the launcher is started; the command's start is not yet reported
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+async def test_a_stop_before_the_start_was_reported_leaves_nothing(
+    launcher: list[str], tmp_path: Path
+) -> None:
+    process = spawn(["bash", "-c", "echo $$ > pids; exec sleep 300"], cwd=str(tmp_path))
+    await process.terminate_all(0)  # at once: the launcher may not have reported the start
+    assert process.done()
     if (tmp_path / "pids").exists():
         assert not alive(recorded(tmp_path)[0])
 
@@ -256,13 +262,13 @@ async def test_without_a_launcher_the_process_group_is_ended(
     # Where there are no subreapers (not Linux): the command's process group.
     monkeypatch.setattr(_spawn, "launcher_command", lambda: None)
     assert supervision() == "process group"
-    process = await spawn(
+    process = spawn(
         ["bash", "-c", "sleep 300 & echo $! > pids; exit 5"], cwd=str(tmp_path), grace=0
     )
     assert process.supervisor_pid == process.pid
     assert await process.wait() == 5
     await until_dead(recorded(tmp_path))  # signalled, not reaped by us
-    process = await spawn(["sleep", "300"], grace=0.1)
+    process = spawn(["sleep", "300"], grace=0.1)
     await process.terminate_all()
     assert process.returncode == -signal.SIGTERM
 
@@ -278,7 +284,17 @@ def test_supervision_names_the_launcher() -> None:
 @pytest.mark.parametrize("bad", [[], "bash -c true", [b"bash"]])
 async def test_bad_argv_is_refused(bad: object) -> None:
     with pytest.raises(TypeError):
-        await spawn(bad)  # type: ignore[arg-type]
+        spawn(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("grace", [-1, float("nan"), float("inf")])
+async def test_a_bad_grace_is_refused(grace: float) -> None:
+    with pytest.raises(ValueError, match="grace"):
+        spawn(["true"], grace=grace)
+    process = spawn(["true"])
+    with pytest.raises(ValueError, match="grace"):
+        await process.terminate_all(grace)
+    await process.wait()
 
 
 async def test_a_compiled_launcher_that_cannot_run_falls_back(
@@ -292,6 +308,33 @@ async def test_a_compiled_launcher_that_cannot_run_falls_back(
     monkeypatch.setattr(_spawn, "REQUIRE_EXTENSIONS", False)
     monkeypatch.setattr(_spawn, "_compiled_failed", False)
     assert supervision() == "compiled launcher"
-    process = await spawn([sys.executable, "-c", "pass"])
+    process = spawn([sys.executable, "-c", "pass"])
     assert await process.wait() == 0
     assert supervision() == "pure launcher"
+
+
+async def test_a_launcher_stopped_by_its_command_is_continued(
+    launcher: list[str], tmp_path: Path
+) -> None:
+    # The command stops its launcher (same user): a stop request continues it first.
+    os.mkfifo(tmp_path / "ready")
+    script = "echo $$ > pids; kill -STOP $PPID; echo > ready; exec sleep 300"
+    process = spawn(["bash", "-c", script], cwd=str(tmp_path), grace=0.1)
+    await asyncio.to_thread((tmp_path / "ready").read_bytes)
+    await process.terminate_all()
+    assert process.returncode == -signal.SIGTERM
+    assert not alive(recorded(tmp_path)[0])
+
+
+async def test_a_launcher_that_does_not_end_is_killed_after_a_bound(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A launcher that reports its start and then ignores every request (a stand-in for one
+    # stuck in the kernel): killed once the grace and the bound have passed, its group too.
+    fake = "echo S $$ >&$3; trap '' TERM; sleep 300 & echo $! > pids; wait"
+    monkeypatch.setattr(_spawn, "launcher_command", lambda: ["bash", "-c", fake, "bash"])
+    monkeypatch.setattr(_spawn, "_LAUNCHER_BOUND", 0.2)
+    process = spawn(["ignored"], cwd=str(tmp_path))
+    await process.terminate_all(0)
+    assert process.returncode is None
+    await until_dead(recorded(tmp_path))

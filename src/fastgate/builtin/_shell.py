@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import os
 import re
 import shutil
@@ -81,8 +82,8 @@ class LocalShell:
     ) -> None:
         if isinstance(env_allow, str) or isinstance(env_deny, str):
             raise TypeError("env_allow and env_deny take lists of names, not a single string")
-        if not kill_grace >= 0 or not read_grace >= 0:
-            raise ValueError("kill_grace and read_grace must be >= 0 seconds")
+        if not 0 <= kill_grace < math.inf or not 0 <= read_grace < math.inf:
+            raise ValueError("kill_grace and read_grace must be finite numbers of seconds >= 0")
         self.env_allow = frozenset(env_allow)
         self.env_deny = tuple(part for part in env_deny if part)
         self.kill_grace = kill_grace
@@ -139,7 +140,7 @@ class LocalShell:
         run_env = self._environment(env)
         read_fd, write_fd = os.pipe()
         try:
-            process = await spawn(
+            process = spawn(
                 [self.executable, "-c", command],  # $0 as given: errors say "bash: ..."
                 executable=self._program,
                 stdout=write_fd,
@@ -181,7 +182,7 @@ class _Run:
         timer: asyncio.TimerHandle | None = None
         link = None
         exit_watch = loop.create_task(process.exited())
-        exit_watch.add_done_callback(lambda _: self._wake("exited"))
+        exit_watch.add_done_callback(self._on_exit)
         try:
             os.set_blocking(self.read_fd, False)
             loop.add_reader(self.read_fd, self._readable)
@@ -192,10 +193,6 @@ class _Run:
                 if signal.cancelled:
                     self._wake("cancel")
             reason = await self.wake
-            if reason == "exited":
-                await process.wait()  # what it left running gets TERM, then KILL after grace
-            else:
-                await process.terminate_all(shell.kill_grace)
         finally:
             if timer is not None:
                 timer.cancel()
@@ -203,10 +200,14 @@ class _Run:
                 link.remove()
             exit_watch.cancel()
             try:
-                await process.terminate_all(shell.kill_grace)  # a no-op once it has ended
+                # After an exit the launcher is already ending what the command left running;
+                # after a timeout or a cancel, this ends the command too: TERM, then KILL.
+                await process.terminate_all(shell.kill_grace)
             finally:
                 await _uninterrupted(self._drain(shell.read_grace))
                 self._close()
+        if process.start_error is not None:
+            raise process.start_error  # bash itself could not be started
         output, truncated = self.output.render(self.max_output)
         if reason == "exited":
             return ShellResult(_shell_status(process.returncode), output, truncated, False)
@@ -215,6 +216,11 @@ class _Run:
     def _wake(self, reason: str) -> None:
         if not self.wake.done():
             self.wake.set_result(reason)
+
+    def _on_exit(self, watch: asyncio.Task[int | None]) -> None:
+        if not watch.cancelled():
+            watch.exception()  # a command that could not start: raised by supervise itself
+        self._wake("exited")
 
     def _on_signal(self, _: CancelToken) -> None:
         self.loop.call_soon_threadsafe(self._wake, "cancel")  # maybe from another thread

@@ -67,7 +67,9 @@ class _Run:
         self.ended = self.loop.create_task(self.process.wait())
         self.ended.add_done_callback(self._on_end)
 
-    def _on_end(self, _: object) -> None:
+    def _on_end(self, ended: asyncio.Task[int | None]) -> None:
+        if not ended.cancelled():
+            ended.exception()  # a command that could not start: raised by run_bounded itself
         self.out.returncode = self.process.returncode
         self._maybe_finish()
 
@@ -152,11 +154,13 @@ async def run_bounded(
     (a deadline included) every process is killed and reaped before ``CancelledError``
     propagates.
     """
-    process = await spawn(argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, cwd=cwd, env=env, grace=0)
+    process = spawn(argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, cwd=cwd, env=env, grace=0)
     run = _Run(process, stdin, limit)
     try:
         run.start()
         await run.finished
-        return run.out
     finally:
         await run.stop()
+    if process.start_error is not None:
+        raise process.start_error
+    return run.out

@@ -1,10 +1,10 @@
 """The one place fastgate starts and ends processes (SPEC §22 "One supervisor").
 
 ``spawn(argv, *, cwd, env, stdin, stdout, stderr, executable, grace)`` starts a command and
-returns a ``Process`` once it runs; ``await process.wait()`` returns when the command and
-every process it started are gone, ``await process.terminate_all(grace)`` ends them all
-(SIGTERM, then SIGKILL after the grace). No process started through it outlives its
-``Process``: when the command exits, whatever it left running is ended too.
+returns a ``Process`` at once; ``await process.wait()`` returns when the command and every
+process it started are gone, ``await process.terminate_all(grace)`` ends them all (SIGTERM,
+then SIGKILL after the grace). No process started through it outlives its ``Process``: when
+the command exits, whatever it left running is ended too.
 
 How (Linux): each command's parent is a launcher (``_launcher.c``, built by setup.py as
 ``fastgate-launcher`` with the compiled core; ``_launcher.py`` is the same program in Python,

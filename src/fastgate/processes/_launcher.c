@@ -30,6 +30,7 @@
 
 #define GIVE_UP_MS 2000 /* after the first SIGKILL: how long the killed may take to die */
 #define RESCAN_MS 10    /* while killing: how often to look for processes forked meanwhile */
+#define LONGEST_WAIT_MS 60000 /* one poll at most (a long grace is waited in several) */
 
 static int report_fd = -1;
 
@@ -81,9 +82,14 @@ static pid_t parent_of(const char *name) {
     return (pid_t)parent;
 }
 
+typedef struct {
+    pid_t pid, parent;
+} process_t;
+
 /* Every live or unreaped descendant of this process, into `out`. */
 static void descendants(pid_list *out) {
-    pid_list pids = {0}, parents = {0};
+    process_t *seen = NULL;
+    size_t len = 0, cap = 0;
     pid_t self = getpid(), highest = self;
     out->len = 0;
     DIR *proc = opendir("/proc");
@@ -93,14 +99,19 @@ static void descendants(pid_list *out) {
         if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;
         pid_t parent = parent_of(entry->d_name);
         if (parent < 0) continue; /* gone meanwhile */
+        if (len == cap) {
+            size_t grown_cap = cap ? cap * 2 : 512;
+            process_t *grown = realloc(seen, grown_cap * sizeof *grown);
+            if (!grown) break; /* out of memory: the rest is found by the next search */
+            seen = grown;
+            cap = grown_cap;
+        }
         pid_t pid = (pid_t)atol(entry->d_name);
-        push(&pids, pid);
-        push(&parents, parent);
+        seen[len++] = (process_t){pid, parent};
         if (pid > highest) highest = pid;
         if (parent > highest) highest = parent;
     }
     closedir(proc);
-    size_t len = pids.len < parents.len ? pids.len : parents.len;
     /* A bit per pid: the set of this process and its descendants, grown a generation per
      * pass until a pass adds nobody. */
     uint8_t *ours = calloc((size_t)highest / 8 + 1, 1);
@@ -109,7 +120,7 @@ static void descendants(pid_list *out) {
         for (int grew = 1; grew;) {
             grew = 0;
             for (size_t i = 0; i < len; i++) {
-                pid_t pid = pids.items[i], parent = parents.items[i];
+                pid_t pid = seen[i].pid, parent = seen[i].parent;
                 int known = ours[pid / 8] & (1 << (pid % 8));
                 if (!known && (ours[parent / 8] & (1 << (parent % 8)))) {
                     ours[pid / 8] |= (uint8_t)(1 << (pid % 8));
@@ -120,8 +131,7 @@ static void descendants(pid_list *out) {
         }
         free(ours);
     }
-    free(pids.items);
-    free(parents.items);
+    free(seen);
 }
 
 /* Sends `sig` to every descendant; returns how many were found, and in `refused` how many
@@ -171,7 +181,7 @@ int main(int argc, char **argv) {
                 argv[0]);
         return 125;
     }
-    long grace = atol(argv[1]);
+    long long grace = atoll(argv[1]);
     int control_fd = atoi(argv[2]);
     report_fd = atoi(argv[3]);
     const char *executable = argv[4];
@@ -231,10 +241,10 @@ int main(int argc, char **argv) {
     long long kill_at = 0, give_up_at = 0;
     size_t found = 0, refused = 0;
     struct pollfd watched[2] = {{signals, POLLIN, 0}, {control_fd, POLLIN, 0}};
-    int stop_grace = -1; /* >= 0: a stop was asked, with this grace */
+    long long stop_grace = -1; /* >= 0: a stop was asked, with this grace */
     for (;;) {
         if (!reap(command, &command_done)) break;
-        if (command_done && stop_grace < 0) stop_grace = (int)grace;
+        if (command_done && stop_grace < 0) stop_grace = grace;
         long long now = now_ms();
         if (stop_grace >= 0 && phase == 0) {
             phase = 1;
@@ -254,26 +264,27 @@ int main(int argc, char **argv) {
                 break; /* what is left cannot be ended from here */
             }
         }
-        int timeout = phase == 0 ? -1 : phase == 1 ? (int)(kill_at - now) : RESCAN_MS;
+        long long wait = phase == 0 ? -1 : phase == 1 ? kill_at - now : RESCAN_MS;
+        int timeout = wait > LONGEST_WAIT_MS ? LONGEST_WAIT_MS : (int)wait;
         if (poll(watched, control_fd >= 0 ? 2 : 1, timeout) < 0 && errno != EINTR) break;
         if (watched[0].revents) {
             struct signalfd_siginfo info;
             while (read(signals, &info, sizeof info) == (ssize_t)sizeof info) {
-                if (info.ssi_signo != SIGCHLD && stop_grace < 0) stop_grace = (int)grace;
+                if (info.ssi_signo != SIGCHLD && stop_grace < 0) stop_grace = grace;
             }
         }
         if (control_fd >= 0 && watched[1].revents) {
             char line[32];
             ssize_t n = read(control_fd, line, sizeof line - 1);
-            long asked = grace;
+            long long asked = grace;
             if (n > 1 && line[0] == 'T') {
                 line[n] = '\0';
-                asked = atol(line + 1);
+                asked = atoll(line + 1);
             } else if (n <= 0) {
                 close(control_fd); /* the parent is gone, or has let go: end everything */
                 control_fd = -1;
             }
-            if (stop_grace < 0 || asked < stop_grace) stop_grace = (int)asked;
+            if (stop_grace < 0 || asked < stop_grace) stop_grace = asked;
         }
     }
     return 0;

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import math
 import os
 import signal
 import subprocess
@@ -33,6 +34,9 @@ COMPILED_LAUNCHER = os.path.join(_HERE, "fastgate-launcher")
 PURE_LAUNCHER = os.path.join(_HERE, "_launcher.py")
 _SUBREAPERS = sys.platform.startswith("linux")
 _compiled_failed = False  # the compiled launcher could not be executed here (a noexec mount)
+# After a stop's grace, how long a launcher may take to end what is left (it gives up after 2 s
+# of SIGKILLs) before it is killed itself.
+_LAUNCHER_BOUND = 5.0
 
 Environment = Mapping[str, str] | Mapping[bytes, bytes]
 
@@ -70,7 +74,7 @@ def supervision() -> str:
     return "compiled launcher" if command[0] == COMPILED_LAUNCHER else "pure launcher"
 
 
-async def spawn(
+def spawn(
     argv: Sequence[str],
     *,
     cwd: str | None = None,
@@ -81,7 +85,10 @@ async def spawn(
     executable: str | None = None,
     grace: float = 1.0,
 ) -> Process:
-    """Start ``argv`` and return once it runs; raise ``OSError`` when it cannot be started.
+    """Start ``argv`` (from a running event loop) and return at once, as ``Popen`` does; raise
+    ``OSError`` when even its launcher cannot start (a missing ``cwd``, no descriptors left). A
+    command that cannot be executed (a missing program) makes ``started()``, ``exited()`` and
+    ``wait()`` raise ``OSError`` once its launcher has ended.
 
     ``stdin``/``stdout``/``stderr``: a descriptor, ``PIPE`` (then the ``Process`` holds the
     other end), ``DEVNULL``, ``STDOUT`` (stderr only) or ``None`` (this process's own).
@@ -91,18 +98,20 @@ async def spawn(
     one, how long the processes left have between SIGTERM and SIGKILL.
 
     Every ``Process`` must be awaited to its end (``wait()`` or ``terminate_all()``): that is
-    when the processes are reaped and the descriptors released.
+    when the processes are reaped and the launcher's descriptors released; the pipes asked
+    with ``PIPE`` are the caller's to close.
     """
     args = [] if isinstance(argv, (str, bytes)) else list(argv)
     if not args or not all(isinstance(arg, str) for arg in args):
         raise TypeError("spawn: argv must be a non-empty list of strings")
-    if not grace >= 0:
-        raise ValueError(f"spawn: grace must be >= 0 seconds, got {grace!r}")
+    if not 0 <= grace < math.inf:
+        raise ValueError(f"spawn: grace must be a finite number of seconds >= 0, got {grace!r}")
     program = executable if executable is not None else args[0]
     std = _Setup(stdin, stdout, stderr, cwd, env)
     launcher = launcher_command()
     if launcher is None:
-        return Process(std.popen(args, executable=program), -1, -1, grace, direct=True)
+        popen = std.popen(args, executable=program)
+        return Process(popen, -1, -1, grace, program, direct=True)
     control_r, control_w = os.pipe()
     report_r, report_w = os.pipe()
     try:
@@ -114,20 +123,7 @@ async def spawn(
     finally:
         os.close(control_r)
         os.close(report_w)
-    process = Process(popen, control_w, report_r, grace, direct=False)
-    try:
-        await asyncio.shield(process._started)
-    except OSError as exc:
-        await process.wait()
-        process._close_pipes()
-        raise OSError(exc.errno, exc.strerror, program) from None
-    except BaseException:  # cancelled while it started: nothing may outlive the call
-        try:
-            await process.terminate_all(0)
-        finally:
-            process._close_pipes()
-        raise
-    return process
+    return Process(popen, control_w, report_r, grace, program, direct=False)
 
 
 class _Setup(NamedTuple):
@@ -176,15 +172,17 @@ def _start_launcher(
 class Process:
     """One started command and everything it started.
 
-    ``pid``: the command's. ``returncode``: its status once it ended (an exit code, or minus
-    the signal that killed it; ``None`` while it runs, or when it could not be told). ``left``:
-    processes that could not be ended (the launcher may not signal them). ``stdin``,
-    ``stdout``, ``stderr``: the ends of the pipes asked with ``PIPE``.
+    ``pid``: the command's (0 until its launcher reported it). ``returncode``: its status once
+    it ended (an exit code, or minus the signal that killed it; ``None`` while it runs, or when
+    it could not be told). ``start_error``: the ``OSError`` of a command that could not be
+    started. ``left``: processes that could not be ended (the launcher may not signal them).
+    ``stdin``, ``stdout``, ``stderr``: the ends of the pipes asked with ``PIPE``.
     """
 
     __slots__ = (
         "_buffer",
         "_control",
+        "_deadline",
         "_direct",
         "_ended",
         "_ending",
@@ -193,11 +191,13 @@ class Process:
         "_loop",
         "_pidfd",
         "_popen",
+        "_program",
         "_report",
         "_started",
         "left",
         "pid",
         "returncode",
+        "start_error",
         "stderr",
         "stdin",
         "stdout",
@@ -209,6 +209,7 @@ class Process:
         control: int,
         report: int,
         grace: float,
+        program: str,
         *,
         direct: bool,
     ) -> None:
@@ -219,14 +220,17 @@ class Process:
         self._report = report
         self._grace = grace
         self._direct = direct
+        self._program = program
         self._buffer = b""
         self._pidfd = -1
-        self._ending: asyncio.TimerHandle | None = None
+        self._ending: asyncio.TimerHandle | None = None  # without a launcher: the KILL
+        self._deadline: asyncio.TimerHandle | None = None  # the launcher's own KILL
         self._started: asyncio.Future[None] = loop.create_future()
         self._exited: asyncio.Future[None] = loop.create_future()  # the command itself
         self._ended: asyncio.Future[None] = loop.create_future()  # and all it started
         self.pid = popen.pid if direct else 0
         self.returncode: int | None = None
+        self.start_error: OSError | None = None
         self.left = 0
         self.stdin: IO[bytes] | None = popen.stdin
         self.stdout: IO[bytes] | None = popen.stdout
@@ -248,43 +252,67 @@ class Process:
         """Whether every process is gone and reaped."""
         return self._ended.done()
 
+    async def started(self) -> int:
+        """Wait until the command runs; its pid. ``OSError`` when it could not be started."""
+        await asyncio.shield(self._started)
+        self._raise_start_error()
+        return self.pid
+
     async def exited(self) -> int | None:
-        """Wait until the command itself ended (what it started may still be ending)."""
+        """Wait until the command itself ended (what it started may still be ending); its
+        status. ``OSError`` when it could not be started."""
         await asyncio.shield(self._exited)
+        self._raise_start_error()
         return self.returncode
 
     async def wait(self) -> int | None:
-        """Wait until the command and everything it started are gone; its status."""
+        """Wait until the command and everything it started are gone; its status. ``OSError``
+        when it could not be started."""
         await asyncio.shield(self._ended)
+        self._raise_start_error()
         return self.returncode
+
+    def _raise_start_error(self) -> None:
+        if self.start_error is not None:
+            raise self.start_error
 
     async def terminate_all(self, grace: float | None = None) -> None:
         """End every process: SIGTERM, then SIGKILL after ``grace`` (default: the spawn's;
         ``0``: SIGKILL at once), and wait until all are gone. A cancellation of the caller
         waits for that too, then propagates."""
-        grace = self._grace if grace is None else max(grace, 0.0)
+        if grace is None:
+            grace = self._grace
+        elif not 0 <= grace < math.inf:
+            raise ValueError(f"terminate_all: grace must be finite and >= 0, got {grace!r}")
         if not self._ended.done():
             if self._direct:
                 self._end_group(grace)
             else:
-                try:
-                    os.write(self._control, f"T {round(grace * 1000)}\n".encode())
-                except OSError:
-                    pass  # the launcher is ending already
+                self._ask_launcher(grace)
         cancelled = False
         while not self._ended.done():
             try:
                 await asyncio.shield(self._ended)
             except asyncio.CancelledError:
-                cancelled = True  # bounded: the launcher gives up on what it cannot end
+                cancelled = True  # bounded: see _ask_launcher
         if cancelled:
             raise asyncio.CancelledError
 
-    def _close_pipes(self) -> None:
-        """When the caller never got this process: the pipes it would have owned."""
-        for stream in (self.stdin, self.stdout, self.stderr):
-            if stream is not None:
-                stream.close()
+    def _ask_launcher(self, grace: float) -> None:
+        """Ask the launcher to end everything with ``grace``, and make sure it can: it is
+        continued (a command may have stopped it: same user), and should it still not be done
+        ``_LAUNCHER_BOUND`` seconds after the grace, it is killed (its command dies with it,
+        its command's group is ended by ``_on_end``)."""
+        try:
+            os.write(self._control, f"T {round(grace * 1000)}\n".encode())
+        except OSError:
+            pass  # the launcher is ending already
+        launcher = self._popen.pid  # not reaped yet: the pid is still the launcher's
+        _signal(launcher, signal.SIGCONT)
+        if self._deadline is None:
+            self._deadline = self._loop.call_later(
+                grace + _LAUNCHER_BOUND, _signal, launcher, signal.SIGKILL
+            )
 
     # -- the launcher's reports ---------------------------------------------------------------
 
@@ -313,8 +341,9 @@ class Process:
         if kind == b"S":
             self.pid = number
             _resolve(self._started)
-        elif kind == b"E" and not self._started.done():
-            self._started.set_exception(OSError(number, os.strerror(number)))
+        elif kind == b"E" and self.start_error is None:
+            self.start_error = OSError(number, os.strerror(number), self._program)
+            _resolve(self._started)
         elif kind == b"X":
             self.returncode = number
             _resolve(self._exited)
@@ -340,8 +369,9 @@ class Process:
             os.close(self._pidfd)
             self._pidfd = -1
         status = self._popen.wait()  # it has exited: this only collects it
-        if self._ending is not None:
-            self._ending.cancel()
+        for timer in (self._ending, self._deadline):
+            if timer is not None:
+                timer.cancel()
         if self._direct:
             self.returncode = status
             _signal_group(self.pid, signal.SIGKILL)  # what is left of its group
@@ -356,10 +386,10 @@ class Process:
                 # it; what is left of the command's group is ended here.
                 _signal_group(self.pid, signal.SIGKILL)
         if not self._started.done():
-            self._started.set_exception(
-                OSError(errno.EIO, f"the launcher ended before the command started ({status})")
+            self.start_error = OSError(
+                errno.EIO, f"its launcher ended before the command started ({status})"
             )
-            self._started.exception()  # retrieved here: spawn may no longer be waiting
+        _resolve(self._started)
         _resolve(self._exited)
         _resolve(self._ended)
 
@@ -384,3 +414,10 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
     except OSError:
         pass  # the group is empty
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        pass  # it has exited
