@@ -143,8 +143,9 @@ class AutoVerify:
         return _appended(content, lines) if lines else content
 
     def _root(self, given: str | None) -> str:
-        if not given or not os.path.isabs(given):  # relative to a working directory that moves
-            return _canonical(given or os.getcwd())
+        given = given or os.getcwd()
+        if not os.path.isabs(given):  # relative to a working directory that may move
+            return _canonical(given)
         root = self._roots.get(given)
         if root is None:
             if len(self._roots) >= _ROOT_CACHE:
