@@ -287,9 +287,10 @@ async def test_the_servers_secrets_are_not_in_the_parents_environment(
     monkeypatch.setenv("FASTGATE_TEST_API_TOKEN", SECRET)
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET + "-aws")
     result = await LocalShell().run(SPELLINGS[spelling], cwd=str(workspace), timeout=60)
-    assert result.exit_code == 0, result.output
     assert SECRET not in result.output
-    assert "PAGER=cat" in result.output  # it did read an environment: the filtered one
+    if os.getuid() == 0:  # root reads any process's environment: the launcher's, filtered
+        assert result.exit_code == 0 and "PAGER=cat" in result.output, result.output
+    # Others may not read it at all (the launcher is not dumpable): tested in test_processes.
 
 
 async def test_every_ancestor_below_the_server_shows_only_the_filtered_environment(

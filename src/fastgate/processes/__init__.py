@@ -12,8 +12,10 @@ used where it was not built, at the cost of an interpreter's start per command).
 makes itself a child subreaper before it forks the command, so a daemon that detaches
 (``setsid``, a double fork, ``nohup ... &``) is re-parented to it rather than to init, and is
 found among its descendants; it ends them all, reaps them, and only then exits. It is started
-with the command's environment: ``/proc/$PPID/environ`` read by the command shows nothing it
-could not already see. Elsewhere the command's process group is what is ended.
+with the command's environment (``/proc/$PPID/environ`` read by the command shows nothing it
+could not already see) and is not dumpable (a process of its user may not ptrace it or read
+its ``/proc`` files: its environment, memory, descriptors). Elsewhere the command's process
+group is what is ended.
 
 What escapes it (the command sandbox closes these): a process that kills its launcher with
 SIGKILL (same user), whose detached descendants are then re-parented to init; a process

@@ -189,6 +189,10 @@ int main(int argc, char **argv) {
     fcntl(control_fd, F_SETFD, FD_CLOEXEC);
     fcntl(report_fd, F_SETFD, FD_CLOEXEC);
     signal(SIGPIPE, SIG_IGN);
+    /* Not dumpable: a process of the same user (the command included) may not ptrace this one
+     * or open its /proc files (environ, mem, fd: its pipes to the parent). The command, once
+     * exec'd, is dumpable again. */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) {
         report('E', errno);
         return 0;

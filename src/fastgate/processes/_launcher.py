@@ -4,7 +4,8 @@ Run as ``python -I -S -B _launcher.py GRACE_MS CONTROL_FD REPORT_FD EXECUTABLE A
 (standard library only: it never imports fastgate), or as its compiled twin
 ``fastgate-launcher`` (``_launcher.c``, the same program, started in about a millisecond).
 
-It makes itself a child subreaper, then forks the command (in a session of its own, killed
+It makes itself a child subreaper and not dumpable (no process of its user may ptrace it or
+read its ``/proc`` files), then forks the command (in a session of its own, killed
 should the launcher die) and execs it with the launcher's own environment. Every process the
 command starts stays a descendant of the launcher however it detaches (``setsid``, a double
 fork, ``nohup ... &``): an orphan is re-parented to the nearest subreaper, this one, never to
@@ -36,6 +37,7 @@ import sys
 import time
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
 _PR_SET_CHILD_SUBREAPER = 36
 _GIVE_UP = 2.0  # after the first SIGKILL: how long the killed may take to die
 _RESCAN_MS = 10  # while killing: how often to look for processes forked meanwhile
@@ -114,7 +116,12 @@ def _environment() -> dict[bytes, bytes]:
 
 
 def _start(
-    libc: ctypes.CDLL, executable: str, argv: list[str], started_w: int, self_pid: int
+    libc: ctypes.CDLL,
+    executable: str,
+    argv: list[str],
+    env: dict[bytes, bytes],
+    started_w: int,
+    self_pid: int,
 ) -> None:
     """In the forked child: become the command (never returns)."""
     try:
@@ -125,7 +132,6 @@ def _start(
         _signal.set_wakeup_fd(-1)
         for sig in (_signal.SIGCHLD, _signal.SIGPIPE, *_STOPS):
             _signal.signal(sig, _signal.SIG_DFL)
-        env = _environment()
         if "/" in executable:
             os.execve(executable, argv, env)
         else:
@@ -158,6 +164,11 @@ def main(args: list[str]) -> int:
     os.set_inheritable(report, False)
     _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)
     libc = ctypes.CDLL(None, use_errno=True)
+    env = _environment()  # first: not dumpable, its own /proc files are root's
+    # Not dumpable: a process of the same user (the command included) may not ptrace this one
+    # or open its /proc files (environ, mem, fd: its pipes to the parent). The command, once
+    # exec'd, is dumpable again.
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         _report(report, "E", ctypes.get_errno())
         return 0
@@ -176,7 +187,7 @@ def main(args: list[str]) -> int:
         return 0
     if command == 0:
         os.close(started_r)
-        _start(libc, executable, argv, started_w, self_pid)
+        _start(libc, executable, argv, env, started_w, self_pid)
     os.close(started_w)
     _quiet_stdio()
     error = os.read(started_r, 4)
