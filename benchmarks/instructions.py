@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from fastgate import ExecutionContext, ToolExecutor
+from fastgate import ExecutionContext, ToolConcurrencyGate, ToolExecutor
 from fastgate._core import READY
 from fastgate.bench import pipeline
 from fastgate.context import RunContext
@@ -48,6 +48,8 @@ def floor_case(executor: ToolExecutor) -> Callable[[int], Awaitable[Any]]:
     ids = itertools.count()
     history: deque[ToolResult] = deque(maxlen=1000)
 
+    gate = ToolConcurrencyGate()  # the session's gate, as the executor keeps one
+
     async def minimal(_: int) -> ToolResult | None:
         t0, started = time.perf_counter(), time.time()
         execution_id = f"run-{next(ids)}"
@@ -56,7 +58,7 @@ def floor_case(executor: ToolExecutor) -> Callable[[int], Awaitable[Any]]:
         assert tool is not None
         if tool.validator.validate(frozen):
             return None
-        passage = executor._gate.shared()
+        passage = gate.shared()
         assert passage.__aenter__() is READY
         slot = executor.scheduler.slot(ctx.session_id, tool.kind, executor)
         assert slot.__aenter__() is READY

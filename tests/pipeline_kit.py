@@ -80,6 +80,6 @@ def assert_idle(ex: ToolExecutor) -> None:
         assert deadlines.pending() == 0, deadlines.pending()
     stats = ex.scheduler.stats()
     assert stats.in_flight == 0 and stats.queued == 0, stats
-    gate = ex._gate.statistics()
-    assert gate.shared_running == 0 and not gate.exclusive_running and gate.queued == 0, gate
+    for gate in (g.statistics() for g in ex._gates.values()):
+        assert gate.shared_running == 0 and not gate.exclusive_running and gate.queued == 0, gate
     assert len(ex.locks) == 0

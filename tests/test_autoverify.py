@@ -555,7 +555,7 @@ async def test_the_call_holds_no_slot_lock_or_gate_while_its_check_runs(tmp_path
     await shell.started.wait()
     assert len(ex.locks) == 0
     assert ex.scheduler.stats().in_flight == 0
-    gate = ex._gate.statistics()
-    assert not gate.exclusive_running and gate.shared_running == 0
+    for gate in (g.statistics() for g in ex._gates.values()):
+        assert not gate.exclusive_running and gate.shared_running == 0
     shell.release.set()
     assert verify_section(await call) == "src/a.py:1: late"

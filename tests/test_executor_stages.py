@@ -29,6 +29,7 @@ from fastgate import (
     PermissionConfig,
     PostToolUseResult,
     PreToolUseResult,
+    ToolConcurrencyGate,
     ToolKind,
     ToolResult,
 )
@@ -145,7 +146,7 @@ class Probe:
                 return registry.resolve(*a)
 
         ex.registry = LoggingRegistry()  # type: ignore[assignment]
-        gate = ex._gate
+        gate = ToolConcurrencyGate()  # the session's gate, made ahead so it can be logged
         shared, exclusive = gate.shared, gate.exclusive
 
         class LoggingGate:
@@ -160,7 +161,7 @@ class Probe:
                 log.append("gate")
                 return exclusive()
 
-        ex._gate = LoggingGate()  # type: ignore[assignment]
+        ex._gates["s1"] = LoggingGate()  # type: ignore[assignment]
         check = executor_module.check_given_paths
         monkeypatch.setattr(executor_module, "check_given_paths", logged(log, "worktree", check))
         resolver = ex._resolver

@@ -81,6 +81,7 @@ TURN_LIMIT = 64
 _TRACKED_TURNS = 4096  # turns whose call counts are remembered (oldest forgotten first)
 _IDS_PER_READ = 128  # execution ids drawn from one read of the OS's random source
 _CACHE_LIMIT = 1024  # entries of the per-executor caches before they are cleared
+_GATE_SWEEP_MIN = 256  # session gates kept before idle ones are first swept
 _NO_CONTEXT: Final = ExecutionContext()  # what a call without a context gets (frozen: shared)
 # Read on every call, so bound once: compiled, a Final is a C static. A clock is otherwise two
 # lookups (module, attribute); an Enum member is a slow one (EnumType defines __getattr__).
@@ -291,7 +292,10 @@ class ToolExecutor:
         self._cancel_grace = cancel_grace
         self._max_content_chars = max_content_chars
         self._resolver = PermissionResolver(self.permissions, self.mode, self.approvals)
-        self._gate = ToolConcurrencyGate()
+        # One gate per session: it orders one agent's calls (the model's batch), so one
+        # session's exclusive call never waits behind another session's, nor its prompt.
+        self._gates: dict[str, ToolConcurrencyGate] = {}
+        self._gates_swept_at = _GATE_SWEEP_MIN
         self._progress = ProgressHub()
         self._turns: OrderedDict[str, int] = OrderedDict()
         self._result_observers: list[Callable[[ToolResult], Any]] = []
@@ -458,7 +462,8 @@ class ToolExecutor:
         if self._disposed:
             return
         self._disposed = True
-        self._gate.close()
+        for gate in self._gates.values():
+            gate.close()
         self.scheduler.cancel_owner(self)
         self._progress.close()
         if self._code_mode is not None:
@@ -467,6 +472,19 @@ class ToolExecutor:
     @property
     def disposed(self) -> bool:
         return self._disposed
+
+    def _new_gate(self, session_id: str) -> ToolConcurrencyGate:
+        """The session's gate, made on its first call. Idle gates are dropped whenever the map
+        has doubled since the last sweep, so memory follows the sessions active at once."""
+        gates = self._gates
+        if len(gates) >= self._gates_swept_at:
+            for session in [k for k, g in gates.items() if _gate_idle(g)]:
+                del gates[session]
+            self._gates_swept_at = max(_GATE_SWEEP_MIN, 2 * len(gates))
+        gate = gates[session_id] = ToolConcurrencyGate()
+        if self._disposed:  # a call that passed the disposal check just before it
+            gate.close()
+        return gate
 
     # -- the pipeline ---------------------------------------------------------------------------
 
@@ -520,7 +538,8 @@ class ToolExecutor:
 
             # 4. the executor's gate: shared calls overlap, exclusive ones are barriers.
             if plan.admitted:
-                passage = self._gate.shared() if plan.is_shared(args) else self._gate.exclusive()
+                gate = self._gates.get(ctx.session_id) or self._new_gate(ctx.session_id)
+                passage = gate.shared() if plan.is_shared(args) else gate.exclusive()
                 try:
                     await holds.enter(passage, cancel)
                 except GateClosed:
@@ -1137,3 +1156,8 @@ def _isolated(callback: Callable[..., Any], argument: Any, what: str) -> None:
         callback(argument)
     except Exception:
         log.exception("%s %r failed; the result is unchanged", what, callback)
+
+
+def _gate_idle(gate: ToolConcurrencyGate) -> bool:
+    stats = gate.statistics()
+    return not (stats.shared_running or stats.exclusive_running or stats.queued)
