@@ -294,7 +294,7 @@ class ToolExecutor:
         self._resolver = PermissionResolver(self.permissions, self.mode, self.approvals)
         # One gate per session: it orders one agent's calls (the model's batch), so one
         # session's exclusive call never waits behind another session's, nor its prompt.
-        self._gates: dict[str, ToolConcurrencyGate] = {}
+        self._gates: dict[str | None, ToolConcurrencyGate] = {}
         self._gates_swept_at = _GATE_SWEEP_MIN
         self._progress = ProgressHub()
         self._turns: OrderedDict[str, int] = OrderedDict()
@@ -473,7 +473,7 @@ class ToolExecutor:
     def disposed(self) -> bool:
         return self._disposed
 
-    def _new_gate(self, session_id: str) -> ToolConcurrencyGate:
+    def _new_gate(self, session_id: str | None) -> ToolConcurrencyGate:
         """The session's gate, made on its first call. Idle gates are dropped whenever the map
         has doubled since the last sweep, so memory follows the sessions active at once."""
         gates = self._gates
