@@ -5,15 +5,13 @@ The tools touch files only through ``RunContext.fs`` (a ``FileSystem``) and run 
 through ``RunContext.shell`` (a ``Shell``): pass your own with ``ExecutionContext(fs=...,
 shell=...)`` (or in ``context_defaults``) to run them on a sandbox; unset, a call gets
 ``LocalFileSystem`` for its workspace and ``LocalShell``. Needs the ``builtin`` extra
-(``pip install 'fastgate[builtin]'``): ``pathspec``, ``google-re2``, the ``ripgrep`` binary and
-``psutil``.
+(``pip install 'fastgate[builtin]'``): ``pathspec``, ``google-re2`` and the ``ripgrep`` binary.
 """
 
 from __future__ import annotations
 
 try:
     import pathspec  # noqa: F401
-    import psutil  # noqa: F401
     import re2  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised by installs without the extra
     raise ImportError(
