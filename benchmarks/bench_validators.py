@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from fastgate.bench.validators import STRUCTS, load_cases
+from fastgate.cli.bench.validators import STRUCTS, load_cases
 from fastgate.schema import from_json_schema
 
 CASES = load_cases() or {}

@@ -34,11 +34,11 @@ from typing import Any
 
 from fastgate import ExecutionContext, ToolConcurrencyGate, ToolExecutor
 from fastgate._core import READY
-from fastgate.bench import pipeline
-from fastgate.context import RunContext
-from fastgate.freeze import FrozenDict
-from fastgate.invocation import Outcome
-from fastgate.results import ResultMeta, ToolResult
+from fastgate.cli.bench import pipeline
+from fastgate.model.context import RunContext
+from fastgate.model.freeze import FrozenDict
+from fastgate.model.results import ResultMeta, ToolResult
+from fastgate.pipeline.invocation import Outcome
 from fastgate.runtime import loop_factory
 
 

@@ -17,7 +17,7 @@ import asyncio
 import sys
 
 from fastgate import ExecutionContext
-from fastgate.bench import telemetry
+from fastgate.cli.bench import telemetry
 from fastgate.telemetry import instrument
 
 

@@ -133,8 +133,8 @@ def fastgate_path(timeout: float | None = None, context_each_call: bool = False)
         context_class = fastgate.ExecutionContext  # type: ignore[attr-defined,unused-ignore]
     except AttributeError:
         try:
-            executor_class = _import("fastgate.executor").ToolExecutor
-            context_class = _import("fastgate.context").ExecutionContext
+            executor_class = _import("fastgate.pipeline.executor").ToolExecutor
+            context_class = _import("fastgate.model.context").ExecutionContext
         except (Unavailable, AttributeError) as exc:
             raise Unavailable(f"fastgate.ToolExecutor is not available yet ({exc})") from exc
     definition = fastgate.tool(

@@ -12,7 +12,7 @@ import json
 import sys
 import time
 
-from fastgate.decision import Decision, DecisionSource
+from fastgate.model.decision import Decision, DecisionSource
 from fastgate.permissions.audit import AuditEvent
 from fastgate.permissions.audit_jsonl import JsonlAuditSink
 

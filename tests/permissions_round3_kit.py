@@ -16,7 +16,7 @@ from fastgate import (
     RuleDecision,
 )
 from fastgate.builtin import builtin_tools
-from fastgate.context import ExecutionContext
+from fastgate.model.context import ExecutionContext
 
 BUILTINS = {definition.name: definition for definition in builtin_tools()}
 BASH = BUILTINS["bash"]

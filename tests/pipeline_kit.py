@@ -15,9 +15,9 @@ from fastgate import (
     ToolKind,
     ToolRegistry,
     define_tool,
-    invocation,
     schema,
 )
+from fastgate.pipeline import invocation
 from fastgate.tools import ToolDefinition
 
 TEXT = schema.Object({"text": schema.String()}, required=("text",))

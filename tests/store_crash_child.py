@@ -26,9 +26,9 @@ import sys
 from typing import Any
 
 from fastgate import ExecutionContext, ToolExecutor, ToolKind, ToolRegistry, define_tool, schema
-from fastgate.results import DurableResult, ResultMeta
-from fastgate.sqlite_store import SqliteToolUseStore, StoreError
-from fastgate.store import ToolUseRecord
+from fastgate.durable.sqlite import SqliteToolUseStore, StoreError
+from fastgate.durable.store import ToolUseRecord
+from fastgate.model.results import DurableResult, ResultMeta
 
 
 def say(event: str, **fields: Any) -> None:

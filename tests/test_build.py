@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import fastgate
+import fastgate.pipeline
 from fastgate import _core
 
 
@@ -71,7 +72,7 @@ def test_the_pure_build_finder_touches_only_fastgate_modules() -> None:
     finder = _core._SourceFirst()
     assert finder.find_spec("otherpkg.executor", None) is None
     assert finder.find_spec("executor", None) is None
-    spec = finder.find_spec("fastgate.executor", list(fastgate.__path__))
+    spec = finder.find_spec("fastgate.pipeline.executor", list(fastgate.pipeline.__path__))
     assert spec is not None and str(spec.origin).endswith("executor.py")
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from fastgate.bench.redis_server import RedisServer, pid_alive, redis_server_binary
+from fastgate.cli.bench.redis_server import RedisServer, pid_alive, redis_server_binary
 
 
 def need_redis_server() -> None:

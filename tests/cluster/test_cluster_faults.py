@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from fastgate import ConcurrencyScheduler, SchedulerLimits, ToolKind
-from fastgate.bench.cluster_worker import Workers
-from fastgate.bench.redis_server import RedisServer
+from fastgate.cli.bench.cluster_worker import Workers
+from fastgate.cli.bench.redis_server import RedisServer
 from fastgate.cluster import RedisCluster
 from tests.cluster.workers_kit import assert_all_gone, watch
 

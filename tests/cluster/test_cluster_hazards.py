@@ -24,7 +24,7 @@ from fastgate import (
     SchedulerLimits,
     ToolKind,
 )
-from fastgate.bench.redis_server import RedisServer, pid_alive
+from fastgate.cli.bench.redis_server import RedisServer, pid_alive
 from fastgate.cluster import ClusterStats, RedisCluster
 from tests.cluster.links import DelayedLink, SilentServer
 

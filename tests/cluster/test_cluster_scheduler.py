@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from fastgate import ConcurrencyScheduler, ResourceExhausted, SchedulerLimits, ToolKind
-from fastgate.bench.redis_server import RedisServer
+from fastgate.cli.bench.redis_server import RedisServer
 from fastgate.cluster import ClusterStats, RedisCluster
 
 KINDS = (ToolKind.READ_ONLY, ToolKind.WRITE)

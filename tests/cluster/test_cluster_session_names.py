@@ -12,7 +12,7 @@ import msgspec
 import pytest
 
 from fastgate import ConcurrencyScheduler, SchedulerLimits, ToolKind
-from fastgate.bench.redis_server import RedisServer
+from fastgate.cli.bench.redis_server import RedisServer
 from fastgate.cluster import ClusterStats, RedisCluster
 from fastgate.cluster._names import redis_name, shown
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastgate.bench.cluster_worker import Workers
-from fastgate.bench.redis_server import RedisServer
+from fastgate.cli.bench.cluster_worker import Workers
+from fastgate.cli.bench.redis_server import RedisServer
 from tests.cluster.workers_kit import assert_all_gone, jain, p99, rates_in_window, round_trips
 
 LEASES = {"lease_ttl": 3.0, "refresh_interval": 0.5}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from fastgate.bench.redis_server import RedisServer, pid_alive
+from fastgate.cli.bench.redis_server import RedisServer, pid_alive
 from tests.cluster.conftest import need_redis_server
 
 

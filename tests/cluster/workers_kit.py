@@ -9,8 +9,8 @@ from typing import Any
 
 import redis
 
-from fastgate.bench.cluster_worker import Workers
-from fastgate.bench.redis_server import RedisServer, pid_alive
+from fastgate.cli.bench.cluster_worker import Workers
+from fastgate.cli.bench.redis_server import RedisServer, pid_alive
 
 
 def round_trips(server: RedisServer) -> tuple[int, int]:

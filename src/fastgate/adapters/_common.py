@@ -11,11 +11,11 @@ from typing import Any
 
 import msgspec
 
-from fastgate.context import ExecutionContext, ToolCall
-from fastgate.executor import ToolExecutor
-from fastgate.registry import ToolRegistry
-from fastgate.results import ErrorCode, ToolResult
+from fastgate.model.context import ExecutionContext, ToolCall
+from fastgate.model.results import ErrorCode, ToolResult
+from fastgate.pipeline.executor import ToolExecutor
 from fastgate.tools import ToolDefinition
+from fastgate.tools.registry import ToolRegistry
 
 _NOT_JSON = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
 

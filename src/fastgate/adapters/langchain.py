@@ -44,9 +44,9 @@ from fastgate.adapters._common import (
     resource_text,
     text_of,
 )
-from fastgate.context import ExecutionContext
-from fastgate.executor import ToolExecutor
-from fastgate.results import ToolResult
+from fastgate.model.context import ExecutionContext
+from fastgate.model.results import ToolResult
+from fastgate.pipeline.executor import ToolExecutor
 
 __all__ = ("CONTEXT_KEY", "FastgateTool", "tools")
 

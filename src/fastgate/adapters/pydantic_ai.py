@@ -51,9 +51,9 @@ from fastgate.adapters._common import (
     text_of,
 )
 from fastgate.adapters._strict import decoder_for, strict_form_of
-from fastgate.context import ExecutionContext
-from fastgate.executor import ToolExecutor
-from fastgate.results import ErrorCode, ToolResult
+from fastgate.model.context import ExecutionContext
+from fastgate.model.results import ErrorCode, ToolResult
+from fastgate.pipeline.executor import ToolExecutor
 
 __all__ = ("FastgateToolset", "toolset")
 

@@ -30,9 +30,9 @@ from fastgate.builtin._shell import LocalShell as LocalShell
 from fastgate.builtin._shell import Shell as Shell
 from fastgate.builtin._shell import ShellResult as ShellResult
 from fastgate.builtin._tools import ALL
-from fastgate.context import set_local_seam
-from fastgate.registry import ToolRegistry
+from fastgate.model.context import set_local_seam
 from fastgate.tools import ToolDefinition
+from fastgate.tools.registry import ToolRegistry
 
 __all__ = (
     "DEFAULT_ENV_DENY",

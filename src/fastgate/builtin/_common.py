@@ -6,7 +6,6 @@ import errno
 import os
 from typing import Any
 
-from fastgate.beneath import WorktreeEscape
 from fastgate.builtin._fs import (
     FileStat,
     FileTooLarge,
@@ -14,9 +13,10 @@ from fastgate.builtin._fs import (
     NotARegularFile,
     PathChanged,
 )
-from fastgate.context import RunContext
-from fastgate.paths import canonical_path
-from fastgate.results import Failure
+from fastgate.model.context import RunContext
+from fastgate.model.results import Failure
+from fastgate.paths.beneath import WorktreeEscape
+from fastgate.paths.canonical import canonical_path
 
 MAX_FILE_BYTES = 32 * 1024 * 1024  # what read, edit and apply_patch load at once
 

@@ -6,7 +6,7 @@ that stage 5 already checked; errors are the ``OSError`` subclasses Python uses
 (``FileNotFoundError``, ``IsADirectoryError``, ``NotADirectoryError``, ``PermissionError``).
 
 ``LocalFileSystem`` checks again at use. Reads open each path component by component beneath the
-allowed roots (``fastgate.beneath.open_beneath``), following symlinks only while they stay inside,
+allowed roots (``fastgate.paths.beneath.open_beneath``), following symlinks only while they stay inside,
 so a directory swapped for a symlink to the outside after stage 5 cannot carry a read out.
 Changes (``write_bytes``, ``remove``) follow no symlink at all: the writers pass the canonical
 path stage 5 resolved (``RunContext.checked_path``), and every component of it is opened with
@@ -29,8 +29,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from fastgate.beneath import WorktreeEscape, open_beneath
-from fastgate.worktree import MAX_SYMLINKS, WorktreeViolation, _or, _roots, is_within
+from fastgate.paths.beneath import WorktreeEscape, open_beneath
+from fastgate.paths.worktree import MAX_SYMLINKS, WorktreeViolation, _or, _roots, is_within
 
 T = TypeVar("T")
 _O_PATH = getattr(os, "O_PATH", 0)

@@ -20,13 +20,13 @@ from typing import Any
 import pathspec
 import re2
 
-from fastgate.beneath import WorktreeEscape
 from fastgate.builtin._common import absolute, os_failure, root_of, shown
 from fastgate.builtin._fs import FileStat, LocalFileSystem, NotARegularFile
 from fastgate.builtin._globs import GlobError, compile_glob
 from fastgate.builtin._text import BINARY_PROBE, BinaryFile, UndecodableFile, decode
-from fastgate.context import RunContext
-from fastgate.results import Failure
+from fastgate.model.context import RunContext
+from fastgate.model.results import Failure
+from fastgate.paths.beneath import WorktreeEscape
 
 GLOB_LIMIT = 100
 MAX_OUTPUT_CHARS = 40_000

@@ -29,14 +29,14 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 
-from fastgate._types import AsyncHold
+from fastgate.admission.protocol import AsyncHold
+from fastgate.admission.scheduler import ClusterStats
 from fastgate.cluster._names import redis_name, shown
 from fastgate.cluster._script import REFRESH_LUA
-from fastgate.kinds import ToolKind
-from fastgate.scheduler import ClusterStats
+from fastgate.model.kinds import ToolKind
 
 if TYPE_CHECKING:
-    from fastgate.scheduler import ConcurrencyScheduler
+    from fastgate.admission.scheduler import ConcurrencyScheduler
 
 log = logging.getLogger("fastgate.cluster")
 

@@ -15,13 +15,13 @@ from fastgate import schema
 from fastgate.codemode import _sandbox
 from fastgate.codemode._pool import Pool, WorkerSpec
 from fastgate.codemode._run import Run, WorkerExited, render
-from fastgate.context import ExecutionContext, RunContext
-from fastgate.kinds import ToolKind
-from fastgate.results import ErrorCode
+from fastgate.model.context import ExecutionContext, RunContext
+from fastgate.model.kinds import ToolKind
+from fastgate.model.results import ErrorCode
 from fastgate.tools import Output, ToolDefinition, define_tool
 
 if TYPE_CHECKING:
-    from fastgate.executor import ToolExecutor
+    from fastgate.pipeline.executor import ToolExecutor
 
 log = logging.getLogger("fastgate.codemode")
 

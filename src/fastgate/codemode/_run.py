@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from fastgate.cancel import CancelToken
 from fastgate.codemode._pool import Worker
-from fastgate.context import ExecutionContext
-from fastgate.results import ErrorCode, Failure, ToolResult
+from fastgate.model.cancel import CancelToken
+from fastgate.model.context import ExecutionContext
+from fastgate.model.results import ErrorCode, Failure, ToolResult
 
 if TYPE_CHECKING:
-    from fastgate.executor import ToolExecutor
+    from fastgate.pipeline.executor import ToolExecutor
 
 # A line of the channel longer than this is not a tool call but a flood.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024

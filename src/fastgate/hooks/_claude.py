@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from fastgate.decision import Decision
 from fastgate.hooks._command import (
     CommandHook,
     HookExited,
@@ -32,7 +31,8 @@ from fastgate.hooks._types import (
     PreToolUseEvent,
     PreToolUseResult,
 )
-from fastgate.results import ErrorCode
+from fastgate.model.decision import Decision
+from fastgate.model.results import ErrorCode
 
 if TYPE_CHECKING:
     from fastgate.tools import ToolDefinition

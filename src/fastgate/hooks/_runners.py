@@ -14,8 +14,6 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from fastgate.decision import Decision
-from fastgate.freeze import NotJSON, freeze
 from fastgate.hooks._command import HookFailed
 from fastgate.hooks._registry import HookEntry, Hooks
 from fastgate.hooks._types import (
@@ -30,6 +28,8 @@ from fastgate.hooks._types import (
     PreToolUseEvent,
     PreToolUseResult,
 )
+from fastgate.model.decision import Decision
+from fastgate.model.freeze import NotJSON, freeze
 from fastgate.tools import ToolDefinition
 
 log = logging.getLogger("fastgate.hooks")
@@ -80,7 +80,7 @@ async def run_pre_tool_use(hooks: Hooks, event: PreToolUseEvent) -> PreHookOutco
 
     Decisions merge to the strictest (a hook can tighten, never loosen); the reason kept is the
     first one given with that decision (an ALLOW's reason says it is no opinion). A hook's
-    ``updated_args`` is snapshotted at once (``fastgate.freeze.freeze``: a frozen deep copy) and
+    ``updated_args`` is snapshotted at once (``fastgate.model.freeze.freeze``: a frozen deep copy) and
     is what the next hook sees. The chain stops at the first DENY.
     Errors: a hook that raises, times out, or returns anything but ``PreToolUseResult | None``
     (including ``updated_args`` that is not a JSON object) denies the call with a reason naming

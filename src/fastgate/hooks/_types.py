@@ -8,9 +8,9 @@ from typing import Any, Final
 import msgspec
 from msgspec.structs import force_setattr
 
-from fastgate.context import ExecutionContext
-from fastgate.decision import Decision
-from fastgate.results import ToolError, ToolResult
+from fastgate.model.context import ExecutionContext
+from fastgate.model.decision import Decision
+from fastgate.model.results import ToolError, ToolResult
 from fastgate.tools import ToolDefinition
 
 UNSET: Final = msgspec.UNSET
@@ -20,7 +20,7 @@ UnsetType = msgspec.UnsetType
 
 
 class PreToolUseEvent(msgspec.Struct, frozen=True):
-    """Before a call runs. ``args`` are the frozen arguments (``fastgate.freeze`` snapshot).
+    """Before a call runs. ``args`` are the frozen arguments (``fastgate.model.freeze`` snapshot).
     ``tool`` is the called tool's definition (the executor always sets it; its ``rule_names``
     say which Claude Code tool it stands for)."""
 

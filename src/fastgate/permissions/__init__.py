@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from fastgate.approvals import ApprovalRequest as ApprovalRequest
-from fastgate.approvals import ApprovalResponse as ApprovalResponse
-from fastgate.approvals import ApprovalStore as ApprovalStore
-from fastgate.decision import Decision as Decision
-from fastgate.decision import DecisionSource as DecisionSource
-from fastgate.decision import PermissionMode as PermissionMode
+from fastgate.model.approvals import ApprovalRequest as ApprovalRequest
+from fastgate.model.approvals import ApprovalResponse as ApprovalResponse
+from fastgate.model.decision import Decision as Decision
+from fastgate.model.decision import DecisionSource as DecisionSource
+from fastgate.model.decision import PermissionMode as PermissionMode
+from fastgate.permissions.approval_store import ApprovalStore as ApprovalStore
 from fastgate.permissions.audit import AuditEvent as AuditEvent
 from fastgate.permissions.audit import AuditSink as AuditSink
 from fastgate.permissions.audit_jsonl import JsonlAuditSink as JsonlAuditSink

@@ -6,7 +6,7 @@ from typing import Protocol, runtime_checkable
 
 import msgspec
 
-from fastgate.decision import Decision, DecisionSource
+from fastgate.model.decision import Decision, DecisionSource
 
 
 class AuditEvent(msgspec.Struct, frozen=True):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from fastgate.decision import PermissionMode
+from fastgate.model.decision import PermissionMode
 from fastgate.permissions.globs import PathPattern
 from fastgate.permissions.rules import (
     DEFAULT_PROTECTED,
@@ -21,7 +21,7 @@ from fastgate.permissions.rules import (
 )
 
 if TYPE_CHECKING:
-    from fastgate.registry import ToolRegistry
+    from fastgate.tools.registry import ToolRegistry
 
 _NO_SOURCES: Mapping[str, str] = MappingProxyType({})
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from fastgate.permissions.rules import Rule
 
 if TYPE_CHECKING:
-    from fastgate.registry import ToolRegistry
     from fastgate.tools import ToolDefinition
+    from fastgate.tools.registry import ToolRegistry
 
 _GLOB_CHARACTERS = "*?["
 

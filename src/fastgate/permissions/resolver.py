@@ -22,11 +22,11 @@ from typing import Any, Final, final
 import msgspec
 import xxhash
 
-from fastgate.approvals import ApprovalStore
-from fastgate.context import ExecutionContext
-from fastgate.decision import Decision, DecisionSource, PermissionMode
-from fastgate.kinds import ToolKind
-from fastgate.paths import canonical_path, folds_case, names_any
+from fastgate.model.context import ExecutionContext
+from fastgate.model.decision import Decision, DecisionSource, PermissionMode
+from fastgate.model.kinds import ToolKind
+from fastgate.paths.canonical import canonical_path, folds_case, names_any
+from fastgate.permissions.approval_store import ApprovalStore
 from fastgate.permissions.commands import CommandAnalysis, analyze_command
 from fastgate.permissions.config import PermissionConfig
 from fastgate.permissions.globs import PathPattern, tail_regex

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 import msgspec
 
-from fastgate.decision import PermissionMode
+from fastgate.model.decision import PermissionMode
 from fastgate.permissions.rules import RuleKind, RuleSet, parse_rules
 
 SETTINGS_DIR = ".fastgate"

@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from fastgate.decision import PermissionMode
+from fastgate.model.decision import PermissionMode
 from fastgate.permissions.rules import Rule, RuleKind, parse_rules
 
 SETTINGS_FOLDERS = (".claude", ".fastgate")

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from fastgate.paths import (
+from fastgate.paths.canonical import (
     DeclaredPathsError,
     absolute_path,
     canonical_path,

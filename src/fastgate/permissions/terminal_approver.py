@@ -23,7 +23,7 @@ from typing import IO, Any, Final
 
 import msgspec
 
-from fastgate.approvals import ApprovalRequest, ApprovalResponse
+from fastgate.model.approvals import ApprovalRequest, ApprovalResponse
 
 try:
     import termios

@@ -9,10 +9,10 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from fastgate import __version__
-from fastgate.context import ExecutionContext
-from fastgate.executor import ToolExecutor
-from fastgate.results import ToolResult
-from fastgate.tracing import CallTrace
+from fastgate.model.context import ExecutionContext
+from fastgate.model.results import ToolResult
+from fastgate.pipeline.executor import ToolExecutor
+from fastgate.pipeline.tracing import CallTrace
 
 SCOPE: Final = "fastgate"
 OPERATION: Final = "execute_tool"  # the GenAI semantic conventions' name for a tool call
@@ -26,9 +26,9 @@ ATTRIBUTES: Final = {
     "gen_ai.tool.call.id": "the model's id for the call, when it gave one",
     "fastgate.session.id": "the call's session",
     "fastgate.execution.id": "the result's meta.execution_id (joins history and the store)",
-    "fastgate.decision": "allow, ask (approval needed, none given) or deny; absent when the "
+    "fastgate.model.decision": "allow, ask (approval needed, none given) or deny; absent when the "
     "call was refused before a decision (unknown tool, invalid arguments, worktree)",
-    "fastgate.decision.source": "rule, mode, session, sensitive, hook, guard or user",
+    "fastgate.model.decision.source": "rule, mode, session, sensitive, hook, guard or user",
     "fastgate.admission.wait_ms": "time waiting for the scheduler slot and file locks",
     "fastgate.run.duration_ms": "time the body ran, retries included",
     "fastgate.outcome": '"ok" or the ErrorCode',
@@ -67,7 +67,7 @@ _BUCKETS: Final = (
 
 
 class Instrumentation:
-    """The tracer ``instrument`` installs (a ``fastgate.tracing.CallTracer``)."""
+    """The tracer ``instrument`` installs (a ``fastgate.pipeline.tracing.CallTracer``)."""
 
     def __init__(
         self,
@@ -142,7 +142,7 @@ class Instrumentation:
     ) -> None:
         attributes: dict[str, Any] = {"fastgate.outcome": outcome}
         if trace_.decision is not None:
-            attributes["fastgate.decision"] = str(trace_.decision)
+            attributes["fastgate.model.decision"] = str(trace_.decision)
         wait_ms = trace_.admission_wait_ms
         if wait_ms is not None:
             attributes["fastgate.admission.wait_ms"] = wait_ms
@@ -156,7 +156,7 @@ class Instrumentation:
             if meta.call_id is not None:
                 attributes["gen_ai.tool.call.id"] = meta.call_id
             if meta.decision_source is not None:
-                attributes["fastgate.decision.source"] = str(meta.decision_source)
+                attributes["fastgate.model.decision.source"] = str(meta.decision_source)
         if outcome != "ok":
             attributes["error.type"] = outcome
             # The code only: error messages can quote paths and arguments.

@@ -17,8 +17,8 @@ from typing import Any, Union, get_args, get_origin, get_type_hints, overload
 
 import msgspec
 
-from fastgate.context import RunContext
-from fastgate.kinds import ToolKind
+from fastgate.model.context import RunContext
+from fastgate.model.kinds import ToolKind
 from fastgate.schema import SchemaNode, Validator, compile
 from fastgate.tools._annotations import is_record_class, node_for
 from fastgate.tools._docstrings import parse_docstring

@@ -1,0 +1,601 @@
+"""``fastgate call TOOL 'JSON'``: one call through the whole pipeline with the built-in tools,
+and the story of how it was decided (SPEC §17).
+
+Exit status: 0 ran ok (with ``--dry-run``: would run), 1 ran and failed, 2 bad usage or
+configuration, 3 refused before running, 4 would ask (``--dry-run``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import importlib
+import json
+import os
+import sys
+import warnings
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from fastgate.permissions import discovery
+
+OK, FAILED, USAGE, REFUSED, WOULD_ASK = 0, 1, 2, 3, 4
+SESSION = "fastgate-call"
+_SHOWN_CONTENT = 8_000  # characters of the result shown on a terminal (--json has it all)
+
+
+class UsageError(Exception):
+    """Bad usage or configuration: exit status 2, the message on stderr."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("tool", help="the tool's name (read, grep, bash, ...)")
+    parser.add_argument("arguments", help="its arguments as one JSON object")
+    parser.add_argument("--workspace", metavar="DIR", help="default: the current directory")
+    parser.add_argument(
+        "--mode",
+        help="default, accept_edits, plan, yolo or dont_ask, or Claude Code's names "
+        "(acceptEdits, bypassPermissions, dontAsk); default: the settings' defaultMode",
+    )
+    parser.add_argument(
+        "--settings",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a settings file in Claude Code's shape (repeatable, merged in order)",
+    )
+    for kind in ("allow", "ask", "deny"):
+        parser.add_argument(
+            f"--{kind}", action="append", default=[], metavar="RULE", help=f"an extra {kind} rule"
+        )
+    parser.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        help="MCP servers to add ({mcpServers}; default: the workspace's .mcp.json)",
+    )
+    parser.add_argument(
+        "--no-discover",
+        action="store_true",
+        help="read only the --settings given, not the workspace's and the user's settings files",
+    )
+    parser.add_argument(
+        "--approve",
+        choices=["prompt", "once", "session", "never"],
+        help="how an ask is answered (default: prompt on a terminal, else never)",
+    )
+    parser.add_argument("--dry-run", action="store_true", help="decide, but do not invoke")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def run_call(args: argparse.Namespace) -> int:
+    from fastgate.runtime import run
+
+    try:
+        return run(_call(args))
+    except UsageError as exc:
+        print(f"fastgate call: {exc}", file=sys.stderr)
+        return USAGE
+
+
+# -- setting up -------------------------------------------------------------------------------
+
+
+class _Setup:
+    """Everything the call needs, checked before anything runs."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from fastgate import Hooks, PermissionConfig, PermissionMode
+
+        try:
+            self.arguments = json.loads(args.arguments)
+        except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
+            raise UsageError(f"the arguments are not valid JSON: {exc}") from None
+        workspace = Path(args.workspace or os.getcwd())
+        if not workspace.is_dir():
+            raise UsageError(f"the workspace {workspace} is not a directory")
+        self.workspace = str(workspace.resolve())
+        discovered = [] if args.no_discover else discovery.settings_files(self.workspace)
+        self.settings_files: list[str] = [*discovered, *args.settings]
+        self.config_warnings: list[str] = []
+        try:
+            with _config_warnings(self.config_warnings):
+                self.settings = PermissionConfig.load(*self.settings_files)
+                self.hooks = Hooks.load(*self.settings_files)
+            self.extra = PermissionConfig(
+                allow=args.allow, ask=args.ask, deny=args.deny, sensitive=()
+            )
+            self.config = _merged(self.settings, self.extra)
+        except (OSError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+        try:
+            if args.mode is not None:
+                self.mode = PermissionMode.parse(args.mode)
+            else:
+                self.mode = self.settings.default_mode or PermissionMode.DEFAULT
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        self.approve = args.approve or ("prompt" if sys.stdin.isatty() else "never")
+        self.dry_run: bool = args.dry_run
+        self.mcp_config: str | None = args.mcp_config
+        if self.mcp_config is None and not args.no_discover:
+            self.mcp_config = discovery.mcp_config_file(self.workspace)
+
+    def source_of(self, rule: str) -> str:
+        """Where a matched rule came from, as the trail names it."""
+        source = self._option_of(rule) or self.settings.source_of(rule)
+        if source is not None:
+            return source
+        from fastgate.permissions import settings_path
+
+        return settings_path(self.workspace)  # the project's own file (approved for the project)
+
+    def _option_of(self, rule: str) -> str | None:
+        for kind in ("allow", "ask", "deny"):
+            if rule in getattr(self.extra, kind):
+                return f"--{kind}"
+        return None
+
+    def warnings(self, registry: Any) -> list[str]:
+        """Rules that can never match: the settings files' (each naming its file, and what
+        the files hold that has no effect), then the command line's (naming the option)."""
+        from fastgate.permissions.dead_rules import dead_rule_warnings
+
+        return [
+            *self.config_warnings,
+            *self.settings.warnings(registry),
+            *dead_rule_warnings(self.extra.all_rules, self._option_of, registry),
+        ]
+
+
+@contextlib.contextmanager
+def _config_warnings(into: list[str]) -> Iterator[None]:
+    """Collect the loaders' ``FastgateConfigWarning``s (printed with the rest on stderr) and let
+    any other warning through as usual."""
+    from fastgate import FastgateConfigWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for warning in caught:
+        if issubclass(warning.category, FastgateConfigWarning):
+            into.append(str(warning.message))
+        else:
+            warnings.warn_explicit(
+                warning.message, warning.category, warning.filename, warning.lineno
+            )
+
+
+def _merged(settings: Any, extra: Any) -> Any:
+    """The settings' parsed rules (each keeping its project) plus the command line's."""
+    from fastgate import PermissionConfig
+
+    if not (extra.allow or extra.ask or extra.deny):
+        return settings
+    kinds: dict[str, list[Any]] = {"allow": [], "ask": [], "deny": []}
+    for config in (settings, extra):
+        for rules in config.rules.by_tool.values():
+            for kind in kinds:
+                kinds[kind].extend(getattr(rules, kind))
+    return PermissionConfig(
+        allow=kinds["allow"],
+        ask=kinds["ask"],
+        deny=kinds["deny"],
+        sensitive=settings.sensitive,
+        additional_dirs=settings.additional_dirs,
+        case_insensitive=settings.case_insensitive,
+        default_mode=settings.default_mode,
+    )
+
+
+def _registry(setup: _Setup) -> Any:
+    from fastgate import ToolRegistry
+
+    try:
+        from fastgate.builtin import register_builtins
+    except ImportError as exc:
+        raise UsageError(str(exc)) from None
+    registry = ToolRegistry()
+    register_builtins(registry)
+    return registry
+
+
+def _not_invoked(tool: Any) -> Any:
+    """``tool`` whose body does nothing: ``--dry-run`` goes through every stage but the run."""
+
+    async def dry(args: Any, ctx: Any) -> str:
+        return "(dry run: not invoked)"
+
+    return dataclasses.replace(tool, execute=dry, output=type(tool.output)())
+
+
+async def _with_mcp(
+    setup: _Setup, registry: Any, work: Callable[[], Awaitable[dict[str, Any]]]
+) -> dict[str, Any]:
+    if setup.mcp_config is None:
+        return await work()
+    try:  # by name: the bridge is an optional capability this module does not depend on
+        mcp = importlib.import_module("fastgate.mcp")
+    except ImportError as exc:
+        raise UsageError(
+            f"--mcp-config needs the MCP bridge (fastgate.mcp, the 'mcp' extra), which is not "
+            f"available here: {exc}"
+        ) from None
+    try:
+        with _config_warnings(setup.config_warnings):
+            servers = mcp.load_mcp_config(setup.mcp_config)
+    except (OSError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    bridge = mcp.MCPBridge(registry, servers)
+    try:
+        await bridge.start()
+    except mcp.MCPStartupError as exc:
+        await bridge.aclose()
+        raise UsageError(str(exc)) from None
+    try:
+        return await work()
+    finally:
+        await bridge.aclose()
+
+
+# -- the call ---------------------------------------------------------------------------------
+
+
+async def _call(args: argparse.Namespace) -> int:
+    setup = _Setup(args)
+    registry = _registry(setup)
+    report = await _with_mcp(setup, registry, lambda: _run(setup, registry, args.tool))
+    if args.json:
+        sys.stdout.buffer.write(msgspec.json.encode(report) + b"\n")
+    else:
+        _print_report(report, args)
+    return int(report["exit_status"])
+
+
+async def _run(setup: _Setup, registry: Any, name: str) -> dict[str, Any]:
+    """The call and its report, once every tool is registered (an MCP server's too)."""
+    from fastgate import (
+        ConcurrencyScheduler,
+        ExecutionContext,
+        FileLockManager,
+        SchedulerLimits,
+        ToolExecutor,
+        ToolRegistry,
+    )
+
+    warnings = setup.warnings(registry)  # the merged config no longer knows the files
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    if setup.dry_run:  # every tool, the servers' included, with a body that does nothing
+        dry = ToolRegistry()
+        for tool in registry.definitions():
+            dry.register(_not_invoked(tool))
+        registry = dry
+    executor = ToolExecutor(
+        registry,
+        permissions=setup.config,
+        mode=setup.mode,
+        hooks=setup.hooks,
+        scheduler=ConcurrencyScheduler(SchedulerLimits()),
+        locks=FileLockManager(),
+        context_defaults={"workspace_root": setup.workspace, "session_id": SESSION},
+    )
+    recorder = _Recorder()
+    executor.set_tracer(recorder)  # the pipeline's own account of each stage, and the timings
+    asked: list[Any] = []
+    context = ExecutionContext(approver=_approver(setup, asked))
+    try:
+        result = await executor.execute(name, setup.arguments, context)
+    finally:
+        executor.dispose()
+    assert recorder.trace is not None  # the tracer hears every call's end
+    return _report(setup, registry, name, result, recorder.trace, asked, warnings)
+
+
+class _Recorder:
+    """A tracer (``fastgate.pipeline.tracing``) that keeps the trace of the one call."""
+
+    def __init__(self) -> None:
+        self.trace: Any = None
+
+    def call_started(self, name: str, ctx: Any) -> None:
+        return None
+
+    def call_ended(self, token: Any, result: Any, trace: Any) -> None:
+        self.trace = trace
+
+
+def _approver(setup: _Setup, asked: list[Any]) -> Any:
+    from fastgate import ApprovalResponse
+
+    async def approve(request: Any) -> ApprovalResponse:
+        asked.append(request)
+        if setup.dry_run:
+            return ApprovalResponse(False, feedback="dry run: this call would ask for approval")
+        if setup.approve == "once":
+            return ApprovalResponse(True, scope="once")
+        if setup.approve == "session":
+            return ApprovalResponse(True, scope="session")
+        if setup.approve == "never":
+            return ApprovalResponse(False, feedback="refused: --approve never")
+        return await asyncio.to_thread(_prompt, request)
+
+    return approve
+
+
+def _prompt(request: Any) -> Any:
+    from fastgate import ApprovalResponse
+
+    print(
+        f"\n{request.tool_name} asks for approval: {request.reason}\n"
+        f"  arguments: {json.dumps(_plain(request.args))}",
+        file=sys.stderr,
+    )
+    # The question goes to stderr, so stdout stays the report (one object with --json).
+    sys.stderr.write("Allow? [y]es once / [s]ession / [N]o: ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()
+    if answer in ("y", "yes"):
+        return ApprovalResponse(True, scope="once")
+    if answer in ("s", "session"):
+        return ApprovalResponse(True, scope="session")
+    return ApprovalResponse(False, feedback="refused at the prompt")
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+def _report(
+    setup: _Setup,
+    registry: Any,
+    name: str,
+    result: Any,
+    trace: Any,
+    asked: list[Any],
+    warnings: list[str],
+) -> dict[str, Any]:
+    from fastgate import Decision, ErrorCode
+    from fastgate.permissions import MODE_DEFAULTS
+    from fastgate.permissions.merge import merge_decision
+
+    tool = registry.resolve(name)
+    error = result.error
+    code = error.code if error is not None else None
+    trail: list[dict[str, Any]] = []
+
+    def step(stage: str, outcome: str, **extra: Any) -> None:
+        trail.append({"stage": stage, "outcome": outcome, **extra})
+
+    read = [*setup.settings_files, *([setup.mcp_config] if setup.mcp_config else [])]
+    step("settings", ", ".join(read) if read else "no settings file read", files=read)
+    if tool is None:
+        step("lookup", f"no tool named {name}", ok=False)
+    else:
+        step("lookup", f"{tool.name} ({tool.kind.name}, {tool.classify_parallelism(None)})")
+        if code is ErrorCode.INVALID_ARGS:
+            step("validation", error.message, ok=False)
+        else:
+            step("validation", "ok")
+            for label, resolved in _resolved(tool, setup.arguments, setup.workspace):
+                step(label, resolved)
+            if code is ErrorCode.WORKTREE_VIOLATION:
+                step("worktree", error.message, ok=False)
+    rule = trace.rule
+    if rule is not None and tool is not None:
+        matched = rule.matched_rule
+        step(
+            "rules",
+            rule.reason if matched else f"no rule matched: {rule.reason}",
+            decision=str(rule.decision),
+            source=str(rule.source),
+            rule=matched,
+            rule_source=setup.source_of(matched) if matched else None,
+        )
+        default = MODE_DEFAULTS[setup.mode][tool.kind]
+        mode_line = f"{setup.mode.value}: {default.value} for {tool.kind.name} tools"
+        decider = _DECIDER.get(str(rule.source))
+        if decider is not None:
+            mode_line += f" (not used: {decider} decided)"
+        step("mode", mode_line)
+        step("sensitive", "yes: at least ask, in every mode" if rule.sensitive else "no")
+        if trace.hooks_ran:
+            step("hooks", f"{trace.hook_decision or 'no opinion'}: {trace.hook_reason or ''}")
+        else:
+            step("hooks", "none registered")
+        merged, _, _ = merge_decision(rule, trace.hook_decision, trace.hook_reason)
+        guarded = trace.guard_reason
+        approval = trace.approval
+        if merged is Decision.DENY:
+            # Stages after a deny do not run: say so rather than what they would have said.
+            step("guards", "not reached: denied above")
+            step("approval", "not reached: denied above")
+        else:
+            step("guards", "none registered" if guarded is None else f"deny: {guarded}")
+            if guarded is not None:
+                step("approval", "not reached: a guard denied")
+            elif approval is None:
+                step("approval", "not needed")
+            elif setup.dry_run:
+                why = f" (dry run): {asked[0].reason}" if asked else ""
+                step("approval", f"would ask{why}")
+            elif hasattr(approval, "approved"):
+                verdict = "allow" if approval.approved else "deny"
+                said = approval.scope if approval.approved else approval.feedback
+                step("approval", f"{verdict} ({said})", decision=verdict)
+            else:
+                step("approval", f"no answer: {approval.message}", decision="deny")
+    decision = _decision(setup, trace, code, error)
+    ran = trace.run_began is not None and not setup.dry_run
+    if setup.dry_run:
+        status = {"allow": OK, "ask": WOULD_ASK}.get(decision["decision"], REFUSED)
+    elif ran:
+        status = OK if result.ok else FAILED
+    else:
+        status = REFUSED
+    durable = result.durable()
+    return {
+        "tool": name,
+        "arguments": setup.arguments,
+        "workspace": setup.workspace,
+        "mode": setup.mode.value,
+        "dry_run": setup.dry_run,
+        "decision": decision,
+        "trail": trail,
+        "result": {
+            "ok": durable.ok,
+            "content": None if setup.dry_run else durable.content,
+            "error": None if durable.error is None else msgspec.to_builtins(durable.error),
+            "meta": msgspec.to_builtins(durable.meta),
+            "ran": ran,
+        },
+        "timings": {
+            "admission_wait_ms": trace.admission_wait_ms,
+            "run_ms": trace.run_ms if ran else None,
+            "total_ms": result.meta.duration_ms,
+        },
+        "warnings": warnings,
+        "exit_status": status,
+    }
+
+
+def _decision(setup: _Setup, trace: Any, code: Any, error: Any) -> dict[str, Any]:
+    """The decision, its source, and the stage that decided."""
+    from fastgate.permissions.merge import merge_decision
+
+    rule = trace.rule
+    if rule is None:  # refused before any policy stage: no decision was made
+        stage = {
+            "UNKNOWN_TOOL": "lookup",
+            "INVALID_ARGS": "validation",
+            "WORKTREE_VIOLATION": "worktree",
+        }.get(str(code), "pipeline")
+        return {"decision": None, "source": None, "stage": stage, "reason": error.message}
+    decision, source, reason = merge_decision(rule, trace.hook_decision, trace.hook_reason)
+    matched = rule.matched_rule
+    out: dict[str, Any] = {
+        "decision": str(decision),
+        "source": str(source),
+        "stage": _DECIDING_STAGE.get(str(source), "rules"),
+        "reason": reason,
+        "rule": matched,
+        "rule_source": setup.source_of(matched) if matched else None,
+    }
+    if trace.guard_reason is not None:
+        out.update(decision="deny", source="guard", stage="guards", reason=trace.guard_reason)
+    approval = trace.approval
+    if approval is not None and not setup.dry_run:
+        if hasattr(approval, "approved"):
+            verdict = "allow" if approval.approved else "deny"
+            said = approval.scope if approval.approved else approval.feedback
+        else:
+            verdict, said = "deny", approval.message
+        out.update(decision=verdict, source="user", stage="approval", reason=said)
+    return out
+
+
+# What decided in the mode's place, by the rule decision's source.
+_DECIDER = {"rule": "a rule", "session": "a session approval"}
+
+_DECIDING_STAGE = {
+    "mode": "mode",
+    "session": "session approvals",
+    "sensitive": "sensitive",
+    "hook": "hooks",
+}
+
+
+def _resolved(tool: Any, arguments: Any, workspace: str) -> list[tuple[str, str]]:
+    """The paths the call names (resolved as the pipeline resolves them) or its commands."""
+    from fastgate.paths.canonical import canonical_path
+
+    if not isinstance(arguments, dict):
+        return []
+    out: list[tuple[str, str]] = []
+    given = [(n, arguments[n]) for n in tool.path_args if isinstance(arguments.get(n), str)]
+    if tool.paths is not None:
+        try:
+            given += [("path", p) for p in tool.paths(arguments)]
+        except Exception:
+            pass  # the pipeline reports a malformed argument itself
+    for argument, value in given:
+        absolute = os.path.normpath(os.path.join(workspace, value))
+        try:
+            real = canonical_path(absolute)
+        except (OSError, ValueError):
+            real = absolute
+        shown = value if real == value else f"{value} -> {real}"
+        out.append(("path", f"{argument}: {shown}"))
+    command = arguments.get("command")
+    if isinstance(command, str):
+        from fastgate.permissions.commands import analyze_command
+
+        analysis = analyze_command(command)
+        if analysis.error is not None:
+            out.append(("command", f"cannot be parsed: {analysis.error}"))
+        for facts in analysis.commands:
+            words = " ".join(word.raw for word in facts.forms[0]) if facts.forms else ""
+            notes = [facts.why_unknown] if facts.unknown else []
+            if not facts.allowable:
+                notes.append(facts.why_not_allowable or "no allow rule can cover it")
+            out.append(("command", f"`{words}`" + (f" ({'; '.join(notes)})" if notes else "")))
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """Frozen arguments as plain JSON values."""
+    return msgspec.json.decode(msgspec.json.encode(value))
+
+
+def _print_report(report: dict[str, Any], args: argparse.Namespace) -> None:
+    out: list[str] = []
+    out.append(f"fastgate call {report['tool']} {json.dumps(_plain(report['arguments']))}")
+    out.append(f"  workspace {report['workspace']} · mode {report['mode']}")
+    out.append("decision trail")
+    width = max((len(s["stage"]) for s in report["trail"]), default=8)
+    for step in report["trail"]:
+        line = f"  {step['stage']:<{width}}  {step['outcome']}"
+        if step.get("rule_source"):
+            line += f"  [{step['rule_source']}]"
+        out.append(line)
+    decision = report["decision"]
+    source = f", source {decision['source']}" if decision.get("source") else ""
+    verdict = decision["decision"] or "refused"
+    out.append(f"  {'decided by':<{width}}  {decision['stage']}: {verdict}{source}")
+    result = report["result"]
+    if report["dry_run"]:
+        verdict = {OK: "would run", WOULD_ASK: "would ask", REFUSED: "refused"}
+        out.append(f"result  dry run: {verdict.get(report['exit_status'], 'refused')}, not invoked")
+        if result["error"] is not None and report["exit_status"] == REFUSED:
+            out.append(_indented(result["error"]["message"]))
+    elif result["ok"]:
+        out.append("result  ok")
+        out.append(_indented(_shown(result["content"])))
+    else:
+        error = result["error"]
+        out.append(f"result  {error['code']}" + ("" if result["ran"] else " (not run)"))
+        out.append(_indented(_shown(result["content"] or error["message"])))
+    timings = report["timings"]
+    parts = []
+    if timings["admission_wait_ms"] is not None:
+        parts.append(f"admission wait {timings['admission_wait_ms']:.2f} ms")
+    if timings["run_ms"] is not None:
+        parts.append(f"run {timings['run_ms']:.2f} ms")
+    parts.append(f"total {timings['total_ms']:.2f} ms")
+    out.append("timings  " + " · ".join(parts))
+    print("\n".join(out))
+
+
+def _shown(content: Any) -> str:
+    text = content if isinstance(content, str) else json.dumps(_plain(content), indent=2)
+    if len(text) > _SHOWN_CONTENT:
+        cut = len(text) - _SHOWN_CONTENT
+        text = text[:_SHOWN_CONTENT] + f"\n[... {cut:,} more characters: see --json]"
+    return text
+
+
+def _indented(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines()) or "    (empty)"

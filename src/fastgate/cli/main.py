@@ -1,0 +1,130 @@
+"""The ``fastgate`` command: ``info``, ``bench`` and ``call`` (SPEC §17)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+
+def _loops() -> list[str]:
+    return ["uvloop", "asyncio"] if importlib.util.find_spec("uvloop") else ["asyncio"]
+
+
+def cmd_info(_: argparse.Namespace) -> int:
+    import fastgate
+    from fastgate.runtime import loop_factory
+
+    loop = loop_factory("auto")()
+    try:
+        loop_name = "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+    finally:
+        loop.close()
+    print(f"fastgate {fastgate.__version__}")
+    print(f"build: {'compiled' if fastgate.COMPILED else 'pure'}")
+    for module, impl in sorted(fastgate.IMPLEMENTATION.items()):
+        print(f"  {module.lstrip('_')}: {impl}")
+    print(f"loop: {loop_name}")
+    print(f"python: {platform.python_implementation()} {platform.python_version()}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from fastgate.cli.bench import runner
+
+    if args.unit:
+        core, loop, scenario = args.unit.split(":")
+        unit = runner.Unit(core, loop, scenario)
+        out = runner.run_unit_here(unit, runner.PROFILES[args.profile])
+        sys.stdout.buffer.write(msgspec.json.encode(out))
+        return 0
+
+    from fastgate.cli.bench.report import run_and_report
+
+    profile = "full" if args.full else "smoke" if args.smoke else args.profile
+    return run_and_report(
+        profile=profile,
+        cores=args.core or ["compiled", "pure"],
+        loops=args.loop or _loops(),
+        scenarios=args.scenario or list(runner.SCENARIOS),
+        json_path=Path(args.json) if args.json else None,
+        check=args.check,
+        markdown_path=Path(args.markdown) if args.markdown else None,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from fastgate.cli.bench import runner
+
+    parser = argparse.ArgumentParser(prog="fastgate", description=__doc__)
+    parser.add_argument("--version", action="store_true", help="print version and core, then exit")
+    sub = parser.add_subparsers(dest="command")
+    sub.add_parser("info", help="version, compiled or pure core, event loop")
+    bench = sub.add_parser("bench", help="run the load scenarios (ratios against references)")
+    bench.add_argument("--full", action="store_true", help="more rounds (several minutes)")
+    bench.add_argument("--smoke", action="store_true", help="fewest rounds (the CI smoke run)")
+    bench.add_argument(
+        "--profile", default="quick", choices=["smoke", "quick", "full"], help=argparse.SUPPRESS
+    )
+    bench.add_argument("--json", metavar="FILE", help="also write every measurement as JSON")
+    bench.add_argument("--markdown", metavar="FILE", help="also write the table as markdown")
+    bench.add_argument(
+        "--check",
+        action="store_true",
+        help="exit 1 if a figure misses its CI bound (targets with a noise margin)",
+    )
+    bench.add_argument("--core", action="append", choices=["compiled", "pure"])
+    bench.add_argument("--loop", action="append", choices=["uvloop", "asyncio"])
+    bench.add_argument(
+        "--scenario",
+        action="append",
+        metavar="NAME",
+        help=", ".join(runner.SCENARIOS),
+    )
+    bench.add_argument("--unit", help=argparse.SUPPRESS)
+    from fastgate.cli.call import add_arguments
+
+    call = sub.add_parser(
+        "call",
+        help="run one call through the pipeline with the built-in tools, and explain the decision",
+        description="Run one tool call through the whole pipeline (validation, rules, mode, "
+        "sensitive paths, approval, admission) with the built-in tools on a workspace, and "
+        "print how each stage decided, the result and its timings. Exit status: 0 ran ok "
+        "(--dry-run: would run), 1 ran and failed, 2 bad usage or configuration, 3 refused "
+        "before running, 4 would ask (--dry-run).",
+    )
+    add_arguments(call)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _dispatch(argv)
+    except BrokenPipeError:
+        # The reader went away (``fastgate call ... | head``): stop quietly, as other CLIs do;
+        # stdout is pointed at /dev/null so that flushing it at exit raises nothing more.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.version:
+        return cmd_info(args)
+    if args.command == "bench":
+        return cmd_bench(args)
+    if args.command == "info":
+        return cmd_info(args)
+    if args.command == "call":
+        from fastgate.cli.call import run_call
+
+        return run_call(args)
+    build_parser().print_help()
+    return 2

@@ -1,0 +1,1 @@
+"""Durability: the tool-use store protocol, the SQLite store and the projector."""

@@ -1,0 +1,61 @@
+"""Guards (SPEC §6.3): deny-only owner policy that no rule, hook or approval can overturn.
+
+A guard looks at the call and returns a reason to deny it, or ``None``. Guards have no allow
+branch, so their order cannot matter: any reason denies.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import msgspec
+
+from fastgate.model.context import ExecutionContext
+
+log = logging.getLogger("fastgate.permissions.guards")
+
+
+class ToolCallView(msgspec.Struct, frozen=True):
+    """What a guard sees: the tool name, the frozen (final, possibly hook-rewritten) arguments
+    and the context."""
+
+    tool_name: str
+    args: Any
+    context: ExecutionContext
+
+
+Guard = Callable[[ToolCallView], str | None]
+
+
+def _guard_name(guard: object) -> str:
+    return str(getattr(guard, "__qualname__", None) or type(guard).__qualname__)
+
+
+def run_guards(guards: Iterable[Guard], view: ToolCallView) -> str | None:
+    """The first reason any guard gives to deny ``view``, else ``None``.
+
+    Fails closed: a guard that raises, or returns anything but ``None`` or a string (an async
+    guard's coroutine, ``True``/``False``, ...), denies with a reason naming it. An empty string is
+    a reason too. Guards are sync and run inline; they must be quick.
+    """
+    for guard in guards:
+        name = _guard_name(guard)
+        try:
+            reason: object = guard(view)
+        except Exception as exc:
+            log.warning("guard %s raised %s (tool %s)", name, type(exc).__name__, view.tool_name)
+            return f"guard {name} failed ({type(exc).__name__}: {exc}); the call is denied"
+        if reason is None:
+            continue
+        if isinstance(reason, str):
+            return reason or f"denied by guard {name}"
+        if inspect.iscoroutine(reason):
+            reason.close()  # never awaited: close it so it does not warn later
+        return (
+            f"guard {name} returned {type(reason).__name__} instead of a reason or None "
+            "(guards must be sync functions); the call is denied"
+        )
+    return None

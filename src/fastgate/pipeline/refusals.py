@@ -1,0 +1,84 @@
+"""The messages and details of the pipeline's early refusals and of failed bodies."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from typing import Any
+
+from fastgate.model.results import ErrorCode, ToolFault
+from fastgate.pipeline.invocation import ABORTED, TIMEOUT, Outcome
+from fastgate.schema import ValidationIssue
+from fastgate.tools import ToolDefinition
+
+
+def unknown_tool(name: str, visible: Iterable[str]) -> tuple[str, dict[str, Any]]:
+    names = sorted(visible)
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    if close:
+        hint = "Did you mean " + " or ".join(repr(c) for c in close) + "?"
+    elif names:
+        shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
+        hint = f"Available tools: {shown}."
+    else:
+        hint = "No tools are available here."
+    return f"There is no tool named {name!r}. {hint}", {"suggestions": close}
+
+
+def not_an_object(args: Any) -> str:
+    kind = {
+        list: "an array",
+        tuple: "an array",
+        str: "a string",
+        bool: "a boolean",
+        type(None): "null",
+        int: "a number",
+        float: "a number",
+    }.get(type(args))
+    return (
+        f"Tool arguments must be a JSON object (named fields), got {kind or type(args).__name__}."
+    )
+
+
+def invalid_args(tool_name: str, issues: list[ValidationIssue]) -> tuple[str, dict[str, Any]]:
+    lines = [f"Invalid arguments for {tool_name}:"]
+    lines += [f"- {issue.message}" for issue in issues]
+    details = {
+        "issues": [
+            {"path": list(issue.path), "keyword": issue.keyword, "message": issue.message}
+            for issue in issues
+        ]
+    }
+    return "\n".join(lines), details
+
+
+def failure_of(
+    tool: ToolDefinition, outcome: Outcome
+) -> tuple[ErrorCode, str, dict[str, Any], bool]:
+    """(code, message, details, retryable) of a body that did not return."""
+    details: dict[str, Any] = {}
+    if outcome.runaway is not None:
+        details["still_running"] = True
+        details["holds"] = "its slot, gate passage and file locks until it ends"
+    if outcome.kind == TIMEOUT:
+        return (
+            ErrorCode.TIMEOUT,
+            f"{tool.name} did not finish within {tool.timeout:g}s and was stopped.",
+            details,
+            False,
+        )
+    if outcome.kind == ABORTED:
+        return (
+            ErrorCode.ABORTED,
+            "The call was cancelled while running; it may have had side effects.",
+            details,
+            False,
+        )
+    exc = outcome.error
+    assert exc is not None
+    if isinstance(exc, ToolFault):  # the body chose its code and words
+        details.update(exc.details)
+        return exc.code, exc.message, details, exc.retryable
+    details["type"] = type(exc).__name__
+    message = f"{tool.name} raised {type(exc).__name__}: {exc}"
+    return ErrorCode.TOOL_ERROR, message, details, False

@@ -1,0 +1,167 @@
+"""``fastgate call`` reads the settings a Claude Code project already has (SPEC §17 "Discovery"):
+the user's file, the project's, the local one, fastgate's own, then ``--settings``, in that order;
+their rules, modes and hooks; the workspace's ``.mcp.json``; and the trail names every file."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fastgate.permissions import discovery
+
+FASTGATE = str(Path(sys.executable).with_name("fastgate"))
+
+
+def call(workspace: Path, home: Path, *argv: str) -> tuple[int, dict[str, Any], str]:
+    env = {**os.environ, "HOME": str(home)}
+    done = subprocess.run(
+        [FASTGATE, "call", *argv, "--workspace", str(workspace), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
+    return done.returncode, json.loads(done.stdout), done.stderr
+
+
+def write(path: Path, settings: dict[str, Any]) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(settings))
+    return str(path)
+
+
+def settings_step(report: dict[str, Any]) -> dict[str, Any]:
+    return next(step for step in report["trail"] if step["stage"] == "settings")
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    path = tmp_path / "project"
+    path.mkdir()
+    return path
+
+
+def test_files_are_read_in_claude_codes_order_then_fastgates(home: Path, workspace: Path) -> None:
+    user = write(home / ".claude" / "settings.json", {"permissions": {"defaultMode": "plan"}})
+    project = write(
+        workspace / ".claude" / "settings.json",
+        {"permissions": {"allow": ["Bash(echo:*)"], "defaultMode": "default"}},
+    )
+    local = write(workspace / ".claude" / "settings.local.json", {"permissions": {}})
+    ours = write(workspace / ".fastgate" / "settings.json", {"permissions": {}})
+    ours_local = write(workspace / ".fastgate" / "settings.local.json", {"permissions": {}})
+    given = write(workspace / "extra.json", {"permissions": {"deny": ["Bash(echo bye)"]}})
+    order = [user, project, local, ours, ours_local]
+    assert discovery.settings_files(str(workspace), home=str(home)) == order
+
+    status, report, stderr = call(
+        workspace, home, "bash", '{"command": "echo hi"}', "--settings", given
+    )
+    assert status == 0, stderr
+    assert settings_step(report)["files"] == [*order, given]
+    # The project's allow rule ran the command, named with its file; the project's defaultMode
+    # came after the user's and won.
+    assert report["decision"]["rule"] == "Bash(echo:*)"
+    assert report["decision"]["rule_source"] == project
+    assert report["mode"] == "default"
+    # A deny from the file given on the command line applies on top.
+    status, report, _ = call(
+        workspace, home, "bash", '{"command": "echo bye"}', "--settings", given
+    )
+    assert status == 3 and report["decision"]["rule_source"] == given
+
+
+def test_the_user_file_is_read_first_and_a_later_file_overrides_its_mode(
+    home: Path, workspace: Path
+) -> None:
+    write(home / ".claude" / "settings.json", {"permissions": {"defaultMode": "bypassPermissions"}})
+    status, report, stderr = call(workspace, home, "bash", '{"command": "true"}')
+    assert status == 0, stderr
+    assert report["mode"] == "yolo"  # the user's mode alone: the call ran without asking
+    write(workspace / ".claude" / "settings.local.json", {"permissions": {"defaultMode": "plan"}})
+    status, report, _ = call(workspace, home, "bash", '{"command": "true"}')
+    assert status == 3 and report["mode"] == "plan"
+
+
+def test_no_discover_reads_only_what_is_given(home: Path, workspace: Path) -> None:
+    write(workspace / ".claude" / "settings.json", {"permissions": {"deny": ["Bash(true)"]}})
+    write(home / ".claude" / "settings.json", {"permissions": {"deny": ["Bash(true)"]}})
+    status, report, _ = call(workspace, home, "bash", '{"command": "true"}', "--approve", "once")
+    assert status == 3 and report["decision"]["source"] == "rule"
+    status, report, stderr = call(
+        workspace, home, "bash", '{"command": "true"}', "--approve", "once", "--no-discover"
+    )
+    assert status == 0, stderr
+    assert settings_step(report)["files"] == []
+    assert settings_step(report)["outcome"] == "no settings file read"
+
+
+def test_a_projects_hooks_run_and_block(home: Path, workspace: Path) -> None:
+    # The issue as a new user met it: a PreToolUse hook that blocks every call was dropped.
+    hook = {"type": "command", "command": "echo 'blocked by the project' >&2; exit 2"}
+    write(
+        workspace / ".claude" / "settings.json",
+        {"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [hook]}]}},
+    )
+    status, report, stderr = call(
+        workspace, home, "bash", '{"command": "touch ran"}', "--approve", "once"
+    )
+    assert status == 3, stderr
+    assert report["decision"]["source"] == "hook"
+    assert "blocked by the project" in report["result"]["error"]["message"]
+    assert not (workspace / "ran").exists()
+    hooks = next(step for step in report["trail"] if step["stage"] == "hooks")
+    assert hooks["outcome"].startswith("deny")
+
+
+def test_unsupported_hook_events_are_warnings_on_stderr(home: Path, workspace: Path) -> None:
+    path = write(
+        workspace / ".claude" / "settings.json",
+        {"hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": "true"}]}]}},
+    )
+    status, report, stderr = call(workspace, home, "read", '{"file_path": "missing.txt"}')
+    assert status == 1  # the read ran (and failed on the missing file)
+    assert "warning:" in stderr and "UserPromptSubmit" in stderr and path in stderr
+    assert any("UserPromptSubmit" in warning for warning in report["warnings"])
+
+
+def _bridge_available() -> bool:
+    try:
+        importlib.import_module("fastgate.mcp")
+    except ImportError:
+        return False
+    return True
+
+
+def test_the_workspaces_mcp_json_is_read_unless_a_config_is_given(
+    home: Path, workspace: Path
+) -> None:
+    if not _bridge_available():
+        pytest.skip("the mcp extra is not installed")
+    fixture = Path(__file__).parents[1] / "mcp" / "fixture_server.py"
+    server = {"command": sys.executable, "args": [str(fixture), "stdio"]}
+    mcp_json = workspace / ".mcp.json"
+    mcp_json.write_text(json.dumps({"mcpServers": {"fix": server}}))
+    argv = ("mcp__fix__echo", '{"text": "found"}', "--allow", "mcp__fix")
+    status, report, stderr = call(workspace, home, *argv)
+    assert status == 0, stderr
+    assert report["result"]["content"] == "found"
+    assert str(mcp_json) in settings_step(report)["files"]
+    # --no-discover: the server is not started, so its tool is unknown.
+    status, report, _ = call(workspace, home, *argv, "--no-discover")
+    assert status == 3 and report["result"]["error"]["code"] == "UNKNOWN_TOOL"
