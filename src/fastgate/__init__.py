@@ -44,7 +44,6 @@ from fastgate.model.approvals import ApprovalRequest as ApprovalRequest
 from fastgate.model.approvals import ApprovalResponse as ApprovalResponse
 from fastgate.model.cancel import CancelToken as CancelToken
 from fastgate.model.context import ExecutionContext as ExecutionContext
-from fastgate.model.context import RunContext as RunContext
 from fastgate.model.context import ToolCall as ToolCall
 from fastgate.model.decision import Decision as Decision
 from fastgate.model.decision import DecisionSource as DecisionSource
@@ -70,6 +69,7 @@ from fastgate.permissions.guards import ToolCallView as ToolCallView
 from fastgate.permissions.terminal_approver import TerminalApprover as TerminalApprover
 from fastgate.pipeline.autoverify import AutoVerify as AutoVerify
 from fastgate.pipeline.executor import ToolExecutor as ToolExecutor
+from fastgate.pipeline.run_context import RunContext as RunContext
 from fastgate.pipeline.streaming import StreamingToolExecutor as StreamingToolExecutor
 from fastgate.runtime import install_uvloop as install_uvloop
 from fastgate.runtime import run as run

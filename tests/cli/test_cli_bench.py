@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fastgate.cli.main import build_parser
 from fastgate.cli.bench.runner import SCENARIOS
+from fastgate.cli.main import build_parser
 
 
 def test_the_scenario_help_lists_every_registered_scenario(

@@ -21,9 +21,11 @@ from fastgate.hooks import (
     run_pre_tool_use,
 )
 from fastgate.model.context import ExecutionContext
-from fastgate.model.decision import Decision
+from fastgate.model.decision import Decision, DecisionSource
 from fastgate.model.freeze import freeze
 from fastgate.model.results import ErrorCode, ResultMeta, ToolError, ToolResult
+from fastgate.permissions import RuleDecision
+from fastgate.permissions.merge import merge_decision
 
 CTX = ExecutionContext(session_id="s1")
 
@@ -92,9 +94,9 @@ async def test_hook_allow_never_loosens_the_rule_decision(rule: Decision) -> Non
     hooks.add_pre_tool_use(deciding("allow"))
     outcome = await run_pre_tool_use(hooks, pre_event())
     assert outcome.decision is Decision.ALLOW
-    # The executor's stage 8 merge: the strictest of rule and hook decisions.
-    assert Decision.strictest(rule, outcome.decision) is rule
-    assert Decision.strictest(outcome.decision, rule) is rule
+    # The executor's stage 8 merge keeps the strictest of the rule's and the hook's decisions.
+    ruled = RuleDecision(rule, DecisionSource.RULE, "a rule", signature="s")
+    assert merge_decision(ruled, outcome.decision, outcome.reason)[0] is rule
 
 
 async def test_reason_is_the_one_given_with_the_strictest_decision() -> None:

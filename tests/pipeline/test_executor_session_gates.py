@@ -17,7 +17,7 @@ def _blocking_tool() -> tuple[Any, dict[str, asyncio.Event], dict[str, asyncio.E
     release: dict[str, asyncio.Event] = {}
 
     async def body(args: Any, ctx: Any) -> str:
-        key = args["text"]
+        key = str(args["text"])
         started.setdefault(key, asyncio.Event()).set()
         await release.setdefault(key, asyncio.Event()).wait()
         return key

@@ -1,5 +1,6 @@
-"""The executor's tracer hook (``fastgate.pipeline.tracing``): every call is told, once, with the decision
-and the admission and run timings the result does not carry; no tracer, no trace."""
+"""The executor's tracer hook (``fastgate.pipeline.tracing``): every call is told, once, with
+the decision and the admission and run timings the result does not carry; no tracer, no
+trace."""
 
 from __future__ import annotations
 

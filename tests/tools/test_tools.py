@@ -12,7 +12,7 @@ import pytest
 
 from fastgate import Output, ToolDefinition, ToolKind, define_tool, tool
 from fastgate import schema as s
-from fastgate.model.context import RunContext
+from fastgate.pipeline.run_context import RunContext
 from fastgate.schema import Meta, from_json_schema
 
 

@@ -38,6 +38,7 @@ PIPELINE_MODULES = (
     "admission.locks",
     "admission.deadlines",
     "model.context",
+    "pipeline.run_context",
     "model.cancel",
     "model.rendering",
     "paths.canonical",

@@ -264,11 +264,6 @@ class Step:
 # -- values -------------------------------------------------------------------------------------
 
 
-def kind_of(value: Any) -> int:
-    """The kind bit of a value (one of the ``K_*`` constants)."""
-    return _kind(value)
-
-
 def _kind(value: Any) -> int:
     t = type(value)
     if t is str:

@@ -6,16 +6,14 @@ from __future__ import annotations
 import base64
 import dataclasses
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import msgspec
 
-from fastgate.model.context import ExecutionContext, ToolCall
-from fastgate.model.results import ErrorCode, ToolResult
-from fastgate.pipeline.executor import ToolExecutor
-from fastgate.tools import ToolDefinition
-from fastgate.tools.registry import ToolRegistry
+from fastgate.model import ErrorCode, ExecutionContext, ToolCall, ToolResult
+from fastgate.pipeline import ToolExecutor
+from fastgate.tools import ToolDefinition, ToolRegistry
 
 _NOT_JSON = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
 
@@ -219,11 +217,6 @@ def flat_text(content: Any) -> str:
             text = f"[image: {image[0]}]" if image is not None else as_json_text(block)
         parts.append(text)
     return "\n".join(parts)
-
-
-def iter_calls(items: Iterable[Any], kind: str, type_field: str = "type") -> list[Any]:
-    """The items of ``kind`` (``"tool_use"``, ``"function_call"``) among a message's items."""
-    return [item for item in items if field(item, type_field) == kind]
 
 
 def error_text(result: ToolResult) -> str:

@@ -35,10 +35,9 @@ from fastgate.adapters._common import (
     run_in_order,
     text_of,
 )
-from fastgate.model.context import ExecutionContext
-from fastgate.model.results import ToolResult
-from fastgate.pipeline.executor import ToolExecutor
-from fastgate.tools.registry import ToolRegistry
+from fastgate.model import ExecutionContext, ToolResult
+from fastgate.pipeline import ToolExecutor
+from fastgate.tools import ToolRegistry
 
 if TYPE_CHECKING:  # the SDK's own types, for callers' type checkers; not needed at run time
     from anthropic.types import ToolParam, ToolResultBlockParam

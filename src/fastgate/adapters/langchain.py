@@ -44,9 +44,8 @@ from fastgate.adapters._common import (
     resource_text,
     text_of,
 )
-from fastgate.model.context import ExecutionContext
-from fastgate.model.results import ToolResult
-from fastgate.pipeline.executor import ToolExecutor
+from fastgate.model import ExecutionContext, ToolResult
+from fastgate.pipeline import ToolExecutor
 
 __all__ = ("CONTEXT_KEY", "FastgateTool", "tools")
 

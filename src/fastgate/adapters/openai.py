@@ -41,10 +41,9 @@ from fastgate.adapters._common import (
     text_of,
 )
 from fastgate.adapters._strict import decoder_for, strict_form_of
-from fastgate.model.context import ExecutionContext
-from fastgate.model.results import ToolResult
-from fastgate.pipeline.executor import ToolExecutor
-from fastgate.tools.registry import ToolRegistry
+from fastgate.model import ExecutionContext, ToolResult
+from fastgate.pipeline import ToolExecutor
+from fastgate.tools import ToolRegistry
 
 if TYPE_CHECKING:  # the SDK's own types, for callers' type checkers; not needed at run time
     from openai.types.chat import (

@@ -46,9 +46,8 @@ from fastgate.adapters._common import (
     text_of,
 )
 from fastgate.adapters._strict import decoder_for, strict_form_of
-from fastgate.model.context import ExecutionContext
-from fastgate.model.results import ErrorCode, ToolResult
-from fastgate.pipeline.executor import ToolExecutor
+from fastgate.model import ErrorCode, ExecutionContext, ToolResult
+from fastgate.pipeline import ToolExecutor
 
 __all__ = ("function_tools",)
 

@@ -20,6 +20,7 @@ except ImportError as exc:  # pragma: no cover - exercised by installs without t
     ) from exc
 
 from collections.abc import Iterable
+from typing import Any
 
 from fastgate.builtin._fs import FileStat as FileStat
 from fastgate.builtin._fs import FileSystem as FileSystem
@@ -30,9 +31,7 @@ from fastgate.builtin._shell import LocalShell as LocalShell
 from fastgate.builtin._shell import Shell as Shell
 from fastgate.builtin._shell import ShellResult as ShellResult
 from fastgate.builtin._tools import ALL
-from fastgate.model.context import set_local_seam
-from fastgate.tools import ToolDefinition
-from fastgate.tools.registry import ToolRegistry
+from fastgate.tools import ToolDefinition, ToolRegistry
 
 __all__ = (
     "DEFAULT_ENV_DENY",
@@ -92,10 +91,12 @@ def _local_file_system(workspace_root: str, additional_dirs: tuple[str, ...]) ->
 _LOCAL_SHELL = LocalShell()
 
 
-def _local_shell(workspace_root: str, additional_dirs: tuple[str, ...]) -> LocalShell:
-    """One ``LocalShell`` for every workspace: the directory is given to each ``run``."""
-    return _LOCAL_SHELL
-
-
-set_local_seam("fs", _local_file_system)
-set_local_seam("shell", _local_shell)
+def local_seam(name: str, workspace_root: str, additional_dirs: tuple[str, ...]) -> Any:
+    """The seam ``name`` (``"fs"`` or ``"shell"``) a call gets when neither its context nor
+    ``context_defaults`` sets one: the local file system of its workspace, or the local shell
+    (one for every workspace: the directory is given to each ``run``)."""
+    if name == "fs":
+        return _local_file_system(workspace_root, additional_dirs)
+    if name == "shell":
+        return _LOCAL_SHELL
+    raise ValueError(f"no local seam named {name!r}")

@@ -7,8 +7,8 @@ from typing import Any
 
 from fastgate.builtin._common import root_of
 from fastgate.builtin._shell import ShellResult
-from fastgate.model.context import RunContext
-from fastgate.model.results import ErrorCode, Failure, ToolFault
+from fastgate.model import ErrorCode, Failure, ToolFault
+from fastgate.pipeline import RunContext
 
 DEFAULT_TIMEOUT = 120.0
 MAX_TIMEOUT = 600.0

@@ -13,10 +13,9 @@ from fastgate.builtin._fs import (
     NotARegularFile,
     PathChanged,
 )
-from fastgate.model.context import RunContext
-from fastgate.model.results import Failure
-from fastgate.paths.beneath import WorktreeEscape
-from fastgate.paths.canonical import canonical_path
+from fastgate.model import Failure
+from fastgate.paths import WorktreeEscape, canonical_path
+from fastgate.pipeline import RunContext
 
 MAX_FILE_BYTES = 32 * 1024 * 1024  # what read, edit and apply_patch load at once
 

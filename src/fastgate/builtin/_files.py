@@ -28,8 +28,8 @@ from fastgate.builtin._text import (
     newline_of,
     sniff,
 )
-from fastgate.model.context import RunContext
-from fastgate.model.results import Failure
+from fastgate.model import Failure
+from fastgate.pipeline import RunContext
 
 MAX_LINE_CHARS = 2000
 MAX_READ_CHARS = 100_000  # one read's content; the note says where to go on

@@ -5,9 +5,10 @@ sandbox or an in-memory tree instead of the disk. Every method is async and take
 that stage 5 already checked; errors are the ``OSError`` subclasses Python uses
 (``FileNotFoundError``, ``IsADirectoryError``, ``NotADirectoryError``, ``PermissionError``).
 
-``LocalFileSystem`` checks again at use. Reads open each path component by component beneath the
-allowed roots (``fastgate.paths.beneath.open_beneath``), following symlinks only while they stay inside,
-so a directory swapped for a symlink to the outside after stage 5 cannot carry a read out.
+``LocalFileSystem`` checks again at use. Reads open each path component by component beneath
+the allowed roots (``fastgate.paths.open_beneath``), following symlinks only while they stay
+inside, so a directory swapped for a symlink to the outside after stage 5 cannot carry a read
+out.
 Changes (``write_bytes``, ``remove``) follow no symlink at all: the writers pass the canonical
 path stage 5 resolved (``RunContext.checked_path``), and every component of it is opened with
 ``O_NOFOLLOW`` from ``/`` down, so a symlink that appeared since, pointing inside the workspace or
@@ -29,8 +30,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
-from fastgate.paths.beneath import WorktreeEscape, open_beneath
-from fastgate.paths.worktree import MAX_SYMLINKS, WorktreeViolation, _or, _roots, is_within
+from fastgate.paths import (
+    MAX_SYMLINKS,
+    WorktreeEscape,
+    WorktreeViolation,
+    allowed_roots,
+    describe_roots,
+    is_within,
+    open_beneath,
+)
 
 T = TypeVar("T")
 _O_PATH = getattr(os, "O_PATH", 0)
@@ -131,7 +139,7 @@ class LocalFileSystem:
     @property
     def roots(self) -> tuple[str, ...]:
         """The canonical roots every path must stay inside."""
-        return _roots(self._root, self._dirs)
+        return allowed_roots(self._root, self._dirs)
 
     # -- the seam ------------------------------------------------------------------------------
 
@@ -378,7 +386,7 @@ class LocalFileSystem:
         for given in (self._root, *self._dirs):
             spelt = os.path.normpath(os.path.abspath(given))
             if spelt != "/" and is_within(path, spelt):
-                canonical = _roots(given, ())
+                canonical = allowed_roots(given, ())
                 if canonical and canonical[0] != spelt:
                     return canonical[0] + path[len(spelt) :]
                 return path
@@ -439,7 +447,7 @@ def _replace(old: int, new: int) -> int:
 
 def _outside(path: str, roots: tuple[str, ...]) -> WorktreeViolation:
     reason = "it is outside the workspace"
-    message = f"path {path!r} is refused: {reason}. Use a path inside {_or(roots)}."
+    message = f"path {path!r} is refused: {reason}. Use a path inside {describe_roots(roots)}."
     return WorktreeViolation("path", path, path, roots, reason, message)
 
 
@@ -459,10 +467,6 @@ def _descriptor_path(fd: int) -> str | None:
 
 async def _offload(fn: Callable[..., T], *args: Any) -> T:
     return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
-
-
-def within_roots(path: str, roots: tuple[str, ...]) -> bool:
-    return any(is_within(path, root) for root in roots)
 
 
 _RIPGREP: list[str | None] = []

@@ -43,8 +43,8 @@ from fastgate.builtin._text import (
     newline_of,
     split_lines,
 )
-from fastgate.model.context import RunContext
-from fastgate.model.results import Failure
+from fastgate.model import Failure
+from fastgate.pipeline import RunContext
 
 BEGIN = "*** Begin Patch"
 END = "*** End Patch"

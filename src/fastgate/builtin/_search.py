@@ -24,9 +24,9 @@ from fastgate.builtin._common import absolute, os_failure, root_of, shown
 from fastgate.builtin._fs import FileStat, LocalFileSystem, NotARegularFile
 from fastgate.builtin._globs import GlobError, compile_glob
 from fastgate.builtin._text import BINARY_PROBE, BinaryFile, UndecodableFile, decode
-from fastgate.model.context import RunContext
-from fastgate.model.results import Failure
-from fastgate.paths.beneath import WorktreeEscape
+from fastgate.model import Failure
+from fastgate.paths import WorktreeEscape
+from fastgate.pipeline import RunContext
 
 GLOB_LIMIT = 100
 MAX_OUTPUT_CHARS = 40_000

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 from fastgate.builtin._output import OutputBuffer
-from fastgate.model.cancel import CancelToken
+from fastgate.model import CancelToken
 from fastgate.processes import Process, spawn
 
 #: Substrings (any case) that mark an environment variable as a secret.

@@ -7,7 +7,7 @@ from fastgate.builtin._bash import MAX_COMMAND, MAX_TIMEOUT, bash, render_bash
 from fastgate.builtin._files import edit, read, write
 from fastgate.builtin._patch import apply_patch, patch_paths
 from fastgate.builtin._search import glob, grep
-from fastgate.model.kinds import ToolKind
+from fastgate.model import ToolKind
 from fastgate.tools import Output, ToolDefinition, define_tool
 
 FILE_PATH = schema.String(

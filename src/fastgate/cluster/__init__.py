@@ -14,7 +14,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "pip install 'fastgate[cluster]'"
     ) from exc
 
-from fastgate.admission.scheduler import ClusterStats as ClusterStats
+from fastgate.admission import ClusterStats as ClusterStats
 from fastgate.cluster._redis import RedisCluster as RedisCluster
 
 __all__ = ("ClusterStats", "RedisCluster")

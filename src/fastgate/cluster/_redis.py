@@ -29,14 +29,13 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
 
-from fastgate.admission.protocol import AsyncHold
-from fastgate.admission.scheduler import ClusterStats
+from fastgate.admission import AsyncHold, ClusterStats
 from fastgate.cluster._names import redis_name, shown
 from fastgate.cluster._script import REFRESH_LUA
-from fastgate.model.kinds import ToolKind
+from fastgate.model import ToolKind
 
 if TYPE_CHECKING:
-    from fastgate.admission.scheduler import ConcurrencyScheduler
+    from fastgate.admission import ConcurrencyScheduler
 
 log = logging.getLogger("fastgate.cluster")
 

@@ -15,13 +15,12 @@ from fastgate import schema
 from fastgate.codemode import _sandbox
 from fastgate.codemode._pool import Pool, WorkerSpec
 from fastgate.codemode._run import Run, WorkerExited, render
-from fastgate.model.context import ExecutionContext, RunContext
-from fastgate.model.kinds import ToolKind
-from fastgate.model.results import ErrorCode
+from fastgate.model import ErrorCode, ExecutionContext, ToolKind
+from fastgate.pipeline import RunContext
 from fastgate.tools import Output, ToolDefinition, define_tool
 
 if TYPE_CHECKING:
-    from fastgate.pipeline.executor import ToolExecutor
+    from fastgate.pipeline import ToolExecutor
 
 log = logging.getLogger("fastgate.codemode")
 

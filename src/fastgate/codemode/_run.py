@@ -20,12 +20,10 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from fastgate.codemode._pool import Worker
-from fastgate.model.cancel import CancelToken
-from fastgate.model.context import ExecutionContext
-from fastgate.model.results import ErrorCode, Failure, ToolResult
+from fastgate.model import CancelToken, ErrorCode, ExecutionContext, Failure, ToolResult
 
 if TYPE_CHECKING:
-    from fastgate.pipeline.executor import ToolExecutor
+    from fastgate.pipeline import ToolExecutor
 
 # A line of the channel longer than this is not a tool call but a flood.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024

@@ -31,8 +31,7 @@ from fastgate.hooks._types import (
     PreToolUseEvent,
     PreToolUseResult,
 )
-from fastgate.model.decision import Decision
-from fastgate.model.results import ErrorCode
+from fastgate.model import Decision, ErrorCode
 
 if TYPE_CHECKING:
     from fastgate.tools import ToolDefinition

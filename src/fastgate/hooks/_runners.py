@@ -28,8 +28,7 @@ from fastgate.hooks._types import (
     PreToolUseEvent,
     PreToolUseResult,
 )
-from fastgate.model.decision import Decision
-from fastgate.model.freeze import NotJSON, freeze
+from fastgate.model import Decision, NotJSON, freeze
 from fastgate.tools import ToolDefinition
 
 log = logging.getLogger("fastgate.hooks")
@@ -80,8 +79,8 @@ async def run_pre_tool_use(hooks: Hooks, event: PreToolUseEvent) -> PreHookOutco
 
     Decisions merge to the strictest (a hook can tighten, never loosen); the reason kept is the
     first one given with that decision (an ALLOW's reason says it is no opinion). A hook's
-    ``updated_args`` is snapshotted at once (``fastgate.model.freeze.freeze``: a frozen deep copy) and
-    is what the next hook sees. The chain stops at the first DENY.
+    ``updated_args`` is snapshotted at once (``fastgate.model.freeze``: a frozen deep copy)
+    and is what the next hook sees. The chain stops at the first DENY.
     Errors: a hook that raises, times out, or returns anything but ``PreToolUseResult | None``
     (including ``updated_args`` that is not a JSON object) denies the call with a reason naming
     it; registered with ``on_error="ignore"`` it is skipped instead. Both are listed in

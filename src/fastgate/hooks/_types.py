@@ -8,9 +8,7 @@ from typing import Any, Final
 import msgspec
 from msgspec.structs import force_setattr
 
-from fastgate.model.context import ExecutionContext
-from fastgate.model.decision import Decision
-from fastgate.model.results import ToolError, ToolResult
+from fastgate.model import Decision, ExecutionContext, ToolError, ToolResult
 from fastgate.tools import ToolDefinition
 
 UNSET: Final = msgspec.UNSET

@@ -1,2 +1,23 @@
-"""Value types every layer shares: contexts, results, kinds, cancel tokens, frozen
-arguments, decisions, approval and elicitation requests, rendering."""
+"""Value types every layer shares: contexts, results, kinds, cancel tokens, frozen arguments,
+decisions, approval and elicitation requests. Nothing here imports another fastgate package."""
+
+from fastgate.model.approvals import ApprovalRequest as ApprovalRequest
+from fastgate.model.approvals import ApprovalResponse as ApprovalResponse
+from fastgate.model.approvals import ApprovalScope as ApprovalScope
+from fastgate.model.cancel import CancelToken as CancelToken
+from fastgate.model.context import ExecutionContext as ExecutionContext
+from fastgate.model.context import ToolCall as ToolCall
+from fastgate.model.decision import Decision as Decision
+from fastgate.model.decision import DecisionSource as DecisionSource
+from fastgate.model.decision import PermissionMode as PermissionMode
+from fastgate.model.freeze import FrozenDict as FrozenDict
+from fastgate.model.freeze import NotJSON as NotJSON
+from fastgate.model.freeze import freeze as freeze
+from fastgate.model.kinds import ToolKind as ToolKind
+from fastgate.model.results import DurableResult as DurableResult
+from fastgate.model.results import ErrorCode as ErrorCode
+from fastgate.model.results import Failure as Failure
+from fastgate.model.results import ResultMeta as ResultMeta
+from fastgate.model.results import ToolError as ToolError
+from fastgate.model.results import ToolFault as ToolFault
+from fastgate.model.results import ToolResult as ToolResult

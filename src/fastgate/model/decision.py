@@ -16,15 +16,6 @@ class Decision(StrEnum):
     def strictness(self) -> int:
         return _STRICTNESS[self]
 
-    @staticmethod
-    def strictest(*decisions: Decision | None) -> Decision | None:
-        """The strictest of the given decisions, ignoring ``None`` (no opinion)."""
-        best: Decision | None = None
-        for decision in decisions:
-            if decision is not None and (best is None or _STRICTNESS[decision] > _STRICTNESS[best]):
-                best = decision
-        return best
-
     @classmethod
     def parse(cls, value: object, *, field: str = "decision") -> Decision:
         if isinstance(value, cls):

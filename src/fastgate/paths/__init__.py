@@ -1,7 +1,16 @@
 """Paths: canonical forms and lock keys, the worktree check (stage 5), opening beneath the
-workspace, and the one glob translator the rules and the search tools share."""
+allowed roots, and the glob translator that rules and search tools share."""
 
+from fastgate.paths.beneath import WorktreeEscape as WorktreeEscape
+from fastgate.paths.beneath import open_beneath as open_beneath
 from fastgate.paths.canonical import absolute_path as absolute_path
 from fastgate.paths.canonical import canonical_path as canonical_path
 from fastgate.paths.canonical import lock_key as lock_key
 from fastgate.paths.canonical import resolve_path as resolve_path
+from fastgate.paths.worktree import MAX_SYMLINKS as MAX_SYMLINKS
+from fastgate.paths.worktree import WorktreeViolation as WorktreeViolation
+from fastgate.paths.worktree import allowed_roots as allowed_roots
+from fastgate.paths.worktree import check_given_paths as check_given_paths
+from fastgate.paths.worktree import check_worktree as check_worktree
+from fastgate.paths.worktree import describe_roots as describe_roots
+from fastgate.paths.worktree import is_within as is_within

@@ -15,9 +15,9 @@ from collections.abc import Iterable
 from fastgate.paths.worktree import (
     MAX_SYMLINKS,
     WorktreeViolation,
-    _or,
-    _roots,
+    allowed_roots,
     check_path,
+    describe_roots,
     is_within,
 )
 
@@ -46,7 +46,7 @@ def open_beneath(
     ``check_worktree`` therefore cannot carry a write outside, and nothing is created there.
     Raises ``WorktreeEscape`` (a ``PermissionError``) or the ``OSError`` of the open.
     """
-    roots = _roots(workspace_root, additional_dirs)
+    roots = allowed_roots(workspace_root, additional_dirs)
     refusal = check_path("path", path, workspace_root, roots)
     if refusal is not None:
         raise WorktreeEscape(refusal)
@@ -130,6 +130,6 @@ def _escape(path: str, resolved: str, roots: tuple[str, ...]) -> WorktreeViolati
     reason = "it is outside the workspace"
     message = (
         f"path {path!r} (resolves to {resolved}) is refused: {reason}. Use a path inside "
-        f"{_or(roots)}."
+        f"{describe_roots(roots)}."
     )
     return WorktreeViolation("path", path, resolved, roots, reason, message)

@@ -10,8 +10,8 @@ resolving there), and symlink loops (at most 40 links are followed, like the ker
 
 This is a check at decision time. A tool that opens the path later must still open it safely
 (``O_NOFOLLOW`` on the last component, or re-check the opened descriptor): a directory swapped
-for a symlink in between is the tool's race to close, and ``fastgate.paths.beneath.open_beneath`` closes
-it.
+for a symlink in between is the tool's race to close, and ``fastgate.paths.open_beneath``
+closes it.
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ import errno
 import os
 import stat
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
 from fastgate.paths.canonical import absolute_path, given_paths, resolve_path
-from fastgate.tools import ToolDefinition
 
 try:
     PATH_MAX = os.pathconf("/", "PC_PATH_MAX")
@@ -46,8 +45,15 @@ class WorktreeViolation(msgspec.Struct, frozen=True):
     message: str
 
 
+class NamesPaths(Protocol):
+    """What the check needs of a tool (a ``ToolDefinition``): the names of its path arguments."""
+
+    @property
+    def path_args(self) -> tuple[str, ...]: ...
+
+
 def check_worktree(
-    tool: ToolDefinition,
+    tool: NamesPaths,
     args: Mapping[str, Any],
     workspace_root: str,
     additional_dirs: Iterable[str] = (),
@@ -62,7 +68,7 @@ def check_given_paths(
     """``check_worktree`` for the (name, value) pairs ``paths.given_paths`` found."""
     if not given:
         return None
-    roots = _roots(workspace_root, additional_dirs)
+    roots = allowed_roots(workspace_root, additional_dirs)
     for name, value in given:
         violation = check_path(name, value, workspace_root, roots)
         if violation is not None:
@@ -80,7 +86,7 @@ def check_path(
     where = f" (resolves to {resolved})" if resolved is not None else ""
     message = (
         f"path argument {argument!r} = {_show(value)}{where} is refused: {reason}. "
-        f"Use a path inside {_or(roots)}."
+        f"Use a path inside {describe_roots(roots)}."
     )
     return WorktreeViolation(argument, value, resolved, roots, reason, message)
 
@@ -192,7 +198,7 @@ _root_cache: dict[tuple[str, ...], tuple[str, ...]] = {}
 _last_roots: tuple[Any, Any, tuple[str, ...]] = (None, None, ())
 
 
-def _roots(workspace_root: str, additional_dirs: Iterable[str]) -> tuple[str, ...]:
+def allowed_roots(workspace_root: str, additional_dirs: Iterable[str]) -> tuple[str, ...]:
     """The canonical allowed roots. Cached: a root swapped for a symlink later can only make
     paths resolve *outside* the cached canonical root (refused), never let one escape."""
     global _last_roots
@@ -230,7 +236,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= 200 else text[:199] + "…"
 
 
-def _or(roots: tuple[str, ...]) -> str:
+def describe_roots(roots: tuple[str, ...]) -> str:
     if not roots:
         return "the workspace (no root could be resolved)"
     return " or ".join(roots)

@@ -1,2 +1,10 @@
-"""The pipeline: ``ToolExecutor.execute`` in stage order and what runs one body (call
-state, invocation, batches, streaming, AutoVerify, tracing, progress, history)."""
+"""The pipeline (SPEC §4, §9-§13): ``ToolExecutor.execute`` in stage order, and what runs one
+body: its ``RunContext``, invocation, batches, streaming, AutoVerify, the tracer hook, progress
+and history."""
+
+from fastgate.pipeline.autoverify import AutoVerify as AutoVerify
+from fastgate.pipeline.executor import ToolExecutor as ToolExecutor
+from fastgate.pipeline.run_context import RunContext as RunContext
+from fastgate.pipeline.streaming import StreamingToolExecutor as StreamingToolExecutor
+from fastgate.pipeline.tracing import CallTrace as CallTrace
+from fastgate.pipeline.tracing import CallTracer as CallTracer

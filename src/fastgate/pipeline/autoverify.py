@@ -30,10 +30,11 @@ import xxhash
 
 from fastgate import schema
 from fastgate.model.cancel import CancelToken
-from fastgate.model.context import ExecutionContext, RunContext
+from fastgate.model.context import ExecutionContext
 from fastgate.model.decision import Decision, DecisionSource
 from fastgate.model.kinds import ToolKind
 from fastgate.paths.canonical import canonical_path
+from fastgate.pipeline.run_context import RunContext
 from fastgate.tools import define_tool
 
 if TYPE_CHECKING:

@@ -10,8 +10,8 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
-from fastgate.model.context import RunContext
 from fastgate.paths.canonical import absolute_path, lock_key
+from fastgate.pipeline.run_context import RunContext
 
 if TYPE_CHECKING:
     from fastgate.admission.holds import Holds

@@ -740,7 +740,7 @@ class ToolExecutor:
             holds.release()
 
     async def _execute_traced(self, tracer: CallTracer, call: _Call, args: Any) -> ToolResult:
-        """``execute`` with the tracer told of the call's start and end (``fastgate.pipeline.tracing``)."""
+        """``execute`` with the tracer told of the call's start and end (see ``tracing``)."""
         token = _started(tracer, call)
         trace = call.trace = CallTrace()
         result: ToolResult | None = None

@@ -22,8 +22,8 @@ from typing import Any, Final
 
 from fastgate.admission.deadlines import Deadlines, Expiring
 from fastgate.model.cancel import CancelToken
-from fastgate.model.context import RunContext
 from fastgate.model.results import Failure
+from fastgate.pipeline.run_context import RunContext
 from fastgate.tools import ToolDefinition
 
 RETRY_ERRNOS: Final = frozenset({errno.EBUSY, errno.EAGAIN, errno.EMFILE, errno.ENFILE})

@@ -91,27 +91,6 @@ class Meta:
     min_items: int | None = None
     max_items: int | None = None
 
-    def json_keywords(self) -> dict[str, Any]:
-        """The JSON Schema keywords this Meta adds."""
-        names = {
-            "description": "description",
-            "title": "title",
-            "minimum": "minimum",
-            "maximum": "maximum",
-            "exclusive_minimum": "exclusiveMinimum",
-            "exclusive_maximum": "exclusiveMaximum",
-            "multiple_of": "multipleOf",
-            "min_length": "minLength",
-            "max_length": "maxLength",
-            "pattern": "pattern",
-            "min_items": "minItems",
-            "max_items": "maxItems",
-        }
-        out = {json: getattr(self, attr) for attr, json in names.items()}
-        if self.examples is not None:
-            out["examples"] = list(self.examples)
-        return {k: v for k, v in out.items() if v is not None}
-
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class String(SchemaNode):

@@ -9,10 +9,8 @@ from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from fastgate import __version__
-from fastgate.model.context import ExecutionContext
-from fastgate.model.results import ToolResult
-from fastgate.pipeline.executor import ToolExecutor
-from fastgate.pipeline.tracing import CallTrace
+from fastgate.model import ExecutionContext, ToolResult
+from fastgate.pipeline import CallTrace, ToolExecutor
 
 SCOPE: Final = "fastgate"
 OPERATION: Final = "execute_tool"  # the GenAI semantic conventions' name for a tool call

@@ -17,7 +17,6 @@ from typing import Any, Union, get_args, get_origin, get_type_hints, overload
 
 import msgspec
 
-from fastgate.model.context import RunContext
 from fastgate.model.kinds import ToolKind
 from fastgate.schema import SchemaNode, Validator, compile
 from fastgate.tools._annotations import is_record_class, node_for
@@ -250,6 +249,8 @@ def _from_function(func: Callable[..., Any], name: str, options: dict[str, Any])
 def _is_context(hint: Any) -> bool:
     """``RunContext`` (or ``RunContext | None``, or a subclass): injected, never a parameter."""
     candidates = get_args(hint) if get_origin(hint) in (Union, types.UnionType) else (hint,)
+    from fastgate.pipeline.run_context import RunContext  # the one tool-to-pipeline edge
+
     return any(isinstance(c, type) and issubclass(c, RunContext) for c in candidates)
 
 

@@ -57,12 +57,6 @@ def _ratio_target(compiled: float, pure: float | None) -> Target | None:
     return None if bound is None else Target("<=", bound, ci_bound=round(bound * 1.3, 2))
 
 
-async def _loop_with(cm_factory: Callable[[], Enterable], n: int) -> None:
-    for _ in range(n):
-        async with cm_factory():
-            pass
-
-
 def _slot_per_task(sched: ConcurrencyScheduler, sessions: list[str], kind: ToolKind) -> Factory:
     slot = sched.slot
     return lambda i: slot(sessions[i], kind)
