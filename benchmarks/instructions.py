@@ -35,10 +35,10 @@ from typing import Any
 from fastgate import ExecutionContext, ToolConcurrencyGate, ToolExecutor
 from fastgate._core import READY
 from fastgate.cli.bench import pipeline
-from fastgate.model.context import RunContext
 from fastgate.model.freeze import FrozenDict
 from fastgate.model.results import ResultMeta, ToolResult
 from fastgate.pipeline.invocation import Outcome
+from fastgate.pipeline.run_context import RunContext
 from fastgate.runtime import loop_factory
 
 
