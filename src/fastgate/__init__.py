@@ -20,6 +20,8 @@ from fastgate.context import ToolCall as ToolCall
 from fastgate.decision import Decision as Decision
 from fastgate.decision import DecisionSource as DecisionSource
 from fastgate.decision import PermissionMode as PermissionMode
+from fastgate.elicitation import ElicitationRequest as ElicitationRequest
+from fastgate.elicitation import ElicitationResponse as ElicitationResponse
 from fastgate.errors import AdmissionError as AdmissionError
 from fastgate.errors import FastgateConfigWarning as FastgateConfigWarning
 from fastgate.errors import FastgateError as FastgateError
@@ -99,6 +101,8 @@ __all__ = (
     "ConcurrencyScheduler",
     "Decision",
     "DecisionSource",
+    "ElicitationRequest",
+    "ElicitationResponse",
     "ErrorCode",
     "ExecutionContext",
     "Failure",

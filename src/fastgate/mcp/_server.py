@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import random
 import time
@@ -24,10 +25,12 @@ from mcp_types.methods import validate_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from fastgate import ErrorCode, RunContext, ToolDefinition, ToolFault
+from fastgate import ErrorCode, Failure, RunContext, ToolDefinition, ToolFault
 from fastgate.mcp._config import MCPServerConfig
+from fastgate.mcp._elicitation import CallInputs, Router, complete_call
+from fastgate.mcp._names import tool_name
 from fastgate.mcp._stdio import StderrTail, StdioTransport
-from fastgate.mcp._tools import Listing, build_listing, value_of
+from fastgate.mcp._tools import Listing, build_listing, said_by, value_of
 from mcp import Client
 
 log = logging.getLogger("fastgate.mcp")
@@ -93,6 +96,9 @@ class ServerLink:
         self._task: asyncio.Task[None] | None = None
         self._stdio: StdioTransport | None = None  # the stdio connection now, if any
         self._requests: set[asyncio.Task[Any]] = set()
+        # Calls' elicitations of the older era arrive through one callback per connection.
+        self._router = Router(config.name)
+        self._request_ids = itertools.count(1)
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -232,6 +238,7 @@ class ServerLink:
             transport,
             mode=self._mode,
             message_handler=self._on_message,
+            elicitation_callback=self._router.on_elicit,
             cache=None,
             client_info=mcp_types.Implementation(name="fastgate", version=_version()),
         )
@@ -357,17 +364,51 @@ class ServerLink:
         request = mcp_types.CallToolRequest(
             params=mcp_types.CallToolRequestParams(name=remote, arguments=args)
         )
+        params = request.model_dump(by_alias=True, mode="json", exclude_none=True)["params"]
         loop = asyncio.get_running_loop()
         watch = _Watch(loop, self.config, ctx)
+        name = ctx.tool_name or tool_name(self.config.name, remote)
+        inputs = CallInputs(self.config.name, remote, name, ctx, watch.hold)
+
+        async def send(params: dict[str, Any]) -> Any:
+            return await self._send(client, params, watch.progress, inputs)
+
         task = loop.create_task(
-            _call_tool(client, request, watch.progress),
+            complete_call(send, params, inputs),
             name=f"fastgate-mcp:{self.config.name}:{remote}",
         )
         self._requests.add(task)
         task.add_done_callback(self._request_done)
         watch.arm(task)
         try:
-            reply = await asyncio.shield(task)
+            reply = await self._reply(task, watch, inputs, remote)
+        finally:
+            await inputs.aclose()  # a question still open is cancelled with the call
+        if isinstance(reply, Failure):
+            return reply
+        if inputs.refusal is not None:  # older era: a question went unanswered
+            return inputs.failure(inputs.refusal, said=said_by(reply))
+        return value_of(reply, self.config.name, remote)
+
+    async def _send(
+        self, client: Client, params: dict[str, Any], progress: Any, inputs: CallInputs
+    ) -> Any:
+        """One ``tools/call`` request. Its id, a new one each time, is also its progress token,
+        which names the call to an ``elicitation/create`` of the server's (older era)."""
+        token = f"fastgate-{next(self._request_ids)}"
+        self._router.open(token, inputs)
+        try:
+            return await _call_tool(client, params, progress, token)
+        finally:
+            self._router.close(token)
+
+    async def _reply(
+        self, task: asyncio.Task[Any], watch: _Watch, inputs: CallInputs, remote: str
+    ) -> Any:
+        """The call's final reply (or a ``Failure`` for its unanswered input), the faults of
+        the request turned into the call's."""
+        try:
+            return await asyncio.shield(task)
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if watch.expired is None or (current is not None and current.cancelling()):
@@ -383,6 +424,8 @@ class ServerLink:
                 raise self._unavailable(
                     "closed the connection during the call", sent=True
                 ) from None
+            if inputs.refusal is not None:  # the server gave up after an unanswered question
+                return inputs.failure(inputs.refusal, said=exc.error.message)
             raise ToolFault(
                 f"MCP server {self.config.name} refused the call of {remote}: {exc.error.message} "
                 f"(JSON-RPC error {exc.code})",
@@ -408,7 +451,6 @@ class ServerLink:
             raise
         finally:
             watch.disarm()
-        return value_of(reply, self.config.name, remote)
 
     def _request_done(self, task: asyncio.Task[Any]) -> None:
         self._requests.discard(task)
@@ -456,7 +498,7 @@ class _Watch:
     notification) and the whole call (``call_timeout``). When one runs out, the request is
     cancelled, once."""
 
-    __slots__ = ("_ctx", "_deadline", "_handle", "_idle", "_loop", "_task", "expired")
+    __slots__ = ("_ctx", "_deadline", "_handle", "_held", "_idle", "_loop", "_task", "expired")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, config: MCPServerConfig, ctx: RunContext):
         self._loop = loop
@@ -465,6 +507,7 @@ class _Watch:
         self._deadline = loop.time() + config.call_timeout
         self._handle: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[Any] | None = None
+        self._held = 0  # prompts open: the server waits for a person, not silent
         self.expired: str | None = None
 
     def arm(self, task: asyncio.Task[Any]) -> None:
@@ -476,10 +519,18 @@ class _Watch:
             self._handle.cancel()
             self._handle = None
 
+    def hold(self, delta: int) -> None:
+        """An elicitor prompt opened (+1) or closed (-1): while one is open only
+        ``call_timeout`` runs; the idle clock starts afresh once none is."""
+        self._held += delta
+        if self.expired is None and self._handle is not None:
+            self._schedule()
+
     def _schedule(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
-        at = min(self._loop.time() + self._idle, self._deadline)
+        idle_at = self._deadline if self._held else self._loop.time() + self._idle
+        at = min(idle_at, self._deadline)
         self._handle = self._loop.call_at(at, self._expire)
 
     def _expire(self) -> None:
@@ -503,12 +554,13 @@ async def _settle(task: asyncio.Task[Any]) -> None:
         await asyncio.wait({task}, timeout=CANCEL_SETTLE)
 
 
-async def _call_tool(client: Client, request: mcp_types.CallToolRequest, progress: Any) -> Any:
+async def _call_tool(client: Client, params: dict[str, Any], progress: Any, request_id: str) -> Any:
     """A ``tools/call`` whose reply is checked against the negotiated era's result types, except
     that a 2026-era result may leave out ``resultType`` (absent means complete), which the SDK's
     own ``send_request`` refuses. ``pydantic.ValidationError`` for a reply that is no result."""
-    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
-    reply = await _raw_request(client, "tools/call", data.get("params"), on_progress=progress)
+    reply = await _raw_request(
+        client, "tools/call", dict(params), on_progress=progress, request_id=request_id
+    )
     version = client.protocol_version or "2025-11-25"
     if version in MODERN_PROTOCOL_VERSIONS and isinstance(reply, dict):
         reply.setdefault("resultType", "complete")
