@@ -80,12 +80,29 @@ async def test_a_connect_tunnel_carries_bytes_both_ways(splice: bool | None) -> 
         status, _, reader, writer = await open_tunnel(proxy, f"{ALLOWED}:{server.port}")
         assert status == 200
         writer.write(b"POST /echo HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(payload) + payload)
+        writer.write_eof()  # half-closed: the answer still comes back
         await writer.drain()
         answer = await reader.read(-1)
         await close(writer)
         await proxy.wait_idle()
     assert answer.endswith(b"\r\n\r\n" + payload)
     assert proxy.events == (NetworkEvent(ALLOWED, server.port, True, "allowed"),)
+
+
+@pytest.mark.parametrize("splice", RELAYS)
+async def test_bytes_sent_with_the_request_head_are_carried(splice: bool | None) -> None:
+    """A client may send its first bytes (a body, a TLS hello) before the proxy answered."""
+    payload = os.urandom(200_000)
+    post = b"POST /echo HTTP/1.1\r\nContent-Length: %d\r\n\r\n" % len(payload) + payload
+    async with upstream() as server, running(open_policy(), LOCAL, splice=splice) as proxy:
+        target = f"{ALLOWED}:{server.port}".encode()
+        tunnel = await send_request(proxy, b"CONNECT " + target + b" HTTP/1.1\r\n\r\n" + post)
+        plain = await send_request(proxy, post.replace(b"/echo", b"http://" + target + b"/echo"))
+        await proxy.wait_idle()
+    # The tunnel's answer is the proxy's 200, then the upstream's response.
+    assert tunnel[0] == 200 and tunnel[2].endswith(b"\r\n\r\n" + payload)
+    assert plain[0] == 200 and plain[2] == payload
+    assert [e.reason for e in proxy.events] == ["allowed", "allowed"]
 
 
 @pytest.mark.parametrize("splice", RELAYS)
@@ -667,5 +684,7 @@ def test_the_proxy_refuses_bad_options() -> None:
         NetworkProxy(policy, tcp=False)
     with pytest.raises(ValueError, match="header_timeout"):
         NetworkProxy(policy, header_timeout=0)
+    with pytest.raises(ValueError, match="max_header_bytes"):
+        NetworkProxy(policy, max_header_bytes=10)
     with pytest.raises(RuntimeError):
         _ = NetworkProxy(policy).url

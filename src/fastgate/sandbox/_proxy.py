@@ -88,6 +88,12 @@ class NetworkProxy:
         ):
             if not value > 0:
                 raise ValueError(f"{name}: expected a positive number of seconds, got {value!r}")
+        for name, count, least in (
+            ("max_header_bytes", max_header_bytes, 1024),
+            ("max_events", max_events, 0),
+        ):
+            if type(count) is not int or count < least:
+                raise ValueError(f"{name}: expected an integer >= {least}, got {count!r}")
         self.policy = policy
         self._on_event = on_event
         self._tcp = tcp
