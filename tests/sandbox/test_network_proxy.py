@@ -558,7 +558,7 @@ async def test_a_resolver_fault_refuses_the_connection() -> None:
         status, _ = await refused_tunnel(proxy, f"{ALLOWED}:443")
         await proxy.wait_idle()
     assert status == 0  # closed without an answer
-    assert proxy.events == (NetworkEvent("", 0, False, "proxy_error"),)
+    assert proxy.events == (NetworkEvent(ALLOWED, 443, False, "proxy_error"),)
 
 
 @pytest.mark.parametrize("answer", [[], ["not-an-address"], ["999.1.1.1"]])

@@ -281,9 +281,11 @@ class NetworkProxy:
 
     async def _serve(self, client: socket.socket) -> None:
         upstream: socket.socket | None = None
+        asked = ("", 0)  # what a proxy_error event names
         try:
             try:
                 request, rest = await self._read_request(client)
+                asked = (request.host.text, request.port)
                 upstream = await self._open(request)
             except Refused as refused:
                 self._record(NetworkEvent(refused.host, refused.port, False, refused.reason))
@@ -307,7 +309,7 @@ class NetworkProxy:
             pass  # either side went away mid-tunnel: the tunnel is over
         except Exception:
             log.exception("network proxy: fault serving a connection; it is closed")
-            self._record(NetworkEvent("", 0, False, "proxy_error"))
+            self._record(NetworkEvent(*asked, False, "proxy_error"))
         finally:
             client.close()
             if upstream is not None:

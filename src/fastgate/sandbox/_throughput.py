@@ -227,15 +227,14 @@ async def _download(port: int, size: int, mode: str, via: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``[size_mib] [rounds]``: print the measure with each relay."""
-    from fastgate.runtime import loop_factory
+    """``[size_mib] [rounds]``: print the measure with each relay (on uvloop when installed)."""
+    from fastgate import run
 
     args = sys.argv[1:] if argv is None else argv
     size = int(args[0]) << 20 if args else 64 << 20
     rounds = int(args[1]) if len(args) > 1 else 5
-    with asyncio.Runner(loop_factory=loop_factory("auto")) as runner:
-        for splice in (None, False):
-            print(runner.run(measure(size, rounds, splice=splice)).report())
+    for splice in (None, False):
+        print(run(measure(size, rounds, splice=splice)).report())
 
 
 if __name__ == "__main__":
