@@ -19,7 +19,9 @@ import socket
 from typing import Final
 
 _SPLICE: Final = hasattr(os, "splice")
-_PIPE_SIZE: Final = 1 << 20
+# 256 KiB: most of what 1 MiB gives on loopback, and 64 tunnels then stay far below the
+# per-user pipe budget (pipe-user-pages-soft), past which every new pipe of the user is shrunk.
+_PIPE_SIZE: Final = 1 << 18
 _F_SETPIPE_SZ: Final = 1031
 _COPY_SIZE: Final = 1 << 18
 # Reads per readiness callback before yielding to the loop: a busy tunnel must not starve the
