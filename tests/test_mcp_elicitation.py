@@ -691,3 +691,228 @@ async def test_an_answer_never_goes_around_the_policy(era: str) -> None:
         assert refused.error is not None and refused.error.code is ErrorCode.PERMISSION_DENIED
         assert len(elicitor.asked) == 1 and len(approvals) == 1
         assert_settled(executor, bridge, calls=1)
+
+
+# -- the terminal: fastgate call answers on it ----------------------------------------------------
+
+
+class Screen:
+    """A pseudo-terminal for the terminal elicitor: ``slave`` is its terminal, ``type`` writes
+    at the keyboard, ``read_until`` reads the screen (synchronously: a subprocess may own it)."""
+
+    def __init__(self) -> None:
+        import os
+
+        self.master, self.slave = os.openpty()
+        self.screen = ""
+        self._unread = ""
+
+    def type(self, text: str) -> None:
+        import os
+
+        os.write(self.master, text.encode())
+
+    def read_until(self, text: str, timeout: float = 60.0) -> str:
+        import os
+        import select
+        import time
+
+        end = time.monotonic() + timeout
+        while text not in self._unread:
+            left = end - time.monotonic()
+            assert left > 0, f"{text!r} never shown; the screen: {self.screen!r}"
+            readable, _, _ = select.select([self.master], [], [], left)
+            if readable:
+                try:
+                    chunk = os.read(self.master, 65536).decode("utf-8", "replace")
+                except OSError:  # the other side is gone
+                    chunk = ""
+                assert chunk, f"{text!r} never shown; the screen: {self.screen!r}"
+                self.screen += chunk
+                self._unread += chunk
+        cut = self._unread.index(text) + len(text)
+        shown, self._unread = self._unread[:cut], self._unread[cut:]
+        return shown
+
+    def close(self) -> None:
+        import contextlib
+        import os
+
+        for fd in (self.master, self.slave):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+@pytest.fixture
+def screen() -> Any:
+    term = Screen()
+    yield term
+    term.close()
+
+
+FORM = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "title": "Your name", "description": "as on the card"},
+        "guests": {"type": "integer", "minimum": 1, "maximum": 12, "default": 2},
+        "size": {"type": "string", "enum": ["s", "l"], "enumNames": ["Small", "Large"]},
+        "extras": {
+            "type": "array",
+            "items": {"anyOf": [{"const": "wine", "title": "Wine"}, {"const": "cake"}]},
+        },
+        "vip": {"type": "boolean"},
+    },
+    "required": ["name", "vip"],
+}
+
+
+async def _with_typing(screen: Screen, asking: Any, script: list[tuple[str, str]]) -> Any:
+    """Run ``asking`` while typing each answer once its prompt is on the screen."""
+    pending = asyncio.ensure_future(asking)
+    for prompt, typed in script:
+        await asyncio.to_thread(screen.read_until, prompt)
+        screen.type(typed)
+    return await pending
+
+
+async def test_the_terminal_elicitor_asks_field_by_field(screen: Screen) -> None:
+    from fastgate._terminal_elicitor import TerminalElicitor
+
+    elicitor = TerminalElicitor(input=screen.slave, output=screen.slave)
+    request = ElicitationRequest("b", "mcp__b__book", "Book a \x1b[2Jtable", FORM)
+    answer = await _with_typing(
+        screen,
+        elicitor(request),
+        [
+            ("> ", "y\n"),
+            ("name> ", "\n"),  # required: asked again
+            ("name> ", "Ada Lovelace\n"),
+            ("guests> ", "many\n"),  # not a number: asked again
+            ("guests> ", "40\n"),  # over the maximum: asked again
+            ("guests> ", "\n"),  # the default (the bridge fills it)
+            ("size> ", "2\n"),
+            ("extras> ", "cake, 1\n"),
+            ("vip> ", "yes\n"),
+        ],
+    )
+    assert answer == ElicitationResponse(
+        "accept", {"name": "Ada Lovelace", "size": "l", "extras": ["cake", "wine"], "vip": True}
+    )
+    shown = screen.screen
+    assert "MCP server b asks for mcp__b__book" in shown
+    assert "\\u001b[2J" in shown and "\x1b[2J" not in shown  # escapes shown, not obeyed
+    assert "Your name (string, required)" in shown and "as on the card" in shown
+    assert "1) s — Small" in shown and "2) l — Large" in shown and "1) wine — Wine" in shown
+    assert "Enter for 2" in shown and "An answer is required." in shown
+    assert "not to the model" in shown
+
+
+@pytest.mark.parametrize(
+    ("typed", "action"),
+    [("n\n", "decline"), ("\x03", "cancel"), ("\x04", "cancel"), ("maybe\n" * 10, "cancel")],
+)
+async def test_the_terminal_elicitor_declines_and_dismisses(
+    screen: Screen, typed: str, action: str
+) -> None:
+    from fastgate._terminal_elicitor import TerminalElicitor
+
+    elicitor = TerminalElicitor(input=screen.slave, output=screen.slave)
+    request = ElicitationRequest("b", "t", "Name?", NAME_ONLY)
+    answer = await _with_typing(screen, elicitor(request), [("> ", typed)])
+    assert answer == ElicitationResponse(action)  # type: ignore[arg-type]
+
+
+async def test_the_terminal_elicitor_shows_a_url_for_consent(screen: Screen) -> None:
+    from fastgate._terminal_elicitor import TerminalElicitor
+
+    elicitor = TerminalElicitor(input=screen.slave, output=screen.slave)
+    url = "https://auth.example.com/authorize?state=1"
+    request = ElicitationRequest("b", "t", "Sign in", url=url, mode="url")
+    assert await _with_typing(screen, elicitor(request), [("> ", "y\n")]) == ElicitationResponse(
+        "accept"
+    )
+    assert url in screen.screen and "domain: auth.example.com" in screen.screen
+    assert "fastgate does not open it" in screen.screen
+    # A form no terminal prompt can ask (a nested object) is declined without a question.
+    nested = {"type": "object", "properties": {"a": {"type": "object"}}}
+    declined = await elicitor(ElicitationRequest("b", "t", "Nested?", nested))
+    assert declined == ElicitationResponse("decline")
+
+
+def _mcp_config(tmp_path: Path) -> Path:
+    config = tmp_path / "mcp.json"
+    server = {"command": sys.executable, "args": [str(SDK_SERVER)], "env": {"ELICIT_ERA": "modern"}}
+    config.write_text(json.dumps({"mcpServers": {"b": server}}))
+    return config
+
+
+def _fastgate_call(tmp_path: Path, *options: str, stdin: Any, stderr: Any) -> Any:
+    import subprocess
+
+    return subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("fastgate")),
+            "call",
+            "mcp__b__book",
+            '{"table": "t1"}',
+            "--mcp-config",
+            str(_mcp_config(tmp_path)),
+            "--no-discover",
+            "--json",
+            *options,
+        ],
+        cwd=tmp_path,
+        stdin=stdin,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        text=True,
+    )
+
+
+def test_fastgate_call_answers_a_form_on_the_terminal(screen: Screen, tmp_path: Path) -> None:
+    # The approval is given by --approve once; the server's question is asked at the terminal
+    # (stdin), field by field, on stderr: stdout stays one JSON report.
+    process = _fastgate_call(tmp_path, "--approve", "once", stdin=screen.slave, stderr=screen.slave)
+    try:
+        for prompt, typed in [
+            ("[y] answer", "y\n"),
+            ("name> ", "Ada\n"),
+            ("guests> ", "4\n"),
+            ("vegetarian> ", "y\n"),
+        ]:
+            screen.read_until(prompt)
+            screen.type(typed)
+        out, _ = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, screen.screen
+    report = json.loads(out)
+    assert report["result"]["content"] == "booked t1 for Ada: 4 guests, vegetarian=True"
+    assert "MCP server b asks for mcp__b__book" in screen.screen
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_fastgate_call_declines_without_a_terminal_or_with_approve_never(
+    screen: Screen, tmp_path: Path, terminal: bool
+) -> None:
+    import subprocess
+
+    # An allow rule lets the call run without approval; the question is then declined, not
+    # asked: --approve never on a terminal, or no terminal at all.
+    options = ("--allow", "mcp__b") + (("--approve", "never") if terminal else ())
+    process = _fastgate_call(
+        tmp_path,
+        *options,
+        stdin=screen.slave if terminal else subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    out, err = process.communicate(timeout=120)
+    report = json.loads(out)
+    assert process.returncode == 1, err
+    assert report["result"]["error"]["details"]["reason"] == "input_required"
+    assert report["result"]["error"]["details"]["answer"] == "declined"
+    why = "--approve never" if terminal else "no terminal to ask on"
+    assert f"b asked a question: declined ({why})" in err
+    assert "[y] answer" not in err

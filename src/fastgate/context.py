@@ -21,9 +21,7 @@ if TYPE_CHECKING:
 # async or plain: a plain function runs in a thread of its own (fastgate._approval)
 Approver = Callable[["ApprovalRequest"], "Awaitable[ApprovalResponse] | ApprovalResponse"]
 # async or plain, as approvers: what an MCP server asks the user during a call (SPEC §14)
-Elicitor = Callable[
-    ["ElicitationRequest"], "Awaitable[ElicitationResponse] | ElicitationResponse"
-]
+Elicitor = Callable[["ElicitationRequest"], "Awaitable[ElicitationResponse] | ElicitationResponse"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 # One bit per field a default can fill (see ``lacks_any``).

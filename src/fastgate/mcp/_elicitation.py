@@ -106,12 +106,12 @@ class CallInputs:
         prompt = _prompt_of(params)
         made = self._request(params)
         if isinstance(made, str):
-            return Asked(_DECLINE, prompt, "unsupported", made)
+            return _decline(prompt, "unsupported", made)
         request, schema, validator = made
         elicitor = self._elicitor
         if elicitor is None:
             why = "this call has no elicitor to answer it (ExecutionContext.elicitor)"
-            return Asked(_DECLINE, prompt, "no_elicitor", why)
+            return _decline(prompt, "no_elicitor", why)
         self._hold(1)
         try:
             response = await _run(elicitor, request)
@@ -119,25 +119,12 @@ class CallInputs:
             task = asyncio.current_task()
             if task is not None and task.cancelling():
                 raise
-            return Asked(_CANCEL, prompt, "failed", "the elicitor raised CancelledError")
+            return _cancel(prompt, "failed", "the elicitor raised CancelledError")
         except Exception as exc:
-            return Asked(_CANCEL, prompt, "failed", f"the elicitor failed ({type(exc).__name__})")
+            return _cancel(prompt, "failed", f"the elicitor failed ({type(exc).__name__})")
         finally:
             self._hold(-1)
-        if not isinstance(response, ElicitationResponse):
-            return Asked(_CANCEL, prompt, "failed", "the elicitor gave no ElicitationResponse")
-        if response.action == "decline":
-            return Asked(_DECLINE, prompt, "declined", "the user declined to answer")
-        if response.action == "cancel":
-            return Asked(_CANCEL, prompt, "cancelled", "the question was dismissed (cancel)")
-        if request.mode == "url":
-            return Asked({"action": "accept"}, prompt)  # consent only: a URL answer has no content
-        assert schema is not None and validator is not None
-        content = checked_content(response.content, schema, validator)
-        if isinstance(content, str):
-            why = f"the answer did not match what the server asked for ({content}); it was not sent"
-            return Asked(_DECLINE, prompt, "invalid", why)
-        return Asked({"action": "accept", "content": content}, prompt)
+        return _judged(response, request, schema, validator, prompt)
 
     def _request(
         self, params: Any
@@ -193,11 +180,11 @@ class CallInputs:
         """What the server is sent for its ``elicitation/create``. The prompt runs in a task the
         call cancels when it ends; the first refusal is kept for the call's result."""
         if self._closed:
-            return _CANCEL
+            return {"action": "cancel"}
         self.asked += 1
         if self.asked > MAX_ROUNDS:  # one call, one question after another: as many as rounds
             why = f"the server asked more than {MAX_ROUNDS} times"
-            asked = Asked(_DECLINE, _prompt_of(params), "rounds_exceeded", why)
+            asked = _decline(_prompt_of(params), "rounds_exceeded", why)
             self.refusal = self.refusal or asked
             return asked.answer
         task = asyncio.get_running_loop().create_task(self.ask(params))
@@ -210,7 +197,7 @@ class CallInputs:
         finally:
             self._open.discard(task)
         if task.cancelled():  # the call ended while its question was open
-            return _CANCEL
+            return {"action": "cancel"}
         asked = task.result()
         if asked.refused is not None and self.refusal is None:
             self.refusal = asked
@@ -250,8 +237,36 @@ class CallInputs:
         return Failure(message, code="input_required", details=details)
 
 
-_DECLINE: Final[dict[str, Any]] = {"action": "decline"}
-_CANCEL: Final[dict[str, Any]] = {"action": "cancel"}
+def _judged(
+    response: Any,
+    request: ElicitationRequest,
+    schema: dict[str, Any] | None,
+    validator: Validator | None,
+    prompt: str,
+) -> Asked:
+    """What the elicitor's response makes of the question."""
+    if not isinstance(response, ElicitationResponse):
+        return _cancel(prompt, "failed", "the elicitor gave no ElicitationResponse")
+    if response.action == "decline":
+        return _decline(prompt, "declined", "the user declined to answer")
+    if response.action == "cancel":
+        return _cancel(prompt, "cancelled", "the question was dismissed (cancel)")
+    if request.mode == "url":
+        return Asked({"action": "accept"}, prompt)  # consent only: a URL answer has no content
+    assert schema is not None and validator is not None
+    content = checked_content(response.content, schema, validator)
+    if isinstance(content, str):
+        why = f"the answer did not match what the server asked for ({content}); it was not sent"
+        return _decline(prompt, "invalid", why)
+    return Asked({"action": "accept", "content": content}, prompt)
+
+
+def _decline(prompt: str, refused: str, why: str) -> Asked:
+    return Asked({"action": "decline"}, prompt, refused, why)
+
+
+def _cancel(prompt: str, refused: str, why: str) -> Asked:
+    return Asked({"action": "cancel"}, prompt, refused, why)
 
 
 # -- the 2026 era: input_required results ----------------------------------------------------------
@@ -273,7 +288,7 @@ async def complete_call(
         if rounds == MAX_ROUNDS:
             prompt = next((p for p in map(_prompt_of_request, requests.values()) if p), "")
             why = f"the server asked more than {MAX_ROUNDS} times"
-            return inputs.failure(Asked(_DECLINE, prompt, "rounds_exceeded", why), requests=keys)
+            return inputs.failure(_decline(prompt, "rounds_exceeded", why), requests=keys)
         rounds += 1
         retry = dict(params)
         if requests:
@@ -300,7 +315,7 @@ async def _ask_embedded(inputs: CallInputs, request: Any) -> Asked:
     if method != _ELICIT:
         what = str(method)[:60] if isinstance(method, str) else "an input of no known kind"
         why = f"it asked for {what}, which fastgate does not provide (only elicitation)"
-        return Asked(_DECLINE, "", "unsupported", why)
+        return _decline("", "unsupported", why)
     return await inputs.ask(request.get("params"))
 
 
@@ -374,8 +389,7 @@ def checked_content(
         )
     issues = validator.validate(kept)
     if issues:
-        shown = [f"{_field(issue.path)}: {issue.message}" for issue in issues[:_ISSUES_SHOWN]]
-        return "; ".join(shown)
+        return "; ".join(issue.message for issue in issues[:_ISSUES_SHOWN])
     return kept
 
 
@@ -385,10 +399,6 @@ def _primitive(value: Any) -> bool:
     if isinstance(value, float):
         return math.isfinite(value)
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
-
-
-def _field(path: tuple[str | int, ...]) -> str:
-    return "/".join(str(part) for part in path) or "the answer"
 
 
 def _for_validation(schema: dict[str, Any]) -> dict[str, Any]:
