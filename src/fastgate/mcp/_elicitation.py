@@ -149,11 +149,11 @@ class CallInputs:
             return "the request had no requestedSchema object"
         try:
             validator = from_json_schema(_for_validation(schema))
+            # The elicitor gets a copy: whatever it does to it, answers are checked against ours.
+            shown = copy.deepcopy(schema)
         except (SchemaError, RecursionError) as exc:
             return f"its requested schema cannot be checked: {exc}"
-        # The elicitor gets a copy: whatever it does to it, the answer is checked against ours.
-        request = self._elicitation(message, requested_schema=copy.deepcopy(schema))
-        return request, schema, validator
+        return self._elicitation(message, requested_schema=shown), schema, validator
 
     def _elicitation(
         self,
@@ -381,7 +381,8 @@ def checked_content(
     kept = {name: value for name, value in content.items() if name in properties}
     for name, field in properties.items():
         if name not in kept and isinstance(field, dict) and "default" in field:
-            kept[name] = copy.deepcopy(field["default"])
+            default = field["default"]
+            kept[name] = list(default) if isinstance(default, list) else default
     wrong = [name for name, value in kept.items() if not _primitive(value)]
     if wrong:
         return "; ".join(
