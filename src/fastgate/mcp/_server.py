@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import random
@@ -26,6 +27,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
 from fastgate import ErrorCode, Failure, RunContext, ToolDefinition, ToolFault
+from fastgate.mcp._auth import HttpAuth, is_mcp_request, make_provider
 from fastgate.mcp._config import MCPServerConfig
 from fastgate.mcp._elicitation import CallInputs, Router, complete_call
 from fastgate.mcp._names import tool_name
@@ -96,6 +98,14 @@ class ServerLink:
         self._task: asyncio.Task[None] | None = None
         self._stdio: StdioTransport | None = None  # the stdio connection now, if any
         self._requests: set[asyncio.Task[Any]] = set()
+        # OAuth: the provider (tokens in memory) lives as long as the link; each connection
+        # gets its own HttpAuth (the nonce of its unauthorized answers, a failed sign-in).
+        self._auth_provider = (
+            make_provider(config.name, config.url, config.auth)
+            if config.auth is not None and config.url is not None
+            else None
+        )
+        self._http_auth: HttpAuth | None = None
         # Calls' elicitations of the older era arrive through one callback per connection.
         self._router = Router(config.name)
         self._request_ids = itertools.count(1)
@@ -200,13 +210,14 @@ class ServerLink:
             stdio.on_spawn = self._spawned
             self._stdio = stdio
             return await self._handshake(stack, stdio)
+        self._http_auth = http_auth = self._new_http_auth()
         if self.transport == "sse":
-            return await self._handshake(stack, _sse_transport(config))
+            return await self._handshake(stack, _sse_transport(config, http_auth))
         statuses = _FirstPostStatus()
         attempt = contextlib.AsyncExitStack()
         try:
             client = await self._handshake(
-                attempt, await _http_transport(attempt, config, statuses.record)
+                attempt, await _http_transport(attempt, config, statuses.record, http_auth)
             )
         except BaseException as exc:
             await attempt.aclose()
@@ -219,7 +230,7 @@ class ServerLink:
                 ) from exc
             # "auto": MCP's backwards compatibility, the older HTTP+SSE transport at the same URL.
             try:
-                client = await self._handshake(stack, _sse_transport(config))
+                client = await self._handshake(stack, _sse_transport(config, http_auth))
             except Exception as sse_exc:
                 raise ProtocolFailure(
                     f"streamable HTTP was refused (HTTP {statuses.legacy} to the first POST: "
@@ -233,6 +244,20 @@ class ServerLink:
             self.transport = "http"  # and so on every reconnect
         return client
 
+    def _new_http_auth(self) -> HttpAuth:
+        oauth = self.config.auth
+        hidden = (oauth.client_secret or "", oauth.private_key_pem or "") if oauth else ()
+        return HttpAuth(self._auth_provider, hidden)
+
+    def _unauthorized(self, exc: BaseException) -> str | None:
+        """What the server's 401/403 (or a failed sign-in) said, if ``exc`` is one."""
+        http_auth = self._http_auth
+        return None if http_auth is None else http_auth.reason(exc)
+
+    def _unauthorized_failure(self, exc: BaseException) -> ProtocolFailure | None:
+        reason = self._unauthorized(exc)
+        return None if reason is None else ProtocolFailure(f"unauthorized: {reason}")
+
     async def _handshake(self, stack: contextlib.AsyncExitStack, transport: Any) -> Client:
         client = Client(
             transport,
@@ -245,7 +270,7 @@ class ServerLink:
         try:
             await stack.enter_async_context(client)
         except Exception as exc:  # the SDK's task group may wrap the server's error
-            refused = _refused("the handshake", exc)
+            refused = self._unauthorized_failure(exc) or _refused("the handshake", exc)
             if refused is None:
                 raise
             raise refused from None
@@ -312,10 +337,16 @@ class ServerLink:
 
     async def _refresh(self, client: Client) -> None:
         raw_tools = await self._list_raw(client)
+        # Every connection's session learns the header annotations afresh (a reconnect with an
+        # unchanged listing too): its calls mirror them into Mcp-Param-* headers.
+        dropped = _header_annotations(client, raw_tools)
         fingerprint = msgspec.json.encode(raw_tools)
         if fingerprint == self._fingerprint:
             return  # the same tools: keep the definitions (and every cache keyed by them)
-        listing = build_listing(self.config, raw_tools, self.call, self._name_taken)
+        kept = [t for t in raw_tools if not (isinstance(t, dict) and t.get("name") in dropped)]
+        listing = build_listing(self.config, kept, self.call, self._name_taken)
+        if dropped:
+            listing = dataclasses.replace(listing, quarantined={**dropped, **listing.quarantined})
         self._install(self, listing)
         self._fingerprint = fingerprint
         self.generation += 1
@@ -335,7 +366,7 @@ class ServerLink:
             try:
                 page = await _raw_request(client, "tools/list", params)
             except MCPError as exc:
-                refused = _refused("tools/list", exc)
+                refused = self._unauthorized_failure(exc) or _refused("tools/list", exc)
                 if refused is None:
                     raise
                 raise refused from None
@@ -426,6 +457,13 @@ class ServerLink:
                 ) from None
             if inputs.refusal is not None:  # the server gave up after an unanswered question
                 return inputs.failure(inputs.refusal, said=exc.error.message)
+            unauthorized = self._unauthorized(exc)
+            if unauthorized is not None:
+                raise ToolFault(
+                    f"MCP server {self.config.name} refused the call of {remote}: "
+                    f"unauthorized ({unauthorized})",
+                    details={"reason": "unauthorized", "server": self.config.name},
+                ) from None
             raise ToolFault(
                 f"MCP server {self.config.name} refused the call of {remote}: {exc.error.message} "
                 f"(JSON-RPC error {exc.code})",
@@ -587,6 +625,7 @@ async def _http_transport(
     stack: contextlib.AsyncExitStack,
     config: MCPServerConfig,
     on_response: Callable[[Any], Awaitable[None]],
+    http_auth: HttpAuth,
 ) -> Any:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
@@ -596,18 +635,18 @@ async def _http_transport(
         headers=dict(config.headers),
         timeout=httpx2.Timeout(30.0, read=None),
         event_hooks={"response": [on_response]},
+        **http_auth.client_options(),
     )
     await stack.enter_async_context(http)
     assert config.url is not None
     return streamable_http_client(config.url, http_client=http)
 
 
-def _sse_transport(config: MCPServerConfig) -> Any:
+def _sse_transport(config: MCPServerConfig, http_auth: HttpAuth) -> Any:
     """The SDK's client of the older HTTP+SSE transport: a GET stream for the server's messages,
     a POST for each of ours."""
     import httpx2
     from mcp.client.sse import sse_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
 
     def http_client(
         headers: dict[str, str] | None = None,
@@ -616,7 +655,11 @@ def _sse_transport(config: MCPServerConfig) -> Any:
     ) -> httpx2.AsyncClient:
         # The stream may be silent for as long as a tool runs: calls are bounded by their idle
         # and call timeouts, not by a read timeout of the stream.
-        return create_mcp_http_client(headers, httpx2.Timeout(30.0, read=None), auth)
+        return httpx2.AsyncClient(
+            headers=headers,
+            timeout=httpx2.Timeout(30.0, read=None),
+            **http_auth.client_options(),
+        )
 
     assert config.url is not None
     return sse_client(config.url, headers=dict(config.headers), httpx_client_factory=http_client)
@@ -633,8 +676,37 @@ class _FirstPostStatus:
 
     async def record(self, response: Any) -> None:
         status = response.status_code
+        if not is_mcp_request(response.request):
+            return  # a sign-in's request to the authorization server
         if response.request.method == "POST" and 400 <= status < 500 and status not in (401, 403):
             self.legacy = status
+
+
+def _header_annotations(client: Client, raw_tools: list[Any]) -> dict[str, str]:
+    """On the 2026 protocol: give the session each tool's ``x-mcp-header`` map (the SDK's
+    stamp mirrors the annotated arguments of a call into ``Mcp-Param-*`` headers), and return
+    the tools whose annotations are invalid, which a client must not use, with the reason."""
+    from mcp.shared.inbound import find_invalid_x_mcp_header, x_mcp_header_map
+
+    if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return {}
+    maps: dict[str, Any] = {}
+    dropped: dict[str, str] = {}
+    for raw in raw_tools:
+        name = raw.get("name") if isinstance(raw, dict) else None
+        if not isinstance(name, str):
+            continue  # the listing quarantines it
+        schema = raw.get("inputSchema")
+        try:
+            reason = find_invalid_x_mcp_header(schema)
+            if reason is None:
+                maps[name] = x_mcp_header_map(schema)
+        except (RecursionError, TypeError, ValueError):
+            reason = "its annotations cannot be read"
+        if reason is not None:
+            dropped[name] = f"inputSchema: invalid x-mcp-header: {reason}"
+    client.session._x_mcp_header_maps = maps
+    return dropped
 
 
 def _is_transport_error(exc: Exception) -> bool:
