@@ -48,6 +48,8 @@ from fastgate.model.context import ToolCall as ToolCall
 from fastgate.model.decision import Decision as Decision
 from fastgate.model.decision import DecisionSource as DecisionSource
 from fastgate.model.decision import PermissionMode as PermissionMode
+from fastgate.model.elicitation import ElicitationRequest as ElicitationRequest
+from fastgate.model.elicitation import ElicitationResponse as ElicitationResponse
 from fastgate.model.kinds import ToolKind as ToolKind
 from fastgate.model.results import ErrorCode as ErrorCode
 from fastgate.model.results import Failure as Failure
@@ -99,6 +101,8 @@ __all__ = (
     "ConcurrencyScheduler",
     "Decision",
     "DecisionSource",
+    "ElicitationRequest",
+    "ElicitationResponse",
     "ErrorCode",
     "ExecutionContext",
     "Failure",

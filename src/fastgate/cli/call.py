@@ -287,7 +287,7 @@ async def _run(setup: _Setup, registry: Any, name: str) -> dict[str, Any]:
     recorder = _Recorder()
     executor.set_tracer(recorder)  # the pipeline's own account of each stage, and the timings
     asked: list[Any] = []
-    context = ExecutionContext(approver=_approver(setup, asked))
+    context = ExecutionContext(approver=_approver(setup, asked), elicitor=_elicitor(setup))
     try:
         result = await executor.execute(name, setup.arguments, context)
     finally:
@@ -325,6 +325,25 @@ def _approver(setup: _Setup, asked: list[Any]) -> Any:
         return await asyncio.to_thread(_prompt, request)
 
     return approve
+
+
+def _elicitor(setup: _Setup) -> Any:
+    """What answers an MCP server's questions during the call: the terminal (stdin, with the
+    questions on stderr) when there is one to ask, else a decline."""
+    from fastgate import ElicitationResponse
+
+    terminal = sys.stdin.isatty()
+    if setup.approve != "never" and terminal:
+        from fastgate.cli.terminal_elicitor import TerminalElicitor
+
+        return TerminalElicitor(input=sys.stdin.fileno(), output=sys.stderr.fileno())
+    why = "--approve never" if terminal else "no terminal to ask on"
+
+    async def decline(request: Any) -> Any:
+        print(f"{request.server} asked a question: declined ({why})", file=sys.stderr)
+        return ElicitationResponse("decline")
+
+    return decline
 
 
 def _prompt(request: Any) -> Any:

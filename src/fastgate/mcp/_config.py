@@ -13,12 +13,15 @@ import re
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from fastgate.errors import FastgateConfigWarning
 from fastgate.mcp._names import tool_name
+
+if TYPE_CHECKING:
+    from fastgate.mcp._auth import OAuthClient
 
 # ``mcp__<server>`` must stay a valid rule name and keep its ``__`` separator unambiguous, so
 # a server name is letters, digits and ``-`` joined by single underscores, at most 40 long
@@ -56,7 +59,8 @@ class MCPServerConfig:
     (no progress notification) that long. ``max_concurrency`` is the number of calls to this
     server admitted at once, across every session. ``trust_annotations`` lets the server's
     ``readOnlyHint`` make a tool read-only; ``required`` makes a server that cannot start fail
-    ``MCPBridge.__aenter__`` instead of being retried in the background.
+    ``MCPBridge.__aenter__`` instead of being retried in the background. ``auth`` (an
+    ``OAuthClient``) signs in to an http server behind OAuth 2.1.
     """
 
     name: str
@@ -73,6 +77,7 @@ class MCPServerConfig:
     trust_annotations: bool = False
     required: bool = False
     transport: str | None = None
+    auth: OAuthClient | None = None
 
     def __post_init__(self) -> None:
         name = self.name
@@ -126,6 +131,27 @@ class MCPServerConfig:
             if type(getattr(self, field)) is not bool:
                 raise MCPConfigError(name, field, "must be true or false")
         set_(self, "transport", self._checked_transport())
+        self._check_auth()
+
+    def _check_auth(self) -> None:
+        """OAuth is for an http server, instead of a static Authorization header, and sends
+        tokens in clear only to this machine."""
+        if self.auth is None:
+            return
+        from fastgate.mcp._auth import OAuthClient, is_loopback
+
+        if not isinstance(self.auth, OAuthClient):
+            raise MCPConfigError(self.name, "auth", "must be an OAuthClient or None")
+        if self.url is None:
+            raise MCPConfigError(self.name, "auth", "only an http server (url) takes auth")
+        if any(key.lower() == "authorization" for key in self.headers):
+            raise MCPConfigError(
+                self.name, "auth", "give either auth or an Authorization header, not both"
+            )
+        if self.url.startswith("http://") and not is_loopback(self.url):
+            raise MCPConfigError(
+                self.name, "auth", "OAuth tokens are sent over https only (http: loopback only)"
+            )
 
     def _checked_transport(self) -> str:
         transport = self.transport
@@ -187,7 +213,10 @@ _FOREIGN = {
     ),
     "envFile": "fastgate does not read env files; put the variables in env",
     "watchPaths": "fastgate does not restart a server when files change",
-    "oauth": "give an MCPServerConfig auth in code instead",
+    "oauth": (
+        "give the server MCPServerConfig(auth=OAuthClient(...)) in code instead (a config file "
+        "is no place for a client secret)"
+    ),
 }
 _APPROVAL_KEYS = ("alwaysAllow", "autoApprove")
 # Directories whose config file's ${workspaceFolder} is their parent (VS Code, Cursor, Claude).

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import itertools
 import logging
 import random
 import time
@@ -24,10 +26,13 @@ from mcp_types.methods import validate_server_result
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 
-from fastgate import ErrorCode, RunContext, ToolDefinition, ToolFault
+from fastgate import ErrorCode, Failure, RunContext, ToolDefinition, ToolFault
+from fastgate.mcp._auth import HttpAuth, is_mcp_request, make_provider
 from fastgate.mcp._config import MCPServerConfig
+from fastgate.mcp._elicitation import CallInputs, Router, complete_call
+from fastgate.mcp._names import tool_name
 from fastgate.mcp._stdio import StderrTail, StdioTransport
-from fastgate.mcp._tools import Listing, build_listing, value_of
+from fastgate.mcp._tools import Listing, build_listing, said_by, value_of
 from mcp import Client
 
 log = logging.getLogger("fastgate.mcp")
@@ -93,6 +98,17 @@ class ServerLink:
         self._task: asyncio.Task[None] | None = None
         self._stdio: StdioTransport | None = None  # the stdio connection now, if any
         self._requests: set[asyncio.Task[Any]] = set()
+        # OAuth: the provider (tokens in memory) lives as long as the link; each connection
+        # gets its own HttpAuth (the nonce of its unauthorized answers, a failed sign-in).
+        self._auth_provider = (
+            make_provider(config.name, config.url, config.auth)
+            if config.auth is not None and config.url is not None
+            else None
+        )
+        self._http_auth: HttpAuth | None = None
+        # Calls' elicitations of the older era arrive through one callback per connection.
+        self._router = Router(config.name)
+        self._request_ids = itertools.count(1)
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -194,13 +210,14 @@ class ServerLink:
             stdio.on_spawn = self._spawned
             self._stdio = stdio
             return await self._handshake(stack, stdio)
+        self._http_auth = http_auth = self._new_http_auth()
         if self.transport == "sse":
-            return await self._handshake(stack, _sse_transport(config))
+            return await self._handshake(stack, _sse_transport(config, http_auth))
         statuses = _FirstPostStatus()
         attempt = contextlib.AsyncExitStack()
         try:
             client = await self._handshake(
-                attempt, await _http_transport(attempt, config, statuses.record)
+                attempt, await _http_transport(attempt, config, statuses.record, http_auth)
             )
         except BaseException as exc:
             await attempt.aclose()
@@ -213,7 +230,7 @@ class ServerLink:
                 ) from exc
             # "auto": MCP's backwards compatibility, the older HTTP+SSE transport at the same URL.
             try:
-                client = await self._handshake(stack, _sse_transport(config))
+                client = await self._handshake(stack, _sse_transport(config, http_auth))
             except Exception as sse_exc:
                 raise ProtocolFailure(
                     f"streamable HTTP was refused (HTTP {statuses.legacy} to the first POST: "
@@ -227,18 +244,33 @@ class ServerLink:
             self.transport = "http"  # and so on every reconnect
         return client
 
+    def _new_http_auth(self) -> HttpAuth:
+        oauth = self.config.auth
+        hidden = (oauth.client_secret or "", oauth.private_key_pem or "") if oauth else ()
+        return HttpAuth(self._auth_provider, hidden)
+
+    def _unauthorized(self, exc: BaseException) -> str | None:
+        """What the server's 401/403 (or a failed sign-in) said, if ``exc`` is one."""
+        http_auth = self._http_auth
+        return None if http_auth is None else http_auth.reason(exc)
+
+    def _unauthorized_failure(self, exc: BaseException) -> ProtocolFailure | None:
+        reason = self._unauthorized(exc)
+        return None if reason is None else ProtocolFailure(f"unauthorized: {reason}")
+
     async def _handshake(self, stack: contextlib.AsyncExitStack, transport: Any) -> Client:
         client = Client(
             transport,
             mode=self._mode,
             message_handler=self._on_message,
+            elicitation_callback=self._router.on_elicit,
             cache=None,
             client_info=mcp_types.Implementation(name="fastgate", version=_version()),
         )
         try:
             await stack.enter_async_context(client)
         except Exception as exc:  # the SDK's task group may wrap the server's error
-            refused = _refused("the handshake", exc)
+            refused = self._unauthorized_failure(exc) or _refused("the handshake", exc)
             if refused is None:
                 raise
             raise refused from None
@@ -305,10 +337,16 @@ class ServerLink:
 
     async def _refresh(self, client: Client) -> None:
         raw_tools = await self._list_raw(client)
+        # Every connection's session learns the header annotations afresh (a reconnect with an
+        # unchanged listing too): its calls mirror them into Mcp-Param-* headers.
+        dropped = _header_annotations(client, raw_tools)
         fingerprint = msgspec.json.encode(raw_tools)
         if fingerprint == self._fingerprint:
             return  # the same tools: keep the definitions (and every cache keyed by them)
-        listing = build_listing(self.config, raw_tools, self.call, self._name_taken)
+        kept = [t for t in raw_tools if not (isinstance(t, dict) and t.get("name") in dropped)]
+        listing = build_listing(self.config, kept, self.call, self._name_taken)
+        if dropped:
+            listing = dataclasses.replace(listing, quarantined={**dropped, **listing.quarantined})
         self._install(self, listing)
         self._fingerprint = fingerprint
         self.generation += 1
@@ -328,7 +366,7 @@ class ServerLink:
             try:
                 page = await _raw_request(client, "tools/list", params)
             except MCPError as exc:
-                refused = _refused("tools/list", exc)
+                refused = self._unauthorized_failure(exc) or _refused("tools/list", exc)
                 if refused is None:
                     raise
                 raise refused from None
@@ -357,17 +395,51 @@ class ServerLink:
         request = mcp_types.CallToolRequest(
             params=mcp_types.CallToolRequestParams(name=remote, arguments=args)
         )
+        params = request.model_dump(by_alias=True, mode="json", exclude_none=True)["params"]
         loop = asyncio.get_running_loop()
         watch = _Watch(loop, self.config, ctx)
+        name = ctx.tool_name or tool_name(self.config.name, remote)
+        inputs = CallInputs(self.config.name, remote, name, ctx, watch.hold)
+
+        async def send(params: dict[str, Any]) -> Any:
+            return await self._send(client, params, watch.progress, inputs)
+
         task = loop.create_task(
-            _call_tool(client, request, watch.progress),
+            complete_call(send, params, inputs),
             name=f"fastgate-mcp:{self.config.name}:{remote}",
         )
         self._requests.add(task)
         task.add_done_callback(self._request_done)
         watch.arm(task)
         try:
-            reply = await asyncio.shield(task)
+            reply = await self._reply(task, watch, inputs, remote)
+        finally:
+            await inputs.aclose()  # a question still open is cancelled with the call
+        if isinstance(reply, Failure):
+            return reply
+        if inputs.refusal is not None:  # older era: a question went unanswered
+            return inputs.failure(inputs.refusal, said=said_by(reply))
+        return value_of(reply, self.config.name, remote)
+
+    async def _send(
+        self, client: Client, params: dict[str, Any], progress: Any, inputs: CallInputs
+    ) -> Any:
+        """One ``tools/call`` request. Its id, a new one each time, is also its progress token,
+        which names the call to an ``elicitation/create`` of the server's (older era)."""
+        token = f"fastgate-{next(self._request_ids)}"
+        self._router.open(token, inputs)
+        try:
+            return await _call_tool(client, params, progress, token)
+        finally:
+            self._router.close(token)
+
+    async def _reply(
+        self, task: asyncio.Task[Any], watch: _Watch, inputs: CallInputs, remote: str
+    ) -> Any:
+        """The call's final reply (or a ``Failure`` for its unanswered input), the faults of
+        the request turned into the call's."""
+        try:
+            return await asyncio.shield(task)
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if watch.expired is None or (current is not None and current.cancelling()):
@@ -382,6 +454,15 @@ class ServerLink:
             if exc.code == mcp_types.CONNECTION_CLOSED:
                 raise self._unavailable(
                     "closed the connection during the call", sent=True
+                ) from None
+            if inputs.refusal is not None:  # the server gave up after an unanswered question
+                return inputs.failure(inputs.refusal, said=exc.error.message)
+            unauthorized = self._unauthorized(exc)
+            if unauthorized is not None:
+                raise ToolFault(
+                    f"MCP server {self.config.name} refused the call of {remote}: "
+                    f"unauthorized ({unauthorized})",
+                    details={"reason": "unauthorized", "server": self.config.name},
                 ) from None
             raise ToolFault(
                 f"MCP server {self.config.name} refused the call of {remote}: {exc.error.message} "
@@ -408,7 +489,6 @@ class ServerLink:
             raise
         finally:
             watch.disarm()
-        return value_of(reply, self.config.name, remote)
 
     def _request_done(self, task: asyncio.Task[Any]) -> None:
         self._requests.discard(task)
@@ -456,7 +536,7 @@ class _Watch:
     notification) and the whole call (``call_timeout``). When one runs out, the request is
     cancelled, once."""
 
-    __slots__ = ("_ctx", "_deadline", "_handle", "_idle", "_loop", "_task", "expired")
+    __slots__ = ("_ctx", "_deadline", "_handle", "_held", "_idle", "_loop", "_task", "expired")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, config: MCPServerConfig, ctx: RunContext):
         self._loop = loop
@@ -465,6 +545,7 @@ class _Watch:
         self._deadline = loop.time() + config.call_timeout
         self._handle: asyncio.TimerHandle | None = None
         self._task: asyncio.Task[Any] | None = None
+        self._held = 0  # prompts open: the server waits for a person, not silent
         self.expired: str | None = None
 
     def arm(self, task: asyncio.Task[Any]) -> None:
@@ -476,10 +557,18 @@ class _Watch:
             self._handle.cancel()
             self._handle = None
 
+    def hold(self, delta: int) -> None:
+        """An elicitor prompt opened (+1) or closed (-1): while one is open only
+        ``call_timeout`` runs; the idle clock starts afresh once none is."""
+        self._held += delta
+        if self.expired is None and self._handle is not None:
+            self._schedule()
+
     def _schedule(self) -> None:
         if self._handle is not None:
             self._handle.cancel()
-        at = min(self._loop.time() + self._idle, self._deadline)
+        idle_at = self._deadline if self._held else self._loop.time() + self._idle
+        at = min(idle_at, self._deadline)
         self._handle = self._loop.call_at(at, self._expire)
 
     def _expire(self) -> None:
@@ -503,12 +592,13 @@ async def _settle(task: asyncio.Task[Any]) -> None:
         await asyncio.wait({task}, timeout=CANCEL_SETTLE)
 
 
-async def _call_tool(client: Client, request: mcp_types.CallToolRequest, progress: Any) -> Any:
+async def _call_tool(client: Client, params: dict[str, Any], progress: Any, request_id: str) -> Any:
     """A ``tools/call`` whose reply is checked against the negotiated era's result types, except
     that a 2026-era result may leave out ``resultType`` (absent means complete), which the SDK's
     own ``send_request`` refuses. ``pydantic.ValidationError`` for a reply that is no result."""
-    data = request.model_dump(by_alias=True, mode="json", exclude_none=True)
-    reply = await _raw_request(client, "tools/call", data.get("params"), on_progress=progress)
+    reply = await _raw_request(
+        client, "tools/call", dict(params), on_progress=progress, request_id=request_id
+    )
     version = client.protocol_version or "2025-11-25"
     if version in MODERN_PROTOCOL_VERSIONS and isinstance(reply, dict):
         reply.setdefault("resultType", "complete")
@@ -535,6 +625,7 @@ async def _http_transport(
     stack: contextlib.AsyncExitStack,
     config: MCPServerConfig,
     on_response: Callable[[Any], Awaitable[None]],
+    http_auth: HttpAuth,
 ) -> Any:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
@@ -544,18 +635,18 @@ async def _http_transport(
         headers=dict(config.headers),
         timeout=httpx2.Timeout(30.0, read=None),
         event_hooks={"response": [on_response]},
+        **http_auth.client_options(),
     )
     await stack.enter_async_context(http)
     assert config.url is not None
     return streamable_http_client(config.url, http_client=http)
 
 
-def _sse_transport(config: MCPServerConfig) -> Any:
+def _sse_transport(config: MCPServerConfig, http_auth: HttpAuth) -> Any:
     """The SDK's client of the older HTTP+SSE transport: a GET stream for the server's messages,
     a POST for each of ours."""
     import httpx2
     from mcp.client.sse import sse_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
 
     def http_client(
         headers: dict[str, str] | None = None,
@@ -564,7 +655,11 @@ def _sse_transport(config: MCPServerConfig) -> Any:
     ) -> httpx2.AsyncClient:
         # The stream may be silent for as long as a tool runs: calls are bounded by their idle
         # and call timeouts, not by a read timeout of the stream.
-        return create_mcp_http_client(headers, httpx2.Timeout(30.0, read=None), auth)
+        return httpx2.AsyncClient(
+            headers=headers,
+            timeout=httpx2.Timeout(30.0, read=None),
+            **http_auth.client_options(),
+        )
 
     assert config.url is not None
     return sse_client(config.url, headers=dict(config.headers), httpx_client_factory=http_client)
@@ -581,8 +676,37 @@ class _FirstPostStatus:
 
     async def record(self, response: Any) -> None:
         status = response.status_code
+        if not is_mcp_request(response.request):
+            return  # a sign-in's request to the authorization server
         if response.request.method == "POST" and 400 <= status < 500 and status not in (401, 403):
             self.legacy = status
+
+
+def _header_annotations(client: Client, raw_tools: list[Any]) -> dict[str, str]:
+    """On the 2026 protocol: give the session each tool's ``x-mcp-header`` map (the SDK's
+    stamp mirrors the annotated arguments of a call into ``Mcp-Param-*`` headers), and return
+    the tools whose annotations are invalid, which a client must not use, with the reason."""
+    from mcp.shared.inbound import find_invalid_x_mcp_header, x_mcp_header_map
+
+    if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return {}
+    maps: dict[str, Any] = {}
+    dropped: dict[str, str] = {}
+    for raw in raw_tools:
+        name = raw.get("name") if isinstance(raw, dict) else None
+        if not isinstance(name, str):
+            continue  # the listing quarantines it
+        schema = raw.get("inputSchema")
+        try:
+            reason = find_invalid_x_mcp_header(schema)
+            if reason is None:
+                maps[name] = x_mcp_header_map(schema)
+        except (RecursionError, TypeError, ValueError):
+            reason = "its annotations cannot be read"
+        if reason is not None:
+            dropped[name] = f"inputSchema: invalid x-mcp-header: {reason}"
+    client.session._x_mcp_header_maps = maps
+    return dropped
 
 
 def _is_transport_error(exc: Exception) -> bool:

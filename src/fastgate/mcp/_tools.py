@@ -179,14 +179,21 @@ def value_of(reply: dict[str, Any], server: str, remote: str) -> Any:
     return shown if shown is not None else ""
 
 
+def said_by(reply: Any) -> str:
+    """The text a ``tools/call`` reply carries (quoted when the call fails anyway)."""
+    blocks = reply.get("content") if isinstance(reply, dict) else None
+    shown = _shown(blocks if isinstance(blocks, list) else [])
+    return shown if isinstance(shown, str) else _text_of(shown)
+
+
 _SHOWN_PROMPTS = 3  # the server's questions quoted in the failure, each clipped
 _PROMPT_CHARS = 300
 
 
 def _input_required(reply: dict[str, Any], server: str, remote: str) -> Failure:
-    """An ``input_required`` result: the server wants answers (an elicitation, say) before it
-    completes the call. Until fastgate can answer them the call fails, saying what was asked,
-    never succeeds empty."""
+    """An ``input_required`` result left unanswered (the bridge answers them through the
+    call's elicitor before a reply gets here): the call fails, saying what was asked, never
+    succeeds empty."""
     requests = reply.get("inputRequests")
     requests = requests if isinstance(requests, dict) else {}
     asked = [_prompt_of(request) for request in requests.values()]

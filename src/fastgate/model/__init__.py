@@ -10,6 +10,9 @@ from fastgate.model.context import ToolCall as ToolCall
 from fastgate.model.decision import Decision as Decision
 from fastgate.model.decision import DecisionSource as DecisionSource
 from fastgate.model.decision import PermissionMode as PermissionMode
+from fastgate.model.elicitation import ElicitationMode as ElicitationMode
+from fastgate.model.elicitation import ElicitationRequest as ElicitationRequest
+from fastgate.model.elicitation import ElicitationResponse as ElicitationResponse
 from fastgate.model.freeze import FrozenDict as FrozenDict
 from fastgate.model.freeze import NotJSON as NotJSON
 from fastgate.model.freeze import freeze as freeze

@@ -14,9 +14,12 @@ from fastgate.model.cancel import CancelToken
 
 if TYPE_CHECKING:
     from fastgate.model.approvals import ApprovalRequest, ApprovalResponse
+    from fastgate.model.elicitation import ElicitationRequest, ElicitationResponse
 
 # async or plain: a plain function runs in a thread of its own (fastgate.permissions.asking)
 Approver = Callable[["ApprovalRequest"], "Awaitable[ApprovalResponse] | ApprovalResponse"]
+# async or plain, as approvers: what an MCP server asks the user during a call (SPEC §14)
+Elicitor = Callable[["ElicitationRequest"], "Awaitable[ElicitationResponse] | ElicitationResponse"]
 
 _EMPTY: Mapping[str, Any] = MappingProxyType({})
 # One bit per field a default can fill (see ``lacks_any``).
@@ -30,6 +33,7 @@ _TRUSTED: Final = 64
 _METADATA: Final = 128
 _FS: Final = 256
 _SHELL: Final = 512
+_ELICITOR: Final = 1024
 _FIELD_BITS: Final = {
     "session_id": _SESSION_ID,
     "workspace_root": _WORKSPACE_ROOT,
@@ -41,6 +45,7 @@ _FIELD_BITS: Final = {
     "metadata": _METADATA,
     "fs": _FS,
     "shell": _SHELL,
+    "elicitor": _ELICITOR,
 }
 
 
@@ -60,6 +65,7 @@ class ExecutionContext:
     metadata: Mapping[str, Any] = dataclasses.field(default_factory=lambda: _EMPTY)
     fs: Any = None  # a fastgate.builtin.FileSystem; None: the local one for the workspace
     shell: Any = None  # a fastgate.builtin.Shell; None: the local one
+    elicitor: Elicitor | None = None  # answers an MCP server's questions during a call
 
     def __init__(
         self,
@@ -73,6 +79,7 @@ class ExecutionContext:
         metadata: Mapping[str, Any] = _EMPTY,
         fs: Any = None,
         shell: Any = None,
+        elicitor: Elicitor | None = None,
     ) -> None:
         # Compiled, rather than the interpreted one dataclasses would generate, and each field
         # set through its own slot descriptor (past the frozen __setattr__) rather than by
@@ -87,6 +94,7 @@ class ExecutionContext:
         _set_metadata(self, metadata)
         _set_fs(self, fs)
         _set_shell(self, shell)
+        _set_elicitor(self, elicitor)
 
     def __copy__(self) -> ExecutionContext:
         # Frozen: a copy would equal it in every way. (Compiled, copying field by field also
@@ -116,6 +124,7 @@ class ExecutionContext:
             self.metadata if self.metadata else get("metadata", self.metadata),
             self.fs if self.fs is not None else get("fs"),
             self.shell if self.shell is not None else get("shell"),
+            self.elicitor if self.elicitor is not None else get("elicitor"),
         )
 
     def lacks_any(self, fields: int) -> bool:
@@ -132,6 +141,7 @@ class ExecutionContext:
             or (fields & _METADATA and not self.metadata)
             or (fields & _FS and self.fs is None)
             or (fields & _SHELL and self.shell is None)
+            or (fields & _ELICITOR and self.elicitor is None)
         )
 
     @staticmethod
@@ -171,6 +181,7 @@ _set_trusted: Final = _slot_setter("trusted")
 _set_metadata: Final = _slot_setter("metadata")
 _set_fs: Final = _slot_setter("fs")
 _set_shell: Final = _slot_setter("shell")
+_set_elicitor: Final = _slot_setter("elicitor")
 
 
 class ToolCall(msgspec.Struct, frozen=True):

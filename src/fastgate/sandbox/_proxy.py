@@ -1,0 +1,428 @@
+"""``NetworkProxy``: the only way out of a sandbox that has a ``NetworkPolicy``.
+
+One proxy serves one call: every connection that reaches its listener is that call's, so each
+decision is attributed without a secret to carry or leak (the confinement lets the program
+connect to this listener's port alone). It runs on the caller's event loop.
+
+Per connection (a task of its own): the request head is read within ``header_timeout`` and
+``max_header_bytes``; its host is canonicalised and judged (deny, then allow); the name is
+resolved once and every address it resolves to must be public unless ``allow_private``; the
+connection goes to those addresses only (the name is never resolved again, so a second DNS
+answer cannot move it: no rebinding); then the bytes go both ways until either side ends. Every
+decision is one ``NetworkEvent``, recorded and passed to ``on_event`` before the program sees
+the answer. A fault anywhere in that path closes the connection (a ``proxy_error`` event);
+a proxy that is closed or broken has no listener, so the program's connections are refused:
+the network fails closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import logging
+import os
+import socket
+import stat
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
+
+from fastgate.sandbox._hosts import IPAddress, canonical_host, is_public
+from fastgate.sandbox._http import TUNNEL_OPEN, ProxyRequest, Refused, parse_request, refusal
+from fastgate.sandbox._network import NetworkEvent, NetworkPolicy
+from fastgate.sandbox._relay import relay
+
+log = logging.getLogger("fastgate.sandbox")
+
+#: ``(host, port) -> addresses``: how the proxy resolves a name (the system's resolver by
+#: default). Called once per connection; what it returns is all the connection may reach.
+Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
+
+_READ_SIZE: Final = 1 << 16
+_ACCEPT_BACKOFF: Final = 0.05  # out of descriptors: let closing connections free some
+
+
+async def system_resolver(host: str, port: int) -> Sequence[str]:
+    """The addresses ``getaddrinfo`` gives for ``host`` (TCP), in its order."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    # A link-local IPv6 answer carries its zone ("fe80::1%eth0"): the address is what is judged.
+    return [str(info[4][0]).partition("%")[0] for info in infos]
+
+
+class NetworkProxy:
+    """fastgate's HTTP proxy (``CONNECT`` and plain HTTP) for one call under ``policy``.
+
+    ``async with NetworkProxy(policy, on_event=...) as proxy:`` starts it; ``proxy.environment()``
+    is what to add to the program's environment; every decision is in ``proxy.events`` (the
+    first ``max_events``; ``events_dropped`` counts the rest) and is passed to ``on_event`` as
+    it is made. It listens on ``127.0.0.1`` (``tcp``; ``address`` is ``(host, port)``) and/or
+    on a Unix socket at ``unix_path`` (made private to the user, removed on close).
+    ``resolver``: a seam for tests (see ``Resolver``).
+    """
+
+    # Which relay tunnels use: splice(2) where the OS has it (None), or the portable copy loop
+    # (False); a seam for the tests and the throughput measure, which run both.
+    _splice: bool | None = None
+
+    def __init__(
+        self,
+        policy: NetworkPolicy,
+        *,
+        on_event: Callable[[NetworkEvent], object] | None = None,
+        tcp: bool = True,
+        unix_path: str | os.PathLike[str] | None = None,
+        resolver: Resolver | None = None,
+        header_timeout: float = 10.0,
+        connect_timeout: float = 10.0,
+        max_header_bytes: int = 16 * 1024,
+        max_events: int = 1000,
+    ) -> None:
+        if not isinstance(policy, NetworkPolicy):
+            raise TypeError(f"policy: expected a NetworkPolicy, got {type(policy).__name__}")
+        if not tcp and unix_path is None:
+            raise ValueError("NetworkProxy: nothing to listen on (tcp=False and no unix_path)")
+        for name, value in (
+            ("header_timeout", header_timeout),
+            ("connect_timeout", connect_timeout),
+        ):
+            if not value > 0:
+                raise ValueError(f"{name}: expected a positive number of seconds, got {value!r}")
+        for name, count, least in (
+            ("max_header_bytes", max_header_bytes, 1024),
+            ("max_events", max_events, 0),
+        ):
+            if type(count) is not int or count < least:
+                raise ValueError(f"{name}: expected an integer >= {least}, got {count!r}")
+        self.policy = policy
+        self._on_event = on_event
+        self._tcp = tcp
+        self._unix_path = None if unix_path is None else os.fspath(unix_path)
+        self._unix_bound = False
+        self._resolver = resolver or system_resolver
+        self._header_timeout = header_timeout
+        self._connect_timeout = connect_timeout
+        self._max_header = max_header_bytes
+        self._max_events = max_events
+        self._events: list[NetworkEvent] = []
+        self._dropped = 0
+        self._listeners: list[socket.socket] = []
+        self._accepting: list[asyncio.Task[None]] = []
+        self._connections: set[asyncio.Task[None]] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._address: tuple[str, int] | None = None
+        self._failure: str | None = None
+        self._started = False
+        self._closed = False
+
+    # -- what the caller reads ------------------------------------------------------------
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """``(host, port)`` of the TCP listener, once started."""
+        return self._address
+
+    @property
+    def unix_path(self) -> str | None:
+        return self._unix_path
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>``: the proxy URL for ``HTTP_PROXY`` and its kin."""
+        if self._address is None:
+            raise RuntimeError("NetworkProxy: no TCP listener (not started, or tcp=False)")
+        host, port = self._address
+        return f"http://{host}:{port}"
+
+    def environment(self) -> dict[str, str]:
+        """The variables that send a program's HTTP(S) through this proxy, and nothing past it
+        (``NO_PROXY`` empty)."""
+        url = self.url
+        env = {name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")}
+        env.update({name.lower(): url for name in env})
+        env["NO_PROXY"] = env["no_proxy"] = ""
+        return env
+
+    @property
+    def events(self) -> tuple[NetworkEvent, ...]:
+        return tuple(self._events)
+
+    @property
+    def events_dropped(self) -> int:
+        """Decisions made beyond ``max_events`` (passed to ``on_event``, not kept)."""
+        return self._dropped
+
+    @property
+    def open_connections(self) -> int:
+        return len(self._connections)
+
+    @property
+    def failure(self) -> str | None:
+        """Why the proxy stopped listening on its own (its network is then closed), or
+        ``None``."""
+        return self._failure
+
+    async def wait_idle(self) -> None:
+        """Until no connection is open."""
+        await self._idle.wait()
+
+    # -- life -----------------------------------------------------------------------------
+
+    async def start(self) -> NetworkProxy:
+        if self._started:
+            raise RuntimeError("NetworkProxy: already started")
+        self._started = True
+        try:
+            if self._tcp:
+                self._listen(self._tcp_listener())
+            if self._unix_path is not None:
+                self._listen(self._unix_listener(self._unix_path))
+        except BaseException:
+            await self.aclose()
+            raise
+        return self
+
+    async def aclose(self) -> None:
+        """Stop listening and end every connection. Idempotent."""
+        self._closed = True
+        tasks = [*self._accepting, *self._connections]
+        for task in tasks:
+            task.cancel()
+        self._accepting.clear()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for listener in self._listeners:
+            listener.close()
+        self._listeners.clear()
+        if self._unix_bound and self._unix_path is not None:
+            self._unix_bound = False
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISSOCK(os.lstat(self._unix_path).st_mode):
+                    os.unlink(self._unix_path)
+
+    async def __aenter__(self) -> NetworkProxy:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    def _tcp_listener(self) -> socket.socket:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("127.0.0.1", 0))
+            host, port = sock.getsockname()[:2]
+            self._address = (str(host), int(port))
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def _unix_listener(self, path: str) -> socket.socket:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.bind(path)
+            self._unix_bound = True
+            os.chmod(path, 0o600)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
+    def _listen(self, sock: socket.socket) -> None:
+        self._listeners.append(sock)
+        sock.setblocking(False)
+        sock.listen(128)
+        task = asyncio.get_running_loop().create_task(self._accept_loop(sock))
+        self._accepting.append(task)
+
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                try:
+                    client, _ = await loop.sock_accept(listener)
+                except OSError as exc:
+                    if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                        raise
+                    log.warning("network proxy: cannot accept a connection (%s)", exc)
+                    await asyncio.sleep(_ACCEPT_BACKOFF)
+                    continue
+                self._admit(client)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # The listener is gone with it: the program's connections are refused from now on.
+            self._failure = f"network proxy stopped: {type(exc).__name__}: {exc}"
+            log.error("%s", self._failure)
+            listener.close()
+
+    def _admit(self, client: socket.socket) -> None:
+        client.setblocking(False)
+        if self._closed:
+            client.close()
+            return
+        if len(self._connections) >= self.policy.max_connections:
+            self._record(NetworkEvent("", 0, False, "too_many_connections"))
+            _answer_and_close(client, refusal("too_many_connections"))
+            return
+        task = asyncio.get_running_loop().create_task(self._serve(client))
+        self._connections.add(task)
+        self._idle.clear()
+        task.add_done_callback(self._forget)
+
+    def _forget(self, task: asyncio.Task[None]) -> None:
+        self._connections.discard(task)
+        if not self._connections:
+            self._idle.set()
+        if not task.cancelled() and task.exception() is not None:  # pragma: no cover
+            log.error("network proxy: connection task failed", exc_info=task.exception())
+
+    # -- one connection -------------------------------------------------------------------
+
+    async def _serve(self, client: socket.socket) -> None:
+        upstream: socket.socket | None = None
+        asked = ("", 0)  # what a proxy_error event names
+        try:
+            try:
+                request, rest = await self._read_request(client)
+                asked = (request.host.text, request.port)
+                upstream = await self._open(request)
+            except Refused as refused:
+                self._record(NetworkEvent(refused.host, refused.port, False, refused.reason))
+                _answer_and_close(client, refusal(refused.reason))
+                return
+            if not self._record(NetworkEvent(request.host.text, request.port, True, "allowed")):
+                return
+            loop = asyncio.get_running_loop()
+            if request.tunnel:
+                await loop.sock_sendall(client, TUNNEL_OPEN)
+                if rest:
+                    await loop.sock_sendall(upstream, rest)
+            else:
+                await loop.sock_sendall(upstream, request.head + rest)
+            await relay(client, upstream, use_splice=self._splice)
+        except asyncio.CancelledError:
+            raise
+        except _ClientGone:
+            pass
+        except OSError:
+            pass  # either side went away mid-tunnel: the tunnel is over
+        except Exception:
+            log.exception("network proxy: fault serving a connection; it is closed")
+            self._record(NetworkEvent(*asked, False, "proxy_error"))
+        finally:
+            client.close()
+            if upstream is not None:
+                upstream.close()
+
+    async def _read_request(self, client: socket.socket) -> tuple[ProxyRequest, bytes]:
+        loop = asyncio.get_running_loop()
+        buffer = bytearray()
+        try:
+            async with asyncio.timeout(self._header_timeout):
+                while True:
+                    chunk = await loop.sock_recv(client, _READ_SIZE)
+                    if not chunk:
+                        raise _ClientGone
+                    start = max(0, len(buffer) - 3)
+                    buffer += chunk
+                    end = buffer.find(b"\r\n\r\n", start)
+                    if end >= 0:
+                        if end + 4 > self._max_header:
+                            raise Refused("header_too_large")
+                        head, rest = bytes(buffer[: end + 4]), bytes(buffer[end + 4 :])
+                        return parse_request(head), rest
+                    if len(buffer) > self._max_header:
+                        raise Refused("header_too_large")
+        except TimeoutError:
+            raise Refused("header_timeout") from None
+        except ConnectionError:
+            raise _ClientGone from None
+
+    async def _open(self, request: ProxyRequest) -> socket.socket:
+        """The judged, resolved, checked and connected upstream socket, or ``Refused``."""
+        host, port = request.host, request.port
+        reason = self.policy.judge(host)
+        if reason != "allowed":
+            raise Refused(reason, host.text, port)
+        addresses = [host.address] if host.address is not None else await self._resolve(request)
+        if not self.policy.allow_private and not all(is_public(a) for a in addresses):
+            raise Refused("private_address", host.text, port)
+        return await self._connect(request, addresses)
+
+    async def _resolve(self, request: ProxyRequest) -> list[IPAddress]:
+        host, port = request.host.text, request.port
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                answers = await self._resolver(host, port)
+            addresses = [_address(a) for a in answers]
+        except (OSError, TimeoutError, ValueError):
+            raise Refused("resolve_failed", host, port) from None
+        if not addresses:
+            raise Refused("resolve_failed", host, port)
+        return addresses
+
+    async def _connect(self, request: ProxyRequest, addresses: list[IPAddress]) -> socket.socket:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                for address in addresses:
+                    sock = await _try_connect(loop, address, request.port)
+                    if sock is not None:
+                        return sock
+        except TimeoutError:
+            pass
+        raise Refused("connect_failed", request.host.text, request.port)
+
+    def _record(self, event: NetworkEvent) -> bool:
+        """Keep ``event`` and pass it to ``on_event``; ``False`` when that raised (the
+        connection it is about is then closed: no traffic goes unattributed)."""
+        if len(self._events) < self._max_events:
+            self._events.append(event)
+        else:
+            self._dropped += 1
+        if self._on_event is None:
+            return True
+        try:
+            self._on_event(event)
+        except Exception:
+            log.exception("network proxy: on_event raised; the connection is closed")
+            return False
+        return True
+
+
+class _ClientGone(Exception):
+    """The program closed the connection before its request was whole: nothing to decide."""
+
+
+def _address(text: str) -> IPAddress:
+    host = canonical_host(text)
+    if host.address is None:
+        raise ValueError(f"resolver returned a name, not an address: {text!r}")
+    return host.address
+
+
+async def _try_connect(
+    loop: asyncio.AbstractEventLoop, address: IPAddress, port: int
+) -> socket.socket | None:
+    family = socket.AF_INET if address.version == 4 else socket.AF_INET6
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        await loop.sock_connect(sock, (str(address), port))
+    except OSError:
+        sock.close()
+        return None
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _answer_and_close(client: socket.socket, response: bytes) -> None:
+    """Best effort: a refusal is small enough for an empty socket buffer; a program that is not
+    reading gets the connection closed all the same."""
+    with contextlib.suppress(OSError):
+        client.send(response)
+    client.close()
