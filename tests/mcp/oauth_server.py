@@ -14,9 +14,9 @@ Environment: ``OAUTH_RECORD`` (a JSONL file: every grant, every token issued, ev
 MCP server let in or refused), ``OAUTH_TTL`` (token lifetime, seconds), ``OAUTH_CLIENTS`` (JSON:
 pre-registered clients ``{id: {"secret": ..., "public_key": pem}}``), ``OAUTH_MODE``: ``login``
 (``/authorize`` shows a sign-in page instead of redirecting), ``deny`` (the token endpoint refuses
-every grant, quoting every token it issued), ``garbage`` (it answers with something that is not a token), ``scope`` (``/mcp``
-answers 403 ``insufficient_scope`` to every tools/call); ``POST /control/mode?to=...`` changes it
-and ``POST /control/revoke`` ends every token.
+every grant, quoting every token it issued), ``garbage`` (it answers with something that is not
+a token), ``scope`` (``/mcp`` answers 403 ``insufficient_scope`` to every tools/call);
+``POST /control/mode?to=...`` changes it and ``POST /control/revoke`` ends every token.
 """
 
 from __future__ import annotations
