@@ -14,9 +14,9 @@ Environment: ``OAUTH_RECORD`` (a JSONL file: every grant, every token issued, ev
 MCP server let in or refused), ``OAUTH_TTL`` (token lifetime, seconds), ``OAUTH_CLIENTS`` (JSON:
 pre-registered clients ``{id: {"secret": ..., "public_key": pem}}``), ``OAUTH_MODE``: ``login``
 (``/authorize`` shows a sign-in page instead of redirecting), ``deny`` (the token endpoint refuses
-every grant), ``garbage`` (it answers with something that is not a token), ``scope`` (``/mcp``
-answers 403 ``insufficient_scope`` to every tools/call); ``POST /control/mode?to=...`` changes it
-and ``POST /control/revoke`` ends every token.
+every grant, quoting every token it issued), ``garbage`` (it answers with something that is not
+a token), ``scope`` (``/mcp`` answers 403 ``insufficient_scope`` to every tools/call);
+``POST /control/mode?to=...`` changes it and ``POST /control/revoke`` ends every token.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ ORIGIN = {"url": ""}
 CODES: dict[str, dict[str, Any]] = {}
 ACCESS: dict[str, float] = {}  # access token -> expiry (server clock)
 REFRESH: dict[str, str] = {}  # refresh token -> client id
+ISSUED: list[str] = []  # every token handed out
 
 mcp_server = MCPServer("oauth-fixture")
 
@@ -76,6 +77,7 @@ def issue(client_id: str, *, refresh: bool) -> dict[str, Any]:
     if refresh:
         body["refresh_token"] = REFRESH_PREFIX + secrets.token_urlsafe(24)
         REFRESH[body["refresh_token"]] = client_id
+    ISSUED.extend(t for t in (access, body.get("refresh_token")) if t)
     record("issued", access=access, refresh=body.get("refresh_token"))
     return body
 
@@ -169,8 +171,12 @@ async def token(request: Request) -> Response:
     form = {k: v[0] for k, v in parse_qs((await request.body()).decode()).items()}
     grant = form.get("grant_type", "")
     record("grant", grant=grant, fields=sorted(form))
-    if MODE["now"] == "deny":
-        return JSONResponse({"error": "invalid_grant"}, status_code=400)
+    if MODE["now"] == "deny":  # and babbles: it quotes every token it ever issued
+        said = " ".join(ISSUED) or "none"
+        return JSONResponse(
+            {"error": "invalid_grant", "error_description": f"not accepted: {said}"},
+            status_code=400,
+        )
     if MODE["now"] == "garbage":
         return Response(b"\x00 not a token", media_type="application/json")
     client_id = client_of(request, form)

@@ -468,6 +468,7 @@ async def test_no_token_or_secret_reaches_logs_errors_results_or_status(
     seen += [str(r.exc_info[1]) for r in caplog.records if r.exc_info]
     everything = "\n".join(seen)
     assert "unauthorized" in everything  # the failures were exercised
+    assert "not accepted: [redacted]" in everything  # ... and the server quoted the tokens
     for secret in [*tokens, SECRET]:
         assert secret not in everything
 

@@ -59,6 +59,8 @@ log = logging.getLogger("fastgate.mcp")
 
 Grant = Literal["authorization_code", "client_credentials", "identity_assertion"]
 GRANTS: Final = ("authorization_code", "client_credentials", "identity_assertion")
+MAX_REMEMBERED = 1024  # secrets remembered for cleaning messages
+MIN_SECRET = 6  # shorter values are not taken out of messages (they would mangle them)
 REFRESH_MARGIN = 60.0  # seconds before expiry a token is renewed (at most half its lifetime)
 MAX_REDIRECTS = 10  # hops the headless sign-in follows before the redirect back
 UNAUTHORIZED_KEY: Final = "fastgate_unauthorized"  # in the JSON-RPC error's data: the nonce
@@ -66,6 +68,64 @@ _MARK: Final = "fastgate_unauthorized"  # request extension: answer without the 
 _MCP_REQUEST: Final = "fastgate_mcp_request"  # request extension: a request of the MCP transport
 _LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 _FILE_VERSION = 1
+
+
+def redact(text: str, secrets: list[str]) -> str:
+    for value in sorted(set(secrets), key=len, reverse=True):
+        text = text.replace(value, "[redacted]")
+    return text
+
+
+class _CleanRecords(logging.Filter):
+    """On the SDK's auth loggers: the secrets of every live sign-in are taken out of a record's
+    message and traceback (the SDK logs a failed sign-in's exception, whose message may quote
+    what an authorization server answered)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        secrets = remembered()
+        if not secrets:
+            return True
+        message = record.getMessage()
+        cleaned = redact(message, secrets)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        if record.exc_info:
+            text = logging.Formatter().formatException(record.exc_info)
+            record.exc_text = redact(text, secrets)
+            record.exc_info = None
+        return True
+
+
+# Every secret this process's sign-ins have held (newest last, bounded): a message quoting one,
+# even an old token an authorization server echoes back, is cleaned before anyone sees it.
+_REMEMBERED: dict[str, None] = {}
+_REMEMBERED_LOCK = threading.Lock()
+
+
+def remember(*values: str | None) -> None:
+    with _REMEMBERED_LOCK:
+        for value in values:
+            if value and len(value) >= MIN_SECRET:
+                _REMEMBERED.pop(value, None)
+                _REMEMBERED[value] = None
+        while len(_REMEMBERED) > MAX_REMEMBERED:
+            del _REMEMBERED[next(iter(_REMEMBERED))]
+
+
+def remembered() -> list[str]:
+    with _REMEMBERED_LOCK:
+        return list(_REMEMBERED)
+
+
+_SDK_AUTH_LOGGERS = (
+    "mcp.client.auth",
+    "mcp.client.auth.oauth2",
+    "mcp.client.auth.utils",
+    "mcp.client.auth.extensions.client_credentials",
+    "mcp.client.auth.extensions.identity_assertion",
+)
+for _name in _SDK_AUTH_LOGGERS:
+    logging.getLogger(_name).addFilter(_CleanRecords())
 
 
 def _now() -> float:
@@ -354,12 +414,16 @@ class _StoredCredentials:
     """The SDK's ``TokenStorage`` for one server, over a ``TokenStore`` entry. The absolute
     expiry is kept beside the token, taken when the token is stored (as the SDK takes it)."""
 
-    def __init__(self, store: TokenStore, key: str) -> None:
+    def __init__(self, store: TokenStore, key: str, configured: tuple[str, ...] = ()) -> None:
         self._store = store
         self._key = key
         self._entry: dict[str, Any] | None = None
         self.issued_at = 0.0
         self.expires_at: float | None = None
+        remember(*configured)
+
+    def remember(self, *values: str | None) -> None:
+        remember(*values)
 
     async def _current(self) -> dict[str, Any]:
         if self._entry is None:
@@ -371,11 +435,15 @@ class _StoredCredentials:
     async def get_tokens(self) -> OAuthToken | None:
         raw = (await self._current()).get("tokens")
         try:
-            return OAuthToken.model_validate(raw) if raw is not None else None
+            tokens = OAuthToken.model_validate(raw) if raw is not None else None
         except ValidationError:
             return None
+        if tokens is not None:
+            self.remember(tokens.access_token, tokens.refresh_token)
+        return tokens
 
     async def set_tokens(self, tokens: OAuthToken) -> None:
+        self.remember(tokens.access_token, tokens.refresh_token)
         entry = dict(await self._current())
         entry["tokens"] = tokens.model_dump(mode="json", exclude_none=True)
         self.issued_at = _now()
@@ -389,11 +457,15 @@ class _StoredCredentials:
     async def get_client_info(self) -> OAuthClientInformationFull | None:
         raw = (await self._current()).get("client_info")
         try:
-            return OAuthClientInformationFull.model_validate(raw) if raw is not None else None
+            info = OAuthClientInformationFull.model_validate(raw) if raw is not None else None
         except ValidationError:
             return None
+        if info is not None:
+            self.remember(info.client_secret)
+        return info
 
     async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        self.remember(client_info.client_secret)
         entry = dict(await self._current())
         entry["client_info"] = client_info.model_dump(mode="json", exclude_none=True)
         self._entry = entry
@@ -475,14 +547,13 @@ class _Fastgate:
 
     def secrets(self) -> list[str]:
         """Every value that must never appear in a message."""
-        values: list[str] = []
         tokens = self.context.current_tokens
-        if tokens is not None:
-            values += [tokens.access_token, tokens.refresh_token or ""]
         info = self.context.client_info
-        if info is not None and info.client_secret:
-            values.append(info.client_secret)
-        return [v for v in values if v]
+        if tokens is not None:
+            remember(tokens.access_token, tokens.refresh_token)
+        if info is not None:
+            remember(info.client_secret)
+        return remembered()
 
 
 class _AuthorizationCode(_Fastgate, OAuthClientProvider):
@@ -639,11 +710,9 @@ def _same_endpoint(url: Any, target: Any) -> bool:
 
 class _IdentityAssertion(IdentityAssertionOAuthProvider):
     def secrets(self) -> list[str]:
-        tokens = self._tokens
-        values = [self._client.client_secret or ""]
-        if tokens is not None:
-            values += [tokens.access_token, tokens.refresh_token or ""]
-        return [v for v in values if v]
+        if self._tokens is not None:
+            remember(self._tokens.access_token, self._tokens.refresh_token)
+        return remembered()
 
 
 def _assertion_source(source: AssertionSource) -> Callable[[str, str], Awaitable[str]]:
@@ -664,7 +733,8 @@ def _assertion_source(source: AssertionSource) -> Callable[[str, str], Awaitable
 def make_provider(server: str, url: str, oauth: OAuthClient) -> _Fastgate | _IdentityAssertion:
     """The SDK provider for one server, its tokens in the configured store."""
     store = oauth.token_store if oauth.token_store is not None else TokenStore()
-    credentials = _StoredCredentials(store, store_key(server, url, oauth))
+    configured = (oauth.client_secret or "", oauth.private_key_pem or "")
+    credentials = _StoredCredentials(store, store_key(server, url, oauth), configured)
     if oauth.effective_grant == "identity_assertion":
         assert oauth.client_id and oauth.client_secret and oauth.issuer
         assert oauth.identity_assertion is not None
@@ -798,10 +868,9 @@ class ConnectionAuth(httpx2.Auth):
         yield request
 
     def redact(self, text: str) -> str:
-        hidden = [*self._extra_secrets, *(self._provider.secrets() if self._provider else [])]
-        for value in sorted(set(hidden), key=len, reverse=True):
-            text = text.replace(value, "[redacted]")
-        return text
+        if self._provider is not None:
+            self._provider.secrets()  # remembers the ones it holds now
+        return redact(text, [*self._extra_secrets, *remembered()])
 
 
 def _flow_failure(exc: BaseException) -> str:
