@@ -357,9 +357,8 @@ def _drop_own_frames(error: BaseException) -> None:
 
 
 def _is_failure(value: object) -> bool:
-    # isinstance() against a msgspec Struct goes through its metaclass's __instancecheck__, some
-    # thousand instructions on every call; the MRO says the same directly. Text, the usual
-    # return value, is answered first.
+    # isinstance() against a msgspec Struct goes through its metaclass's __instancecheck__, slow
+    # on every call; the MRO says the same directly. Text, the usual return value, comes first.
     cls = type(value)
     return cls is not str and _FAILURE in cls.__mro__
 
