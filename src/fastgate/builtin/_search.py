@@ -22,10 +22,9 @@ import re2
 
 from fastgate.builtin._common import absolute, os_failure, root_of, shown
 from fastgate.builtin._fs import FileStat, LocalFileSystem, NotARegularFile
-from fastgate.builtin._globs import GlobError, compile_glob
 from fastgate.builtin._text import BINARY_PROBE, BinaryFile, UndecodableFile, decode
 from fastgate.model import Failure
-from fastgate.paths import WorktreeEscape
+from fastgate.paths import GlobError, WorktreeEscape, compile_glob, plain_globs
 from fastgate.pipeline import RunContext
 
 GLOB_LIMIT = 100
@@ -53,6 +52,30 @@ class Found:
     mtime_ns: int = 0
     count: int = 0
     lines: list[tuple[int, bool, str]] = field(default_factory=list)  # (number, match?, text)
+
+
+@dataclass(frozen=True)
+class FileFilter:
+    """``grep``'s ``glob``, read as ripgrep's ``--glob``: the files whose path from the search
+    root matches (a pattern without ``/`` matches a name at any depth); with a leading ``!``,
+    the files that do not, nor lie in a directory that does."""
+
+    regex: re.Pattern[str]
+    exclude: bool
+    # What ripgrep is given to skip the other files early; empty when it may read the pattern
+    # otherwise (then every file is searched, and only this filter decides).
+    rg_globs: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, text: str) -> FileFilter:
+        exclude = text.startswith("!")
+        pattern = text[1:] if exclude else text
+        regex = compile_glob(pattern, names_anywhere=True, below=exclude)
+        plain = plain_globs(pattern) or ()
+        return cls(regex, exclude, tuple("!" + g if exclude else g for g in plain))
+
+    def keeps(self, relative: str) -> bool:
+        return (self.regex.fullmatch(relative) is None) is self.exclude
 
 
 class SearchFailed(Exception):
@@ -126,7 +149,7 @@ async def grep(args: Any, ctx: RunContext) -> Any:
     file_glob: str | None = args.get("glob")
     try:
         base = _search_root(ctx, args.get("path"))
-        file_filter = compile_glob(file_glob, names_anywhere=True) if file_glob else None
+        file_filter = FileFilter.parse(file_glob) if file_glob else None
     except SearchFailed as exc:
         return exc.failure
     except GlobError as exc:
@@ -139,8 +162,10 @@ async def grep(args: Any, ctx: RunContext) -> Any:
         rg = _ripgrep_of(fs)
         if rg is not None:
             found, truncated = await _rg_grep(
-                rg, fs, base, pattern, mode, ignore_case, context, file_glob
+                rg, fs, base, pattern, mode, ignore_case, context, file_filter
             )
+            if file_filter is not None:
+                found = [f for f in found if file_filter.keeps(_relative(f.path, base))]
             if mode == "files_with_matches":
                 found = await _with_mtimes([f.path for f in found])
         else:
@@ -394,13 +419,13 @@ async def _rg_grep(
     mode: str,
     ignore_case: bool,
     context: int,
-    file_glob: str | None,
+    file_filter: FileFilter | None,
 ) -> tuple[list[Found], bool]:
     argv = [*_RG_COMMON, "--null", "--with-filename", "--no-heading"]
     if ignore_case:
         argv.append("--ignore-case")
-    if file_glob:
-        argv += ["--glob", file_glob]
+    for glob_ in file_filter.rg_globs if file_filter is not None else ():
+        argv += ["--glob", glob_]
     if mode == "files_with_matches":
         argv.append("--files-with-matches")
     elif mode == "count":
@@ -551,7 +576,7 @@ async def _seam_grep(
     regex: Any,
     mode: str,
     context: int,
-    file_filter: re.Pattern[str] | None,
+    file_filter: FileFilter | None,
 ) -> tuple[list[Found], bool]:
     found: list[Found] = []
     if base_stat.is_dir:
@@ -559,7 +584,7 @@ async def _seam_grep(
     else:
         files = _single(base, base_stat)
     async for path, st in files:
-        if file_filter is not None and file_filter.fullmatch(_relative(path, base)) is None:
+        if file_filter is not None and not file_filter.keeps(_relative(path, base)):
             continue
         if st.size > MAX_SEARCH_BYTES:
             continue

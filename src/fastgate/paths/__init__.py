@@ -7,6 +7,11 @@ from fastgate.paths.canonical import absolute_path as absolute_path
 from fastgate.paths.canonical import canonical_path as canonical_path
 from fastgate.paths.canonical import lock_key as lock_key
 from fastgate.paths.canonical import resolve_path as resolve_path
+from fastgate.paths.globs import GlobError as GlobError
+from fastgate.paths.globs import PathPattern as PathPattern
+from fastgate.paths.globs import compile_glob as compile_glob
+from fastgate.paths.globs import compile_path_pattern as compile_path_pattern
+from fastgate.paths.globs import plain_globs as plain_globs
 from fastgate.paths.worktree import MAX_SYMLINKS as MAX_SYMLINKS
 from fastgate.paths.worktree import WorktreeViolation as WorktreeViolation
 from fastgate.paths.worktree import allowed_roots as allowed_roots

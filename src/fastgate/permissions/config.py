@@ -9,7 +9,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from fastgate.model.decision import PermissionMode
-from fastgate.permissions.globs import PathPattern
+from fastgate.paths.globs import PathPattern
 from fastgate.permissions.rules import (
     DEFAULT_PROTECTED,
     DEFAULT_SENSITIVE,

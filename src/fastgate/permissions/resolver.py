@@ -26,10 +26,10 @@ from fastgate.model.context import ExecutionContext
 from fastgate.model.decision import Decision, DecisionSource, PermissionMode
 from fastgate.model.kinds import ToolKind
 from fastgate.paths.canonical import canonical_path, folds_case, names_any
+from fastgate.paths.globs import PathPattern, tail_regex
 from fastgate.permissions.approval_store import ApprovalStore
 from fastgate.permissions.commands import CommandAnalysis, analyze_command
 from fastgate.permissions.config import PermissionConfig
-from fastgate.permissions.globs import PathPattern, tail_regex
 from fastgate.permissions.matching import (
     command_allowed_by,
     command_matches,
@@ -584,7 +584,7 @@ class _Guard:
 
     def may_match_below(self, words: tuple[str, ...], fold: bool) -> str | None:
         """The first relative word that, below a directory not known in advance, may be a
-        path a pattern matches (``globs.tail_regex``)."""
+        path a pattern matches (``paths.globs.tail_regex``)."""
         regex = self._tails.get(fold)
         if regex is None:
             bodies = [t for t in map(tail_regex, self.patterns) if t is not None]

@@ -7,7 +7,7 @@ ways, and the tool decides which applies when a call is matched (see ``resolver`
   ``npm test *`` a prefix on word boundaries; with a ``*`` anywhere else (``git * main``) a
   wildcard, ``*`` standing for any run of characters within one simple command (a ``*`` word
   alone may also stand for no word at all); it must be one simple command;
-- as a path pattern (tools with path arguments): see ``globs``;
+- as a path pattern (tools with path arguments): see ``fastgate.paths.globs``;
 - as a ``permission_key`` pattern (other tools): exact, or ``prefix:*``.
 """
 
@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from fastgate.permissions.globs import PathPattern, compile_path_pattern
+from fastgate.paths.globs import PathPattern, compile_path_pattern
 from fastgate.permissions.shell import ShellSyntaxError, Word, parse_command
 
 RuleKind = Literal["allow", "ask", "deny"]
