@@ -121,6 +121,9 @@ class _Run:
             self._finish()
 
     def _finish(self) -> None:
+        # The process may be done before its end task's callback ran: read its status here too.
+        if self.out.returncode is None:
+            self.out.returncode = self.process.returncode
         if not self.finished.done():
             self.finished.set_result(None)
 
