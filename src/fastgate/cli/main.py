@@ -1,4 +1,4 @@
-"""The ``fastgate`` command: ``info``, ``bench`` and ``call`` (SPEC §17)."""
+"""The ``fastgate`` command: ``info``, ``bench``, ``call`` and ``serve`` (SPEC §17, §23)."""
 
 from __future__ import annotations
 
@@ -100,6 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
         "before running, 4 would ask (--dry-run).",
     )
     add_arguments(call)
+    from fastgate.cli.serve import add_arguments as add_serve_arguments
+
+    serve = sub.add_parser(
+        "serve",
+        help="serve the tools over MCP (streamable HTTP or stdio): the gateway",
+        description="Serve the built-in tools, the upstream MCP servers and code mode to MCP "
+        "clients, every call validated, judged by policy, admitted fairly, journaled and "
+        "audited. Exit status: 0 after a clean shutdown, 2 bad usage or configuration.",
+    )
+    add_serve_arguments(serve)
     return parser
 
 
@@ -126,5 +136,9 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         from fastgate.cli.call import run_call
 
         return run_call(args)
+    if args.command == "serve":
+        from fastgate.cli.serve import run_serve
+
+        return run_serve(args)
     build_parser().print_help()
     return 2

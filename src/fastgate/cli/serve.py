@@ -1,0 +1,445 @@
+"""``fastgate serve``: the MCP gateway on the command line (SPEC §23).
+
+It reads the workspace's settings as ``fastgate call`` does (rules, hooks, mode, the
+``.mcp.json`` servers), builds the executors, the journal, the audit and the gateway, and serves
+streamable HTTP with uvicorn (or stdio with ``--stdio``) until SIGINT or SIGTERM, then stops
+every upstream server process before it exits. Exit status: 0 after a clean shutdown, 2 for bad
+usage or configuration.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+USAGE = 2
+DEFAULT_LISTEN = "127.0.0.1:8765"
+STORE_FILE = "serve.db"  # under <workspace>/.fastgate/
+
+
+class UsageError(Exception):
+    """Bad usage or configuration: exit status 2, the message on stderr."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workspace", metavar="DIR", help="default: the current directory")
+    parser.add_argument(
+        "--settings",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a settings file in Claude Code's shape (repeatable, merged in order)",
+    )
+    parser.add_argument(
+        "--mcp-config",
+        metavar="FILE",
+        help="upstream MCP servers ({mcpServers}; default: the workspace's .mcp.json)",
+    )
+    parser.add_argument(
+        "--builtin",
+        default="all",
+        metavar="NAMES",
+        help="built-in tools to serve: a comma list (read,grep,...), all or none (default all)",
+    )
+    parser.add_argument(
+        "--code-mode", action="store_true", help="serve run_code (tools called from a program)"
+    )
+    parser.add_argument(
+        "--mode",
+        help="permission mode (default, accept_edits, plan, yolo, dont_ask or Claude Code's "
+        "names); default: the settings' defaultMode",
+    )
+    parser.add_argument(
+        "--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help=f"default {DEFAULT_LISTEN}"
+    )
+    parser.add_argument(
+        "--stdio", action="store_true", help="serve one client over stdin/stdout instead"
+    )
+    parser.add_argument(
+        "--tokens",
+        metavar="FILE",
+        help='callers: {"<sha256 of a token>": {"principal", "mode", "scope"}}; without it '
+        "only this machine is served, as principal local",
+    )
+    parser.add_argument(
+        "--store",
+        metavar="URL",
+        help="the journal: sqlite:///PATH or postgresql://... "
+        f"(default sqlite under <workspace>/.fastgate/{STORE_FILE})",
+    )
+    parser.add_argument("--redis", metavar="URL", help="share admission limits with replicas")
+    parser.add_argument(
+        "--approvals",
+        choices=["client", "console", "deny"],
+        default="client",
+        help="who answers a call that asks (default client)",
+    )
+    parser.add_argument(
+        "--console", action="store_true", help="serve the approvals console (see docs/serve.md)"
+    )
+    parser.add_argument("--audit", metavar="FILE", help="append one JSON line per decision/result")
+    parser.add_argument(
+        "--no-discover",
+        action="store_true",
+        help="read only the --settings given, not the workspace's and the user's files",
+    )
+    parser.add_argument(
+        "--rate-limit",
+        type=float,
+        default=100.0,
+        metavar="N",
+        help="requests a second per principal before 429 (bursts of 2N; 0: no limit)",
+    )
+    parser.add_argument(
+        "--max-body", type=int, default=4 * 1024 * 1024, metavar="BYTES", help="default 4 MiB"
+    )
+    parser.add_argument(
+        "--read-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a request body must arrive within this (default 30)",
+    )
+    parser.add_argument(
+        "--state-key-file",
+        metavar="FILE",
+        help="the key sealing approval state (hex); replicas must share one",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="HOST",
+        help="accept only these Host headers (DNS-rebinding protection; default for a "
+        "loopback --listen: localhost and 127.0.0.1 only)",
+    )
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    from fastgate.runtime import run
+
+    try:
+        return run(_serve(args))
+    except UsageError as exc:
+        print(f"fastgate serve: {exc}", file=sys.stderr)
+        return USAGE
+    except KeyboardInterrupt:
+        return 0
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    setup = _Setup(args)
+    async with setup.running() as gateway:
+        if args.stdio:
+            await gateway.run_stdio()
+        else:
+            await _serve_http(gateway, setup)
+    return 0
+
+
+# -- setting up -------------------------------------------------------------------------------
+
+
+class _Setup:
+    """Everything the gateway needs, checked before anything starts."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from fastgate import Hooks, PermissionConfig, PermissionMode
+        from fastgate.permissions import discovery
+
+        self.args = args
+        workspace = Path(args.workspace or os.getcwd())
+        if not workspace.is_dir():
+            raise UsageError(f"the workspace {workspace} is not a directory")
+        self.workspace = str(workspace.resolve())
+        discovered = [] if args.no_discover else discovery.settings_files(self.workspace)
+        self.settings_files: list[str] = [*discovered, *args.settings]
+        try:
+            self.permissions = PermissionConfig.load(*self.settings_files)
+            self.hooks = Hooks.load(*self.settings_files)
+            if args.mode is not None:
+                self.mode = PermissionMode.parse(args.mode)
+            else:
+                self.mode = self.permissions.default_mode or PermissionMode.DEFAULT
+        except (OSError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+        self.mcp_config: str | None = args.mcp_config
+        if self.mcp_config is None and not args.no_discover:
+            self.mcp_config = discovery.mcp_config_file(self.workspace)
+        self.builtins = _builtin_names(args.builtin)
+        self.host, self.port = _listen(args.listen)
+        if args.stdio and args.tokens:
+            raise UsageError("--tokens is for HTTP callers; a --stdio client is its launcher")
+        self.tokens = _tokens(args.tokens)
+        self.state_keys = _state_keys(args.state_key_file)
+        if args.rate_limit < 0:
+            raise UsageError("--rate-limit: expected requests a second >= 0 (0: no limit)")
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Any]:
+        """The gateway, with its store, scheduler, bridge and audit open; all closed after."""
+        from fastgate import ToolRegistry
+        from fastgate.serve import Gateway
+
+        registry = ToolRegistry()
+        self._register_builtins(registry)
+        async with contextlib.AsyncExitStack() as stack:
+            store = await self._store()
+            stack.push_async_callback(_close_store, store)
+            scheduler = self._scheduler()
+            stack.push_async_callback(scheduler.close)
+            audit = self._audit()
+            if audit is not None:
+                stack.push_async_callback(audit.aclose)
+            bridge = await self._bridge(registry)
+            if bridge is not None:
+                stack.push_async_callback(bridge.aclose)
+            executors = self._executors(registry, store, scheduler, audit)
+            stack.callback(_dispose, executors)
+            try:
+                gateway = Gateway(
+                    executors[self.mode],
+                    tokens=self.tokens,
+                    approvals=self.args.approvals,
+                    console=self.args.console,
+                    executors=executors,
+                    bridge=bridge,
+                    audit=audit,
+                    workspace=self.workspace,
+                    state_keys=self.state_keys,
+                    rate_limit=self._rate_limit(),
+                    max_body=self.args.max_body,
+                    read_timeout=self.args.read_timeout,
+                    allowed_hosts=self._allowed_hosts(),
+                )
+            except (TypeError, ValueError) as exc:
+                raise UsageError(str(exc)) from None
+            yield gateway
+
+    def _register_builtins(self, registry: Any) -> None:
+        if not self.builtins:
+            return
+        try:
+            from fastgate.builtin import register_builtins
+        except ImportError as exc:
+            raise UsageError(f"--builtin: {exc}") from None
+        try:
+            register_builtins(registry, include=None if self.builtins == "all" else self.builtins)
+        except ValueError as exc:
+            raise UsageError(f"--builtin: {exc}") from None
+
+    async def _store(self) -> Any:
+        url = self.args.store
+        if url is None:
+            folder = Path(self.workspace) / ".fastgate"
+            folder.mkdir(exist_ok=True)
+            url = f"sqlite:///{folder / STORE_FILE}"
+        if url.startswith("sqlite:///"):
+            from fastgate import SqliteToolUseStore, StoreError
+
+            try:
+                # SQLAlchemy's spelling: sqlite:///relative/path, sqlite:////absolute/path
+                return await SqliteToolUseStore.open(url[len("sqlite:///") :])
+            except (StoreError, OSError, ValueError) as exc:
+                raise UsageError(f"--store: {exc}") from None
+        if url.startswith(("postgresql://", "postgres://")):
+            import fastgate
+
+            store_class = getattr(fastgate, "PostgresToolUseStore", None)
+            if store_class is None:
+                raise UsageError("--store: this fastgate has no Postgres store")
+            try:
+                return store_class(url)
+            except (ImportError, ValueError) as exc:
+                raise UsageError(f"--store: {exc}") from None
+        raise UsageError(f"--store: expected sqlite:///PATH or postgresql://..., got {url!r}")
+
+    def _scheduler(self) -> Any:
+        from fastgate import ConcurrencyScheduler, SchedulerLimits
+
+        cluster = None
+        if self.args.redis:
+            try:
+                from fastgate.cluster import RedisCluster
+            except ImportError as exc:
+                raise UsageError(f"--redis: {exc}") from None
+            cluster = RedisCluster(self.args.redis)
+        return ConcurrencyScheduler(SchedulerLimits(), cluster=cluster)
+
+    def _audit(self) -> Any:
+        if not self.args.audit:
+            return None
+        from fastgate.serve import GatewayAudit
+
+        try:
+            return GatewayAudit(self.args.audit)
+        except OSError as exc:
+            raise UsageError(f"--audit: {exc}") from None
+
+    async def _bridge(self, registry: Any) -> Any:
+        if self.mcp_config is None:
+            return None
+        try:
+            from fastgate.mcp import MCPBridge, MCPStartupError, load_mcp_config
+        except ImportError as exc:
+            raise UsageError(f"--mcp-config needs the MCP bridge: {exc}") from None
+        try:
+            servers = load_mcp_config(self.mcp_config)
+        except (OSError, ValueError) as exc:
+            raise UsageError(str(exc)) from None
+        bridge = MCPBridge(registry, servers)
+        try:
+            await bridge.start()
+        except MCPStartupError as exc:
+            await bridge.aclose()
+            raise UsageError(str(exc)) from None
+        return bridge
+
+    def _executors(self, registry: Any, store: Any, scheduler: Any, audit: Any) -> dict[Any, Any]:
+        """One executor per permission mode in use: the gateway's, and each token's."""
+        from fastgate import FileLockManager, ToolExecutor
+
+        modes = {self.mode}
+        if self.tokens is not None:
+            modes |= {c.mode for c in self.tokens.callers() if c.mode is not None}
+        if self.args.code_mode and len(modes) > 1:
+            raise UsageError("--code-mode serves one permission mode: the tokens name others")
+        locks = FileLockManager()
+        shared: dict[str, Any] = {
+            "permissions": self.permissions,
+            "hooks": self.hooks,
+            "scheduler": scheduler,
+            "locks": locks,
+            "store": store,
+            "context_defaults": {"workspace_root": self.workspace},
+            "audit": audit,
+        }
+        code_mode = self._code_mode() if self.args.code_mode else None
+        try:
+            base = ToolExecutor(registry, mode=self.mode, code_mode=code_mode, **shared)
+        except Exception as exc:  # code mode refusing a machine that cannot confine programs
+            raise UsageError(str(exc)) from None
+        executors: dict[Any, Any] = {self.mode: base}
+        for mode in modes - {self.mode}:  # one store of session approvals for every mode
+            executors[mode] = ToolExecutor(
+                registry, mode=mode, approval_store=base.approvals, **shared
+            )
+        return executors
+
+    def _code_mode(self) -> Any:
+        try:
+            from fastgate.codemode import CodeMode
+        except ImportError as exc:
+            raise UsageError(f"--code-mode: {exc}") from None
+        return CodeMode()
+
+    def _rate_limit(self) -> tuple[float, int] | None:
+        rate = float(self.args.rate_limit)
+        if rate == 0:
+            return None
+        return rate, max(1, int(rate * 2))
+
+    def _allowed_hosts(self) -> list[str] | None:
+        if self.args.allowed_host:
+            return list(self.args.allowed_host)
+        if self.host in ("127.0.0.1", "localhost", "::1"):
+            return ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+        return None
+
+
+def _builtin_names(value: str) -> str | list[str]:
+    if value == "all":
+        return "all"
+    if value == "none":
+        return []
+    names = [n.strip() for n in value.split(",") if n.strip()]
+    if not names:
+        raise UsageError("--builtin: expected a comma list of tool names, all or none")
+    return names
+
+
+def _listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise UsageError(f"--listen: expected HOST:PORT, got {value!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def _tokens(path: str | None) -> Any:
+    if path is None:
+        return None
+    from fastgate.serve import TokensError, TokenTable
+
+    try:
+        return TokenTable.load(path)
+    except TokensError as exc:
+        raise UsageError(f"--tokens: {exc}") from None
+
+
+def _state_keys(path: str | None) -> list[bytes] | None:
+    if path is None:
+        return None
+    from fastgate.serve import state_key
+
+    try:
+        with open(path, "rb") as f:
+            return [state_key(f.read())]
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--state-key-file: {exc}") from None
+
+
+async def _close_store(store: Any) -> None:
+    close = getattr(store, "close", None)
+    if close is not None:
+        await close()
+
+
+def _dispose(executors: dict[Any, Any]) -> None:
+    for executor in executors.values():
+        executor.dispose()
+
+
+# -- serving ----------------------------------------------------------------------------------
+
+
+async def _serve_http(gateway: Any, setup: _Setup) -> None:
+    import importlib.util
+
+    import uvicorn
+
+    family = socket.AF_INET6 if ":" in setup.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((setup.host, setup.port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"--listen {setup.args.listen}: {exc.strerror or exc}") from None
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        gateway.asgi(),
+        http="httptools" if importlib.util.find_spec("httptools") else "h11",
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=5,
+        server_header=False,
+    )
+    server = uvicorn.Server(config)
+    shown = f"[{setup.host}]" if ":" in setup.host else setup.host
+    who = "callers of --tokens" if setup.tokens is not None else "this machine only (local)"
+    print(
+        f"fastgate serve: listening on http://{shown}:{port}/mcp for {who}; "
+        f"approvals: {setup.args.approvals}",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        sock.close()

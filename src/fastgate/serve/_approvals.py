@@ -1,0 +1,194 @@
+"""Who answers a call that asks: the calling client (an elicitation), a person at the console
+(the pending-approvals registry), or nobody.
+
+The form put to a client has one required field, ``decision`` (``once``, ``session`` or
+``reject``), and an optional ``reason``, which becomes the feedback the model reads on a
+rejection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from fastgate.model import ApprovalRequest, ApprovalResponse
+
+APPROVALS_MODES: Final = ("client", "console", "deny")
+ApprovalsMode = Literal["client", "console", "deny"]
+
+DECISIONS: Final = ("once", "session", "reject")
+APPROVAL_FORM: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {
+        "decision": {
+            "type": "string",
+            "title": "Decision",
+            "description": "once: allow this call; session: allow such calls for this session; "
+            "reject: refuse it",
+            "enum": list(DECISIONS),
+        },
+        "reason": {
+            "type": "string",
+            "title": "Reason",
+            "description": "Optional: why (shown to the model when the call is rejected)",
+        },
+    },
+    "required": ["decision"],
+}
+_SHOWN_ARGUMENTS = 2_000  # characters of the arguments quoted in the question
+
+
+def approval_message(request: ApprovalRequest, principal: str) -> str:
+    """The question a person is shown: the tool, who asks, why, and what will run (cut)."""
+    shown = json.dumps(_plain(request.args), ensure_ascii=False, sort_keys=True)
+    if len(shown) > _SHOWN_ARGUMENTS:
+        shown = shown[:_SHOWN_ARGUMENTS] + f"… ({len(shown) - _SHOWN_ARGUMENTS} more characters)"
+    return (
+        f"fastgate: allow {request.tool_name} for {principal}?\n"
+        f"Why it asks: {request.reason} (source: {request.source})\n"
+        f"Arguments: {shown}"
+    )
+
+
+def answer_of(action: str, content: Mapping[str, Any] | None) -> ApprovalResponse:
+    """The approval an elicitation answer gives: only an accepted form with a valid decision
+    approves; a decline, a cancel or anything malformed rejects."""
+    if action != "accept":
+        verb = "declined" if action == "decline" else "dismissed"
+        return ApprovalResponse(False, feedback=f"The user {verb} the approval of this call.")
+    decision = content.get("decision") if content else None
+    reason = content.get("reason") if content else None
+    feedback = reason if isinstance(reason, str) and reason.strip() else None
+    if decision == "once":
+        return ApprovalResponse(True, scope="once", feedback=feedback)
+    if decision == "session":
+        return ApprovalResponse(True, scope="session", feedback=feedback)
+    if decision == "reject":
+        return ApprovalResponse(False, feedback=feedback or "The user rejected this call.")
+    return ApprovalResponse(
+        False, feedback=f"The approval form came back without a valid decision ({decision!r})."
+    )
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+# -- the console's registry -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PendingApproval:
+    """A call waiting for a person's answer at the console."""
+
+    id: str
+    principal: str
+    session_id: str | None
+    tool_name: str
+    arguments: Any
+    reason: str
+    source: str
+    execution_id: str | None
+    since: float  # wall clock, seconds since the epoch
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalEvent:
+    """A change of the pending list: ``added``, ``answered`` or ``withdrawn`` (timed out or
+    cancelled)."""
+
+    kind: Literal["added", "answered", "withdrawn"]
+    approval: PendingApproval
+    response: ApprovalResponse | None = None
+
+
+@dataclass(slots=True)
+class _Waiting:
+    approval: PendingApproval
+    answer: asyncio.Future[ApprovalResponse] = field(repr=False)
+
+
+class PendingApprovals:
+    """Calls waiting for an answer from the console: ``pending()``, ``answer(id, response)``
+    (the first answer wins), and ``events()``, every change as it happens.
+
+    ``timeout``: how long a call waits for an answer before it is rejected (seconds)."""
+
+    def __init__(self, timeout: float = 300.0) -> None:
+        if not timeout > 0:
+            raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
+        self.timeout = float(timeout)
+        self._waiting: dict[str, _Waiting] = {}
+        self._ids = itertools.count(1)
+        self._listeners: set[asyncio.Queue[ApprovalEvent]] = set()
+
+    def pending(self) -> list[PendingApproval]:
+        """The calls waiting now, newest first."""
+        return sorted(
+            (w.approval for w in self._waiting.values()), key=lambda a: a.since, reverse=True
+        )
+
+    def answer(self, approval_id: str, response: ApprovalResponse) -> bool:
+        """Answer a waiting call; False when it is no longer waiting (answered, timed out,
+        cancelled)."""
+        if not isinstance(response, ApprovalResponse):
+            raise TypeError(f"response: expected an ApprovalResponse, got {type(response)!r}")
+        waiting = self._waiting.pop(approval_id, None)
+        if waiting is None or waiting.answer.done():
+            return False
+        waiting.answer.set_result(response)
+        self._publish(ApprovalEvent("answered", waiting.approval, response))
+        return True
+
+    async def events(self) -> AsyncIterator[ApprovalEvent]:
+        """Every change from now on, until the consumer stops iterating."""
+        queue: asyncio.Queue[ApprovalEvent] = asyncio.Queue(maxsize=1024)
+        self._listeners.add(queue)
+        try:
+            while True:
+                yield await queue.get()
+        finally:
+            self._listeners.discard(queue)
+
+    async def ask(self, request: ApprovalRequest, principal: str) -> ApprovalResponse:
+        """Wait for the console's answer to ``request`` (rejected after ``timeout``)."""
+        approval = PendingApproval(
+            id=f"a{next(self._ids)}-{request.execution_id or ''}",
+            principal=principal,
+            session_id=request.session_id,
+            tool_name=request.tool_name,
+            arguments=_plain(request.args),
+            reason=request.reason or "",
+            source=request.source,
+            execution_id=request.execution_id,
+            since=time.time(),
+        )
+        waiting = _Waiting(approval, asyncio.get_running_loop().create_future())
+        self._waiting[approval.id] = waiting
+        self._publish(ApprovalEvent("added", approval))
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await asyncio.shield(waiting.answer)
+        except TimeoutError:
+            return ApprovalResponse(
+                False, feedback=f"No answer came from the console within {self.timeout:g} s."
+            )
+        finally:
+            if self._waiting.pop(approval.id, None) is not None:
+                self._publish(ApprovalEvent("withdrawn", approval))
+
+    def _publish(self, event: ApprovalEvent) -> None:
+        for queue in list(self._listeners):
+            try:
+                queue.put_nowait(event)
+            except asyncio.QueueFull:  # a consumer that stopped reading misses events
+                pass

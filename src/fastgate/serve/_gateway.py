@@ -1,0 +1,939 @@
+"""``Gateway``: fastgate's pipeline behind one MCP endpoint (SPEC §23).
+
+The MCP SDK's low-level ``Server`` speaks both protocol eras (2025-11-25 with sessions, the
+2026-07-28 stateless one) over streamable HTTP and stdio; the gateway gives it three handlers:
+``tools/list`` (per caller), ``tools/call`` (through a ``ToolExecutor``) and
+``subscriptions/listen`` (list changes, 2026 era). Everything else (JSON-RPC framing, sessions,
+the ``Mcp-Method``/``Mcp-Name`` cross-check, unknown methods, sealing ``requestState``) is the
+SDK's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import mcp_types as types
+from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
+from mcp.server.stdio import stdio_server
+from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.authentication import AuthenticationMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from fastgate.model import (
+    ApprovalRequest,
+    ApprovalResponse,
+    CancelToken,
+    ElicitationRequest,
+    ElicitationResponse,
+    ErrorCode,
+    ExecutionContext,
+    PermissionMode,
+    ToolResult,
+)
+from fastgate.pipeline import ToolExecutor
+from fastgate.serve import _state
+from fastgate.serve._approvals import (
+    APPROVAL_FORM,
+    APPROVALS_MODES,
+    ApprovalsMode,
+    PendingApprovals,
+    answer_of,
+    approval_message,
+)
+from fastgate.serve._audit import GatewayAudit
+from fastgate.serve._callers import (
+    LOCAL_CALLER,
+    Caller,
+    TokenTable,
+    clean_client_session,
+    session_id,
+)
+from fastgate.serve._http import (
+    BodyDeadline,
+    LoopbackBackend,
+    LoopbackOnly,
+    RateLimit,
+    bearer_backend,
+    caller_of,
+)
+from fastgate.serve._listing import fingerprint, listing, output_schema, policy_generation
+from fastgate.serve._metrics import CONTENT_TYPE, GatewayMetrics
+from fastgate.serve._results import call_result
+
+log = logging.getLogger("fastgate.serve")
+
+APPROVAL_INPUT: Final = "fastgate/approval"  # the key of the approval in inputRequests
+SESSION_META: Final = "fastgate/session"
+IDEMPOTENCY_META: Final = "fastgate/idempotency-key"
+SESSION_HEADER: Final = "mcp-client-session"
+IDEMPOTENCY_HEADER: Final = "idempotency-key"
+MAX_BODY: Final = 4 * 1024 * 1024
+_MAX_KEY: Final = 256
+_LEGACY_SESSIONS_LIMIT: Final = 10_000
+
+
+class _GatewayServer(Server[Any]):
+    """The SDK's server, telling older-era clients that the tool list can change."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+@dataclass(slots=True)
+class _Asking:
+    """A 2026-era call stopped to ask its client: the request asked, for ``input_required``."""
+
+    execution_id: str
+    request: ApprovalRequest | None = None
+
+
+@dataclass(slots=True)
+class _Listen:
+    handler: ListenHandler
+    bus: InMemorySubscriptionBus
+    fingerprint: str | None = None
+
+
+@dataclass(slots=True)
+class _LegacySession:
+    caller: Caller
+    session: Any  # the SDK's ServerSession: its standalone channel reaches the client
+    fingerprint: str | None = None
+
+
+@dataclass(slots=True)
+class _ProgressRoutes:
+    """Progress reports of one executor, to the calls whose clients asked for them."""
+
+    routes: dict[str, asyncio.Queue[Any]] = field(default_factory=dict)
+    task: asyncio.Task[None] | None = None
+
+
+class Gateway:
+    """Serve ``executor``'s tools over MCP.
+
+    ``tokens``: a ``TokenTable``, a tokens file, or its mapping; None serves only loopback
+    connections, as principal ``local``. ``approvals``: who answers a call that asks:
+    ``"client"`` (the calling client, by elicitation; a client that cannot falls back to the
+    console when ``console`` is on, else nobody), ``"console"`` (``pending``, the registry a
+    console serves), ``"deny"`` (nobody: ``PERMISSION_DENIED``, ``no_approver``).
+    ``executors``: an executor per permission mode callers' tokens name (made from
+    ``executor``'s parts when missing). ``bridge``: the ``MCPBridge`` whose tools are served
+    (watched for list changes, its servers' states in ``/metrics``). ``audit``: a
+    ``GatewayAudit`` (also every executor's audit sink). ``state_keys``: the keys sealing
+    ``requestState`` (the first seals; replicas share them; None: a key of this process).
+    ``rate_limit``: ``(requests per second, burst)`` per principal, None for no limit.
+    """
+
+    def __init__(
+        self,
+        executor: ToolExecutor,
+        *,
+        tokens: TokenTable | str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        approvals: ApprovalsMode = "client",
+        console: bool = False,
+        executors: Mapping[PermissionMode | str, ToolExecutor] | None = None,
+        bridge: Any = None,
+        audit: GatewayAudit | None = None,
+        workspace: str | None = None,
+        state_keys: Sequence[bytes] | None = None,
+        rate_limit: tuple[float, int] | None = (100.0, 200),
+        max_body: int = MAX_BODY,
+        read_timeout: float = 30.0,
+        approval_timeout: float = 300.0,
+        session_idle_timeout: float = 1800.0,
+        allowed_hosts: Sequence[str] | None = None,
+        name: str = "fastgate",
+    ) -> None:
+        if not isinstance(executor, ToolExecutor):
+            raise TypeError(f"executor: expected a ToolExecutor, got {type(executor).__name__}")
+        if approvals not in APPROVALS_MODES:
+            raise ValueError(f"approvals: expected one of {', '.join(APPROVALS_MODES)}")
+        if type(max_body) is not int or max_body < 1024:
+            raise ValueError(f"max_body: expected bytes >= 1024, got {max_body!r}")
+        self.executor = executor
+        self.tokens = _token_table(tokens)
+        self.approvals: ApprovalsMode = approvals
+        self.console = console
+        self.pending = PendingApprovals(approval_timeout)
+        self.bridge = bridge
+        self.audit = audit
+        self.workspace = workspace
+        self.rate_limit = rate_limit
+        self.max_body = max_body
+        self.read_timeout = read_timeout
+        self.session_idle_timeout = session_idle_timeout
+        self.allowed_hosts = list(allowed_hosts) if allowed_hosts is not None else None
+        self.name = name
+        self.metrics = GatewayMetrics()
+        self.metrics.watch(executor.scheduler.stats, bridge.status if bridge is not None else None)
+        self._executors = self._executors_by_mode(executor, executors)
+        for each in {id(e): e for e in self._executors.values()}.values():
+            each.set_tracer(self.metrics.tracer(each.tracer))
+        self._scopes = self._caller_scopes()
+        self._codec = _state.HmacStateCodec(
+            list(state_keys) if state_keys else [_state.state_key(None)]
+        )
+        self._nonces = _state.UsedNonces()
+        self._listens: dict[Caller, _Listen] = {}
+        self._legacy: OrderedDict[str, _LegacySession] = OrderedDict()
+        self._progress: dict[int, _ProgressRoutes] = {}
+        self._watchers: list[asyncio.Task[None]] = []
+        self._stdio_session: str | None = None
+        self._app: Starlette | None = None
+        self.server = self._build_server()
+
+    # -- the MCP server -------------------------------------------------------------------------
+
+    def _build_server(self) -> Server[Any]:
+        import fastgate
+
+        server = _GatewayServer(
+            self.name,
+            version=fastgate.__version__,
+            instructions="Tools served through fastgate: every call is validated, judged by "
+            "policy, admitted fairly, journaled and audited.",
+            get_tool_input_schema=self._input_schema,
+        )
+        server.add_request_handler("tools/list", types.PaginatedRequestParams, self._list_tools)
+        server.add_request_handler("tools/call", types.CallToolRequestParams, self._call_tool)
+        server.add_request_handler(
+            "subscriptions/listen", types.SubscriptionsListenRequestParams, self._listen
+        )
+        security = RequestStateSecurity(
+            codec=self._codec, ttl=_state.STATE_TTL, bind_principal=self._principal_of
+        )
+        server.middleware.append(_StateRefusals(self))
+        server.middleware.append(RequestStateBoundary(security, default_audience=self.name))
+        return server
+
+    def _input_schema(self, name: str) -> Mapping[str, Any] | None:
+        tool = self.executor.registry.resolve(name)
+        return None if tool is None else tool.input_schema
+
+    # -- callers --------------------------------------------------------------------------------
+
+    def _caller(self, ctx: ServerRequestContext[Any, Any]) -> Caller:
+        request = ctx.request
+        if request is None:
+            return LOCAL_CALLER  # stdio: whoever started the gateway
+        caller = caller_of(request.scope)
+        if caller is None:  # the app's middleware authenticates every request first
+            raise MCPError(types.INVALID_REQUEST, "unauthenticated request")
+        return caller
+
+    def _principal_of(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        return self._caller(ctx).principal
+
+    def _executor_for(self, caller: Caller) -> ToolExecutor:
+        if caller.mode is None:
+            return self.executor
+        return self._executors[caller.mode]
+
+    def _scope_of(self, caller: Caller) -> str | None:
+        scope = caller.scope
+        if scope is None or isinstance(scope, str):
+            return scope
+        return self._scopes[scope]
+
+    def _executors_by_mode(
+        self,
+        executor: ToolExecutor,
+        given: Mapping[PermissionMode | str, ToolExecutor] | None,
+    ) -> dict[PermissionMode, ToolExecutor]:
+        out = {executor.mode: executor}
+        for mode, each in (given or {}).items():
+            out[PermissionMode.parse(mode)] = each
+        wanted = {c.mode for c in self.tokens.callers()} if self.tokens is not None else set()
+        for mode in sorted(m for m in wanted if m is not None and m not in out):
+            if executor.registry.resolve("run_code") is not None:
+                raise ValueError(
+                    f"a token names mode {mode}, and code mode serves one executor: pass "
+                    "executors={mode: ToolExecutor(...)} with a code mode of its own"
+                )
+            out[mode] = ToolExecutor(
+                executor.registry,
+                permissions=executor.permissions,
+                mode=mode,
+                approval_store=executor.approvals,
+                hooks=executor.hooks,
+                guards=executor.guards,
+                scheduler=executor.scheduler,
+                locks=executor.locks,
+                store=executor.store,
+                auto_verify=executor.auto_verify,
+                context_defaults={"workspace_root": self.workspace} if self.workspace else None,
+                audit=self.audit,
+            )
+        return out
+
+    def _caller_scopes(self) -> dict[tuple[str, ...], str]:
+        """A registry scope for every tool list a token names (fnmatch patterns)."""
+        out: dict[tuple[str, ...], str] = {}
+        if self.tokens is None:
+            return out
+        registry = self.executor.registry
+        for caller in self.tokens.callers():
+            scope = caller.scope
+            if isinstance(scope, str):
+                if registry.get_scope(scope) is None:
+                    raise ValueError(
+                        f"the token of {caller.principal} names scope {scope!r}, which the "
+                        "registry does not have"
+                    )
+            elif scope is not None and scope not in out:
+                name = f"serve:{len(out)}:{'|'.join(scope)[:80]}"
+                if registry.get_scope(name) is None:
+                    registry.scope(name, allow=scope)
+                out[scope] = name
+        return out
+
+    # -- tools/list -----------------------------------------------------------------------------
+
+    def tools_for(self, caller: Caller, *, modern: bool = True) -> list[dict[str, Any]]:
+        """What ``caller`` is shown by ``tools/list`` (``modern``: the 2026 era, where an
+        output schema need not be an object)."""
+        executor = self._executor_for(caller)
+        return listing(
+            executor.registry,
+            self._scope_of(caller),
+            executor.permissions,
+            executor.mode,
+            object_outputs_only=not modern,
+        )
+
+    async def _list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams
+    ) -> HandlerResult:
+        caller = self._caller(ctx)
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        tools = self.tools_for(caller, modern=modern)
+        if not modern:
+            self._remember_legacy_session(ctx, caller, fingerprint(tools))
+            return {"tools": tools}
+        # A caller's own list ("private"), never to be served from a cache: it changes with
+        # the upstream servers.
+        return {"tools": tools, "ttlMs": 0, "cacheScope": "private", "resultType": "complete"}
+
+    def _remember_legacy_session(
+        self, ctx: ServerRequestContext[Any, Any], caller: Caller, listed: str
+    ) -> None:
+        key = self._legacy_key(ctx)
+        if key is None:
+            return
+        known = self._legacy.pop(key, None)
+        if known is None and len(self._legacy) >= _LEGACY_SESSIONS_LIMIT:
+            self._legacy.popitem(last=False)
+        self._legacy[key] = _LegacySession(caller, ctx.session, listed)
+
+    def _legacy_key(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        request = ctx.request
+        if request is None:
+            return self._stdio_session
+        found: str | None = request.headers.get("mcp-session-id")
+        return found
+
+    async def _listen(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+    ) -> HandlerResult:
+        caller = self._caller(ctx)
+        listen = self._listens.get(caller)
+        if listen is None:
+            bus = InMemorySubscriptionBus()
+            listen = self._listens[caller] = _Listen(ListenHandler(bus, max_subscriptions=64), bus)
+        if listen.fingerprint is None:
+            listen.fingerprint = fingerprint(self.tools_for(caller))
+        return await listen.handler(ctx, params)
+
+    async def tools_changed(self) -> None:
+        """Tell every client whose tool list changed (``notifications/tools/list_changed``; in
+        the 2026 era on its ``subscriptions/listen`` stream). The gateway calls it when an
+        upstream server's tools change; call it after changing the registry yourself."""
+        for key, known in list(self._legacy.items()):
+            now = fingerprint(self.tools_for(known.caller, modern=False))
+            if now == known.fingerprint:
+                continue
+            known.fingerprint = now
+            try:
+                await known.session.send_tool_list_changed()
+            except Exception:  # a session that ended: forget it
+                log.debug("tools/list_changed not delivered to session %s", key, exc_info=True)
+                self._legacy.pop(key, None)
+        for caller, listen in list(self._listens.items()):
+            now = fingerprint(self.tools_for(caller))
+            if now != listen.fingerprint:
+                listen.fingerprint = now
+                await listen.bus.publish(ToolsListChanged())
+
+    # -- tools/call -----------------------------------------------------------------------------
+
+    async def _call_tool(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
+    ) -> HandlerResult:
+        caller = self._caller(ctx)
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        raw = ctx.params or {}
+        meta = raw.get("_meta")
+        meta = meta if isinstance(meta, dict) else {}
+        request = ctx.request
+        headers = request.headers if request is not None else None
+        client_session = self._client_session(ctx, meta, headers, modern)
+        session = session_id(caller.principal, client_session)
+        executor = self._executor_for(caller)
+        name = params.name
+        arguments: Any = params.arguments if params.arguments is not None else {}
+        execution_id = executor.new_execution_id()
+        digest = _state.arguments_digest(arguments)
+        if self.audit is not None:
+            self.audit.begin(execution_id, caller.principal, digest)
+        base = ExecutionContext(
+            session_id=session,
+            workspace_root=self.workspace,
+            agent_scope=self._scope_of(caller),
+        )
+        key = _idempotency_key(meta, headers, client_session, ctx.request_id, modern)
+        if isinstance(key, _Problem):
+            return self._refused(executor, name, base, execution_id, key, modern)
+        asking = _Asking(execution_id)
+        answered: ApprovalResponse | None = None
+        if modern and params.request_state is not None:
+            problem = self._check_state(caller, executor, name, digest, params.request_state)
+            if problem is not None:
+                return self._refused(executor, name, base, execution_id, problem, modern)
+            answered = _answer_in(params.input_responses)
+        approver, cancel = self._approver(ctx, caller, modern, asking, answered)
+        context = ExecutionContext(
+            session_id=session,
+            workspace_root=self.workspace,
+            cancel=cancel,
+            approver=approver,
+            agent_scope=base.agent_scope,
+            elicitor=self._elicitor(ctx, modern),
+            idempotency_key=key,
+        )
+        progress = self._progress_route(ctx, executor, execution_id, meta)
+        try:
+            result = await executor.execute(name, arguments, context, execution_id=execution_id)
+        except asyncio.CancelledError:
+            if self.audit is not None:
+                self.audit.forget(execution_id)
+            raise
+        finally:
+            if progress is not None:
+                progress.stop()
+        if asking.request is not None and _stopped_to_ask(result):
+            return self._input_required(caller, executor, name, digest, asking.request)
+        return self._answer(result, executor, base.agent_scope, modern)
+
+    def _answer(
+        self,
+        result: ToolResult,
+        executor: ToolExecutor,
+        scope: str | None,
+        modern: bool,
+        reason: str | None = None,
+    ) -> dict[str, Any]:
+        name = result.meta.tool_name
+        self.metrics.count(name, result)
+        if self.audit is not None:
+            self.audit.result(result, reason)
+        tool = executor.registry.resolve(name, scope) if result.ok else None
+        structured = tool is not None and output_schema(tool) is not None
+        return call_result(result, structured=structured, object_only=not modern, modern=modern)
+
+    def _refused(
+        self,
+        executor: ToolExecutor,
+        name: str,
+        base: ExecutionContext,
+        execution_id: str,
+        problem: _Problem,
+        modern: bool,
+    ) -> dict[str, Any]:
+        result = executor.refuse(
+            name,
+            problem.code,
+            problem.message,
+            base,
+            details={"reason": problem.reason},
+            execution_id=execution_id,
+        )
+        return self._answer(result, executor, base.agent_scope, modern)
+
+    def refuse_state(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        """The answer to a call whose ``requestState`` the SDK's boundary did not verify."""
+        caller = self._caller(ctx)
+        executor = self._executor_for(caller)
+        raw = ctx.params or {}
+        name = raw.get("name")
+        base = ExecutionContext(session_id=session_id(caller.principal, None))
+        problem = _Problem(
+            ErrorCode.PERMISSION_DENIED,
+            "Not permitted: the approval state sent back does not verify (altered, expired, "
+            "another caller's or another call's); call the tool again to be asked afresh.",
+            "invalid_request_state",
+        )
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        tool_name = name if isinstance(name, str) else ""
+        return self._refused(
+            executor, tool_name, base, executor.new_execution_id(), problem, modern
+        )
+
+    # -- approvals ------------------------------------------------------------------------------
+
+    def _approver(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        caller: Caller,
+        modern: bool,
+        asking: _Asking,
+        answered: ApprovalResponse | None,
+    ) -> tuple[Any, CancelToken | None]:
+        """Who answers this call's approval if it needs one, and (2026 era, asking the client)
+        the token that stops the call at its approval to return ``input_required``."""
+        if self.approvals == "deny":
+            return None, None
+        if self.approvals == "console":
+            return self._console_approver(caller), None
+        if answered is not None:  # the 2026 era's retry, carrying the client's answer
+            reply = answered
+
+            async def answered_already(request: ApprovalRequest) -> ApprovalResponse:
+                if request.execution_id != asking.execution_id:
+                    return await self._fallback(caller, request)
+                return reply
+
+            return answered_already, None
+        if not self._client_elicits(ctx):
+            return (self._console_approver(caller) if self.console else None), None
+        if modern:
+            stop = CancelToken()
+
+            async def ask_client(request: ApprovalRequest) -> ApprovalResponse:
+                if request.execution_id != asking.execution_id:  # a call from code
+                    return await self._fallback(caller, request)
+                asking.request = request
+                stop.cancel("input_required")
+                await asyncio.Event().wait()  # the cancellation ends the wait for an answer
+                raise AssertionError("unreachable")
+
+            return ask_client, stop
+        session = ctx.session
+        related = ctx.request_id
+
+        async def elicit(request: ApprovalRequest) -> ApprovalResponse:
+            reply = await session.elicit_form(
+                approval_message(request, caller.principal),
+                APPROVAL_FORM,
+                related_request_id=related,
+            )
+            return answer_of(reply.action, reply.content)
+
+        return elicit, None
+
+    def _console_approver(self, caller: Caller) -> Any:
+        pending = self.pending
+
+        async def at_console(request: ApprovalRequest) -> ApprovalResponse:
+            return await pending.ask(request, caller.principal)
+
+        return at_console
+
+    async def _fallback(self, caller: Caller, request: ApprovalRequest) -> ApprovalResponse:
+        """A question the client cannot be asked (a call from code in the 2026 era)."""
+        if self.console:
+            return await self.pending.ask(request, caller.principal)
+        return ApprovalResponse(
+            False, feedback="No one can answer this approval here (no console is served)."
+        )
+
+    @staticmethod
+    def _client_elicits(ctx: ServerRequestContext[Any, Any]) -> bool:
+        capabilities = ctx.session.client_capabilities
+        if capabilities is None or capabilities.elicitation is None:
+            return False
+        modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        return modern or ctx.session.can_send_request
+
+    def _check_state(
+        self, caller: Caller, executor: ToolExecutor, name: str, digest: str, state: str
+    ) -> _Problem | None:
+        tool = executor.registry.resolve(name, self._scope_of(caller))
+        generation = policy_generation(tool, executor.permissions, executor.mode)
+        try:
+            claims = _state.check(
+                state,
+                principal=caller.principal,
+                tool=name,
+                arguments=digest,
+                generation=generation,
+            )
+        except _state.StateProblem as exc:
+            return _Problem(
+                ErrorCode.PERMISSION_DENIED, f"Not permitted: {exc.message}.", exc.reason
+            )
+        if not self._nonces.take(claims.nonce, claims.expires):
+            return _Problem(
+                ErrorCode.PERMISSION_DENIED,
+                "Not permitted: this approval was already used; call the tool again to be asked "
+                "afresh.",
+                "invalid_request_state",
+            )
+        return None
+
+    def _input_required(
+        self,
+        caller: Caller,
+        executor: ToolExecutor,
+        name: str,
+        digest: str,
+        request: ApprovalRequest,
+    ) -> HandlerResult:
+        if self.audit is not None:
+            self.audit.forget(request.execution_id or "")
+        tool = executor.registry.resolve(name, self._scope_of(caller))
+        generation = policy_generation(tool, executor.permissions, executor.mode)
+        state = _state.mint(caller.principal, name, digest, generation)
+        ask = types.ElicitRequest(
+            params=types.ElicitRequestFormParams(
+                message=approval_message(request, caller.principal),
+                requested_schema=APPROVAL_FORM,
+            )
+        )
+        return types.InputRequiredResult(input_requests={APPROVAL_INPUT: ask}, request_state=state)
+
+    # -- what else a call carries ---------------------------------------------------------------
+
+    def _client_session(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        meta: Mapping[str, Any],
+        headers: Mapping[str, str] | None,
+        modern: bool,
+    ) -> str | None:
+        if not modern:
+            if headers is None:
+                return self._stdio_session
+            return clean_client_session(headers.get("mcp-session-id"))
+        named = headers.get(SESSION_HEADER) if headers is not None else None
+        return clean_client_session(named if named is not None else meta.get(SESSION_META))
+
+    def _elicitor(self, ctx: ServerRequestContext[Any, Any], modern: bool) -> Any:
+        """An upstream server's question during a call goes to the calling client, when it
+        can be asked (the older era's elicitation/create)."""
+        if modern or not self._client_elicits(ctx):
+            return None
+        session = ctx.session
+        related = ctx.request_id
+
+        async def forward(question: ElicitationRequest) -> ElicitationResponse:
+            if question.mode == "url" and question.url is not None:
+                reply = await session.elicit_url(
+                    question.message, question.url, uuid.uuid4().hex, related_request_id=related
+                )
+            else:
+                reply = await session.elicit_form(
+                    question.message,
+                    question.requested_schema or {"type": "object", "properties": {}},
+                    related_request_id=related,
+                )
+            return ElicitationResponse(reply.action, reply.content)
+
+        return forward
+
+    def _progress_route(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        executor: ToolExecutor,
+        execution_id: str,
+        meta: Mapping[str, Any],
+    ) -> _ProgressForwarder | None:
+        if meta.get("progressToken") is None:
+            return None
+        routes = self._progress.get(id(executor))
+        if routes is None:
+            routes = self._progress[id(executor)] = _ProgressRoutes()
+        if routes.task is None or routes.task.done():
+            routes.task = asyncio.get_running_loop().create_task(_route_progress(executor, routes))
+        return _ProgressForwarder(routes, execution_id, ctx.session)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Watch the bridge's servers for tool changes (the ASGI app's lifespan and
+        ``run_stdio`` call it)."""
+        if self._watchers or self.bridge is None:
+            return
+        for server in self.bridge.status():
+            self._watchers.append(asyncio.create_task(self._watch_upstream(server)))
+
+    async def aclose(self) -> None:
+        tasks = [*self._watchers]
+        tasks += [r.task for r in self._progress.values() if r.task is not None]
+        self._watchers.clear()
+        self._progress.clear()
+        for listen in self._listens.values():
+            listen.handler.close()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _watch_upstream(self, server: str) -> None:
+        bridge = self.bridge
+        generation = int(bridge.status()[server].get("generation", 0))
+        while True:
+            try:
+                await bridge.wait_for(server, state=None, generation=generation + 1)
+            except RuntimeError:  # the server was closed
+                return
+            generation = int(bridge.status()[server].get("generation", generation + 1))
+            try:
+                await self.tools_changed()
+            except Exception:
+                log.exception("telling clients of %s's new tools failed", server)
+
+    async def run_stdio(self) -> None:
+        """Serve one client over this process's stdin and stdout (as principal ``local``)."""
+        self._stdio_session = uuid.uuid4().hex
+        await self.start()
+        try:
+            async with stdio_server() as (read, write):
+                await self.server.run(read, write, self.server.create_initialization_options())
+        finally:
+            await self.aclose()
+
+    # -- HTTP -----------------------------------------------------------------------------------
+
+    def asgi(self) -> Starlette:
+        """The ASGI app: ``/mcp`` (both eras), ``/healthz``, ``/metrics``. Its lifespan runs
+        the session manager and ``start``/``aclose``."""
+        if self._app is None:
+            self._app = self._build_app()
+        return self._app
+
+    def _build_app(self) -> Starlette:
+        security = None
+        if self.allowed_hosts is not None:
+            security = TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=self.allowed_hosts,
+                allowed_origins=[
+                    f"{s}://{h}" for s in ("http", "https") for h in self.allowed_hosts
+                ],
+            )
+        manager = StreamableHTTPSessionManager(
+            app=self.server,
+            security_settings=security,
+            max_request_body_size=self.max_body,
+            session_idle_timeout=self.session_idle_timeout,
+        )
+        reject = self._count_rejection
+        mcp_app: Any = StreamableHTTPASGIApp(manager)
+        mcp_app = BodyDeadline(mcp_app, self.read_timeout, reject)
+        if self.rate_limit is not None:
+            mcp_app = RateLimit(mcp_app, self.rate_limit[0], self.rate_limit[1], reject)
+        mcp_app = _require_caller(mcp_app, reject)
+        metrics_app: Any = _require_caller(_MetricsApp(self), reject)
+        if self.tokens is None:
+            mcp_app = LoopbackOnly(mcp_app, reject)
+            metrics_app = LoopbackOnly(metrics_app, reject)
+            backend: Any = LoopbackBackend()
+        else:
+            backend = bearer_backend(self.tokens)
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app: Starlette) -> AsyncIterator[None]:
+            async with manager.run():
+                await self.start()
+                try:
+                    yield
+                finally:
+                    await self.aclose()
+
+        return Starlette(
+            routes=[
+                Route("/mcp", endpoint=mcp_app, methods=["GET", "POST", "DELETE"]),
+                Route("/healthz", endpoint=_healthz, methods=["GET"]),
+                Route("/metrics", endpoint=metrics_app, methods=["GET"]),
+            ],
+            middleware=[Middleware(AuthenticationMiddleware, backend=backend)],
+            lifespan=lifespan,
+        )
+
+    def _count_rejection(self, status: int) -> None:
+        self.metrics.http_rejections.labels(str(status)).inc()
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Problem:
+    code: ErrorCode
+    message: str
+    reason: str
+
+
+def _token_table(tokens: Any) -> TokenTable | None:
+    if tokens is None or isinstance(tokens, TokenTable):
+        return tokens
+    if isinstance(tokens, Mapping):
+        return TokenTable.from_mapping(dict(tokens))
+    return TokenTable.load(tokens)
+
+
+def _idempotency_key(
+    meta: Mapping[str, Any],
+    headers: Mapping[str, str] | None,
+    client_session: str | None,
+    request_id: Any,
+    modern: bool,
+) -> str | _Problem | None:
+    """The client's own key, else (older era, on a session) ``<session>/<JSON-RPC id>``."""
+    given = headers.get(IDEMPOTENCY_HEADER) if headers is not None else None
+    if given is None:
+        given = meta.get(IDEMPOTENCY_META)
+    if given is not None:
+        if not isinstance(given, str) or not 0 < len(given) <= _MAX_KEY or not given.isprintable():
+            return _Problem(
+                ErrorCode.INVALID_ARGS,
+                f"The idempotency key must be 1 to {_MAX_KEY} printable characters.",
+                "invalid_idempotency_key",
+            )
+        return f"client:{given}"
+    if modern or client_session is None or request_id is None:
+        return None
+    return f"rpc:{client_session}/{json.dumps(request_id)}"
+
+
+def _answer_in(responses: Mapping[str, Any] | None) -> ApprovalResponse:
+    reply = (responses or {}).get(APPROVAL_INPUT)
+    action = getattr(reply, "action", None)
+    content = getattr(reply, "content", None)
+    if not isinstance(action, str):
+        return ApprovalResponse(False, feedback="The retry carried no answer to the approval.")
+    return answer_of(action, content if isinstance(content, Mapping) else None)
+
+
+def _stopped_to_ask(result: ToolResult) -> bool:
+    error = result.error
+    return error is not None and error.code is ErrorCode.ABORTED_BEFORE_DISPATCH
+
+
+class _ProgressForwarder:
+    """Sends one call's progress reports to its client, in order, until the call ends."""
+
+    def __init__(self, routes: _ProgressRoutes, execution_id: str, session: Any) -> None:
+        self._routes = routes
+        self._execution_id = execution_id
+        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=256)
+        routes.routes[execution_id] = queue
+        self._task = asyncio.get_running_loop().create_task(self._send(queue, session))
+
+    @staticmethod
+    async def _send(queue: asyncio.Queue[Any], session: Any) -> None:
+        step = 0.0
+        while True:
+            data = await queue.get()
+            step += 1.0
+            progress, total, message = step, None, None
+            if isinstance(data, Mapping) and isinstance(data.get("progress"), (int, float)):
+                progress = float(data["progress"])
+                total = data.get("total") if isinstance(data.get("total"), (int, float)) else None
+                said = data.get("message")
+                message = said if isinstance(said, str) else None
+            elif data is not None:
+                message = data if isinstance(data, str) else json.dumps(data, default=str)[:500]
+            try:
+                await session.report_progress(progress, total, message)
+            except Exception:
+                return
+
+    def stop(self) -> None:
+        self._routes.routes.pop(self._execution_id, None)
+        self._task.cancel()
+
+
+async def _route_progress(executor: ToolExecutor, routes: _ProgressRoutes) -> None:
+    async for event in executor.progress(None):
+        queue = routes.routes.get(event.execution_id)
+        if queue is not None:
+            with contextlib.suppress(asyncio.QueueFull):
+                queue.put_nowait(event.data)
+
+
+class _StateRefusals:
+    """Server middleware: a ``requestState`` the SDK's boundary refuses is a refused call (an
+    ``isError`` result), not a JSON-RPC error."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        if ctx.method != "tools/call":
+            return await call_next(ctx)
+        try:
+            return await call_next(ctx)
+        except MCPError as exc:
+            data = exc.error.data
+            if isinstance(data, dict) and data.get("reason") == "invalid_request_state":
+                return self._gateway.refuse_state(ctx)
+            raise
+
+
+class _require_caller:
+    """The SDK's ``RequireAuthMiddleware`` (401 with ``WWW-Authenticate``), counted."""
+
+    def __init__(self, app: Any, on_reject: Callable[[int], None]) -> None:
+        self._required = RequireAuthMiddleware(app, required_scopes=[])
+        self._on_reject = on_reject
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if caller_of(scope) is None:
+            self._on_reject(401)
+        await self._required(scope, receive, send)
+
+
+async def _healthz(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+class _MetricsApp:
+    def __init__(self, gateway: Gateway) -> None:
+        self._gateway = gateway
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        body = self._gateway.metrics.render()
+        await Response(body, media_type=CONTENT_TYPE)(scope, receive, send)

@@ -1,0 +1,238 @@
+"""What stands in front of ``/mcp``: who is calling, how fast, and how slowly it sends.
+
+Authentication is Starlette's ``AuthenticationMiddleware`` with the MCP SDK's
+``BearerAuthBackend`` over the gateway's token table (or, without tokens, a backend that
+admits loopback connections as ``local``), and the SDK's ``RequireAuthMiddleware`` answering
+401. Then a per-principal request rate (429 beyond it) and a deadline for the request body
+(408 for a client that sends too slowly). The SDK's session manager sets the body size limit
+(413) and answers everything MCP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any, Final
+
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend
+from mcp.server.auth.provider import AccessToken
+from starlette.authentication import AuthCredentials, AuthenticationBackend
+from starlette.requests import HTTPConnection
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from fastgate.serve._callers import LOCAL_CALLER, Caller, TokenTable
+
+CALLER_KEY: Final = "fastgate.caller"  # the scope key holding the request's Caller
+_RATE_TABLE_LIMIT: Final = 100_000  # principals whose buckets are kept (the idle go first)
+
+
+def caller_of(scope: Scope) -> Caller | None:
+    user = scope.get("user")
+    if isinstance(user, AuthenticatedUser):
+        caller = (user.access_token.claims or {}).get(CALLER_KEY)
+        if isinstance(caller, Caller):
+            return caller
+    return None
+
+
+class _TokenVerifier:
+    """The SDK's ``TokenVerifier`` over a ``TokenTable`` (digests only; the token is not kept)."""
+
+    def __init__(self, table: TokenTable) -> None:
+        self._table = table
+
+    async def verify_token(self, token: str) -> AccessToken | None:
+        caller = self._table.verify(token)
+        if caller is None:
+            return None
+        return _access(caller)
+
+
+def _access(caller: Caller) -> AccessToken:
+    # client_id is the principal: the SDK binds a session to the credential that opened it,
+    # by these components, so one principal never uses another's session.
+    return AccessToken(token="", client_id=caller.principal, scopes=[], claims={CALLER_KEY: caller})
+
+
+def bearer_backend(table: TokenTable) -> AuthenticationBackend:
+    return BearerAuthBackend(_TokenVerifier(table))
+
+
+class LoopbackBackend(AuthenticationBackend):
+    """Without tokens: a connection from this machine is the caller ``local``; others are no
+    one (and get 403 from ``LoopbackOnly``)."""
+
+    _user: Final = AuthenticatedUser(_access(LOCAL_CALLER))
+
+    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, Any] | None:
+        if is_loopback(conn.scope):
+            return AuthCredentials([]), self._user
+        return None
+
+
+def is_loopback(scope: Scope) -> bool:
+    client = scope.get("client")
+    if not client:
+        return False
+    try:
+        address = ipaddress.ip_address(client[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return bool((mapped or address).is_loopback)
+
+
+async def send_json(send: Send, status: int, body: dict[str, Any], **headers: str) -> None:
+    payload = json.dumps(body).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
+    raw += [(k.replace("_", "-").encode(), v.encode()) for k, v in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": payload})
+
+
+class LoopbackOnly:
+    """Without tokens, a request from another machine is refused (403), not asked for a token
+    it could never have."""
+
+    def __init__(self, app: ASGIApp, on_reject: Callable[[int], None]) -> None:
+        self.app = app
+        self._on_reject = on_reject
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not is_loopback(scope):
+            self._on_reject(403)
+            await send_json(
+                send,
+                403,
+                {
+                    "error": "forbidden",
+                    "error_description": "this gateway serves only this machine; start it with "
+                    "--tokens to serve others",
+                },
+            )
+            return
+        await self.app(scope, receive, send)
+
+
+class _Bucket:
+    __slots__ = ("stamp", "tokens")
+
+    def __init__(self, tokens: float, stamp: float) -> None:
+        self.tokens = tokens
+        self.stamp = stamp
+
+
+class RateLimit:
+    """Per principal, at most ``rate`` requests a second on average with bursts of ``burst``
+    (a token bucket); a request beyond it gets 429 with ``Retry-After``."""
+
+    def __init__(
+        self, app: ASGIApp, rate: float, burst: int, on_reject: Callable[[int], None]
+    ) -> None:
+        if not (rate > 0 and math.isfinite(rate)) or burst < 1:
+            raise ValueError("rate limit: expected a rate > 0 per second and a burst >= 1")
+        self.app = app
+        self.rate = float(rate)
+        self.burst = float(burst)
+        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        self._on_reject = on_reject
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        caller = caller_of(scope)
+        if caller is not None and scope["type"] == "http" and not self._take(caller.principal):
+            self._on_reject(429)
+            wait = max(1, math.ceil(1.0 / self.rate))
+            await send_json(
+                send,
+                429,
+                {
+                    "error": "rate_limited",
+                    "error_description": f"more than {self.rate:g} requests a second from "
+                    f"{caller.principal}; retry after {wait} s",
+                },
+                retry_after=str(wait),
+            )
+            return
+        await self.app(scope, receive, send)
+
+    def _take(self, principal: str) -> bool:
+        now = time.monotonic()
+        buckets = self._buckets
+        bucket = buckets.get(principal)
+        if bucket is None:
+            if len(buckets) >= _RATE_TABLE_LIMIT:
+                buckets.popitem(last=False)
+            bucket = buckets[principal] = _Bucket(self.burst, now)
+        else:
+            buckets.move_to_end(principal)
+            bucket.tokens = min(self.burst, bucket.tokens + (now - bucket.stamp) * self.rate)
+            bucket.stamp = now
+        if bucket.tokens < 1.0:
+            return False
+        bucket.tokens -= 1.0
+        return True
+
+
+class _TooSlow(Exception):
+    pass
+
+
+class BodyDeadline:
+    """A request body must arrive within ``timeout`` seconds of the request (408 otherwise):
+    a client trickling bytes cannot hold a request open. Streams opened by GET are not bodies
+    and are left alone."""
+
+    def __init__(self, app: ASGIApp, timeout: float, on_reject: Callable[[int], None]) -> None:
+        if not timeout > 0:
+            raise ValueError(f"read timeout: expected seconds > 0, got {timeout!r}")
+        self.app = app
+        self.timeout = float(timeout)
+        self._on_reject = on_reject
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        deadline = asyncio.get_running_loop().time() + self.timeout
+        complete = False
+        started = False
+
+        async def timed_receive() -> Message:
+            nonlocal complete
+            if complete:
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise _TooSlow from None
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                complete = True
+            return message
+
+        async def watched_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, timed_receive, watched_send)
+        except _TooSlow:
+            self._on_reject(408)
+            if not started:
+                await send_json(
+                    send,
+                    408,
+                    {
+                        "error": "request_timeout",
+                        "error_description": f"the request body did not arrive within "
+                        f"{self.timeout:g} s",
+                    },
+                    connection="close",
+                )

@@ -1,0 +1,97 @@
+"""``tools/list`` for one caller: only what policy could let that caller run.
+
+A tool is left out when a deny rule names it outright (no specifier, or ``*``, on its name or
+one of its rule names such as ``mcp__<server>``), or when the caller's mode refuses its kind and
+no allow rule (nor, outside ``dont_ask``, an ask rule) names it. Hooks and guards decide per call
+and cannot be known ahead: a tool they refuse is listed and refused when called. With code mode
+on, only ``run_code`` can be called directly, so only it is listed.
+
+Listings are computed per request, never cached across callers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Final
+
+import msgspec
+
+from fastgate.model import Decision, PermissionMode
+from fastgate.permissions import MODE_DEFAULTS, PermissionConfig
+from fastgate.tools import ToolDefinition, ToolRegistry
+
+RUN_CODE: Final = "run_code"
+_ENCODER: Final = msgspec.json.Encoder(order="sorted")
+_WHOLE_TOOL: Final = (None, "*", "**")
+
+
+def runnable(tool: ToolDefinition, permissions: PermissionConfig, mode: PermissionMode) -> bool:
+    """Whether policy could let a call of ``tool`` run in ``mode`` (for some arguments)."""
+    rules = permissions.rules
+    names = (tool.name, *tool.rule_names)
+    allow = ask = False
+    for name in names:
+        found = rules.for_tool(name)
+        if any(rule.specifier in _WHOLE_TOOL for rule in found.deny):
+            return False
+        allow = allow or bool(found.allow)
+        ask = ask or bool(found.ask)
+    if MODE_DEFAULTS[mode][tool.kind] is not Decision.DENY:
+        return True
+    return allow or (ask and mode is not PermissionMode.DONT_ASK)
+
+
+def listing(
+    registry: ToolRegistry,
+    scope: str | None,
+    permissions: PermissionConfig,
+    mode: PermissionMode,
+    *,
+    object_outputs_only: bool,
+) -> list[dict[str, Any]]:
+    """The tools a caller is shown, as MCP ``Tool`` objects, by name."""
+    visible = registry.visible(scope)
+    code_mode = visible.get(RUN_CODE)
+    if code_mode is not None:
+        visible = {RUN_CODE: code_mode}
+    out = []
+    for name in sorted(visible):
+        tool = visible[name]
+        if not runnable(tool, permissions, mode):
+            continue
+        entry: dict[str, Any] = {
+            "name": name,
+            "description": tool.description,
+            "inputSchema": tool.input_schema,
+        }
+        output = output_schema(tool)
+        if output is not None and (not object_outputs_only or output.get("type") == "object"):
+            entry["outputSchema"] = output
+        out.append(entry)
+    return out
+
+
+def output_schema(tool: ToolDefinition) -> dict[str, Any] | None:
+    """The tool's output as a JSON Schema object, when it declares one."""
+    schema = tool.output.schema
+    if schema is None or isinstance(schema, bool):
+        return None
+    if isinstance(schema, dict):
+        return schema
+    converted = schema.to_json_schema()
+    return converted if isinstance(converted, dict) else None
+
+
+def fingerprint(tools: list[dict[str, Any]]) -> str:
+    return hashlib.sha256(_ENCODER.encode(tools)).hexdigest()
+
+
+def policy_generation(
+    tool: ToolDefinition | None, permissions: PermissionConfig, mode: PermissionMode
+) -> str:
+    """A digest of what decides a call of ``tool``: the mode, every rule, the tool's kind and
+    schema. The same on every replica with the same configuration; another after any change."""
+    rules = sorted(rule.text for rule in permissions.all_rules)
+    described = None if tool is None else [tool.name, int(tool.kind), tool.input_schema]
+    digest = hashlib.sha256(_ENCODER.encode([str(mode), rules, described]))
+    return digest.hexdigest()[:32]

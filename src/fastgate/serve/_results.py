@@ -1,0 +1,79 @@
+"""A fastgate ``ToolResult`` as an MCP ``tools/call`` result.
+
+Ok: the content blocks, and ``structuredContent`` when the tool declares an output schema. A
+refusal or a failure: ``isError: true`` with fastgate's message, never a JSON-RPC error. Every
+result carries ``_meta.fastgate``: the execution id, the decision's source, the error code and
+``details.reason`` (both null on success) and whether the journal answered it (``replayed``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from fastgate.model import ToolResult
+
+_COMPACT: Final = msgspec.json.Encoder()
+
+
+def fastgate_meta(result: ToolResult) -> dict[str, Any]:
+    error = result.error
+    reason = error.details.get("reason") if error is not None else None
+    return {
+        "execution_id": result.meta.execution_id,
+        "decision_source": result.meta.decision_source,
+        "code": str(error.code) if error is not None else None,
+        "reason": reason if isinstance(reason, str) else None,
+        "replayed": bool(getattr(result.meta, "replayed", False)),
+    }
+
+
+def call_result(
+    result: ToolResult, *, structured: bool, object_only: bool, modern: bool
+) -> dict[str, Any]:
+    """The wire result. ``structured``: the tool has an output schema; ``object_only``: the
+    protocol era allows only an object as structured content."""
+    out: dict[str, Any] = {"content": content_blocks(result), "isError": not result.ok}
+    if result.ok and structured:
+        value = _plain(result.value)
+        if value is not None and (isinstance(value, dict) or not object_only):
+            out["structuredContent"] = value
+    out["_meta"] = {"fastgate": fastgate_meta(result)}
+    if modern:
+        out["resultType"] = "complete"
+    return out
+
+
+def content_blocks(result: ToolResult) -> list[dict[str, Any]]:
+    content = result.content
+    if not result.ok and _empty(content) and result.error is not None:
+        content = result.error.message
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if isinstance(content, (tuple, list)):
+        blocks = [_block(item) for item in content]
+        return blocks or [{"type": "text", "text": ""}]
+    if content is None:
+        return [{"type": "text", "text": ""}]
+    return [{"type": "text", "text": _COMPACT.encode(_plain(content)).decode()}]
+
+
+def _empty(content: Any) -> bool:
+    return content is None or content == "" or content == ()
+
+
+def _block(item: Any) -> dict[str, Any]:
+    """A content block as MCP shapes it; anything else becomes its text."""
+    if isinstance(item, dict) and isinstance(item.get("type"), str):
+        return _plain(item)  # type: ignore[no-any-return]
+    if isinstance(item, str):
+        return {"type": "text", "text": item}
+    return {"type": "text", "text": _COMPACT.encode(_plain(item)).decode()}
+
+
+def _plain(value: Any) -> Any:
+    """Frozen values (fastgate's argument snapshots, structs) as plain JSON values."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return msgspec.json.decode(_COMPACT.encode(value))
