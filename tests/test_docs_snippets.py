@@ -5,8 +5,11 @@ earlier one defined, as a reader pasting them would), in a temporary workspace h
 the snippets read, with ``HOME`` in a temporary directory too, under a pseudo-terminal that is
 the process's controlling terminal (``TerminalApprover`` asks there and the test answers).
 Models are a local fake Chat Completions / Responses / Messages server that ``OPENAI_BASE_URL``
-and ``ANTHROPIC_BASE_URL`` point at; Redis is a private redis-server; MCP servers are the test
-fixture server and the npm reference servers of ``scripts/setup-mcp-servers``.
+and ``ANTHROPIC_BASE_URL`` point at; Redis is a private redis-server (``REDIS_URL``); the MCP
+server is the npm filesystem reference server that ``scripts/setup-mcp-servers`` installs, found
+in the workspace's ``node_modules`` as ``npm install`` would put it. A page whose modules or
+servers are missing is skipped, saying which. Each page runs under a warden (see
+``docs_snippets_driver.py``) that fails it when it leaves any process running.
 
 Conventions the pages follow:
 - A block that cannot run by nature (a protocol's shape, a sketch with a placeholder) is
@@ -329,12 +332,14 @@ def write_files(directory: Path, files: dict[str, str]) -> None:
         path.write_text(text)
 
 
-def private_key_pem() -> str:
-    """A fresh Ed25519 key, the machine client's of docs/mcp.md."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
-    return (
+def machine_client_key() -> dict[str, str]:
+    """A fresh Ed25519 key, the machine client's of docs/mcp.md (where cryptography is)."""
+    try:
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    except ImportError:
+        return {}
+    pem = (
         Ed25519PrivateKey.generate()
         .private_bytes(
             serialization.Encoding.PEM,
@@ -343,12 +348,13 @@ def private_key_pem() -> str:
         )
         .decode()
     )
+    return {"svc-key.pem": pem}
 
 
 def prepare_workspace(workspace: Path, home: Path) -> None:
     workspace.mkdir()
     shutil.copy(ROOT / "README.md", workspace / "README.md")
-    write_files(workspace, {**WORKSPACE_FILES, "svc-key.pem": private_key_pem()})
+    write_files(workspace, {**WORKSPACE_FILES, **machine_client_key()})
     write_files(home, HOME_FILES)
     if NPM_SERVERS.exists():  # where `npm install` would put the reference servers
         (workspace / "node_modules").symlink_to(NPM_SERVERS)
@@ -450,7 +456,7 @@ def check_shown_output(page: str, prints: dict[int, list[str]]) -> None:
 # The third-party modules behind fastgate's optional parts (the extras).
 EXTRA_MODULES = {
     "fastgate.builtin": ("pathspec", "re2"),
-    "fastgate.mcp": ("mcp",),
+    "fastgate.mcp": ("mcp", "cryptography"),
     "fastgate.cluster": ("redis",),
     "fastgate.telemetry": ("opentelemetry",),
 }
