@@ -15,18 +15,24 @@ import pytest
 
 from fastgate import (
     ApprovalResponse,
+    ConcurrencyScheduler,
     ErrorCode,
     ExecutionContext,
+    FileLockManager,
     Hooks,
     PermissionConfig,
     PermissionMode,
     PreToolUseEvent,
     PreToolUseResult,
     RunContext,
+    SchedulerLimits,
+    ToolExecutor,
     ToolKind,
+    ToolRegistry,
     define_tool,
     schema,
 )
+from fastgate.builtin import register_builtins
 from tests.builtin_kit import real
 from tests.pipeline_kit import executor
 
@@ -215,3 +221,30 @@ def test_the_core_never_imports_the_builtins() -> None:
     message, modules = done.stdout.strip().split("\n")
     assert "pass ExecutionContext(fs=...)" in message and "import fastgate.builtin" in message
     assert modules == "[]"
+
+
+async def test_a_relative_workspace_root_works_for_every_file_tool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # "." is where the server was when it made the executor, not "/": paths under it are inside.
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "x.txt").write_text("one\n")
+    monkeypatch.chdir(tmp_path)
+    registry = ToolRegistry()
+    register_builtins(registry)
+    ex = ToolExecutor(
+        registry,
+        mode="accept_edits",
+        scheduler=ConcurrencyScheduler(SchedulerLimits()),
+        locks=FileLockManager(),
+        context_defaults={"session_id": "s1", "workspace_root": "."},
+    )
+    ctx = ExecutionContext()
+    assert (await ex.execute("read", {"file_path": "sub/x.txt"}, ctx)).ok
+    edited = await ex.execute(
+        "edit", {"file_path": "sub/x.txt", "old_string": "one", "new_string": "two"}, ctx
+    )
+    assert edited.ok, edited.content
+    assert (tmp_path / "sub" / "x.txt").read_text() == "two\n"
+    outside = await ex.execute("read", {"file_path": "../elsewhere"}, ctx)
+    assert outside.error is not None and outside.error.code is ErrorCode.WORKTREE_VIOLATION

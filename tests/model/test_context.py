@@ -137,3 +137,18 @@ async def test_calls_with_no_context_or_a_blank_one_get_the_defaults(tmp_path: P
     assert (await ex.execute("who", {"text": "x"}, ExecutionContext())).content == expected
     own = await ex.execute("who", {"text": "x"}, ExecutionContext(session_id="s9"))
     assert own.content == f"s9:{tmp_path}" and own.meta.session_id == "s9"
+
+
+def test_a_relative_workspace_root_is_made_absolute_where_it_is_given(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert ExecutionContext(workspace_root=".").workspace_root == str(tmp_path)
+    assert ExecutionContext(workspace_root="sub").workspace_root == str(tmp_path / "sub")
+    assert ExecutionContext(workspace_root=tmp_path).workspace_root == str(tmp_path)
+    absolute = ExecutionContext(workspace_root="/srv/ws")
+    assert absolute.workspace_root == "/srv/ws"  # kept as given
+    defaults = ExecutionContext.check_defaults({"workspace_root": "."})
+    assert defaults["workspace_root"] == str(tmp_path)
+    with pytest.raises(TypeError):
+        ExecutionContext(workspace_root=42)  # type: ignore[arg-type]

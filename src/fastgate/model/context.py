@@ -4,6 +4,7 @@ batch). SPEC §7, §11; what a tool body gets is ``fastgate.pipeline.run_context
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, final
@@ -85,6 +86,10 @@ class ExecutionContext:
         # set through its own slot descriptor (past the frozen __setattr__) rather than by
         # name through object.__setattr__: half the cost, for a server making a context per call.
         _set_session_id(self, session_id)
+        if workspace_root is not None and (
+            type(workspace_root) is not str or workspace_root[:1] != "/"
+        ):
+            workspace_root = _absolute(workspace_root)  # "." means where the caller is now
         _set_workspace_root(self, workspace_root)
         _set_cancel(self, cancel)
         _set_approver(self, approver)
@@ -161,7 +166,16 @@ class ExecutionContext:
                 f"context_defaults: unknown field(s) {', '.join(sorted(unknown))} "
                 f"(known: {', '.join(sorted(fields))})"
             )
-        return dict(defaults)
+        out = dict(defaults)
+        if out.get("workspace_root") is not None:
+            out["workspace_root"] = _absolute(out["workspace_root"])
+        return out
+
+
+def _absolute(root: Any) -> str:
+    """A workspace root as an absolute path (a relative one is taken from the working
+    directory when the context is made, not when a tool later runs)."""
+    return os.path.abspath(os.fspath(root))
 
 
 def _slot_setter(name: str) -> Callable[[ExecutionContext, Any], None]:
