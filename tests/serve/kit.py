@@ -232,3 +232,58 @@ def gateway_process(*args: str, cwd: Path, **options: Any) -> Iterator[GatewayPr
     finally:
         if process.process.poll() is None:
             process.stop()
+
+
+# -- the wire, by hand ------------------------------------------------------------------------
+
+
+def modern_envelope(elicits: bool = True) -> dict[str, Any]:
+    capabilities: dict[str, Any] = {"elicitation": {"form": {}}} if elicits else {}
+    return {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": capabilities,
+    }
+
+
+async def post_modern(
+    http: Any,
+    url: str,
+    method: str,
+    params: dict[str, Any],
+    *,
+    token: str | None = None,
+    request_id: int = 1,
+    headers: Mapping[str, str] | None = None,
+    elicits: bool = True,
+) -> Any:
+    """One 2026-era request as a client puts it on the wire (headers and ``_meta``)."""
+    sent = {
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": MODERN,
+        "mcp-method": method,
+        **(headers or {}),
+    }
+    if "name" in params:
+        sent["mcp-name"] = params["name"]
+    if token is not None:
+        sent["authorization"] = f"Bearer {token}"
+    meta = {**modern_envelope(elicits), **params.get("_meta", {})}
+    body = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": method,
+        "params": {**params, "_meta": meta},
+    }
+    return await http.post(url, json=body, headers=sent)
+
+
+def rpc_result(response: Any) -> dict[str, Any]:
+    """The JSON-RPC result of a response (JSON or a one-event SSE stream)."""
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        data = [line[5:].strip() for line in response.text.splitlines() if line.startswith("data:")]
+        message = json.loads(data[-1])
+    else:
+        message = response.json()
+    assert "result" in message, message
+    found: dict[str, Any] = message["result"]
+    return found

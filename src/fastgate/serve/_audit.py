@@ -107,6 +107,26 @@ class GatewayAudit:
             )
         )
 
+    def cancelled(self, execution_id: str, tool: str, session: str | None) -> None:
+        """A call whose client went away (or cancelled it) while it ran: ``ABORTED``."""
+        known = self._calls.pop(execution_id, None)
+        principal, digest = known if known is not None else (_principal(session), None)
+        self._write(
+            ResultLine(
+                time=time.time(),
+                event="result",
+                principal=principal,
+                session=session,
+                tool=tool,
+                arguments_sha256=digest,
+                code="ABORTED",
+                reason="cancelled_by_client",
+                decision_source=None,
+                replayed=False,
+                execution_id=execution_id,
+            )
+        )
+
     def forget(self, execution_id: str) -> None:
         self._calls.pop(execution_id, None)
 

@@ -153,6 +153,7 @@ class Gateway:
     ``GatewayAudit`` (also every executor's audit sink). ``state_keys``: the keys sealing
     ``requestState`` (the first seals; replicas share them; None: a key of this process).
     ``rate_limit``: ``(requests per second, burst)`` per principal, None for no limit.
+    ``state_ttl``: how long an approval asked through ``input_required`` may be answered.
     """
 
     def __init__(
@@ -171,6 +172,7 @@ class Gateway:
         max_body: int = MAX_BODY,
         read_timeout: float = 30.0,
         approval_timeout: float = 300.0,
+        state_ttl: float = _state.STATE_TTL,
         session_idle_timeout: float = 1800.0,
         allowed_hosts: Sequence[str] | None = None,
         name: str = "fastgate",
@@ -193,6 +195,7 @@ class Gateway:
         self.max_body = max_body
         self.read_timeout = read_timeout
         self.session_idle_timeout = session_idle_timeout
+        self.state_ttl = state_ttl
         self.allowed_hosts = list(allowed_hosts) if allowed_hosts is not None else None
         self.name = name
         self.metrics = GatewayMetrics()
@@ -231,7 +234,7 @@ class Gateway:
             "subscriptions/listen", types.SubscriptionsListenRequestParams, self._listen
         )
         security = RequestStateSecurity(
-            codec=self._codec, ttl=_state.STATE_TTL, bind_principal=self._principal_of
+            codec=self._codec, ttl=self.state_ttl, bind_principal=self._principal_of
         )
         server.middleware.append(_StateRefusals(self))
         server.middleware.append(RequestStateBoundary(security, default_audience=self.name))
@@ -444,9 +447,10 @@ class Gateway:
         progress = self._progress_route(ctx, executor, execution_id, meta)
         try:
             result = await executor.execute(name, arguments, context, execution_id=execution_id)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError:  # the client cancelled, or went away
+            self.metrics.calls.labels(name, "ABORTED").inc()
             if self.audit is not None:
-                self.audit.forget(execution_id)
+                self.audit.cancelled(execution_id, name, session)
             raise
         finally:
             if progress is not None:
@@ -623,7 +627,7 @@ class Gateway:
             self.audit.forget(request.execution_id or "")
         tool = executor.registry.resolve(name, self._scope_of(caller))
         generation = policy_generation(tool, executor.permissions, executor.mode)
-        state = _state.mint(caller.principal, name, digest, generation)
+        state = _state.mint(caller.principal, name, digest, generation, self.state_ttl)
         ask = types.ElicitRequest(
             params=types.ElicitRequestFormParams(
                 message=approval_message(request, caller.principal),

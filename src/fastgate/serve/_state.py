@@ -112,9 +112,9 @@ def arguments_digest(arguments: Any) -> str:
     return hashlib.sha256(_ENCODER.encode(arguments)).hexdigest()
 
 
-def mint(principal: str, tool: str, arguments: str, generation: str) -> str:
+def mint(principal: str, tool: str, arguments: str, generation: str, ttl: float = STATE_TTL) -> str:
     claims = ApprovalClaims(
-        principal, tool, arguments, generation, secrets.token_urlsafe(16), time.time() + STATE_TTL
+        principal, tool, arguments, generation, secrets.token_urlsafe(16), time.time() + ttl
     )
     return _ENCODER.encode(claims).decode()
 
