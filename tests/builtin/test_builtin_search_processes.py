@@ -1,0 +1,92 @@
+"""ripgrep runs under ``fastgate.processes``' launcher: a process it starts, even one that
+detaches (``setsid``), is gone when the search returns, and a cancelled search ends ripgrep and
+everything it started. The "ripgrep" here is a script that leaves a daemon behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from fastgate.builtin import LocalFileSystem
+from tests.builtin_kit import builtin_executor, call, text
+
+pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="Linux only")
+
+
+def fake_ripgrep(tmp_path: Path, then: str) -> str:
+    """A "ripgrep" that starts a daemon in a session of its own, writes the daemon's pid to
+    the FIFO ``pids``, then runs ``then``."""
+    script = tmp_path / "rg"
+    script.write_text(
+        "#!/bin/sh\n"
+        "setsid sh -c 'exec sleep 300' </dev/null >/dev/null 2>&1 &\n"
+        f"echo $! > {tmp_path / 'pids'}\n"
+        f"{then}\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    os.mkfifo(tmp_path / "pids")
+    return str(script)
+
+
+def gone(pid: int) -> bool:
+    """Ended and reaped (by the launcher, its reaper)."""
+    return not os.path.exists(f"/proc/{pid}")
+
+
+async def read_pid(fifo: Path) -> int:
+    """The pid the script writes (opening the FIFO waits for the writer: no timer)."""
+    return int(await asyncio.to_thread(fifo.read_text))
+
+
+@pytest.mark.parametrize("tool", ["grep", "glob"])
+async def test_a_daemon_ripgrep_left_is_gone_when_the_search_returns(
+    tmp_path: Path, tool: str
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rg = fake_ripgrep(tmp_path, "exit 1")
+    ex = builtin_executor(ws, fs=LocalFileSystem(str(ws), ripgrep=rg))
+    args = {"pattern": "needle"} if tool == "grep" else {"pattern": "**/*"}
+    searching = asyncio.ensure_future(call(ex, tool, args))
+    daemon = await read_pid(tmp_path / "pids")
+    result = await searching
+    assert result.ok, text(result)
+    assert gone(daemon)
+
+
+async def test_a_cancelled_search_ends_ripgrep_and_its_daemon(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    rg = fake_ripgrep(tmp_path, "exec sleep 300")
+    ex = builtin_executor(ws, fs=LocalFileSystem(str(ws), ripgrep=rg))
+    searching = asyncio.ensure_future(call(ex, "grep", {"pattern": "needle"}))
+    daemon = await read_pid(tmp_path / "pids")
+    searching.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await searching
+    assert gone(daemon)
+    assert not [pid for pid in _children() if _command(pid).startswith("sleep")]
+
+
+def _children() -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == os.getpid():
+                found.append(int(entry))
+    return found
+
+
+def _command(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
