@@ -10,8 +10,10 @@ usage or configuration.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
+import signal
 import socket
 import sys
 from collections.abc import AsyncIterator
@@ -136,10 +138,29 @@ async def _serve(args: argparse.Namespace) -> int:
     setup = _Setup(args)
     async with setup.running() as gateway:
         if args.stdio:
-            await gateway.run_stdio()
+            await _serve_stdio(gateway)
         else:
             await _serve_http(gateway, setup)
     return 0
+
+
+async def _serve_stdio(gateway: Any) -> None:
+    """Until the client closes stdin, or SIGTERM/SIGINT: then the upstream servers are
+    stopped like after any other shutdown."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        await gateway.run_stdio()
+    except asyncio.CancelledError:
+        if task.cancelling() == 0:
+            raise
+        task.uncancel()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
 
 
 # -- setting up -------------------------------------------------------------------------------
@@ -439,7 +460,17 @@ async def _serve_http(gateway: Any, setup: _Setup) -> None:
         file=sys.stderr,
         flush=True,
     )
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again for the
+    # previous handler: let that one be a no-op, so the upstream servers are stopped before the
+    # process exits (with status 0).
+    quiet = {sig: signal.signal(sig, _ignore) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         await server.serve(sockets=[sock])
     finally:
         sock.close()
+        for sig, handler in quiet.items():
+            signal.signal(sig, handler)
+
+
+def _ignore(signum: int, frame: Any) -> None:
+    return None

@@ -1,0 +1,155 @@
+"""``fastgate serve`` as users run it: discovery of the workspace's settings and .mcp.json, the
+built-ins it is told to serve, stdio, bad usage, and a shutdown that leaves no process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mcp import Client, StdioServerParameters
+from tests.mcp.servers import FIXTURE, alive
+from tests.processes_kit import until_dead
+from tests.serve.kit import (
+    ERAS,
+    LEGACY,
+    MODERN,
+    ROOT,
+    client,
+    fastgate_meta,
+    gateway_process,
+    text_of,
+)
+
+
+def write(path: Path, content: object) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(content))
+    return path
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "src" / "a.txt").write_text("alpha\n")
+    write(
+        project / ".claude" / "settings.json",
+        {
+            "permissions": {
+                "deny": ["grep", "mcp__fx__crash"],
+                "allow": ["mcp__fx"],
+                "defaultMode": "acceptEdits",
+            }
+        },
+    )
+    write(
+        project / ".mcp.json",
+        {"mcpServers": {"fx": {"command": sys.executable, "args": [str(FIXTURE), "stdio"]}}},
+    )
+    return project
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    path = tmp_path / "home"
+    path.mkdir()
+    return path
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_discovery_serves_the_workspace_as_fastgate_call_reads_it(
+    workspace: Path, home: Path, era: str
+) -> None:
+    with gateway_process(
+        "--builtin", "read,grep,write", cwd=workspace, env={"HOME": str(home)}
+    ) as gw:
+        async with client(gw.url, era) as mcp:
+            names = {t.name for t in (await mcp.list_tools()).tools}
+            assert {"read", "write", "mcp__fx__echo", "mcp__fx__add"} <= names
+            assert not names & {"grep", "bash", "glob", "mcp__fx__crash"}  # denied, or not served
+            read = await mcp.call_tool("read", {"file_path": "src/a.txt"})
+            assert not read.is_error and "alpha" in text_of(read)
+            written = await mcp.call_tool("write", {"file_path": "src/b.txt", "content": "beta\n"})
+            assert not written.is_error, text_of(written)  # acceptEdits, from the settings
+            assert fastgate_meta(written)["decision_source"] == "mode"
+            upstream = await mcp.call_tool("mcp__fx__echo", {"text": "through"})
+            assert text_of(upstream) == "through"
+    assert (workspace / "src" / "b.txt").read_text() == "beta\n"
+    assert (workspace / ".fastgate" / "serve.db").exists()  # the default journal
+
+
+async def test_shutdown_leaves_no_process(workspace: Path, home: Path) -> None:
+    with gateway_process("--builtin", "none", cwd=workspace, env={"HOME": str(home)}) as gw:
+        async with client(gw.url, LEGACY) as mcp:
+            server_pid = int(text_of(await mcp.call_tool("mcp__fx__pid", {})))
+            child_pid = int(text_of(await mcp.call_tool("mcp__fx__spawn_child", {})))
+        pids = [gw.pid, server_pid, child_pid]
+        assert all(alive(pid) for pid in pids)
+        assert gw.stop(signal.SIGTERM) == 0, gw.stderr()
+        await until_dead(pids[1:])
+    assert not any(alive(pid) for pid in pids)
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_stdio_serves_one_client_as_local(workspace: Path, home: Path, era: str) -> None:
+    parameters = StdioServerParameters(
+        command=sys.executable,
+        args=[
+            "-m",
+            "fastgate",
+            "serve",
+            "--stdio",
+            "--builtin",
+            "read",
+            "--no-discover",
+            "--mcp-config",
+            str(workspace / ".mcp.json"),
+            "--workspace",
+            str(workspace),
+        ],
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "HOME": str(home)},
+        cwd=str(workspace),
+    )
+    async with Client(parameters, mode=era) as mcp:
+        names = {t.name for t in (await mcp.list_tools()).tools}
+        assert "read" in names and "mcp__fx__echo" in names
+        read = await mcp.call_tool("read", {"file_path": "src/a.txt"})
+        assert "alpha" in text_of(read)
+        asked = await mcp.call_tool("mcp__fx__echo", {"text": "x"})  # no rules: it asks
+        assert asked.is_error and fastgate_meta(asked)["reason"] == "no_approver"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--listen", "nowhere"], "--listen"),
+        (["--builtin", "read,sparkle"], "sparkle"),
+        (["--tokens", "missing.json"], "--tokens"),
+        (["--store", "mysql://x"], "--store"),
+        (["--mode", "godmode"], "godmode"),
+        (["--stdio", "--tokens", "t.json"], "--tokens"),
+        (["--workspace", "no/such/dir"], "not a directory"),
+        (["--rate-limit", "-1"], "--rate-limit"),
+    ],
+)
+def test_bad_usage_exits_2_naming_the_problem(
+    tmp_path: Path, argv: list[str], message: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "fastgate", "serve", "--no-discover", *argv],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr
+    _ = MODERN
