@@ -26,6 +26,7 @@ from fastgate.builtin._text import BINARY_PROBE, BinaryFile, UndecodableFile, de
 from fastgate.model import Failure
 from fastgate.paths import GlobError, WorktreeEscape, compile_glob, plain_globs
 from fastgate.pipeline import RunContext
+from fastgate.processes import DEVNULL, spawn
 
 GLOB_LIMIT = 100
 MAX_OUTPUT_CHARS = 40_000
@@ -328,58 +329,97 @@ async def _with_mtimes(paths: list[str]) -> list[Found]:
 # -- ripgrep ---------------------------------------------------------------------------------
 
 
-async def _run_rg(
-    rg: str, argv: list[str], cwd: str | None = None, pass_fds: tuple[int, ...] = ()
-) -> tuple[bytes, bool]:
+async def _run_rg(rg: str, argv: list[str], cwd: str | None, stdin: int) -> tuple[bytes, bool]:
     """ripgrep's output (at most ``MAX_RG_OUTPUT`` bytes: then it is stopped) and whether it
-    was cut. A cancelled call kills it: no search outlives its call."""
-    process = await asyncio.create_subprocess_exec(
-        rg,
-        *argv,
-        cwd=cwd,
-        pass_fds=pass_fds,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert process.stdout is not None and process.stderr is not None
-    chunks: list[bytes] = []
-    size = 0
-    truncated = False
+    was cut. It runs under ``fastgate.processes``' launcher: however the search ends (ripgrep
+    exits, its output is cut, the call is cancelled), ripgrep and anything it started are
+    ended and reaped before this returns."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
     try:
-        errors_task = asyncio.ensure_future(_drain(process.stderr, 65536))
-        while True:
-            chunk = await process.stdout.read(1 << 20)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size >= MAX_RG_OUTPUT:
-                truncated = True
-                process.kill()
-                break
-        errors = await errors_task
-        code = await process.wait()
+        process = spawn([rg, *argv], cwd=cwd, stdin=stdin, stdout=out_w, stderr=err_w, grace=0)
     except BaseException:
-        if process.returncode is None:
-            process.kill()
-            await asyncio.shield(process.wait())
+        os.close(out_r)
+        os.close(err_r)
         raise
-    if code == 2 and not truncated and not chunks:
-        message = errors.decode("utf-8", "replace").strip().removeprefix("rg: ")
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    output = _RgOutput(asyncio.get_running_loop(), out_r, err_r)
+    ended = asyncio.ensure_future(process.wait())
+    try:
+        await asyncio.wait((output.done, ended), return_when=asyncio.FIRST_COMPLETED)
+        if output.truncated:
+            await process.terminate_all(0)
+        await ended  # raises OSError when ripgrep could not be started
+        if not output.done.done():  # held open by a process that could not be ended
+            await asyncio.wait((output.done,), timeout=_READ_GRACE)
+    except BaseException:
+        ended.cancel()
+        await process.terminate_all(0)  # waits for the end, also when cancelled again
+        raise
+    finally:
+        output.close()
+    code = process.returncode
+    if code == 2 and not output.truncated and not output.chunks:
+        message = bytes(output.errors).decode("utf-8", "replace").strip().removeprefix("rg: ")
         raise SearchFailed(Failure(message or "ripgrep failed", code="invalid_pattern"))
-    return b"".join(chunks), truncated
+    return b"".join(output.chunks), output.truncated
 
 
-async def _drain(stream: asyncio.StreamReader, keep: int) -> bytes:
-    """Read ``stream`` to its end, keeping its first ``keep`` bytes."""
-    kept = bytearray()
-    while True:
-        chunk = await stream.read(65536)
-        if not chunk:
-            return bytes(kept)
-        if len(kept) < keep:
-            kept += chunk[: keep - len(kept)]
+_READ_GRACE = 2.0  # after ripgrep's end: how long its output may stay open
+_KEEP_ERRORS = 65536  # bytes of ripgrep's stderr kept for a message
+
+
+class _RgOutput:
+    """ripgrep's stdout and the start of its stderr, read as they come on the running loop;
+    ``done`` when both are closed, or when stdout passed ``MAX_RG_OUTPUT`` (``truncated``)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, out_fd: int, err_fd: int) -> None:
+        self.loop = loop
+        self.out_fd = out_fd
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.truncated = False
+        self.errors = bytearray()
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.open = [out_fd, err_fd]
+        for fd in self.open:
+            os.set_blocking(fd, False)
+            loop.add_reader(fd, self._readable, fd)
+
+    def _readable(self, fd: int) -> None:
+        try:
+            data = os.read(fd, 1 << 20)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._close(fd)
+            if not self.open:
+                self._finish()
+        elif fd == self.out_fd:
+            self.chunks.append(data)
+            self.size += len(data)
+            if self.size >= MAX_RG_OUTPUT:
+                self.truncated = True
+                self._finish()
+        elif len(self.errors) < _KEEP_ERRORS:
+            self.errors += data[: _KEEP_ERRORS - len(self.errors)]
+
+    def _finish(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def _close(self, fd: int) -> None:
+        self.loop.remove_reader(fd)
+        os.close(fd)
+        self.open.remove(fd)
+
+    def close(self) -> None:
+        for fd in list(self.open):
+            self._close(fd)
 
 
 async def _rg_at(
@@ -389,13 +429,17 @@ async def _rg_at(
 
     ripgrep follows a root given as a symlink, so it gets the descriptor opened beneath the
     roots, not the name: a swap after this open cannot redirect it. A directory becomes its
-    working directory (so the .gitignore files above it still apply), a file is read via it."""
+    working directory (so the .gitignore files above it still apply: the directory is entered
+    through this process's descriptor before ripgrep starts); a file becomes its stdin, read
+    through ``/proc/self/fd/0`` (ripgrep reads a path it is given, never stdin then)."""
     loop = asyncio.get_running_loop()
     fd, is_dir = await loop.run_in_executor(None, fs.open_search_root_now, base)
-    pinned = f"{_PROC_FD}/{fd}"
-    cwd, target = (pinned, ".") if is_dir else (None, pinned)
+    if is_dir:
+        cwd, stdin, target = f"{_PROC_FD}/{fd}", DEVNULL, "."
+    else:
+        cwd, stdin, target = None, fd, f"{_PROC_FD}/0"
     try:
-        out, truncated = await _run_rg(rg, [*argv, "--", target], cwd, (fd,))
+        out, truncated = await _run_rg(rg, [*argv, "--", target], cwd, stdin)
     finally:
         os.close(fd)
 
