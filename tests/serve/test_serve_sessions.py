@@ -134,11 +134,8 @@ async def test_sessions_are_per_principal_and_so_are_session_approvals(tmp_path:
         async with client(
             url, MODERN, token="alice-secret-token", elicitation_callback=approve_for_session
         ) as alice_meta:
-            by_meta = await alice_meta.call_tool(
-                "deploy",
-                {"target": "x"},
-                meta={"fastgate/session": "s1"},  # type: ignore[typeddict-unknown-key]
-            )
+            session_meta: Any = {"fastgate/session": "s1"}  # a key of fastgate's own in _meta
+            by_meta = await alice_meta.call_tool("deploy", {"target": "x"}, meta=session_meta)
         async with client(
             url, LEGACY, token="alice-secret-token", elicitation_callback=approve_for_session
         ) as legacy:
