@@ -430,7 +430,9 @@ class Gateway:
         asking = _Asking(execution_id)
         answered: ApprovalResponse | None = None
         if modern and params.request_state is not None:
-            problem = self._check_state(caller, executor, name, digest, params.request_state)
+            problem = self._check_state(
+                caller, executor, name, digest, params.request_state, key
+            )
             if problem is not None:
                 return self._refused(executor, name, base, execution_id, problem, modern)
             answered = _answer_in(params.input_responses)
@@ -590,7 +592,13 @@ class Gateway:
         return modern or ctx.session.can_send_request
 
     def _check_state(
-        self, caller: Caller, executor: ToolExecutor, name: str, digest: str, state: str
+        self,
+        caller: Caller,
+        executor: ToolExecutor,
+        name: str,
+        digest: str,
+        state: str,
+        key: str | None,
     ) -> _Problem | None:
         tool = executor.registry.resolve(name, self._scope_of(caller))
         generation = policy_generation(tool, executor.permissions, executor.mode)
@@ -606,7 +614,7 @@ class Gateway:
             return _Problem(
                 ErrorCode.PERMISSION_DENIED, f"Not permitted: {exc.message}.", exc.reason
             )
-        if not self._nonces.take(claims.nonce, claims.expires):
+        if not self._nonces.take(claims.nonce, claims.expires, key):
             return _Problem(
                 ErrorCode.PERMISSION_DENIED,
                 "Not permitted: this approval was already used; call the tool again to be asked "

@@ -129,20 +129,22 @@ class StateProblem(Exception):
 
 
 class UsedNonces:
-    """The nonces already answered: one approval state approves one call."""
+    """The nonces already answered: one approval state approves one call. The same call
+    re-sent under the same idempotency key passes again (the journal then answers it with the
+    recorded result, nothing runs twice)."""
 
     def __init__(self) -> None:
-        self._used: OrderedDict[str, float] = OrderedDict()
+        self._used: OrderedDict[str, tuple[float, str | None]] = OrderedDict()
 
-    def take(self, nonce: str, expires: float) -> bool:
+    def take(self, nonce: str, expires: float, key: str | None) -> bool:
         now = time.time()
-        while self._used and (
-            next(iter(self._used.values())) < now or len(self._used) >= _USED_LIMIT
-        ):
-            self._used.popitem(last=False)
-        if nonce in self._used:
-            return False
-        self._used[nonce] = expires
+        used = self._used
+        while used and (next(iter(used.values()))[0] < now or len(used) >= _USED_LIMIT):
+            used.popitem(last=False)
+        known = used.get(nonce)
+        if known is not None:
+            return key is not None and known[1] == key
+        used[nonce] = (expires, key)
         return True
 
 
