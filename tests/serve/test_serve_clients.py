@@ -52,7 +52,7 @@ async def test_the_typescript_sdk_client(tmp_path: Path) -> None:
         assert said[refused]["isError"] is True
         assert said[refused]["_meta"]["fastgate"]["code"] == code
         assert said[refused]["content"][0]["text"]
-    sessions = {r.meta.session_id for r in gateway.executor.history()}
+    sessions = {r.meta.session_id or "" for r in gateway.executor.history()}
     assert len(sessions) == 1 and next(iter(sessions)).startswith("carol/")
     gateway.executor.dispose()
 
