@@ -33,6 +33,7 @@ SCENARIOS: dict[str, tuple[str, str, bool]] = {
     "code": ("fastgate.cli.bench.codemode", "run_code_scenario", True),
     "shell": ("fastgate.cli.bench.shell", "run_shell", True),
     "cluster": ("fastgate.cli.bench.cluster", "run_cluster", False),
+    "serve": ("fastgate.cli.bench.serve", "run_serve", False),
 }
 
 PROFILES = {

@@ -1,0 +1,163 @@
+"""The servers of the "serve" bench scenario, each in a process of its own on uvicorn (uvloop,
+httptools), printing ``PORT <n>`` once it listens:
+
+- ``bare``: the official SDK's low-level ``Server`` with one no-op tool, ``noop(text)``, on the
+  SDK's own streamable HTTP app: the reference;
+- ``gateway``: ``fastgate.serve.Gateway`` serving the same tool with policy (rules), the journal
+  (a SQLite store), the audit (a JSONL file) and a bearer token on;
+- ``proxy URL``: a ``Gateway`` serving the tools of the MCP server at ``URL`` (the bare one)
+  through the bridge, as ``mcp__up__noop``, with the same policy, journal and audit.
+
+``python -m fastgate.cli.bench.serve_server bare|gateway|proxy [URL] DIR``
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator
+from typing import Any
+
+NOOP_SCHEMA = {
+    "type": "object",
+    "properties": {"text": {"type": "string", "description": "returned as it came"}},
+    "required": ["text"],
+}
+TOKEN = "bench-token"
+CALLERS = 64
+
+
+def _listen() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
+    return sock
+
+
+async def _serve(app: Any, sock: socket.socket) -> None:
+    import uvicorn
+
+    config = uvicorn.Config(
+        app, http="httptools", lifespan="on", log_level="warning", access_log=False, backlog=1024
+    )
+    print(f"PORT {sock.getsockname()[1]}", flush=True)
+    await uvicorn.Server(config).serve(sockets=[sock])
+
+
+def _bare() -> Any:
+    import mcp_types as types
+    from mcp.server.lowlevel.server import Server
+
+    async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(
+            tools=[
+                types.Tool(
+                    name="noop",
+                    description="Return the text.",
+                    input_schema=NOOP_SCHEMA,
+                    annotations=types.ToolAnnotations(read_only_hint=True),
+                )
+            ]
+        )
+
+    async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        text = (params.arguments or {}).get("text", "")
+        return types.CallToolResult(content=[types.TextContent(type="text", text=str(text))])
+
+    server = Server("bare", on_list_tools=list_tools, on_call_tool=call_tool)
+    return server.streamable_http_app(host="127.0.0.1")
+
+
+@contextlib.asynccontextmanager
+async def _gateway(directory: str, upstream: str | None) -> AsyncIterator[Any]:
+    import fastgate
+    from fastgate import (
+        ConcurrencyScheduler,
+        FileLockManager,
+        PermissionConfig,
+        SchedulerLimits,
+        SqliteToolUseStore,
+        ToolExecutor,
+        ToolKind,
+        ToolRegistry,
+    )
+    from fastgate.serve import Gateway, GatewayAudit, token_digest
+
+    @fastgate.tool(kind=ToolKind.READ_ONLY, parallelism="shared", is_concurrency_safe=True)
+    async def noop(text: str) -> str:
+        """Return the text.
+
+        Args:
+            text: returned as it came.
+        """
+        return text
+
+    registry = ToolRegistry()
+    registry.register(noop)
+    permissions = PermissionConfig(
+        allow=["noop", "mcp__up"], deny=["noop(secret*)", "mcp__up__delete"], ask=["bash"]
+    )
+    # FASTGATE_BENCH_SERVE_OFF=journal,audit: a diagnostic run without them (what each costs).
+    off = set(os.environ.get("FASTGATE_BENCH_SERVE_OFF", "").split(","))
+    store = None
+    if "journal" not in off:
+        store = await SqliteToolUseStore.open(f"{directory}/journal-{upstream is not None}.db")
+    audit = (
+        None if "audit" in off else GatewayAudit(f"{directory}/audit-{upstream is not None}.jsonl")
+    )
+    executor = ToolExecutor(
+        registry,
+        permissions=permissions,
+        scheduler=ConcurrencyScheduler(
+            SchedulerLimits(global_limit=CALLERS, session_limit=CALLERS)
+        ),
+        locks=FileLockManager(),
+        store=store,
+        audit=audit,
+    )
+    tokens = {token_digest(TOKEN): {"principal": "bench", "mode": None, "scope": None}}
+    bridge = None
+    if upstream is not None:
+        from fastgate.mcp import MCPBridge, MCPServerConfig
+
+        server = MCPServerConfig(
+            "up", url=upstream, max_concurrency=CALLERS, trust_annotations=True
+        )
+        bridge = MCPBridge(registry, [server])
+        await bridge.start()
+    try:
+        yield Gateway(
+            executor,
+            tokens=tokens,
+            bridge=bridge,
+            audit=audit,
+            rate_limit=None,  # one principal makes every call of the run
+            allowed_hosts=["127.0.0.1:*", "localhost:*"],
+        ).asgi()
+    finally:
+        if bridge is not None:
+            await bridge.aclose()
+        executor.dispose()
+        if audit is not None:
+            await audit.aclose()
+        if store is not None:
+            await store.close()
+
+
+async def main(argv: list[str]) -> None:
+    sock = _listen()
+    if argv[0] == "bare":
+        await _serve(_bare(), sock)
+        return
+    upstream = argv[1] if argv[0] == "proxy" else None
+    async with _gateway(argv[-1], upstream) as app:
+        await _serve(app, sock)
+
+
+if __name__ == "__main__":
+    from fastgate.runtime import run
+
+    run(main(sys.argv[1:]))
