@@ -195,6 +195,20 @@ def spawn_child() -> int:
 
 
 @server.tool()
+def spawn_daemon() -> int:
+    """Start a long sleeper in a session of its own (out of the server's process group, as a
+    daemon detaches) and return its pid."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(300)"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    return child.pid
+
+
+@server.tool()
 def shout(lines: int) -> str:
     """Write ``lines`` lines to stderr (a server that is chatty on stderr)."""
     for i in range(lines):

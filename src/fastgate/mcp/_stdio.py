@@ -1,9 +1,11 @@
-"""The stdio transport: one server process in its own process group (SPEC §14 supervision).
+"""The stdio transport: one server process and everything it starts (SPEC §14 supervision).
 
 The SDK's ``stdio_client`` hides the process; this one keeps it, because the bridge must
 report the pid, drain stderr into a bounded tail (an undrained pipe deadlocks a chatty server),
-notice a crash at once, and end the whole group on close, stragglers a server left behind
-included. Messages are newline-delimited JSON-RPC, parsed and written with the SDK's own types.
+notice a crash at once, and end every process the server started, when it is closed and when
+the server crashes. The server runs under ``fastgate.processes``' launcher, its parent and the
+reaper of its descendants: one that detached (``setsid``, a double fork) is ended too. Messages
+are newline-delimited JSON-RPC, parsed and written with the SDK's own types.
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 from collections import deque
 from collections.abc import Callable, Mapping
 from types import TracebackType
+from typing import IO
 
 import anyio
 import mcp_types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
+
+from fastgate.processes import PIPE, Process, spawn
 
 log = logging.getLogger("fastgate.mcp")
 
@@ -78,7 +82,7 @@ class StdioTransport:
         self.env = env
         self.cwd = cwd
         self.stderr = stderr
-        self.process: asyncio.subprocess.Process | None = None
+        self.process: Process | None = None
         self.lost = asyncio.Event()
         self.exited = asyncio.Event()  # set by the event loop the moment the process ends
         self.exit_reason = ""
@@ -87,6 +91,11 @@ class StdioTransport:
         self.on_lost: Callable[[str], None] | None = None
         self.on_spawn: Callable[[int], None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._stdout: asyncio.StreamReader | None = None
+        self._stderr: asyncio.StreamReader | None = None
+        self._stdin: asyncio.StreamWriter | None = None
+        self._pipes: list[asyncio.BaseTransport] = []  # each owns (and closes) its pipe
+        self._handed: list[object] = []  # the pipes given to those transports
         self._reader_out: MemoryObjectSendStream[SessionMessage | Exception] | None = None
         self._writer_in: MemoryObjectReceiveStream[SessionMessage] | None = None
 
@@ -102,23 +111,17 @@ class StdioTransport:
     ]:
         env = {k: os.environ[k] for k in INHERITED_ENV if k in os.environ}
         env.update(self.env)
-        loop = asyncio.get_running_loop()
+        process = await _start(self.argv, env, self.cwd)
+        self.process = process
         try:
-            transport, protocol = await loop.subprocess_exec(
-                lambda: _Protocol(self.exited, loop),
-                *self.argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                env=env,
-                cwd=self.cwd,
-                start_new_session=True,  # its own group: closing ends it and all it started
-            )
-        except OSError as exc:  # said the same way on every loop (uvloop omits the file name)
-            raise OSError(exc.errno, f"cannot start {self.argv[0]!r}: {exc.strerror}") from None
-        self.process = asyncio.subprocess.Process(transport, protocol, loop)
+            await self._connect_pipes(process)
+        except BaseException:
+            await process.terminate_all(0)
+            self._close_pipes(process)
+            raise
         if self.on_spawn is not None:
-            self.on_spawn(self.process.pid)
+            self.on_spawn(process.pid)
+        loop = asyncio.get_running_loop()
         read_send, read_receive = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_send, write_receive = anyio.create_memory_object_stream[SessionMessage](0)
         self._reader_out, self._writer_in = read_send, write_receive
@@ -129,6 +132,36 @@ class StdioTransport:
             loop.create_task(self._watch_exit(), name="fastgate-mcp:exit"),
         ]
         return read_receive, write_send
+
+    async def _connect_pipes(self, process: Process) -> None:
+        """The server's pipes as streams of the running loop."""
+        assert process.stdin and process.stdout and process.stderr
+        self._stdout = await self._reader(process.stdout, MAX_MESSAGE_BYTES)
+        self._stderr = await self._reader(process.stderr, 65536)
+        loop = asyncio.get_running_loop()
+        writer, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(), loop=loop), process.stdin
+        )
+        self._pipes.append(writer)
+        self._handed.append(process.stdin)
+        self._stdin = asyncio.StreamWriter(writer, protocol, None, loop)
+
+    async def _reader(self, pipe: IO[bytes], limit: int) -> asyncio.StreamReader:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit, loop)
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader, loop=loop), pipe
+        )
+        self._pipes.append(transport)
+        self._handed.append(pipe)
+        return reader
+
+    def _close_pipes(self, process: Process) -> None:
+        for transport in self._pipes:
+            transport.close()  # and its pipe, in the loop's own time
+        for pipe in (process.stdin, process.stdout, process.stderr):
+            if pipe is not None and not any(pipe is handed for handed in self._handed):
+                pipe.close()
 
     async def __aexit__(
         self,
@@ -141,24 +174,18 @@ class StdioTransport:
     async def _shutdown(self) -> None:
         process = self.process
         assert process is not None
-        if process.stdin is not None:
+        if self._stdin is not None:
             with contextlib.suppress(OSError, RuntimeError):
-                process.stdin.close()
-        if not await _exited(process, self.exited, CLOSE_GRACE):
-            _signal_group(process.pid, signal.SIGTERM)
-            if not await _exited(process, self.exited, TERM_GRACE):
-                _signal_group(process.pid, signal.SIGKILL)
-                await _exited(process, self.exited, TERM_GRACE)
-        # A server that exited by itself can leave children in its group: end them too, and
-        # return once the kernel has (a killed process lingers for a moment).
-        _signal_group(process.pid, signal.SIGKILL)
-        for _ in range(int(TERM_GRACE / 0.01)):
-            if not process_group_members(process.pid):
-                break
-            await asyncio.sleep(0.01)
+                self._stdin.close()
+        if await _exited(self.exited, CLOSE_GRACE):
+            # What the server left running is being ended by its launcher: at once, now.
+            await process.terminate_all(0)
+        else:  # TERM to the server and all it started, KILL after the grace
+            await process.terminate_all(TERM_GRACE)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._close_pipes(process)
         for stream in (self._reader_out, self._writer_in):
             if stream is not None:
                 stream.close()
@@ -173,15 +200,17 @@ class StdioTransport:
             self._reader_out.close()  # pending requests learn the connection is gone
 
     async def _watch_exit(self) -> None:
-        """A crash is noticed even when a child of the server still holds its stdout open."""
-        await self.exited.wait()
+        """A crash is noticed at once, even while a child of the server still holds its stdout
+        open (its launcher is ending that child meanwhile)."""
         assert self.process is not None
+        with contextlib.suppress(OSError):
+            await self.process.exited()
+        self.exited.set()
         self._lose(f"the server exited with status {self.process.returncode}")
 
     async def _read_stdout(self, out: MemoryObjectSendStream[SessionMessage | Exception]) -> None:
-        process = self.process
-        assert process is not None and process.stdout is not None
-        stdout = process.stdout
+        process, stdout = self.process, self._stdout
+        assert process is not None and stdout is not None
         reason = "the server closed its stdout"
         try:
             while True:
@@ -209,7 +238,7 @@ class StdioTransport:
             return  # our side closed first
         finally:
             code = process.returncode
-            if code is None and await _exited(process, self.exited, 0.5):
+            if code is None and await _exited(self.exited, 0.5):
                 code = process.returncode
             if code is not None:
                 reason = f"the server exited with status {code}"
@@ -217,9 +246,8 @@ class StdioTransport:
             out.close()
 
     async def _write_stdin(self, messages: MemoryObjectReceiveStream[SessionMessage]) -> None:
-        process = self.process
-        assert process is not None and process.stdin is not None
-        stdin = process.stdin
+        stdin = self._stdin
+        assert stdin is not None
         try:
             async for message in messages:
                 data = message.message.model_dump_json(by_alias=True, exclude_unset=True)
@@ -229,41 +257,44 @@ class StdioTransport:
             self._lose("the server stopped reading its stdin")
 
     async def _drain_stderr(self) -> None:
-        process = self.process
-        assert process is not None and process.stderr is not None
+        stderr = self._stderr
+        assert stderr is not None
         while True:
-            chunk = await process.stderr.read(65536)
+            chunk = await stderr.read(65536)
             if not chunk:
                 return
             self.stderr.feed(chunk.decode("utf-8", "replace"))
 
 
-async def _exited(
-    process: asyncio.subprocess.Process, exited: asyncio.Event, within: float
-) -> bool:
-    """Whether the process ended within ``within`` seconds. Not ``process.wait()``: that also
-    waits for the pipes to close, which a child that inherited them can hold open for long."""
-    if process.returncode is None:
+async def _start(argv: tuple[str, ...], env: dict[str, str], cwd: str | None) -> Process:
+    """The server, started: ``OSError`` naming the program when it cannot be (said the same
+    way whatever failed: the launcher, the directory, the program)."""
+    try:
+        process = spawn(
+            list(argv), stdin=PIPE, stdout=PIPE, stderr=PIPE, env=env, cwd=cwd, grace=TERM_GRACE
+        )
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot start {argv[0]!r}: {exc.strerror}") from None
+    try:
+        await process.started()
+    except BaseException as exc:
+        await process.terminate_all(0)
+        for pipe in (process.stdin, process.stdout, process.stderr):
+            assert pipe is not None
+            pipe.close()
+        if isinstance(exc, OSError):
+            raise OSError(exc.errno, f"cannot start {argv[0]!r}: {exc.strerror}") from None
+        raise
+    return process
+
+
+async def _exited(exited: asyncio.Event, within: float) -> bool:
+    """Whether the server ended within ``within`` seconds (not the end of its pipes, which a
+    child that inherited them can hold open for a while)."""
+    if not exited.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(exited.wait(), within)
-    return process.returncode is not None
-
-
-class _Protocol(asyncio.subprocess.SubprocessStreamProtocol):
-    """The usual stream protocol, telling at once when the process ends."""
-
-    def __init__(self, exited: asyncio.Event, loop: asyncio.AbstractEventLoop) -> None:
-        super().__init__(limit=MAX_MESSAGE_BYTES, loop=loop)
-        self._exited = exited
-
-    def process_exited(self) -> None:
-        super().process_exited()
-        self._exited.set()
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
+    return exited.is_set()
 
 
 def process_group_members(pgid: int) -> list[int]:
