@@ -25,8 +25,13 @@ async def ended(pid: int) -> None:
     except ProcessLookupError:
         return
     loop = asyncio.get_running_loop()
-    exited = loop.create_future()
-    loop.add_reader(fd, lambda: exited.done() or exited.set_result(None))
+    exited: asyncio.Future[None] = loop.create_future()
+
+    def on_exit() -> None:
+        if not exited.done():
+            exited.set_result(None)
+
+    loop.add_reader(fd, on_exit)
     try:
         async with asyncio.timeout(30):
             await exited
