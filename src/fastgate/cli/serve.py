@@ -75,6 +75,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="the journal: sqlite:///PATH or postgresql://... "
         f"(default sqlite under <workspace>/.fastgate/{STORE_FILE})",
     )
+    parser.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long a journaled call's claim outlives a gateway that died (default 10)",
+    )
     parser.add_argument("--redis", metavar="URL", help="share admission limits with replicas")
     parser.add_argument(
         "--approvals",
@@ -134,8 +141,15 @@ def run_serve(args: argparse.Namespace) -> int:
         return 0
 
 
+# The journal's and the audit's writer threads take the GIL between their disk writes; handing
+# it back to the event loop after 0.5 ms rather than Python's 5 ms cuts a call's latency by a
+# third when every call is journaled (measured with the serve benchmark).
+SWITCH_INTERVAL = 0.0005
+
+
 async def _serve(args: argparse.Namespace) -> int:
     setup = _Setup(args)
+    sys.setswitchinterval(SWITCH_INTERVAL)
     async with setup.running() as gateway:
         if args.stdio:
             await _serve_stdio(gateway)
@@ -198,6 +212,8 @@ class _Setup:
             raise UsageError("--tokens is for HTTP callers; a --stdio client is its launcher")
         self.tokens = _tokens(args.tokens)
         self.state_keys = _state_keys(args.state_key_file)
+        if not args.lease_ttl > 0:
+            raise UsageError("--lease-ttl: expected seconds > 0")
         if args.rate_limit < 0:
             raise UsageError("--rate-limit: expected requests a second >= 0 (0: no limit)")
 
@@ -265,7 +281,9 @@ class _Setup:
 
             try:
                 # SQLAlchemy's spelling: sqlite:///relative/path, sqlite:////absolute/path
-                return await SqliteToolUseStore.open(url[len("sqlite:///") :])
+                return await SqliteToolUseStore.open(
+                    url[len("sqlite:///") :], lease_ttl=self.args.lease_ttl
+                )
             except (StoreError, OSError, ValueError) as exc:
                 raise UsageError(f"--store: {exc}") from None
         if url.startswith(("postgresql://", "postgres://")):
@@ -275,7 +293,7 @@ class _Setup:
             if store_class is None:
                 raise UsageError("--store: this fastgate has no Postgres store")
             try:
-                return store_class(url)
+                return store_class(url, lease_ttl=self.args.lease_ttl)
             except (ImportError, ValueError) as exc:
                 raise UsageError(f"--store: {exc}") from None
         raise UsageError(f"--store: expected sqlite:///PATH or postgresql://..., got {url!r}")

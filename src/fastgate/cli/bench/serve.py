@@ -2,17 +2,21 @@
 
 Three server processes on uvicorn (``serve_server``): the bare SDK server with a no-op tool,
 the gateway serving the same tool (policy, journal and audit on), and a gateway proxying the
-bare server's tool through the bridge. The client is the official Python SDK's, streamable
-HTTP, the older protocol era (sessions: every call is journaled under its session and request
-id). Measured in the same run, alternating: one call at a time (gateway / bare), calls/s with 64
-concurrent clients (gateway / bare), and the upstream tool through the gateway against the same
-tool called directly; with the gateway's absolute calls/s.
+bare server's tool through the bridge. Measured in the same run, alternating:
+
+- one call at a time, gateway / bare, and the upstream tool through the gateway / the same tool
+  called directly: the official Python SDK's client, streamable HTTP, the older protocol era
+  (sessions: each call journaled under its session and request id);
+- calls/s with 64 concurrent clients, gateway / bare, and the gateway's absolute calls/s: 64
+  keep-alive connections posting 2026-era ``tools/call`` requests (each with an idempotency
+  key), a load generator light enough that the servers, not the client, set the pace.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import statistics
 import subprocess
 import sys
@@ -106,10 +110,74 @@ def _caller(client: Any, tool: str) -> Callable[[int], Awaitable[None]]:
     return call
 
 
-async def _rate(clients: list[Any], tool: str, per_client: int) -> float:
+class _Connection:
+    """One keep-alive HTTP/1.1 connection posting 2026-era ``tools/call`` requests, built once:
+    a load generator light enough that the server, not the client, sets the pace."""
+
+    def __init__(self, url: str, tool: str) -> None:
+        from fastgate.cli.bench.serve_server import TOKEN
+
+        host, port = url.removeprefix("http://").split("/", 1)[0].split(":")
+        self.host, self.port = host, int(port)
+        self.tool = tool
+        self.token = TOKEN
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+        self.sent = 0
+
+    async def open(self) -> None:
+        self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+
+    def _request(self) -> bytes:
+        self.sent += 1
+        body = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": self.sent,
+                "method": "tools/call",
+                "params": {
+                    "name": self.tool,
+                    "arguments": ARGS,
+                    "_meta": {
+                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                        "io.modelcontextprotocol/clientCapabilities": {},
+                    },
+                },
+            },
+            separators=(",", ":"),
+        ).encode()
+        head = (
+            f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{self.port}\r\n"
+            "content-type: application/json\r\naccept: application/json, text/event-stream\r\n"
+            "mcp-protocol-version: 2026-07-28\r\nmcp-method: tools/call\r\n"
+            f"mcp-name: {self.tool}\r\n"
+            f"idempotency-key: bench-{id(self)}-{self.sent}\r\n"
+            f"authorization: Bearer {self.token}\r\ncontent-length: {len(body)}\r\n\r\n"
+        )
+        return head.encode() + body
+
+    async def call(self, n: int) -> None:
+        reader, writer = self.reader, self.writer
+        assert reader is not None and writer is not None
+        for _ in range(n):
+            writer.write(self._request())
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = int(head.lower().split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+            body = await reader.readexactly(length)
+            if not head.startswith(b"HTTP/1.1 200") or b'"isError":false' not in body:
+                raise RuntimeError(f"the bench call failed: {head[:200]!r} {body[:300]!r}")
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(OSError):
+                await self.writer.wait_closed()
+
+
+async def _rate(connections: list[_Connection], per_connection: int) -> float:
     start = time.perf_counter()
-    await asyncio.gather(*(_caller(c, tool)(per_client) for c in clients))
-    return len(clients) * per_client / (time.perf_counter() - start)
+    await asyncio.gather(*(c.call(per_connection) for c in connections))
+    return len(connections) * per_connection / (time.perf_counter() - start)
 
 
 async def _measure(config: BenchConfig) -> list[Measurement]:
@@ -124,20 +192,7 @@ async def _measure(config: BenchConfig) -> list[Measurement]:
             up_ratio, up_ns, direct_ns = await paired_rounds(
                 _caller(proxied, "mcp__up__noop"), _caller(direct, "noop"), calls, config.rounds
             )
-        async with contextlib.AsyncExitStack() as stack:
-            gateway_clients = [
-                await stack.enter_async_context(_client(gateway.url)) for _ in range(CLIENTS)
-            ]
-            bare_clients = [
-                await stack.enter_async_context(_client(bare.url)) for _ in range(CLIENTS)
-            ]
-            per_client = max(4, calls // 16)
-            await _rate(gateway_clients, "noop", 1)  # warm every session
-            await _rate(bare_clients, "noop", 1)
-            ours_rates, ref_rates = [], []
-            for _ in range(max(3, config.rounds // 3)):
-                ours_rates.append(await _rate(gateway_clients, "noop", per_client))
-                ref_rates.append(await _rate(bare_clients, "noop", per_client))
+        ours_rates, ref_rates = await _throughput(gateway.url, bare.url, calls, config.rounds)
     rate, ref_rate = statistics.median(ours_rates), statistics.median(ref_rates)
     return [
         Measurement(
@@ -170,9 +225,31 @@ async def _measure(config: BenchConfig) -> list[Measurement]:
             f"calls/s per gateway process, {CLIENTS} clients",
             rate,
             unit="calls/s",
-            detail="one uvicorn process (uvloop, httptools); the client in another",
+            detail="one uvicorn process (uvloop, httptools); 2026-era calls on keep-alive "
+            "connections from another process",
         ),
     ]
+
+
+async def _throughput(
+    gateway: str, bare: str, calls: int, rounds: int
+) -> tuple[list[float], list[float]]:
+    ours = [_Connection(gateway, "noop") for _ in range(CLIENTS)]
+    reference = [_Connection(bare, "noop") for _ in range(CLIENTS)]
+    try:
+        for connection in (*ours, *reference):
+            await connection.open()
+        per_connection = max(4, calls // 8)
+        await _rate(ours, 2)  # warm both servers
+        await _rate(reference, 2)
+        ours_rates, ref_rates = [], []
+        for _ in range(max(3, rounds // 3)):
+            ours_rates.append(await _rate(ours, per_connection))
+            ref_rates.append(await _rate(reference, per_connection))
+    finally:
+        for connection in (*ours, *reference):
+            await connection.close()
+    return ours_rates, ref_rates
 
 
 def run_serve(config: BenchConfig, loop: str) -> list[Measurement]:

@@ -67,7 +67,14 @@ def _bare() -> Any:
         text = (params.arguments or {}).get("text", "")
         return types.CallToolResult(content=[types.TextContent(type="text", text=str(text))])
 
-    server = Server("bare", on_list_tools=list_tools, on_call_tool=call_tool)
+    # The SDK's own shortcut for a tool's input schema (else every 2026-era call with arguments
+    # would run the tools/list handler first): the reference at its best.
+    server = Server(
+        "bare",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+        get_tool_input_schema=lambda name: NOOP_SCHEMA if name == "noop" else None,
+    )
     return server.streamable_http_app(host="127.0.0.1")
 
 
@@ -149,6 +156,10 @@ async def _gateway(directory: str, upstream: str | None) -> AsyncIterator[Any]:
 
 async def main(argv: list[str]) -> None:
     sock = _listen()
+    if argv[0] != "bare":
+        from fastgate.cli.serve import SWITCH_INTERVAL
+
+        sys.setswitchinterval(SWITCH_INTERVAL)  # as fastgate serve runs
     if argv[0] == "bare":
         await _serve(_bare(), sock)
         return
