@@ -198,3 +198,44 @@ async def test_an_upstream_that_dies_fails_only_its_tools(tmp_path: Path, era: s
                 await bridge.wait_for("fx", state="ready")
             back = await mcp.call_tool("mcp__fx__echo", {"text": "back"})
             assert not back.is_error and text_of(back) == "back"
+
+
+async def test_upstream_states_are_in_metrics(tmp_path: Path) -> None:
+    async with upstream(tmp_path, approvals="deny") as (gateway, _, _):
+        text = gateway.metrics.render().decode()
+    assert 'fastgate_upstream_state{server="fx",state="ready"} 1.0' in text
+    assert 'fastgate_upstream_state{server="fx",state="restarting"} 0.0' in text
+    assert 'fastgate_upstream_tools{server="fx"}' in text
+
+
+async def test_an_upstream_question_reaches_the_older_era_client(tmp_path: Path) -> None:
+    """A server asking its user during a call (elicitation): the gateway puts the question to
+    the client that made the call."""
+    import sys
+
+    from mcp_types import ElicitResult
+
+    from fastgate.mcp import MCPServerConfig
+
+    served = executor(permissions=PermissionConfig(allow=["mcp__el"]))
+    script = Path(__file__).parents[1] / "mcp" / "elicit_sdk_server.py"
+    bridge = MCPBridge(
+        served.registry, [MCPServerConfig("el", command=[sys.executable, str(script)])]
+    )
+    await bridge.start()
+    asked: list[str] = []
+
+    async def answer(context: Any, params: Any) -> ElicitResult:
+        asked.append(params.message)
+        return ElicitResult(action="accept", content={"name": "Ada"})
+
+    try:
+        gateway = Gateway(served, bridge=bridge, approvals="deny")
+        async with serving(gateway) as url, client(url, LEGACY, elicitation_callback=answer) as mcp:
+            booked = await mcp.call_tool("mcp__el__book", {"table": "T1"})
+    finally:
+        await bridge.aclose()
+        served.dispose()
+    assert not booked.is_error, text_of(booked)
+    assert text_of(booked) == "booked T1 for Ada: 2 guests, vegetarian=False"
+    assert asked == ["Book a table: under which name, for how many?"]
