@@ -18,6 +18,7 @@ from fastgate.admission.scheduler import ConcurrencyScheduler as ConcurrencySche
 from fastgate.admission.scheduler import SchedulerLimits as SchedulerLimits
 from fastgate.admission.scheduler import SchedulerStats as SchedulerStats
 from fastgate.admission.scheduler import default_scheduler as default_scheduler
+from fastgate.durable.postgres import PostgresToolUseStore as PostgresToolUseStore
 from fastgate.durable.projector import ToolResultProjector as ToolResultProjector
 from fastgate.durable.sqlite import SqliteToolUseStore as SqliteToolUseStore
 from fastgate.durable.sqlite import StoreError as StoreError
@@ -122,6 +123,7 @@ __all__ = (
     "PostToolUseEvent",
     "PostToolUseFailureEvent",
     "PostToolUseResult",
+    "PostgresToolUseStore",
     "PreToolUseEvent",
     "PreToolUseResult",
     "ResourceExhausted",

@@ -12,6 +12,10 @@ full, locked, I/O error) is rolled back and fails every record in it: nothing is
 
 Cancelling an ``await`` of ``record_tool_use``/``record_result`` stops the wait, not the write:
 the record may still be committed. ``load`` and ``close`` are likewise safe to cancel.
+
+The journal of keyed calls (SPEC §24) is one more table: a claim reads and writes it inside the
+group transaction, whose ``BEGIN IMMEDIATE`` holds the file's write lock, so it is atomic among
+every process of the host that opens the file. Leases are kept by the host's wall clock.
 """
 
 from __future__ import annotations
@@ -28,11 +32,26 @@ from typing import Any, Final
 
 import msgspec
 
-from fastgate.durable.store import StoredCall, ToolUseRecord
-from fastgate.errors import FastgateError
+from fastgate.durable.codec import calls_from_rows, decode_result, encode
+from fastgate.durable.store import (
+    ABORTED,
+    DONE,
+    FREE,
+    RUNNING,
+    JournalEntry,
+    ResultWaiters,
+    StoredCall,
+    ToolUseRecord,
+    as_durable,
+    check_lease_ttl,
+    journal_state,
+    new_owner,
+    session_key,
+)
+from fastgate.durable.store import StoreError as StoreError
 from fastgate.model.results import DurableResult, ToolResult
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2  # 2: the journal of keyed calls
 APPLICATION_ID: Final = 0x46475453  # "FGTS" in the SQLite header: this file is a fastgate store
 MAX_BATCH: Final = 1024  # records per group transaction: bounds the latency of the last one
 
@@ -58,6 +77,21 @@ _SCHEMA = (
         recorded_at REAL NOT NULL
     )""",
 )
+# Version 2: the journal, one row per (session, key). ``execution_id`` is the attempt holding
+# the key; ``state`` is running, done, free (its result says nothing ran) or aborted.
+_JOURNAL_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS journal (
+        session_key TEXT NOT NULL,
+        key TEXT NOT NULL,
+        digest BLOB NOT NULL,
+        execution_id TEXT NOT NULL,
+        owner TEXT NOT NULL,
+        lease_expires REAL NOT NULL,
+        state TEXT NOT NULL,
+        PRIMARY KEY (session_key, key)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS journal_by_execution ON journal (execution_id)",
+)
 _INSERT_TOOL_USE = (
     "INSERT INTO tool_use (execution_id, session_id, turn_id, epoch, seq, call_id, tool_name, "
     "args, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -67,20 +101,34 @@ _INSERT_RESULT = (
     "INSERT INTO tool_result (use_id, result, recorded_at) "
     "SELECT id, ?, ? FROM tool_use WHERE execution_id = ?"
 )
+_SET_STATE = "UPDATE journal SET state = ? WHERE execution_id = ?"
+_SELECT_ENTRY = (
+    "SELECT j.digest, j.execution_id, j.lease_expires, j.state, r.result FROM journal AS j "
+    "LEFT JOIN tool_use AS u ON u.execution_id = j.execution_id "
+    "LEFT JOIN tool_result AS r ON r.use_id = u.id WHERE j.session_key = ? AND j.key = ?"
+)
+_INSERT_ENTRY = (
+    "INSERT INTO journal (session_key, key, digest, execution_id, owner, lease_expires, state) "
+    "VALUES (?, ?, ?, ?, ?, ?, 'running')"
+)
+_TAKE_OVER = (
+    "UPDATE journal SET execution_id = ?, owner = ?, lease_expires = ?, state = 'running' "
+    "WHERE session_key = ? AND key = ?"
+)
+_RENEW = (
+    "UPDATE journal SET lease_expires = ? "
+    "WHERE execution_id = ? AND owner = ? AND state = 'running'"
+)
+_SELECT_OUTCOME = (
+    "SELECT u.id, r.use_id, j.state, j.lease_expires FROM tool_use AS u "
+    "LEFT JOIN tool_result AS r ON r.use_id = u.id "
+    "LEFT JOIN journal AS j ON j.execution_id = u.execution_id WHERE u.execution_id = ?"
+)
 _SELECT_SESSION = (
     "SELECT u.execution_id, u.call_id, u.turn_id, u.epoch, u.seq, u.tool_name, u.args, r.result "
     "FROM tool_use AS u LEFT JOIN tool_result AS r ON r.use_id = u.id "
     "WHERE u.session_id IS ? ORDER BY u.id"
 )
-
-
-class StoreError(FastgateError):
-    """The store could not open, write or read its file; the message names the file and why."""
-
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(f"tool-use store {path!r}: {problem}")
-        self.path = path
-        self.problem = problem
 
 
 class StoreStatistics(msgspec.Struct, frozen=True):
@@ -89,65 +137,6 @@ class StoreStatistics(msgspec.Struct, frozen=True):
     transactions: int
     records: int
     largest_batch: int
-
-
-# -- encoding --------------------------------------------------------------------------------------
-
-# msgpack extensions, used only for text UTF-8 cannot encode (lone surrogates, e.g. from
-# surrogateescape'd tool output): such a str, and a map with such a key (as [key, value] pairs).
-_SURROGATE_TEXT, _SURROGATE_MAP = 1, 2
-_encoder = msgspec.msgpack.Encoder()
-
-
-def _escape_surrogates(value: Any) -> Any:
-    """Builtins where each str that UTF-8 cannot encode becomes a ``_SURROGATE_TEXT`` extension."""
-    if isinstance(value, str):
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            return msgspec.msgpack.Ext(_SURROGATE_TEXT, value.encode("utf-8", "surrogatepass"))
-        return value
-    if isinstance(value, dict):
-        items = [(_escape_surrogates(k), _escape_surrogates(v)) for k, v in value.items()]
-        if any(isinstance(k, msgspec.msgpack.Ext) for k, _ in items):  # an Ext cannot be a key
-            return msgspec.msgpack.Ext(_SURROGATE_MAP, _encoder.encode([list(i) for i in items]))
-        return dict(items)
-    if isinstance(value, (list, tuple)):
-        return [_escape_surrogates(v) for v in value]
-    return value
-
-
-def _encode(value: Any, path: str, what: str) -> bytes:
-    """msgpack bytes of ``value``, or ``StoreError`` saying why it cannot be stored."""
-    try:
-        return _encoder.encode(value)
-    except UnicodeEncodeError:
-        pass  # lone surrogates (surrogateescape'd tool output): stored losslessly below
-    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
-        raise StoreError(path, f"{what} cannot be encoded (nothing was written): {exc}") from None
-    try:
-        builtins = msgspec.to_builtins(value, builtin_types=(bytes, bytearray, memoryview))
-        return _encoder.encode(_escape_surrogates(builtins))
-    except (TypeError, ValueError, OverflowError, RecursionError, UnicodeError) as exc:
-        raise StoreError(path, f"{what} cannot be encoded (nothing was written): {exc}") from None
-
-
-def _ext_hook(code: int, data: memoryview) -> Any:
-    if code == _SURROGATE_TEXT:
-        return bytes(data).decode("utf-8", "surrogatepass")
-    if code == _SURROGATE_MAP:
-        return dict(_decoder.decode(data))
-    raise ValueError(f"unknown msgpack extension {code}")
-
-
-_decoder = msgspec.msgpack.Decoder(ext_hook=_ext_hook)
-
-
-def _decode_result(blob: bytes) -> DurableResult:
-    result = msgspec.convert(_decoder.decode(blob), DurableResult)
-    if isinstance(result.content, list):  # msgpack has no tuple; content blocks are a tuple
-        result = msgspec.structs.replace(result, content=tuple(result.content))
-    return result
 
 
 # -- errors ----------------------------------------------------------------------------------------
@@ -207,7 +196,7 @@ def _check_or_create(conn: sqlite3.Connection, path: str) -> None:
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if app_id == 0 and version == 0 and not tables:
         conn.execute("BEGIN IMMEDIATE")
-        for statement in _SCHEMA:
+        for statement in (*_SCHEMA, *_JOURNAL_SCHEMA):
             conn.execute(statement)
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
@@ -223,15 +212,35 @@ def _check_or_create(conn: sqlite3.Connection, path: str) -> None:
             f"written by a newer fastgate (schema version {version}; this version reads up to "
             f"{SCHEMA_VERSION}); left untouched: upgrade fastgate to read it",
         )
-    if version != SCHEMA_VERSION or not {"tool_use", "tool_result"} <= tables:
+    if version not in (1, SCHEMA_VERSION) or not {"tool_use", "tool_result"} <= tables:
         raise StoreError(
             path, f"unknown or damaged schema (version {version}, tables {sorted(tables)})"
         )
+    if version == 1:
+        _migrate_to_journal(conn)
+    elif "journal" not in tables:
+        raise StoreError(path, f"unknown or damaged schema (version {version}, no journal)")
+
+
+def _migrate_to_journal(conn: sqlite3.Connection) -> None:
+    """Version 1 to 2: add the journal (under the write lock: another process may migrate too)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] == 1:
+            for statement in _JOURNAL_SCHEMA:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 # -- the writer thread -----------------------------------------------------------------------------
 
-_TOOL_USE, _RESULT, _LOAD, _STOP = range(4)
+_TOOL_USE, _RESULT, _LOAD, _STOP, _CLAIM, _RENEW_LEASE, _RESOLVE = range(7)
+_WRITES: Final = frozenset({_TOOL_USE, _RESULT, _CLAIM, _RENEW_LEASE, _RESOLVE})
 # (kind, parameters, future or None, loop or None)
 _Job = tuple[int, Any, "asyncio.Future[Any] | None", "asyncio.AbstractEventLoop | None"]
 _Outcome = tuple["asyncio.Future[Any]", "asyncio.AbstractEventLoop", Any, "BaseException | None"]
@@ -282,7 +291,7 @@ class _Writer:
         """Writes in order, grouped into transactions; a load or stop ends the group before it."""
         writes: list[_Job] = []
         for job in batch:
-            if job[0] in (_TOOL_USE, _RESULT):
+            if job[0] in _WRITES:
                 writes.append(job)
                 if not self.group_commit:
                     self.commit(writes)
@@ -300,23 +309,18 @@ class _Writer:
 
     def commit(self, writes: list[_Job]) -> None:
         conn = self.conn
+        values: list[Any] = [None] * len(writes)
         errors: list[BaseException | None] = [None] * len(writes)
         try:
             conn.execute("BEGIN IMMEDIATE")
+            now = time.time()  # the journal's clock: the host's, shared by its processes
             for i, (kind, params, _, _) in enumerate(writes):
                 try:
-                    if kind == _TOOL_USE:
-                        conn.execute(_INSERT_TOOL_USE, params)
-                    elif conn.execute(_INSERT_RESULT, params).rowcount == 0:
-                        errors[i] = StoreError(
-                            self.path, f"no tool-use record for execution id {params[-1]!r}"
-                        )
+                    values[i] = self.write(kind, params, now)
+                except StoreError as exc:
+                    errors[i] = exc
                 except sqlite3.IntegrityError:  # only this statement was rolled back
-                    what = "tool-use record" if kind == _TOOL_USE else "result"
-                    execution_id = params[0] if kind == _TOOL_USE else params[-1]
-                    errors[i] = StoreError(
-                        self.path, f"a {what} for execution id {execution_id!r} already exists"
-                    )
+                    errors[i] = self.duplicate(kind, params)
             conn.execute("COMMIT")
         except Exception as exc:
             self.roll_back()
@@ -326,10 +330,91 @@ class _Writer:
             self.records += len(writes)
             self.largest_batch = max(self.largest_batch, len(writes))
         self.deliver(
-            (future, loop, None, error)
-            for (_, _, future, loop), error in zip(writes, errors, strict=True)
+            (future, loop, value, error)
+            for (_, _, future, loop), value, error in zip(writes, values, errors, strict=True)
             if future is not None and loop is not None
         )
+
+    def write(self, kind: int, params: Any, now: float) -> Any:
+        """One record's statements, inside the open transaction; its answer, if any."""
+        conn = self.conn
+        if kind == _TOOL_USE:
+            conn.execute(_INSERT_TOOL_USE, params)
+        elif kind == _RESULT:
+            blob, recorded_at, execution_id, state = params
+            if conn.execute(_INSERT_RESULT, (blob, recorded_at, execution_id)).rowcount == 0:
+                raise StoreError(self.path, f"no tool-use record for execution id {execution_id!r}")
+            conn.execute(_SET_STATE, (state, execution_id))
+        elif kind == _CLAIM:
+            return self.claim(params, now)
+        elif kind == _RENEW_LEASE:
+            execution_id, owner, lease_ttl = params
+            return conn.execute(_RENEW, (now + lease_ttl, execution_id, owner)).rowcount > 0
+        else:
+            self.resolve(params, now)
+        return None
+
+    def duplicate(self, kind: int, params: Any) -> StoreError:
+        if kind == _RESULT or kind == _RESOLVE:
+            return StoreError(self.path, f"a result for execution id {params[2]!r} already exists")
+        use = params if kind == _TOOL_USE else params[0]
+        return StoreError(
+            self.path, f"a tool-use record for execution id {use[0]!r} already exists"
+        )
+
+    def claim(self, params: Any, now: float) -> JournalEntry:
+        use, session, key, digest, owner, lease_ttl, take_over = params
+        conn = self.conn
+        execution_id = use[0]
+        row = conn.execute(_SELECT_ENTRY, (session, key)).fetchone()
+        if row is None:
+            conn.execute(_INSERT_TOOL_USE, use)
+            conn.execute(
+                _INSERT_ENTRY, (session, key, digest, execution_id, owner, now + lease_ttl)
+            )
+            return JournalEntry("claimed", execution_id)
+        stored_digest, holder, lease_expires, state, result = row
+        if bytes(stored_digest) != digest:
+            return JournalEntry("reused", holder)
+        if state == DONE and result is not None:
+            return JournalEntry("completed", holder, self.decode(holder, result))
+        if state == RUNNING and lease_expires > now:
+            return JournalEntry("running", holder)
+        if state != FREE and not take_over:  # its owner is gone, or it was cancelled mid-run
+            return JournalEntry("interrupted", holder)
+        conn.execute(_INSERT_TOOL_USE, use)
+        conn.execute(_TAKE_OVER, (execution_id, owner, now + lease_ttl, session, key))
+        return JournalEntry("claimed", execution_id)
+
+    def decode(self, execution_id: str, blob: bytes) -> DurableResult:
+        try:
+            return decode_result(blob)
+        except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
+            raise StoreError(
+                self.path, f"the result of {execution_id!r} cannot be decoded: {exc}"
+            ) from None
+
+    def resolve(self, params: Any, now: float) -> None:
+        blob, recorded_at, execution_id, state = params
+        conn = self.conn
+        row = conn.execute(_SELECT_OUTCOME, (execution_id,)).fetchone()
+        if row is None:
+            raise StoreError(self.path, f"no tool-use record for execution id {execution_id!r}")
+        use_id, result_of, journal, lease_expires = row
+        if journal == RUNNING and lease_expires > now:
+            raise StoreError(
+                self.path,
+                f"execution id {execution_id!r} is still running (its owner's lease is alive)",
+            )
+        if result_of is not None and journal != ABORTED:
+            raise StoreError(
+                self.path, f"a result for execution id {execution_id!r} already exists"
+            )
+        conn.execute(
+            "INSERT OR REPLACE INTO tool_result (use_id, result, recorded_at) VALUES (?, ?, ?)",
+            (use_id, blob, recorded_at),
+        )
+        conn.execute(_SET_STATE, (state, execution_id))
 
     def roll_back(self) -> None:
         try:
@@ -383,34 +468,7 @@ class _Writer:
 
 
 def _load_session(conn: sqlite3.Connection, path: str, session_id: str | None) -> list[StoredCall]:
-    rows = conn.execute(_SELECT_SESSION, (session_id,)).fetchall()
-    calls: list[tuple[tuple[int, int, int, int], StoredCall]] = []
-    turn_order: dict[str | None, int] = {}  # a turn sorts where its first record was written
-    for index, (execution_id, call_id, turn_id, epoch, seq, tool_name, args, result) in enumerate(
-        rows
-    ):
-        try:
-            decoded_args = _decoder.decode(args)
-            durable = None if result is None else _decode_result(result)
-        except (msgspec.DecodeError, msgspec.ValidationError, ValueError) as exc:
-            raise StoreError(
-                path, f"the record of {execution_id!r} cannot be decoded: {exc}"
-            ) from None
-        call = StoredCall(
-            call_id,
-            execution_id,
-            tool_name,
-            decoded_args,
-            "interrupted" if durable is None else "completed",
-            durable,
-            turn_id,
-            epoch,
-            seq,
-        )
-        turn = turn_order.setdefault(turn_id, len(turn_order))
-        calls.append(((turn, epoch, seq, index), call))
-    calls.sort(key=lambda pair: pair[0])
-    return [call for _, call in calls]
+    return calls_from_rows(conn.execute(_SELECT_SESSION, (session_id,)).fetchall(), path)
 
 
 # -- the store -------------------------------------------------------------------------------------
@@ -424,7 +482,8 @@ class SqliteToolUseStore:
     not writable, not SQLite, corrupt, another application's, or a newer schema. Such a file is
     left untouched. ``group_commit=False`` commits every record in its own transaction (the
     reference the benchmark compares against). ``busy_timeout`` is how long a write waits for a
-    lock held by another connection before failing.
+    lock held by another connection before failing. ``lease_ttl``: how long a keyed call's claim
+    lasts unless renewed (SPEC §24).
     """
 
     def __init__(
@@ -433,12 +492,16 @@ class SqliteToolUseStore:
         *,
         group_commit: bool = True,
         busy_timeout: float = 5.0,
+        lease_ttl: float = 10.0,
     ) -> None:
         self.path = os.fspath(path)
         if not self.path or self.path == ":memory:" or self.path.startswith("file:"):
             raise ValueError(f"path: a durable store needs a file path, got {self.path!r}")
         if busy_timeout < 0:
             raise ValueError(f"busy_timeout: expected seconds >= 0, got {busy_timeout!r}")
+        self._lease_ttl = check_lease_ttl(lease_ttl)
+        self._owner = new_owner()
+        self._waiters = ResultWaiters()
         self._writer = _Writer(_connect(self.path, busy_timeout), self.path, group_commit)
         self._closing = False
         self._lock = threading.Lock()  # makes "not closing, then enqueue" atomic across threads
@@ -450,19 +513,31 @@ class SqliteToolUseStore:
 
     @classmethod
     async def open(
-        cls, path: str | os.PathLike[str], *, group_commit: bool = True, busy_timeout: float = 5.0
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        group_commit: bool = True,
+        busy_timeout: float = 5.0,
+        lease_ttl: float = 10.0,
     ) -> SqliteToolUseStore:
         """Construct the store in a worker thread, keeping the event loop free while it opens."""
         return await asyncio.to_thread(
-            cls, path, group_commit=group_commit, busy_timeout=busy_timeout
+            cls, path, group_commit=group_commit, busy_timeout=busy_timeout, lease_ttl=lease_ttl
         )
+
+    @property
+    def lease_ttl(self) -> float:
+        return self._lease_ttl
 
     async def record_tool_use(self, record: ToolUseRecord) -> None:
         """Returns once the record is committed (durable); raises ``StoreError`` if it is not."""
         if not isinstance(record, ToolUseRecord):
             raise TypeError(f"record: expected a ToolUseRecord, got {type(record).__name__}")
-        args = _encode(record.args, self.path, f"the arguments of {record.execution_id!r}")
-        params = (
+        await self._submit(_TOOL_USE, self._tool_use_params(record))
+
+    def _tool_use_params(self, record: ToolUseRecord) -> tuple[Any, ...]:
+        args = encode(record.args, self.path, f"the arguments of {record.execution_id!r}")
+        return (
             record.execution_id,
             record.session_id,
             record.turn_id,
@@ -473,7 +548,6 @@ class SqliteToolUseStore:
             args,
             time.time(),
         )
-        await self._submit(_TOOL_USE, params)
 
     async def record_result(self, execution_id: str, result: DurableResult) -> None:
         """Returns once the result is committed; the canonical ``value`` is never stored."""
@@ -481,8 +555,37 @@ class SqliteToolUseStore:
             result = result.durable()
         if not isinstance(result, DurableResult):
             raise TypeError(f"result: expected a DurableResult, got {type(result).__name__}")
-        blob = _encode(result, self.path, f"the result of {execution_id!r}")
-        await self._submit(_RESULT, (blob, time.time(), execution_id))
+        blob = encode(result, self.path, f"the result of {execution_id!r}")
+        await self._submit(_RESULT, (blob, time.time(), execution_id, journal_state(result)))
+        self._waiters.wake(execution_id)
+
+    async def claim(
+        self, record: ToolUseRecord, key: str, digest: bytes, *, take_over: bool
+    ) -> JournalEntry:
+        """The journal's decision for ``key`` in ``record``'s session (see ``JournalEntry``),
+        committed before it returns; a claim writes ``record`` and starts its lease."""
+        use = self._tool_use_params(record)
+        params = (use, session_key(record.session_id), key, digest, self._owner)
+        entry: JournalEntry = await self._submit(_CLAIM, (*params, self._lease_ttl, take_over))
+        return entry
+
+    async def renew(self, execution_id: str) -> bool:
+        renewed: bool = await self._submit(
+            _RENEW_LEASE, (execution_id, self._owner, self._lease_ttl)
+        )
+        return renewed
+
+    async def wait_result(self, execution_id: str, within: float) -> None:
+        await self._waiters.wait(execution_id, within)
+
+    async def resolve(self, execution_id: str, result: ToolResult | DurableResult) -> None:
+        """Record ``result`` as the outcome of the interrupted call ``execution_id`` (a
+        tool-use without a result, or one cancelled after it started); later repeats of its
+        key return it, replayed. Refused while the call's lease is alive."""
+        durable = as_durable(result, execution_id)
+        blob = encode(durable, self.path, f"the result of {execution_id!r}")
+        await self._submit(_RESOLVE, (blob, time.time(), execution_id, journal_state(durable)))
+        self._waiters.wake(execution_id)
 
     async def load(self, session_id: str | None) -> list[StoredCall]:
         """Every call of the session, ordered by turn, epoch and position (``seq``)."""

@@ -1,16 +1,37 @@
-"""Durable tool-use records (SPEC §12): the ``ToolUseStore`` protocol and its records.
+"""Durable tool-use records (SPEC §12) and the journal of keyed calls (SPEC §24).
 
 A tool-use record is written before the side effect; the result record after it. After a crash,
 a tool-use without a result is reported as interrupted (outcome unknown) and never re-run.
+
+A ``JournalStore`` also keeps one entry per ``(session, idempotency key)``: the arguments' digest,
+the execution that holds the key, its owner and lease. ``claim`` decides atomically, in the
+store, what a call with that key does (see ``JournalEntry``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, runtime_checkable
+import asyncio
+import hashlib
+import os
+import secrets
+import socket
+import struct
+from collections.abc import Iterator
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 import msgspec
 
-from fastgate.model.results import DurableResult
+from fastgate.errors import FastgateError
+from fastgate.model.results import DurableResult, ErrorCode, ToolResult
+
+
+class StoreError(FastgateError):
+    """The store could not open, write or read; the message names the store and why."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"tool-use store {path!r}: {problem}")
+        self.path = path
+        self.problem = problem
 
 
 class ToolUseRecord(msgspec.Struct, frozen=True):
@@ -47,3 +68,205 @@ class ToolUseStore(Protocol):
     async def load(self, session_id: str) -> list[StoredCall]: ...
 
     async def close(self) -> None: ...
+
+
+# -- the journal -----------------------------------------------------------------------------------
+
+JournalStatus = Literal["claimed", "completed", "running", "interrupted", "reused"]
+
+
+class JournalEntry(msgspec.Struct, frozen=True):
+    """What ``claim`` found for a key.
+
+    - ``claimed``: the key is this call's; its tool-use record is written and its lease runs.
+    - ``completed``: ``result`` is the recorded answer of ``execution_id``.
+    - ``running``: ``execution_id``'s owner holds a live lease.
+    - ``interrupted``: ``execution_id`` has no answer and its owner is gone (lease expired), or
+      it was cancelled after it started: its outcome is unknown.
+    - ``reused``: the key was claimed with other arguments (by ``execution_id``).
+    """
+
+    status: JournalStatus
+    execution_id: str
+    result: DurableResult | None = None
+
+
+@runtime_checkable
+class JournalStore(ToolUseStore, Protocol):
+    """A ``ToolUseStore`` that also keeps the journal of keyed calls."""
+
+    @property
+    def lease_ttl(self) -> float: ...
+
+    async def claim(
+        self, record: ToolUseRecord, key: str, digest: bytes, *, take_over: bool
+    ) -> JournalEntry:
+        """Atomically: a free key (or, with ``take_over``, an interrupted one) becomes
+        ``record``'s (its tool-use record written, its lease started); otherwise say why not."""
+        ...
+
+    async def renew(self, execution_id: str) -> bool:
+        """Extend the lease of a running claim of ours; False when it is no longer ours."""
+        ...
+
+    async def wait_result(self, execution_id: str, within: float) -> None:
+        """Return once this store recorded a result for ``execution_id``, or after ``within`` s."""
+        ...
+
+    async def resolve(self, execution_id: str, result: ToolResult | DurableResult) -> None:
+        """Record what happened to an interrupted call (an operator's reconciliation)."""
+        ...
+
+
+# A result with one of these codes says nothing ran: the key is free again for a later call.
+NOTHING_RAN: Final = frozenset(
+    {
+        ErrorCode.ABORTED_BEFORE_DISPATCH,
+        ErrorCode.RESOURCE_EXHAUSTED,
+        ErrorCode.DISPOSED,
+        ErrorCode.PERSISTENCE_FAILED,
+    }
+)
+RUNNING, DONE, FREE, ABORTED = "running", "done", "free", "aborted"
+
+
+def journal_state(result: DurableResult) -> str:
+    """The journal state a recorded result leaves its key in."""
+    error = result.error
+    if error is None:
+        return DONE
+    if error.code in NOTHING_RAN:
+        return FREE
+    if error.code == ErrorCode.ABORTED:  # cancelled after it started: outcome unknown
+        return ABORTED
+    return DONE
+
+
+def session_key(session_id: str | None) -> str:
+    """The journal's session column: keys are per session, and no session is one of its own."""
+    return "" if session_id is None else "=" + session_id
+
+
+def new_owner() -> str:
+    """Who holds a lease: host, process and a random part (one per store)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def check_lease_ttl(lease_ttl: float) -> float:
+    if (
+        isinstance(lease_ttl, bool)
+        or not isinstance(lease_ttl, (int, float))
+        or not lease_ttl > 0
+        or lease_ttl == float("inf")
+    ):
+        raise ValueError(f"lease_ttl: expected seconds > 0, got {lease_ttl!r}")
+    return float(lease_ttl)
+
+
+def as_durable(
+    result: ToolResult | DurableResult, execution_id: str | None = None
+) -> DurableResult:
+    """The durable part of ``result``; with ``execution_id``, under that id (``resolve``)."""
+    if isinstance(result, ToolResult):
+        result = result.durable()
+    if not isinstance(result, DurableResult):
+        raise TypeError(f"result: expected a ToolResult or DurableResult, got {type(result)}")
+    if execution_id is not None and result.meta.execution_id != execution_id:
+        meta = msgspec.structs.replace(result.meta, execution_id=execution_id)
+        result = msgspec.structs.replace(result, meta=meta)
+    return result
+
+
+# -- the arguments' digest -------------------------------------------------------------------------
+
+_pack_int = struct.Struct(">q").pack
+_pack_len = struct.Struct(">I").pack
+
+
+def args_digest(args: Any) -> bytes:
+    """A digest of a JSON value in which equal values agree: object keys in any order, a number
+    as an int or an integral float, lists and tuples alike. Iterative: any depth."""
+    digest = hashlib.blake2b(digest_size=20)
+    for chunk in _canonical(args):
+        digest.update(chunk)
+    return digest.digest()
+
+
+def _canonical(value: Any) -> Iterator[bytes]:
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, bytes):  # a marker pushed below, already canonical
+            yield item
+        elif item is None:
+            yield b"n"
+        elif item is True:
+            yield b"t"
+        elif item is False:
+            yield b"f"
+        elif isinstance(item, str):
+            text = item.encode("utf-8", "surrogatepass")
+            yield b"s" + _pack_len(len(text)) + text
+        elif isinstance(item, int):
+            yield _number(item)
+        elif isinstance(item, float):
+            if item.is_integer() and abs(item) < 2**63:
+                yield _number(int(item))
+            else:
+                yield b"d" + repr(item).encode()
+        elif isinstance(item, dict):
+            keys = sorted(item)
+            yield b"o" + _pack_len(len(keys))
+            for key in reversed(keys):
+                stack.append(item[key])
+                stack.append(key)
+        elif isinstance(item, (list, tuple)):
+            yield b"a" + _pack_len(len(item))
+            stack.extend(reversed(item))
+        else:
+            raise TypeError(f"not a JSON value: {type(item).__name__}")
+
+
+def _number(value: int) -> bytes:
+    if -(2**63) <= value < 2**63:
+        return b"i" + _pack_int(value)
+    text = str(value).encode()
+    return b"I" + _pack_len(len(text)) + text
+
+
+# -- waiting for a result in this process ----------------------------------------------------------
+
+
+class ResultWaiters:
+    """Callers of ``wait_result`` by execution id, woken when this store records a result."""
+
+    __slots__ = ("_waiting",)
+
+    def __init__(self) -> None:
+        self._waiting: dict[str, list[asyncio.Future[None]]] = {}
+
+    async def wait(self, execution_id: str, within: float) -> None:
+        future = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(execution_id, []).append(future)
+        try:
+            await asyncio.wait((future,), timeout=max(0.0, within))
+        finally:
+            waiting = self._waiting.get(execution_id)
+            if waiting is not None:
+                if future in waiting:
+                    waiting.remove(future)
+                if not waiting:
+                    del self._waiting[execution_id]
+            future.cancel()
+
+    def wake(self, execution_id: str) -> None:
+        for future in self._waiting.pop(execution_id, ()):
+            try:
+                future.get_loop().call_soon_threadsafe(_wake, future)
+            except RuntimeError:
+                pass  # that loop is closed: nobody waits any more
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -7,6 +7,7 @@ from fastgate.model.approvals import ApprovalScope as ApprovalScope
 from fastgate.model.cancel import CancelToken as CancelToken
 from fastgate.model.context import ExecutionContext as ExecutionContext
 from fastgate.model.context import ToolCall as ToolCall
+from fastgate.model.context import with_idempotency_key as with_idempotency_key
 from fastgate.model.decision import Decision as Decision
 from fastgate.model.decision import DecisionSource as DecisionSource
 from fastgate.model.decision import PermissionMode as PermissionMode

@@ -35,6 +35,7 @@ _METADATA: Final = 128
 _FS: Final = 256
 _SHELL: Final = 512
 _ELICITOR: Final = 1024
+_IDEMPOTENCY_KEY: Final = 2048
 _FIELD_BITS: Final = {
     "session_id": _SESSION_ID,
     "workspace_root": _WORKSPACE_ROOT,
@@ -47,6 +48,7 @@ _FIELD_BITS: Final = {
     "fs": _FS,
     "shell": _SHELL,
     "elicitor": _ELICITOR,
+    "idempotency_key": _IDEMPOTENCY_KEY,
 }
 
 
@@ -67,6 +69,9 @@ class ExecutionContext:
     fs: Any = None  # a fastgate.builtin.FileSystem; None: the local one for the workspace
     shell: Any = None  # a fastgate.builtin.Shell; None: the local one
     elicitor: Elicitor | None = None  # answers an MCP server's questions during a call
+    # The call's journal key (SPEC §24): a repeat with the same key in the session runs nothing
+    # again; it gets the recorded result, waits for the running call, or is told it is ambiguous.
+    idempotency_key: str | None = None
 
     def __init__(
         self,
@@ -81,6 +86,7 @@ class ExecutionContext:
         fs: Any = None,
         shell: Any = None,
         elicitor: Elicitor | None = None,
+        idempotency_key: str | None = None,
     ) -> None:
         # Compiled, rather than the interpreted one dataclasses would generate, and each field
         # set through its own slot descriptor (past the frozen __setattr__) rather than by
@@ -100,6 +106,7 @@ class ExecutionContext:
         _set_fs(self, fs)
         _set_shell(self, shell)
         _set_elicitor(self, elicitor)
+        _set_idempotency_key(self, idempotency_key)
 
     def __copy__(self) -> ExecutionContext:
         # Frozen: a copy would equal it in every way. (Compiled, copying field by field also
@@ -130,6 +137,7 @@ class ExecutionContext:
             self.fs if self.fs is not None else get("fs"),
             self.shell if self.shell is not None else get("shell"),
             self.elicitor if self.elicitor is not None else get("elicitor"),
+            self.idempotency_key if self.idempotency_key is not None else get("idempotency_key"),
         )
 
     def lacks_any(self, fields: int) -> bool:
@@ -147,6 +155,7 @@ class ExecutionContext:
             or (fields & _FS and self.fs is None)
             or (fields & _SHELL and self.shell is None)
             or (fields & _ELICITOR and self.elicitor is None)
+            or (fields & _IDEMPOTENCY_KEY and self.idempotency_key is None)
         )
 
     @staticmethod
@@ -196,11 +205,21 @@ _set_metadata: Final = _slot_setter("metadata")
 _set_fs: Final = _slot_setter("fs")
 _set_shell: Final = _slot_setter("shell")
 _set_elicitor: Final = _slot_setter("elicitor")
+_set_idempotency_key: Final = _slot_setter("idempotency_key")
 
 
 class ToolCall(msgspec.Struct, frozen=True):
-    """One tool call as the model emitted it."""
+    """One tool call as the model emitted it. ``idempotency_key``: the call's own journal key
+    in a batch (SPEC §24), which one ``ExecutionContext`` for the whole batch cannot carry."""
 
     id: str
     name: str
     args: Any
+    idempotency_key: str | None = None
+
+
+def with_idempotency_key(ctx: ExecutionContext | None, key: str | None) -> ExecutionContext | None:
+    """``ctx`` with ``idempotency_key=key`` (``ctx`` itself when ``key`` is None)."""
+    if key is None:
+        return ctx
+    return dataclasses.replace(ctx or ExecutionContext(), idempotency_key=key)

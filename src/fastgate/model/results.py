@@ -55,6 +55,7 @@ class ResultMeta(msgspec.Struct, frozen=True):
     decision_source: str | None = None
     additional_context: tuple[str, ...] = ()
     parent_execution_id: str | None = None  # the run_code call a call from code came from
+    replayed: bool = False  # answered from the journal: nothing ran (SPEC §24)
 
 
 class ToolResult(msgspec.Struct, frozen=True):
