@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import httpx
 import httpx2
 import uvicorn
 from mcp.client.streamable_http import streamable_http_client
@@ -246,7 +247,7 @@ def modern_envelope(elicits: bool = True) -> dict[str, Any]:
 
 
 async def post_modern(
-    http: Any,
+    http: httpx.AsyncClient,
     url: str,
     method: str,
     params: dict[str, Any],
@@ -255,7 +256,7 @@ async def post_modern(
     request_id: int = 1,
     headers: Mapping[str, str] | None = None,
     elicits: bool = True,
-) -> Any:
+) -> httpx.Response:
     """One 2026-era request as a client puts it on the wire (headers and ``_meta``)."""
     sent = {
         "accept": "application/json, text/event-stream",
