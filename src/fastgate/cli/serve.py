@@ -287,13 +287,10 @@ class _Setup:
             except (StoreError, OSError, ValueError) as exc:
                 raise UsageError(f"--store: {exc}") from None
         if url.startswith(("postgresql://", "postgres://")):
-            import fastgate
+            from fastgate import PostgresToolUseStore
 
-            store_class = getattr(fastgate, "PostgresToolUseStore", None)
-            if store_class is None:
-                raise UsageError("--store: this fastgate has no Postgres store")
             try:
-                return store_class(url, lease_ttl=self.args.lease_ttl)
+                return PostgresToolUseStore(url, lease_ttl=self.args.lease_ttl)
             except (ImportError, ValueError) as exc:
                 raise UsageError(f"--store: {exc}") from None
         raise UsageError(f"--store: expected sqlite:///PATH or postgresql://..., got {url!r}")
