@@ -238,6 +238,7 @@ class _Setup:
                 stack.push_async_callback(bridge.aclose)
             executors = self._executors(registry, store, scheduler, audit)
             stack.callback(_dispose, executors)
+            _instrument(executors)
             try:
                 gateway = Gateway(
                     executors[self.mode],
@@ -433,6 +434,17 @@ async def _close_store(store: Any) -> None:
     close = getattr(store, "close", None)
     if close is not None:
         await close()
+
+
+def _instrument(executors: dict[Any, Any]) -> None:
+    """A span per call (SPEC §20) where the OpenTelemetry API is installed; without an SDK
+    configured its no-op tracer makes this nearly free."""
+    try:
+        from fastgate.telemetry import instrument
+    except ImportError:
+        return
+    for executor in executors.values():
+        instrument(executor)
 
 
 def _dispose(executors: dict[Any, Any]) -> None:

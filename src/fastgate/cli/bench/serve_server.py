@@ -125,6 +125,10 @@ async def _gateway(directory: str, upstream: str | None) -> AsyncIterator[Any]:
         store=store,
         audit=audit,
     )
+    with contextlib.suppress(ImportError):  # as fastgate serve does, where OpenTelemetry is
+        from fastgate.telemetry import instrument
+
+        instrument(executor)
     tokens = {token_digest(TOKEN): {"principal": "bench", "mode": None, "scope": None}}
     bridge = None
     if upstream is not None:
