@@ -487,6 +487,7 @@ async def _serve_http(gateway: Any, setup: _Setup) -> None:
         file=sys.stderr,
         flush=True,
     )
+    _warn_no_console(setup)
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again for the
     # previous handler: let that one be a no-op, so the upstream servers are stopped before the
     # process exits (with status 0).
@@ -497,6 +498,16 @@ async def _serve_http(gateway: Any, setup: _Setup) -> None:
         sock.close()
         for sig, handler in quiet.items():
             signal.signal(sig, handler)
+
+
+def _warn_no_console(setup: _Setup) -> None:
+    if setup.args.approvals == "console" or setup.args.console:
+        print(
+            "fastgate serve: note: no console page is served here; approvals waiting for the "
+            "console are rejected after 300 s",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _ignore(signum: int, frame: Any) -> None:
