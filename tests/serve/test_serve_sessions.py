@@ -169,3 +169,22 @@ async def test_an_unusable_client_session_is_the_principal_alone(bad: str) -> No
     (result,) = gateway.executor.history()
     assert result.meta.session_id == "local"
     gateway.executor.dispose()
+
+
+async def test_a_token_s_scope_is_the_tools_that_caller_sees_and_may_call(tmp_path: Path) -> None:
+    from fastgate.serve import token_digest
+
+    tokens = {
+        token_digest("alice-secret-token"): {"principal": "alice", "scope": ["ech*"]},
+        token_digest("bob-secret-token"): {"principal": "bob"},
+    }
+    gateway = Gateway(executor(), tokens=tokens, approvals="deny")
+    async with serving(gateway) as url:
+        async with client(url, MODERN, token="alice-secret-token") as alice:
+            seen = {t.name for t in (await alice.list_tools()).tools}
+            hidden = await alice.call_tool("deploy", {"target": "x"})
+        async with client(url, MODERN, token="bob-secret-token") as bob:
+            bobs = {t.name for t in (await bob.list_tools()).tools}
+    assert seen == {"echo"} and bobs == {"deploy", "echo"}
+    assert hidden.is_error and fastgate_meta(hidden)["code"] == "UNKNOWN_TOOL"
+    gateway.executor.dispose()
