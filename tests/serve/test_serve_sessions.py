@@ -4,6 +4,7 @@ and fair admission across callers when one floods the gateway."""
 from __future__ import annotations
 
 import asyncio
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ class _Waits:
     def __init__(self, chained: Any) -> None:
         self._chained = chained
         self.by_session: dict[str, list[float]] = {}
+        self.runs: list[float] = []
 
     def call_started(self, name: str, ctx: Any) -> Any:
         return (ctx.session_id, self._chained.call_started(name, ctx))
@@ -56,6 +58,8 @@ class _Waits:
         self._chained.call_ended(chained, result, trace)
         if trace.admission_wait_ms is not None:
             self.by_session.setdefault(session, []).append(trace.admission_wait_ms / 1000.0)
+        if trace.run_ms is not None:
+            self.runs.append(trace.run_ms / 1000.0)
 
 
 def _p99(values: list[float]) -> float:
@@ -99,8 +103,12 @@ async def test_a_flooding_principal_does_not_starve_the_others(tmp_path: Path) -
     small = [w for s, ws in waits.by_session.items() if s != "alice" for w in ws]
     assert len(small) == 30 and len(waits.by_session["alice"]) == 200
     assert set(waits.by_session) == {"alice", "bob", "carol", "bob/dave"}
-    assert _p99(small) <= 12 * SERVICE, f"p99 wait {_p99(small) * 1000:.0f} ms"
-    assert max(waits.by_session["alice"]) > 20 * SERVICE  # the flood did queue
+    # The service time as it was (a loaded machine stretches the 20 ms sleep), measured.
+    service = statistics.median(waits.runs)
+    assert _p99(small) <= 12 * service, (
+        f"p99 wait {_p99(small) * 1000:.0f} ms, service {service * 1000:.0f} ms"
+    )
+    assert max(waits.by_session["alice"]) > 20 * service  # the flood did queue
     served.dispose()
 
 
