@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from fastgate.pipeline import STAGES
+
 FASTGATE = str(Path(sys.executable).with_name("fastgate"))
 
 CLAUDE_SETTINGS = {
@@ -88,6 +90,10 @@ def test_json_is_one_object_with_decision_result_and_timings(workspace: Path) ->
     assert report["timings"]["admission_wait_ms"] >= 0 and report["timings"]["run_ms"] > 0
     paths = [s["outcome"] for s in report["trail"] if s["stage"] == "path"]
     assert paths == [f"file_path: src/../src/app.py -> {workspace.resolve()}/src/app.py"]
+    # Every stage the pipeline went through, as its tracer recorded them.
+    assert [s["stage"] for s in report["stages"]] == list(STAGES)
+    assert [s["outcome"] for s in report["stages"]] == ["passed"] * (len(STAGES) - 1) + ["ok"]
+    assert all(s["ms"] >= 0 for s in report["stages"])
 
 
 def test_a_settings_file_in_claude_codes_shape_loads_with_sources_and_warnings(
@@ -245,6 +251,8 @@ def test_refusals_before_any_policy_exit_3(
     assert status == 3
     assert report["result"]["error"]["code"] == code
     assert report["decision"]["stage"] == stage and report["decision"]["decision"] is None
+    assert [s["stage"] for s in report["stages"]] == list(STAGES[: STAGES.index(stage) + 1])
+    assert report["stages"][-1]["outcome"] == code
 
 
 @pytest.mark.parametrize(

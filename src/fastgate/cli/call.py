@@ -377,77 +377,9 @@ def _report(
     asked: list[Any],
     warnings: list[str],
 ) -> dict[str, Any]:
-    from fastgate import Decision, ErrorCode
-    from fastgate.permissions import MODE_DEFAULTS
-    from fastgate.permissions.merge import merge_decision
-
-    tool = registry.resolve(name)
     error = result.error
-    code = error.code if error is not None else None
-    trail: list[dict[str, Any]] = []
-
-    def step(stage: str, outcome: str, **extra: Any) -> None:
-        trail.append({"stage": stage, "outcome": outcome, **extra})
-
-    read = [*setup.settings_files, *([setup.mcp_config] if setup.mcp_config else [])]
-    step("settings", ", ".join(read) if read else "no settings file read", files=read)
-    if tool is None:
-        step("lookup", f"no tool named {name}", ok=False)
-    else:
-        step("lookup", f"{tool.name} ({tool.kind.name}, {tool.classify_parallelism(None)})")
-        if code is ErrorCode.INVALID_ARGS:
-            step("validation", error.message, ok=False)
-        else:
-            step("validation", "ok")
-            for label, resolved in _resolved(tool, setup.arguments, setup.workspace):
-                step(label, resolved)
-            if code is ErrorCode.WORKTREE_VIOLATION:
-                step("worktree", error.message, ok=False)
-    rule = trace.rule
-    if rule is not None and tool is not None:
-        matched = rule.matched_rule
-        step(
-            "rules",
-            rule.reason if matched else f"no rule matched: {rule.reason}",
-            decision=str(rule.decision),
-            source=str(rule.source),
-            rule=matched,
-            rule_source=setup.source_of(matched) if matched else None,
-        )
-        default = MODE_DEFAULTS[setup.mode][tool.kind]
-        mode_line = f"{setup.mode.value}: {default.value} for {tool.kind.name} tools"
-        decider = _DECIDER.get(str(rule.source))
-        if decider is not None:
-            mode_line += f" (not used: {decider} decided)"
-        step("mode", mode_line)
-        step("sensitive", "yes: at least ask, in every mode" if rule.sensitive else "no")
-        if trace.hooks_ran:
-            step("hooks", f"{trace.hook_decision or 'no opinion'}: {trace.hook_reason or ''}")
-        else:
-            step("hooks", "none registered")
-        merged, _, _ = merge_decision(rule, trace.hook_decision, trace.hook_reason)
-        guarded = trace.guard_reason
-        approval = trace.approval
-        if merged is Decision.DENY:
-            # Stages after a deny do not run: say so rather than what they would have said.
-            step("guards", "not reached: denied above")
-            step("approval", "not reached: denied above")
-        else:
-            step("guards", "none registered" if guarded is None else f"deny: {guarded}")
-            if guarded is not None:
-                step("approval", "not reached: a guard denied")
-            elif approval is None:
-                step("approval", "not needed")
-            elif setup.dry_run:
-                why = f" (dry run): {asked[0].reason}" if asked else ""
-                step("approval", f"would ask{why}")
-            elif hasattr(approval, "approved"):
-                verdict = "allow" if approval.approved else "deny"
-                said = approval.scope if approval.approved else approval.feedback
-                step("approval", f"{verdict} ({said})", decision=verdict)
-            else:
-                step("approval", f"no answer: {approval.message}", decision="deny")
-    decision = _decision(setup, trace, code, error)
+    trail = _trail(setup, registry.resolve(name), name, error, trace, asked)
+    decision = _decision(setup, trace, error)
     ran = trace.run_began is not None and not setup.dry_run
     if setup.dry_run:
         status = {"allow": OK, "ask": WOULD_ASK}.get(decision["decision"], REFUSED)
@@ -464,6 +396,10 @@ def _report(
         "dry_run": setup.dry_run,
         "decision": decision,
         "trail": trail,
+        "stages": [
+            {"stage": record.name, "outcome": str(record.outcome), "ms": record.ms}
+            for record in trace.stages
+        ],
         "result": {
             "ok": durable.ok,
             "content": None if setup.dry_run else durable.content,
@@ -481,20 +417,104 @@ def _report(
     }
 
 
-def _decision(setup: _Setup, trace: Any, code: Any, error: Any) -> dict[str, Any]:
-    """The decision, its source, and the stage that decided."""
-    from fastgate.permissions.merge import merge_decision
+def _trail(
+    setup: _Setup, tool: Any, name: str, error: Any, trace: Any, asked: list[Any]
+) -> list[dict[str, Any]]:
+    """The trail: the settings read, then a line (or a few) per stage the pipeline recorded, in
+    its order; the stage a refusal ended in says why."""
+    from fastgate.pipeline import STAGES
 
-    rule = trace.rule
-    if rule is None:  # refused before any policy stage: no decision was made
-        stage = {
-            "UNKNOWN_TOOL": "lookup",
-            "INVALID_ARGS": "validation",
-            "WORKTREE_VIOLATION": "worktree",
-        }.get(str(code), "pipeline")
-        return {"decision": None, "source": None, "stage": stage, "reason": error.message}
-    decision, source, reason = merge_decision(rule, trace.hook_decision, trace.hook_reason)
+    trail: list[dict[str, Any]] = []
+
+    def step(stage: str, outcome: str, **extra: Any) -> None:
+        trail.append({"stage": stage, "outcome": outcome, **extra})
+
+    read = [*setup.settings_files, *([setup.mcp_config] if setup.mcp_config else [])]
+    step("settings", ", ".join(read) if read else "no settings file read", files=read)
+    last = trace.last
+    for record in trace.stages:
+        refused = record is last and error is not None  # the call ended here, without a result
+        if record.name == "lookup":
+            if refused:
+                step("lookup", error.message if tool else f"no tool named {name}", ok=False)
+            else:
+                step("lookup", f"{tool.name} ({tool.kind.name}, {tool.classify_parallelism(None)})")
+        elif record.name == "validation":
+            if refused:
+                step("validation", error.message, ok=False)
+            else:
+                step("validation", "ok")
+        elif record.name == "worktree":
+            for label, resolved in _resolved(tool, setup.arguments, setup.workspace):
+                step(label, resolved)
+            if refused:
+                step("worktree", error.message, ok=False)
+        elif record.name == "rules" and trace.rule is not None:
+            _rule_steps(setup, tool, trace.rule, step)
+        elif record.name == "hooks":
+            if refused:  # the arguments a hook rewrote were refused
+                step("hooks", f"rewrote the arguments: {error.message}", ok=False)
+            elif trace.hooks_ran:
+                step("hooks", f"{trace.hook_decision or 'no opinion'}: {trace.hook_reason or ''}")
+            else:
+                step("hooks", "none registered")
+        elif record.name == "guards":
+            guarded = trace.guard_reason
+            step("guards", "none registered" if guarded is None else f"deny: {guarded}")
+        elif record.name == "approval":
+            _approval_step(setup, trace.approval, asked, step)
+    if error is not None and last.name in ("merge", "guards"):
+        # The policy stages a deny kept the call from: say so rather than what they would say.
+        why = "denied above" if last.name == "merge" else "a guard denied"
+        for stage in STAGES[STAGES.index(last.name) + 1 : STAGES.index("approval") + 1]:
+            step(stage, f"not reached: {why}")
+    return trail
+
+
+def _rule_steps(setup: _Setup, tool: Any, rule: Any, step: Callable[..., None]) -> None:
+    """The rule stage's words: the rule that matched (and its file), the mode, sensitive paths."""
+    from fastgate.permissions import MODE_DEFAULTS
+
     matched = rule.matched_rule
+    step(
+        "rules",
+        rule.reason if matched else f"no rule matched: {rule.reason}",
+        decision=str(rule.decision),
+        source=str(rule.source),
+        rule=matched,
+        rule_source=setup.source_of(matched) if matched else None,
+    )
+    default = MODE_DEFAULTS[setup.mode][tool.kind]
+    mode_line = f"{setup.mode.value}: {default.value} for {tool.kind.name} tools"
+    decider = _DECIDER.get(str(rule.source))
+    if decider is not None:
+        mode_line += f" (not used: {decider} decided)"
+    step("mode", mode_line)
+    step("sensitive", "yes: at least ask, in every mode" if rule.sensitive else "no")
+
+
+def _approval_step(
+    setup: _Setup, approval: Any, asked: list[Any], step: Callable[..., None]
+) -> None:
+    if approval is None:
+        step("approval", "not needed")
+    elif setup.dry_run:
+        step("approval", "would ask" + (f" (dry run): {asked[0].reason}" if asked else ""))
+    elif hasattr(approval, "approved"):
+        verdict = "allow" if approval.approved else "deny"
+        said = approval.scope if approval.approved else approval.feedback
+        step("approval", f"{verdict} ({said})", decision=verdict)
+    else:
+        step("approval", f"no answer: {approval.message}", decision="deny")
+
+
+def _decision(setup: _Setup, trace: Any, error: Any) -> dict[str, Any]:
+    """The decision, its source, and the stage that decided."""
+    if trace.merged is None:  # refused before any policy stage: no decision was made
+        reason = None if error is None else error.message
+        return {"decision": None, "source": None, "stage": trace.last.name, "reason": reason}
+    decision, source, reason = trace.merged
+    matched = trace.rule.matched_rule
     out: dict[str, Any] = {
         "decision": str(decision),
         "source": str(source),
@@ -529,7 +549,7 @@ _DECIDING_STAGE = {
 
 def _resolved(tool: Any, arguments: Any, workspace: str) -> list[tuple[str, str]]:
     """The paths the call names (resolved as the pipeline resolves them) or its commands."""
-    from fastgate.paths.canonical import canonical_path
+    from fastgate.paths import canonical_path
 
     if not isinstance(arguments, dict):
         return []

@@ -8,7 +8,7 @@ import fnmatch
 import keyword
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fastgate import schema
@@ -55,9 +55,10 @@ class SandboxUnavailable(RuntimeError):
 class CodeMode:
     """The model writes a program; each tool call in it goes through the executor's pipeline.
 
-    Give it to ``ToolExecutor(code_mode=CodeMode(...))``: the executor registers ``run_code``
-    and refuses direct calls of every other tool. ``allowed`` are the names (shell-style
-    patterns) a program may call. One ``CodeMode`` serves one executor.
+    Give it to ``ToolExecutor(code_mode=CodeMode(...))``, which plugs it in as its call
+    interceptor (``fastgate.pipeline.interceptor``): it adds ``run_code`` and refuses direct
+    calls of every other tool. ``allowed`` are the names (shell-style patterns) a program may
+    call. One ``CodeMode`` serves one executor.
     """
 
     def __init__(
@@ -95,9 +96,9 @@ class CodeMode:
 
     # -- what the executor calls ----------------------------------------------------------------
 
-    def attach(self, executor: ToolExecutor) -> ToolDefinition:
-        """Bind to ``executor``: check the sandbox, start the warm workers, register
-        ``run_code`` in its registry. Raises ``SandboxUnavailable`` where programs cannot be
+    def attach(self, executor: ToolExecutor) -> Sequence[ToolDefinition]:
+        """Bind to ``executor``: check the sandbox, start the warm workers, and return
+        ``run_code`` for its registry. Raises ``SandboxUnavailable`` where programs cannot be
         confined and ``require_sandbox`` is set."""
         if self._executor is not None:
             raise ValueError("this CodeMode already serves an executor; make one per executor")
@@ -130,9 +131,8 @@ class CodeMode:
         )
         self._pool = Pool(spec, self.pool_size)
         self._pool.refill()
-        executor.registry.register(self._tool)
         self._executor = executor
-        return self._tool
+        return (self._tool,)
 
     def judge(
         self,
@@ -141,7 +141,8 @@ class CodeMode:
         parent_execution_id: str | None,
         ctx: ExecutionContext,
     ) -> tuple[ErrorCode, str, dict[str, Any]] | None:
-        """Stage 2 in code mode: ``None`` lets the call go on to the policy stages."""
+        """Stage 2: a direct call of any tool but ``run_code``, or a program's call of a tool it
+        may not call, is refused; ``None`` lets the call go on to the policy stages."""
         if parent_execution_id is None:  # a direct call
             if tool is None or tool is self._tool:
                 return None

@@ -83,7 +83,7 @@ from fastgate.tools import ToolDefinition
 from fastgate.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
-    from fastgate.pipeline.code_mode import CodeModeHost
+    from fastgate.pipeline.interceptor import CallInterceptor
 
 log = logging.getLogger("fastgate.pipeline.executor")
 
@@ -93,6 +93,7 @@ _IDS_PER_READ = 128  # execution ids drawn from one read of the OS's random sour
 _CACHE_LIMIT = 1024  # entries of the per-executor caches before they are cleared
 _GATE_SWEEP_MIN = 256  # session gates kept before idle ones are first swept
 _NO_CONTEXT: Final = ExecutionContext()  # what a call without a context gets (frozen: shared)
+_DISPOSED: Final = "this executor has been disposed"
 # Read on every call, so bound once: compiled, a Final is a C static. A clock is otherwise two
 # lookups (module, attribute); an Enum member is a slow one (EnumType defines __getattr__).
 _wall_clock: Final = time.time
@@ -120,15 +121,20 @@ class _Call:
         "decision",
         "decision_source",
         "execution_id",
+        "hook_decision",
+        "hook_reason",
         "lock_keys",
         "name",
         "parent_execution_id",
         "plan",
         "recorded",
+        "rule",
         "started_at",
         "t0",
         "trace",
     )
+
+    rule: RuleDecision  # stage 6's (after a hook's rewrite, the stricter); read from stage 8 on
 
     def __init__(
         self, execution_id: str, name: str, call_id: str | None, ctx: ExecutionContext
@@ -144,14 +150,16 @@ class _Call:
         self.attempts = 0
         self.aborted_before_launch = False
         self.decision: Decision | None = None
-        self.decision_source: str | None = None
+        self.decision_source: DecisionSource | None = None
+        self.hook_decision: Decision | None = None  # what the PreToolUse hooks said (stage 7)
+        self.hook_reason: str | None = None
         self.additional_context: tuple[str, ...] = ()  # rarely added to: a tuple is cheaper
         self.lock_keys: tuple[str, ...] = ()
         # (path as given made absolute, canonical) from stage 5: where the writers write.
         self.checked_paths: tuple[tuple[str, str], ...] = ()
         self.recorded = False  # its tool-use record is in the store
         self.trace: CallTrace | None = None  # only when the executor has a tracer
-        self.parent_execution_id: str | None = None  # the run_code call it came from
+        self.parent_execution_id: str | None = None  # the call whose body made it (nested)
 
     def elapsed_ms(self) -> float:
         return (_perf_clock() - self.t0) * 1000.0
@@ -211,8 +219,8 @@ class _Plan:
         self._hooks: Hooks | None = None
         self._hooks_generation = -1
         self._has_pre = self._has_post = self._has_post_failure = False
-        # Passes the gate and takes a scheduler slot. Not so code mode's run_code: the calls
-        # its program makes do, and they would wait forever behind a slot it held.
+        # Passes the gate and takes a scheduler slot: every tool but an interceptor's (whose
+        # nested calls do, and would wait forever behind a slot it held).
         self.admitted = True
 
     def is_shared(self, args: Any) -> bool:
@@ -263,7 +271,7 @@ class ToolExecutor:
         locks: FileLockManager | None = None,
         store: ToolUseStore | None = None,
         auto_verify: AutoVerify | None = None,
-        code_mode: CodeModeHost | None = None,
+        code_mode: CallInterceptor | None = None,
         context_defaults: Mapping[str, Any] | None = None,
         history_limit: int = 1000,
         *,
@@ -316,12 +324,11 @@ class ToolExecutor:
         self._background: set[asyncio.Future[None]] = set()
         self._tracer: CallTracer | None = None
         self._disposed = False
-        # Code mode (SPEC §15): its run_code tool is registered, every other tool is called
-        # from a program only.
-        self._code_mode = code_mode
-        self._run_code: ToolDefinition | None = None
+        # ``code_mode`` (SPEC §15) is known by the seam it plugs into, and by nothing else.
+        self._interceptor = code_mode
+        self._interceptor_tools: frozenset[ToolDefinition] = frozenset()
         if code_mode is not None:
-            self._run_code = code_mode.attach(self)
+            self._attach(code_mode)
 
     # -- public API -----------------------------------------------------------------------------
 
@@ -361,8 +368,9 @@ class ToolExecutor:
     async def execute_nested(
         self, parent_execution_id: str, name: str, args: Any, ctx: ExecutionContext
     ) -> ToolResult:
-        """A call made by the program of the ``run_code`` call ``parent_execution_id`` (code
-        mode, SPEC §15): every stage as ``execute``, and ``meta.parent_execution_id`` set."""
+        """A call made by the body of the call ``parent_execution_id`` (a tool the interceptor
+        added, SPEC §15): every stage as ``execute``, the interceptor told of the parent, the
+        turn's count untouched, and ``meta.parent_execution_id`` set."""
         if not isinstance(parent_execution_id, str) or not isinstance(name, str):
             raise TypeError("execute_nested: the parent's execution id and the name are str")
         if not isinstance(ctx, ExecutionContext):
@@ -476,8 +484,8 @@ class ToolExecutor:
             gate.close()
         self.scheduler.cancel_owner(self)
         self._progress.close()
-        if self._code_mode is not None:
-            self._code_mode.close()
+        if self._interceptor is not None:
+            self._interceptor.close()
 
     @property
     def disposed(self) -> bool:
@@ -501,11 +509,12 @@ class ToolExecutor:
     async def _pipeline(self, call: _Call, raw_args: Any) -> ToolResult:
         ctx = call.ctx
         cancel = ctx.cancel
+        trace = call.trace  # None unless a tracer listens: then each stage is recorded as entered
         holds = Holds()
         try:
             # 1. identity: snapshot and freeze the arguments; a cancelled caller stops here.
             if self._disposed:
-                return self._finalize(call, ErrorCode.DISPOSED, "this executor has been disposed")
+                return self._finalize(call, ErrorCode.DISPOSED, _DISPOSED)
             try:
                 args = call.args = _snapshot(raw_args)
             except NotJSON as exc:
@@ -514,198 +523,121 @@ class ToolExecutor:
                 )
             if cancel is not None and cancel.cancelled:
                 return self._aborted_before_launch(call)
-            if (
-                ctx.turn_id is not None
-                and call.parent_execution_id is None  # (a program's calls: max_tool_calls)
-                and not self._admit_turn(ctx.turn_id)
-            ):
-                return self._finalize(
-                    call,
-                    ErrorCode.RESOURCE_EXHAUSTED,
-                    f"This turn already made {TURN_LIMIT} tool calls; retry in the next turn.",
-                    retryable=True,
-                    retry_after="next_turn",
-                    details={"reason": "turn_limit"},
-                )
+            if ctx.turn_id is not None and call.parent_execution_id is None:  # nested: their own
+                if not self._admit_turn(ctx.turn_id):
+                    return self._turn_exhausted(call)
 
-            # 2. lookup in the registry, as the calling agent's scope sees it.
+            # 2. lookup in the registry, as the calling agent's scope sees it; the interceptor, if
+            #    any, judges the call before any policy stage does.
+            if trace is not None:
+                trace.enter("lookup")
             tool = self.registry.resolve(call.name, ctx.agent_scope)
-            if self._code_mode is not None:  # the model calls tools from run_code's program
-                refusal = self._code_mode_refusal(call, tool)
+            if self._interceptor is not None:
+                refusal = self._intercepted(call, tool)
                 if refusal is not None:
                     return refusal
             if tool is None:
-                message, details = _refusals.unknown_tool(
-                    call.name, self.registry.visible(ctx.agent_scope)
-                )
-                return self._finalize(call, ErrorCode.UNKNOWN_TOOL, message, details=details)
+                return self._unknown_tool(call)
             plan = call.plan = self._plan(tool)
 
             # 3. validation against the tool's schema (every issue reported).
+            if trace is not None:
+                trace.enter("validation")
             refusal = self._validate(call, plan, args)
             if refusal is not None:
                 return refusal
 
             # 4. the executor's gate: shared calls overlap, exclusive ones are barriers.
+            if trace is not None:
+                trace.enter("gate")
             if plan.admitted:
                 gate = self._gates.get(ctx.session_id) or self._new_gate(ctx.session_id)
                 passage = gate.shared() if plan.is_shared(args) else gate.exclusive()
                 try:
                     await holds.enter(passage, cancel)
                 except GateClosed:
-                    return self._finalize(
-                        call, ErrorCode.DISPOSED, "this executor has been disposed"
-                    )
+                    return self._finalize(call, ErrorCode.DISPOSED, _DISPOSED)
 
             # Stages 5 to 10 resolve each path once, so the worktree check, the rules and the
             # lock keys agree (no window between them), and nothing is cached beyond the call.
-            # A call naming no path or command needs no memo (should a hook rewrite one in, it
-            # is still checked everywhere, each check resolving it afresh).
             named = plan.paths_of is not None or names_any(plan.resolved_names, args)
             with consistent_paths(named):
                 # 5. worktree isolation: every path argument must stay inside the allowed roots.
+                if trace is not None:
+                    trace.enter("worktree")
                 refusal = self._check_paths(call, tool, args, plan) if named else None
                 if refusal is not None:
                     return refusal
 
                 # 6. rule permission: rules, mode, session approvals, sensitive paths.
-                rule = self._resolver.decide(tool, args, ctx)
+                if trace is not None:
+                    trace.enter("rules")
+                call.rule = self._resolver.decide(tool, args, ctx)
 
-                # 7. PreToolUse hooks; rewritten arguments are validated and checked all over again,
-                #    and the rule decision becomes the stricter of old and new (a deny stands).
-                hook_decision: Decision | None = None
-                hook_reason: str | None = None
+                # 7. PreToolUse hooks; arguments they rewrite go through stages 3, 5 and 6 again.
+                if trace is not None:
+                    trace.enter("hooks")
                 if plan.has_pre(self.hooks):
-                    outcome = (
-                        await until_cancelled(
-                            run_pre_tool_use(
-                                self.hooks, PreToolUseEvent(tool.name, args, ctx, tool)
-                            ),
-                            cancel,
-                        )
-                        if cancel is not None
-                        else await run_pre_tool_use(
-                            self.hooks, PreToolUseEvent(tool.name, args, ctx, tool)
-                        )
-                    )
-                    hook_decision, hook_reason = outcome.decision, outcome.reason
-                    call.additional_context += tuple(outcome.additional_context)
-                    # A hook's DENY stands whatever it rewrote; otherwise rebuild the invocation.
-                    if outcome.updated_args is not None and hook_decision is not _DENY:
-                        args = call.args = outcome.updated_args  # already a frozen snapshot
-                        refusal = self._validate(call, plan, args) or self._check_paths(
-                            call, tool, args, plan
-                        )
-                        if refusal is not None:
-                            return refusal
-                        rewritten = self._resolver.decide(tool, args, ctx)
-                        if rewritten.decision.strictness > rule.decision.strictness:
-                            rule = rewritten
+                    refusal = await self._pre_tool_use(call, plan, tool)
+                    if refusal is not None:
+                        return refusal
+                    args = call.args  # as the hooks left them
 
                 # 8. decision merge: the strictest of rule and hook; a hook tightens, never loosens.
-                decision, source, reason = merge_decision(rule, hook_decision, hook_reason)
+                rule = call.rule
+                decision, source, reason = merge_decision(
+                    rule, call.hook_decision, call.hook_reason
+                )
                 call.decision, call.decision_source = decision, source
-                self._audit_decision(call, decision, source, reason, rule)
-                if call.trace is not None:  # a tracer also hears what each side said
-                    call.trace.policy(rule, plan.has_pre(self.hooks), hook_decision, hook_reason)
+                self._audit_decision(call, decision, source, reason)
+                if trace is not None:
+                    trace.enter("merge")
+                    trace.rule, trace.merged = rule, (decision, source, reason)
                 if decision is _DENY:
-                    return self._finalize(
-                        call,
-                        ErrorCode.PERMISSION_DENIED,
-                        f"Not permitted: {reason}",
-                        details={"source": source},
-                    )
+                    return self._denied(call, reason, source)
 
                 # 9. guards: deny-only owner policy, order-free.
+                if trace is not None:
+                    trace.enter("guards")
                 if self.guards:
-                    reason_denied = run_guards(self.guards, ToolCallView(tool.name, args, ctx))
-                    if reason_denied is not None:
-                        if call.trace is not None:
-                            call.trace.guard_reason = reason_denied
-                        call.decision, call.decision_source = _DENY, DecisionSource.GUARD
-                        self._audit_decision(
-                            call, Decision.DENY, DecisionSource.GUARD, reason_denied, rule
-                        )
-                        return self._finalize(
-                            call,
-                            ErrorCode.PERMISSION_DENIED,
-                            f"Not permitted: {reason_denied}",
-                            details={"source": DecisionSource.GUARD},
-                        )
+                    refusal = self._guard(call, tool, args)
+                    if refusal is not None:
+                        return refusal
 
                 # 10. approval, when the merged decision is ASK.
+                if trace is not None:
+                    trace.enter("approval")
                 if decision is _ASK:
-                    request = ApprovalRequest(
-                        tool.name,
-                        args,
-                        rule.signature,
-                        reason,
-                        str(source),
-                        ctx.session_id,
-                        call.execution_id,
-                    )
-                    answer = await ask_approval(
-                        self.approvals, ctx, request, rule, reason, self.mode
-                    )
-                    if call.trace is not None:
-                        call.trace.approval = answer
-                    if isinstance(answer, Refusal):
-                        return self._finalize(
-                            call, answer.code, answer.message, details=answer.details
-                        )
-                    verdict = Decision.ALLOW if answer.approved else Decision.DENY
-                    call.decision, call.decision_source = verdict, DecisionSource.USER
-                    self._audit_decision(
-                        call, verdict, DecisionSource.USER, answer.feedback or "", rule
-                    )
-                    if not answer.approved:
-                        feedback = answer.feedback or "The user rejected this call."
-                        return self._finalize(
-                            call, ErrorCode.USER_REJECTED, feedback, content=feedback
-                        )
-                    note = remember_approval(
-                        answer, self.approvals, self._resolver, tool, args, ctx, rule
-                    )
-                    if note is not None:
-                        call.additional_context += (note,)
+                    refusal = await self._approve(call, tool, args, source, reason)
+                    if refusal is not None:
+                        return refusal
 
             # 11. admission: a scheduler slot, then the file locks of a non-concurrency-safe tool.
+            if trace is not None:
+                trace.enter("admission")
             if cancel is not None and cancel.cancelled:
                 return self._aborted_before_launch(call)
-            trace = call.trace  # None unless a tracer asked for the admission and run times
-            if trace is not None:
-                trace.admission_began = _perf_clock()
             try:
                 if plan.admitted:
                     slot = self.scheduler.slot(ctx.session_id, plan.kind, self, plan.pool)
                     await holds.enter(slot, cancel)
                 if call.lock_keys and not plan.is_concurrency_safe(args):
-                    await holds.enter(
-                        self.locks.acquire_keys(call.lock_keys, call.execution_id), cancel
-                    )
+                    locks = self.locks.acquire_keys(call.lock_keys, call.execution_id)
+                    await holds.enter(locks, cancel)
             except ResourceExhausted as exc:
-                return self._finalize(
-                    call,
-                    ErrorCode.RESOURCE_EXHAUSTED,
-                    f"The tool is busy ({exc}); retry in the next turn.",
-                    retryable=True,
-                    retry_after="next_turn",
-                    details={"reason": "tool_busy", "cause": exc.reason},
-                )
+                return self._busy(call, exc)
             except SchedulerClosed:
                 return self._finalize(call, ErrorCode.DISPOSED, "the scheduler has been closed")
-            if trace is not None:
-                trace.admitted = _perf_clock()
 
             # 11b. the durable tool-use record, before any side effect.
+            if trace is not None:
+                trace.enter("record")
             if self.store is not None:
                 refusal = await self._record_tool_use(call, tool, args)
                 if refusal is not None:
                     return refusal
 
             # 12. invocation: its own task, deadline, cancellation, safe retries.
-            # (the body's signal is made on first use; invoke has it follow the caller's token
-            # and the deadline)
             body = BodyContext(self, call, holds)
             if self.auto_verify is not None:  # the workspace's check is read before any tool runs
                 pinning = self.auto_verify.pin(body)
@@ -713,9 +645,9 @@ class ToolExecutor:
                     await pinning
             self._progress.start(call.execution_id)
             if trace is not None:
-                trace.run_began = _perf_clock()
+                trace.enter("invocation")
             try:
-                outcome_ = await invoke(
+                outcome = await invoke(
                     tool,
                     args,
                     body,
@@ -728,12 +660,10 @@ class ToolExecutor:
                 )
             finally:
                 self._progress.finish(call.execution_id)
-            if trace is not None:
-                trace.run_ended = _perf_clock()
-            call.attempts = outcome_.attempts
+            call.attempts = outcome.attempts
 
             # 13-15. hooks after the call, file-change observers, then the final result.
-            return await self._conclude(call, tool, args, outcome_, plan, body)
+            return await self._conclude(call, tool, args, outcome, plan, body)
         except Aborted:
             return self._aborted_before_launch(call)
         finally:
@@ -750,6 +680,7 @@ class ToolExecutor:
             except asyncio.CancelledError:
                 result = self._caller_cancelled(call)
                 raise
+            trace.settle(result)  # the stage it ended in ends now, before the store's write
             if call.recorded:
                 await self._record_result(call, result)
             return result
@@ -771,7 +702,34 @@ class ToolExecutor:
 
     # -- stages in detail -----------------------------------------------------------------------
 
+    def _turn_exhausted(self, call: _Call) -> ToolResult:
+        """Stage 1: the turn has made its ``TURN_LIMIT`` calls."""
+        return self._finalize(
+            call,
+            ErrorCode.RESOURCE_EXHAUSTED,
+            f"This turn already made {TURN_LIMIT} tool calls; retry in the next turn.",
+            retryable=True,
+            retry_after="next_turn",
+            details={"reason": "turn_limit"},
+        )
+
+    def _intercepted(self, call: _Call, tool: ToolDefinition | None) -> ToolResult | None:
+        """Stage 2: the interceptor's refusal of the call, if it refuses it."""
+        assert self._interceptor is not None
+        verdict = self._interceptor.judge(call.name, tool, call.parent_execution_id, call.ctx)
+        if verdict is None:
+            return None
+        code, message, details = verdict
+        return self._finalize(call, code, message, details=details)
+
+    def _unknown_tool(self, call: _Call) -> ToolResult:
+        """Stage 2: no tool answers to the name, in the calling agent's scope."""
+        visible = self.registry.visible(call.ctx.agent_scope)
+        message, details = _refusals.unknown_tool(call.name, visible)
+        return self._finalize(call, ErrorCode.UNKNOWN_TOOL, message, details=details)
+
     def _validate(self, call: _Call, plan: _Plan, args: Any) -> ToolResult | None:
+        """Stage 3."""
         if type(args) is not _FROZEN_DICT and not isinstance(args, Mapping):
             return self._finalize(call, ErrorCode.INVALID_ARGS, _refusals.not_an_object(args))
         issues = plan.validator.validate(args)
@@ -779,6 +737,87 @@ class ToolExecutor:
             message, details = _refusals.invalid_args(call.name, issues)
             return self._finalize(call, ErrorCode.INVALID_ARGS, message, details=details)
         return None
+
+    async def _pre_tool_use(
+        self, call: _Call, plan: _Plan, tool: ToolDefinition
+    ) -> ToolResult | None:
+        """Stage 7: the PreToolUse hooks say what they think (``call.hook_decision``,
+        ``hook_reason``). Arguments they rewrite (unless one denies: that stands whatever it
+        rewrote) rebuild the call: validated and checked again, and ``call.rule`` becomes the
+        stricter of the decisions for the old and the new arguments, so a deny stands."""
+        ctx, cancel = call.ctx, call.ctx.cancel
+        hooks = run_pre_tool_use(self.hooks, PreToolUseEvent(tool.name, call.args, ctx, tool))
+        outcome = await (until_cancelled(hooks, cancel) if cancel is not None else hooks)
+        call.hook_decision, call.hook_reason = outcome.decision, outcome.reason
+        call.additional_context += tuple(outcome.additional_context)
+        trace = call.trace
+        if trace is not None:
+            trace.hooks_ran = True
+            trace.hook_decision, trace.hook_reason = outcome.decision, outcome.reason
+        if outcome.updated_args is None or outcome.decision is _DENY:
+            return None
+        args = call.args = outcome.updated_args  # already a frozen snapshot
+        refusal = self._validate(call, plan, args) or self._check_paths(call, tool, args, plan)
+        if refusal is not None:
+            return refusal
+        rewritten = self._resolver.decide(tool, args, ctx)
+        if rewritten.decision.strictness > call.rule.decision.strictness:
+            call.rule = rewritten
+        return None
+
+    def _guard(self, call: _Call, tool: ToolDefinition, args: Any) -> ToolResult | None:
+        """Stage 9: the first guard's reason to deny the call, as its refusal."""
+        reason = run_guards(self.guards, ToolCallView(tool.name, args, call.ctx))
+        if reason is None:
+            return None
+        if call.trace is not None:
+            call.trace.guard_reason = reason
+        call.decision, call.decision_source = _DENY, DecisionSource.GUARD
+        self._audit_decision(call, _DENY, DecisionSource.GUARD, reason)
+        return self._denied(call, reason, DecisionSource.GUARD)
+
+    async def _approve(
+        self, call: _Call, tool: ToolDefinition, args: Any, source: DecisionSource, reason: str
+    ) -> ToolResult | None:
+        """Stage 10: the approver's answer to an ASK (``None``: approved, and remembered for
+        the session when it said so), or why no answer counted."""
+        ctx, rule = call.ctx, call.rule
+        request = ApprovalRequest(
+            tool.name, args, rule.signature, reason, str(source), ctx.session_id, call.execution_id
+        )
+        answer = await ask_approval(self.approvals, ctx, request, rule, reason, self.mode)
+        if call.trace is not None:
+            call.trace.approval = answer
+        if isinstance(answer, Refusal):
+            return self._finalize(call, answer.code, answer.message, details=answer.details)
+        verdict = Decision.ALLOW if answer.approved else _DENY
+        call.decision, call.decision_source = verdict, DecisionSource.USER
+        self._audit_decision(call, verdict, DecisionSource.USER, answer.feedback or "")
+        if not answer.approved:
+            feedback = answer.feedback or "The user rejected this call."
+            return self._finalize(call, ErrorCode.USER_REJECTED, feedback, content=feedback)
+        note = remember_approval(answer, self.approvals, self._resolver, tool, args, ctx, rule)
+        if note is not None:
+            call.additional_context += (note,)
+        return None
+
+    def _denied(self, call: _Call, reason: str, source: DecisionSource) -> ToolResult:
+        """Stages 8 and 9: the call is not permitted."""
+        message = f"Not permitted: {reason}"
+        return self._finalize(
+            call, ErrorCode.PERMISSION_DENIED, message, details={"source": source}
+        )
+
+    def _busy(self, call: _Call, exc: ResourceExhausted) -> ToolResult:
+        """Stage 11: the scheduler's queue for the call is full."""
+        return self._finalize(
+            call,
+            ErrorCode.RESOURCE_EXHAUSTED,
+            f"The tool is busy ({exc}); retry in the next turn.",
+            retryable=True,
+            retry_after="next_turn",
+            details={"reason": "tool_busy", "cause": exc.reason},
+        )
 
     def _check_paths(
         self, call: _Call, tool: ToolDefinition, args: Any, plan: _Plan
@@ -828,6 +867,7 @@ class ToolExecutor:
     ) -> ToolResult:
         """Stages 13 to 15 for a call whose body ran."""
         ctx = call.ctx
+        trace = call.trace
         if outcome.kind == FAILURE:
             failure = outcome.failure
             assert failure is not None
@@ -839,17 +879,22 @@ class ToolExecutor:
             code, message, details, retryable = failure_of(tool, outcome)
             error = ToolError(code, message, retryable=retryable, details=details)
             if plan.has_post_failure(self.hooks):
+                if trace is not None:
+                    trace.enter("post_hooks")
                 extra = await run_post_tool_use_failure(
                     self.hooks, PostToolUseFailureEvent(tool.name, args, ctx, error, tool)
                 )
                 call.additional_context += tuple(extra)
             return self._finalize(call, code, message, retryable=retryable, details=details)
+        # 13. the value checked against the output schema and rendered; then the PostToolUse
+        #     hooks: accept, replace the value (checked and rendered again), replace the content,
+        #     or block.
+        if trace is not None:
+            trace.enter("post_hooks")
         value = outcome.value
         content, refusal = self._content_of(call, plan, value)
         if refusal is not None:
             return refusal
-        # 13. PostToolUse hooks: accept, replace the value (re-checked, re-rendered), replace the
-        #     content, or block.
         if plan.has_post(self.hooks):
             provisional = self._result(
                 call, call.elapsed_ms(), None, "", content=content, value=value
@@ -871,6 +916,8 @@ class ToolExecutor:
                 content = post.content
         # 14. file-change observers (the LSP seam): the paths the tool reported changing, else
         #     the paths of a call that may have written them; then AutoVerify (YOLO, trusted).
+        if trace is not None:
+            trace.enter("observers")
         verify = self.auto_verify
         if verify is not None and (self.mode is not _YOLO or not ctx.trusted):
             verify = None
@@ -884,6 +931,8 @@ class ToolExecutor:
                         changed, body, content, resolver=self._resolver, release=body._holds.release
                     )
         # 15. finalize.
+        if trace is not None:
+            trace.enter("finalize")
         return self._finalize(call, None, "", content=content, value=value)
 
     async def _record_tool_use(
@@ -1023,7 +1072,7 @@ class ToolExecutor:
             plan = self._plans[tool] = _Plan(tool)
             if plan.pool is not None:
                 self._adopt_pool_limit(plan.pool)
-            if tool is self._run_code:
+            if tool in self._interceptor_tools:
                 plan.admitted = False
         return plan
 
@@ -1034,15 +1083,19 @@ class ToolExecutor:
         if wanted is not None and self.scheduler.limits.pool_limits.get(pool) != wanted:
             self.scheduler.set_pool_limit(pool, wanted)
 
-    def _code_mode_refusal(self, call: _Call, tool: ToolDefinition | None) -> ToolResult | None:
-        """Stage 2 in code mode: a direct call of any tool but run_code, or a call from a
-        program that may not make it, is refused before any policy stage sees it."""
-        assert self._code_mode is not None
-        verdict = self._code_mode.judge(call.name, tool, call.parent_execution_id, call.ctx)
-        if verdict is None:
-            return None
-        code, message, details = verdict
-        return self._finalize(call, code, message, details=details)
+    def _attach(self, interceptor: CallInterceptor) -> None:
+        """Register the interceptor's tools; on a clash with a registered name, close it."""
+        tools = frozenset(interceptor.attach(self))
+        try:
+            for tool in tools:
+                if self.registry.resolve(tool.name) is not None:
+                    raise ValueError(f"{tool.name!r}: the registry already has a tool by that name")
+            for tool in tools:
+                self.registry.register(tool)
+        except BaseException:
+            interceptor.close()
+            raise
+        self._interceptor_tools = tools
 
     def _merge_defaults(self, ctx: ExecutionContext) -> ExecutionContext:
         """``ctx`` with ``context_defaults`` filled in; cached, since callers reuse contexts."""
@@ -1067,15 +1120,11 @@ class ToolExecutor:
         return count <= TURN_LIMIT
 
     def _audit_decision(
-        self,
-        call: _Call,
-        decision: Decision,
-        source: DecisionSource,
-        reason: str,
-        rule: RuleDecision,  # for its signature, read only when there is an audit sink
+        self, call: _Call, decision: Decision, source: DecisionSource, reason: str
     ) -> None:
         if self._audit is None:
             return
+        rule = call.rule  # for its signature
         event = AuditEvent(
             execution_id=call.execution_id,
             session_id=call.ctx.session_id,
@@ -1153,7 +1202,8 @@ def _started(tracer: CallTracer, call: _Call) -> Any:
 def _ended(
     tracer: CallTracer, token: Any, result: ToolResult | None, call: _Call, trace: CallTrace
 ) -> None:
-    trace.decision = call.decision
+    trace.settle(result)  # (refuse's, a cancelled call's, and one whose execute raised)
+    trace.decision, trace.source = call.decision, call.decision_source
     trace.ended = _perf_clock()
     try:
         tracer.call_ended(token, result, trace)
