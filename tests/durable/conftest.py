@@ -24,7 +24,6 @@ from fastgate.cli.bench.postgres_server import PostgresServer, postgres_bindir
 from fastgate.cli.bench.redis_server import pid_alive
 from fastgate.durable.postgres import PostgresToolUseStore
 from fastgate.durable.sqlite import SqliteToolUseStore
-from fastgate.durable.store import JournalStore
 
 KINDS = ("sqlite", "postgres")
 
@@ -83,17 +82,13 @@ class Backend:
     location: str  # the SQLite file, or the server's dsn
     namespace: str
 
-    def open(self, **options: Any) -> JournalStore:
+    def open(self, **options: Any) -> SqliteToolUseStore | PostgresToolUseStore:
         if self.kind == "sqlite":
             return SqliteToolUseStore(self.location, **options)
         return PostgresToolUseStore(self.location, namespace=self.namespace, **options)
 
     def argv(self) -> list[str]:
         return [self.kind, self.location, self.namespace]
-
-
-def open_backend(kind: str, location: str, namespace: str, **options: Any) -> JournalStore:
-    return Backend(kind, location, namespace).open(**options)
 
 
 def new_namespace() -> str:

@@ -30,9 +30,6 @@ from fastgate.durable.codec import calls_from_rows, decode_result, encode
 from fastgate.durable.sqlite import MAX_BATCH, StoreStatistics
 from fastgate.durable.store import (
     ABORTED,
-    DONE,
-    FREE,
-    RUNNING,
     JournalEntry,
     ResultWaiters,
     StoredCall,
@@ -40,6 +37,7 @@ from fastgate.durable.store import (
     ToolUseRecord,
     as_durable,
     check_lease_ttl,
+    decide,
     journal_state,
     new_owner,
     session_key,
@@ -76,6 +74,7 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         """CREATE TABLE {ns}.tool_result (
             use_id bigint PRIMARY KEY REFERENCES {ns}.tool_use (id),
             result bytea NOT NULL,
+            outcome text NOT NULL,
             recorded_at timestamptz NOT NULL DEFAULT now()
         )""",
         """CREATE TABLE {ns}.journal (
@@ -85,7 +84,6 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             execution_id text NOT NULL,
             owner text NOT NULL,
             lease_expires timestamptz NOT NULL,
-            state text NOT NULL,
             PRIMARY KEY (session_key, key)
         )""",
         "CREATE INDEX journal_by_execution ON {ns}.journal (execution_id)",
@@ -103,12 +101,11 @@ class _Sql:
             "ON CONFLICT (execution_id) DO NOTHING RETURNING id"
         )
         self.insert_result = (
-            f"INSERT INTO {ns}.tool_result (use_id, result) "
-            f"SELECT id, %s FROM {ns}.tool_use WHERE execution_id = %s "
+            f"INSERT INTO {ns}.tool_result (use_id, result, outcome) "
+            f"SELECT id, %s, %s FROM {ns}.tool_use WHERE execution_id = %s "
             "ON CONFLICT (use_id) DO NOTHING RETURNING use_id"
         )
         self.has_use = f"SELECT 1 FROM {ns}.tool_use WHERE execution_id = %s"
-        self.set_state = f"UPDATE {ns}.journal SET state = %s WHERE execution_id = %s"
         self.select_session = (
             "SELECT u.execution_id, u.call_id, u.turn_id, u.epoch, u.seq, u.tool_name, u.args, "
             f"r.result FROM {ns}.tool_use AS u LEFT JOIN {ns}.tool_result AS r "
@@ -116,41 +113,42 @@ class _Sql:
         )
         self.insert_entry = (
             f"INSERT INTO {ns}.journal (session_key, key, digest, execution_id, owner, "
-            "lease_expires, state) VALUES (%s, %s, %s, %s, %s, "
-            "now() + %s * interval '1 second', 'running') "
+            "lease_expires) VALUES (%s, %s, %s, %s, %s, now() + %s * interval '1 second') "
             "ON CONFLICT (session_key, key) DO NOTHING RETURNING execution_id"
         )
         # Locked first, read after: a statement that waited for a row lock sees the row as
         # committed, but not the rows committed with it (its snapshot is older), so the result
         # is read by a statement of its own, once the entry is ours.
         self.lock_entry = (
-            "SELECT digest, execution_id, lease_expires > now(), state "
+            "SELECT digest, execution_id, lease_expires > now() "
             f"FROM {ns}.journal WHERE session_key = %s AND key = %s FOR UPDATE"
         )
         self.result_of = (
-            f"SELECT r.result FROM {ns}.tool_use AS u JOIN {ns}.tool_result AS r "
+            f"SELECT r.outcome, r.result FROM {ns}.tool_use AS u JOIN {ns}.tool_result AS r "
             "ON r.use_id = u.id WHERE u.execution_id = %s"
         )
         self.take_over = (
             f"UPDATE {ns}.journal SET execution_id = %s, owner = %s, "
-            "lease_expires = now() + %s * interval '1 second', state = 'running' "
+            "lease_expires = now() + %s * interval '1 second' "
             "WHERE session_key = %s AND key = %s"
         )
         self.renew = (
             f"UPDATE {ns}.journal SET lease_expires = now() + %s * interval '1 second' "
-            "WHERE execution_id = %s AND owner = %s AND state = 'running'"
+            "WHERE execution_id = %s AND owner = %s"
         )
         # Locking the tool-use holds off a result for it (its foreign key's lock conflicts).
         self.lock_use = f"SELECT id FROM {ns}.tool_use WHERE execution_id = %s FOR UPDATE"
         self.select_outcome = (
-            f"SELECT r.use_id, j.state, j.lease_expires > now() FROM {ns}.tool_use AS u "
+            f"SELECT r.use_id IS NOT NULL, r.outcome, j.lease_expires > now() "
+            f"FROM {ns}.tool_use AS u "
             f"LEFT JOIN {ns}.tool_result AS r ON r.use_id = u.id "
             f"LEFT JOIN {ns}.journal AS j ON j.execution_id = u.execution_id "
             "WHERE u.id = %s"
         )
         self.upsert_result = (
-            f"INSERT INTO {ns}.tool_result (use_id, result) VALUES (%s, %s) "
-            "ON CONFLICT (use_id) DO UPDATE SET result = EXCLUDED.result, recorded_at = now()"
+            f"INSERT INTO {ns}.tool_result (use_id, result, outcome) VALUES (%s, %s, %s) "
+            "ON CONFLICT (use_id) DO UPDATE SET result = EXCLUDED.result, "
+            "outcome = EXCLUDED.outcome, recorded_at = now()"
         )
 
 
@@ -297,7 +295,7 @@ class PostgresToolUseStore:
         if not isinstance(result, DurableResult):
             raise TypeError(f"result: expected a DurableResult, got {type(result).__name__}")
         blob = encode(result, self.path, f"the result of {execution_id!r}")
-        await self._submit(_RESULT, (blob, execution_id, journal_state(result)))
+        await self._submit(_RESULT, (blob, journal_state(result), execution_id))
         self._waiters.wake(execution_id)
 
     async def load(self, session_id: str | None) -> list[StoredCall]:
@@ -346,13 +344,16 @@ class PostgresToolUseStore:
                     return JournalEntry("claimed", use[0])
                 row = await (await conn.execute(sql.lock_entry, (session, key))).fetchone()
                 assert row is not None  # the conflict's row; rows are never deleted
-                result = None
-                if row[3] == DONE:
-                    found = await (await conn.execute(sql.result_of, (row[1],))).fetchone()
-                    result = None if found is None else found[0]
-                entry = self._decide((*row, result), digest, take_over)
-                if entry is not None:
-                    return entry
+                stored_digest, holder, alive = row
+                found = await (await conn.execute(sql.result_of, (holder,))).fetchone()
+                outcome, result = (None, None) if found is None else found
+                status = decide(
+                    bytes(stored_digest) == digest, found is not None, outcome, alive, take_over
+                )
+                if status == "completed":
+                    return JournalEntry(status, holder, self._decode(holder, result))
+                if status is not None:
+                    return JournalEntry(status, holder)
                 await self._insert_use(conn, use)
                 await conn.execute(
                     sql.take_over, (use[0], self._owner, self._lease_ttl, session, key)
@@ -361,26 +362,13 @@ class PostgresToolUseStore:
         except self._errors as exc:
             raise self._error(exc, "the claim failed") from None
 
-    def _decide(self, row: Any, digest: bytes, take_over: bool) -> JournalEntry | None:
-        """What an existing entry says to a claim; None when the claim takes the key."""
-        stored_digest, holder, alive, state, result = row
-        if bytes(stored_digest) != digest:
-            return JournalEntry("reused", holder)
-        if state == DONE:
-            if result is None:
-                raise StoreError(self.path, f"the result of {holder!r} is missing (damaged)")
-            try:
-                durable = decode_result(bytes(result))
-            except ValueError as exc:  # msgspec's decode and validation errors are ValueErrors
-                raise StoreError(
-                    self.path, f"the result of {holder!r} cannot be decoded: {exc}"
-                ) from None
-            return JournalEntry("completed", holder, durable)
-        if state == RUNNING and alive:
-            return JournalEntry("running", holder)
-        if state != FREE and not take_over:
-            return JournalEntry("interrupted", holder)
-        return None
+    def _decode(self, execution_id: str, blob: Any) -> DurableResult:
+        try:
+            return decode_result(bytes(blob))
+        except ValueError as exc:  # msgspec's decode and validation errors are ValueErrors
+            raise StoreError(
+                self.path, f"the result of {execution_id!r} cannot be decoded: {exc}"
+            ) from None
 
     async def _insert_use(self, conn: AsyncConnection[Any], use: tuple[Any, ...]) -> None:
         if await (await conn.execute(self._sql.insert_use, use)).fetchone() is None:
@@ -393,7 +381,8 @@ class PostgresToolUseStore:
         try:
             async with self._pool.connection() as conn:
                 params = (self._lease_ttl, execution_id, self._owner)
-                return (await conn.execute(self._sql.renew, params)).rowcount > 0
+                renewed: bool = (await conn.execute(self._sql.renew, params)).rowcount > 0
+                return renewed
         except self._errors as exc:
             raise self._error(exc, "the lease was not renewed") from None
 
@@ -417,19 +406,18 @@ class PostgresToolUseStore:
                 use_id = use[0]
                 row = await (await conn.execute(sql.select_outcome, (use_id,))).fetchone()
                 assert row is not None
-                result_of, state, alive = row
-                if state == RUNNING and alive:
+                has_result, previous, alive = row
+                if not has_result and alive:
                     raise StoreError(
                         self.path,
                         f"execution id {execution_id!r} is still running "
                         "(its owner's lease is alive)",
                     )
-                if result_of is not None and state != ABORTED:
+                if has_result and previous != ABORTED:
                     raise StoreError(
                         self.path, f"a result for execution id {execution_id!r} already exists"
                     )
-                await conn.execute(sql.upsert_result, (use_id, blob))
-                await conn.execute(sql.set_state, (journal_state(durable), execution_id))
+                await conn.execute(sql.upsert_result, (use_id, blob, journal_state(durable)))
         except self._errors as exc:
             raise self._error(exc, "the result was not recorded") from None
         self._waiters.wake(execution_id)
@@ -444,15 +432,19 @@ class PostgresToolUseStore:
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
-            if self._ready:
-                return
-            try:
-                await self._pool.open(wait=False)
-                async with self._pool.connection() as conn:
-                    await self._migrate(conn)
-            except self._errors as exc:
-                raise self._error(exc, "cannot open") from None
-            self._ready = True
+            await self._open_once()
+
+    async def _open_once(self) -> None:
+        """Open the pool and migrate, unless a caller that held the lock before us did."""
+        if self._ready:
+            return
+        try:
+            await self._pool.open(wait=False)
+            async with self._pool.connection() as conn:
+                await self._migrate(conn)
+        except self._errors as exc:
+            raise self._error(exc, "cannot open") from None
+        self._ready = True
 
     async def _migrate(self, conn: AsyncConnection[Any]) -> None:
         """Create or bring the namespace's schema up to ``SCHEMA_VERSION``; one process at a
@@ -611,20 +603,15 @@ class PostgresToolUseStore:
                     cur.nextset()
                 return
             await cur.executemany(
-                sql.insert_result, [(blob, eid) for _, (blob, eid, _), _ in run], returning=True
+                sql.insert_result, [params for _, params, _ in run], returning=True
             )
-            written: list[tuple[str, str]] = []
             missing: list[int] = []
-            for i, (_, (_, eid, state), _) in enumerate(run, start):
+            for i in range(start, end):
                 if await cur.fetchone() is None:
                     missing.append(i)
-                else:
-                    written.append((state, eid))
                 cur.nextset()
-            if written:
-                await cur.executemany(sql.set_state, written)
             for i in missing:
-                eid = batch[i][1][1]
+                eid = batch[i][1][2]
                 exists = await (await conn.execute(sql.has_use, (eid,))).fetchone()
                 problem = (
                     f"a result for execution id {eid!r} already exists"

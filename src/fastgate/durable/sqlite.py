@@ -35,15 +35,13 @@ import msgspec
 from fastgate.durable.codec import calls_from_rows, decode_result, encode
 from fastgate.durable.store import (
     ABORTED,
-    DONE,
-    FREE,
-    RUNNING,
     JournalEntry,
     ResultWaiters,
     StoredCall,
     ToolUseRecord,
     as_durable,
     check_lease_ttl,
+    decide,
     journal_state,
     new_owner,
     session_key,
@@ -77,9 +75,11 @@ _SCHEMA = (
         recorded_at REAL NOT NULL
     )""",
 )
-# Version 2: the journal, one row per (session, key). ``execution_id`` is the attempt holding
-# the key; ``state`` is running, done, free (its result says nothing ran) or aborted.
+# Version 2: the journal, one row per (session, key): the arguments' digest, the attempt that
+# holds the key, its owner and lease. A result's ``outcome`` (done, free: it says nothing ran,
+# aborted: cancelled after it started) is what the key's holder left; NULL in older rows: done.
 _JOURNAL_SCHEMA = (
+    "ALTER TABLE tool_result ADD COLUMN outcome TEXT",
     """CREATE TABLE IF NOT EXISTS journal (
         session_key TEXT NOT NULL,
         key TEXT NOT NULL,
@@ -87,7 +87,6 @@ _JOURNAL_SCHEMA = (
         execution_id TEXT NOT NULL,
         owner TEXT NOT NULL,
         lease_expires REAL NOT NULL,
-        state TEXT NOT NULL,
         PRIMARY KEY (session_key, key)
     ) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS journal_by_execution ON journal (execution_id)",
@@ -98,29 +97,26 @@ _INSERT_TOOL_USE = (
 )
 # A result is accepted only for a recorded tool-use: an orphan result could never be loaded.
 _INSERT_RESULT = (
-    "INSERT INTO tool_result (use_id, result, recorded_at) "
-    "SELECT id, ?, ? FROM tool_use WHERE execution_id = ?"
-)
-_SET_STATE = "UPDATE journal SET state = ? WHERE execution_id = ?"
-_SELECT_ENTRY = (
-    "SELECT j.digest, j.execution_id, j.lease_expires, j.state, r.result FROM journal AS j "
-    "LEFT JOIN tool_use AS u ON u.execution_id = j.execution_id "
-    "LEFT JOIN tool_result AS r ON r.use_id = u.id WHERE j.session_key = ? AND j.key = ?"
+    "INSERT INTO tool_result (use_id, result, recorded_at, outcome) "
+    "SELECT id, ?, ?, ? FROM tool_use WHERE execution_id = ?"
 )
 _INSERT_ENTRY = (
-    "INSERT INTO journal (session_key, key, digest, execution_id, owner, lease_expires, state) "
-    "VALUES (?, ?, ?, ?, ?, ?, 'running')"
+    "INSERT OR IGNORE INTO journal (session_key, key, digest, execution_id, owner, "
+    "lease_expires) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_DELETE_ENTRY = "DELETE FROM journal WHERE session_key = ? AND key = ?"
+_SELECT_ENTRY = (
+    "SELECT j.digest, j.execution_id, j.lease_expires, r.use_id IS NOT NULL, r.outcome, "
+    "r.result FROM journal AS j LEFT JOIN tool_use AS u ON u.execution_id = j.execution_id "
+    "LEFT JOIN tool_result AS r ON r.use_id = u.id WHERE j.session_key = ? AND j.key = ?"
 )
 _TAKE_OVER = (
-    "UPDATE journal SET execution_id = ?, owner = ?, lease_expires = ?, state = 'running' "
+    "UPDATE journal SET execution_id = ?, owner = ?, lease_expires = ? "
     "WHERE session_key = ? AND key = ?"
 )
-_RENEW = (
-    "UPDATE journal SET lease_expires = ? "
-    "WHERE execution_id = ? AND owner = ? AND state = 'running'"
-)
+_RENEW = "UPDATE journal SET lease_expires = ? WHERE execution_id = ? AND owner = ?"
 _SELECT_OUTCOME = (
-    "SELECT u.id, r.use_id, j.state, j.lease_expires FROM tool_use AS u "
+    "SELECT u.id, r.use_id IS NOT NULL, r.outcome, j.lease_expires FROM tool_use AS u "
     "LEFT JOIN tool_result AS r ON r.use_id = u.id "
     "LEFT JOIN journal AS j ON j.execution_id = u.execution_id WHERE u.execution_id = ?"
 )
@@ -341,10 +337,12 @@ class _Writer:
         if kind == _TOOL_USE:
             conn.execute(_INSERT_TOOL_USE, params)
         elif kind == _RESULT:
-            blob, recorded_at, execution_id, state = params
-            if conn.execute(_INSERT_RESULT, (blob, recorded_at, execution_id)).rowcount == 0:
+            blob, recorded_at, execution_id, outcome = params
+            if (
+                conn.execute(_INSERT_RESULT, (blob, recorded_at, outcome, execution_id)).rowcount
+                == 0
+            ):
                 raise StoreError(self.path, f"no tool-use record for execution id {execution_id!r}")
-            conn.execute(_SET_STATE, (state, execution_id))
         elif kind == _CLAIM:
             return self.claim(params, now)
         elif kind == _RENEW_LEASE:
@@ -366,22 +364,27 @@ class _Writer:
         use, session, key, digest, owner, lease_ttl, take_over = params
         conn = self.conn
         execution_id = use[0]
-        row = conn.execute(_SELECT_ENTRY, (session, key)).fetchone()
-        if row is None:
-            conn.execute(_INSERT_TOOL_USE, use)
-            conn.execute(
-                _INSERT_ENTRY, (session, key, digest, execution_id, owner, now + lease_ttl)
-            )
+        entry = (session, key, digest, execution_id, owner, now + lease_ttl)
+        if conn.execute(_INSERT_ENTRY, entry).rowcount:  # the key was free: ours now
+            try:
+                conn.execute(_INSERT_TOOL_USE, use)
+            except sqlite3.IntegrityError:
+                conn.execute(_DELETE_ENTRY, (session, key))  # a duplicate id claims nothing
+                raise
             return JournalEntry("claimed", execution_id)
-        stored_digest, holder, lease_expires, state, result = row
-        if bytes(stored_digest) != digest:
-            return JournalEntry("reused", holder)
-        if state == DONE and result is not None:
-            return JournalEntry("completed", holder, self.decode(holder, result))
-        if state == RUNNING and lease_expires > now:
-            return JournalEntry("running", holder)
-        if state != FREE and not take_over:  # its owner is gone, or it was cancelled mid-run
-            return JournalEntry("interrupted", holder)
+        row = conn.execute(_SELECT_ENTRY, (session, key)).fetchone()
+        stored_digest, holder, lease_expires, has_result, outcome, result = row
+        status = decide(
+            bytes(stored_digest) == digest,
+            bool(has_result),
+            outcome,
+            lease_expires > now,
+            take_over,
+        )
+        if status == "completed":
+            return JournalEntry(status, holder, self.decode(holder, result))
+        if status is not None:
+            return JournalEntry(status, holder)
         conn.execute(_INSERT_TOOL_USE, use)
         conn.execute(_TAKE_OVER, (execution_id, owner, now + lease_ttl, session, key))
         return JournalEntry("claimed", execution_id)
@@ -395,26 +398,26 @@ class _Writer:
             ) from None
 
     def resolve(self, params: Any, now: float) -> None:
-        blob, recorded_at, execution_id, state = params
+        blob, recorded_at, execution_id, outcome = params
         conn = self.conn
         row = conn.execute(_SELECT_OUTCOME, (execution_id,)).fetchone()
         if row is None:
             raise StoreError(self.path, f"no tool-use record for execution id {execution_id!r}")
-        use_id, result_of, journal, lease_expires = row
-        if journal == RUNNING and lease_expires > now:
+        use_id, has_result, previous, lease_expires = row
+        if not has_result and lease_expires is not None and lease_expires > now:
             raise StoreError(
                 self.path,
                 f"execution id {execution_id!r} is still running (its owner's lease is alive)",
             )
-        if result_of is not None and journal != ABORTED:
+        if has_result and previous != ABORTED:
             raise StoreError(
                 self.path, f"a result for execution id {execution_id!r} already exists"
             )
         conn.execute(
-            "INSERT OR REPLACE INTO tool_result (use_id, result, recorded_at) VALUES (?, ?, ?)",
-            (use_id, blob, recorded_at),
+            "INSERT OR REPLACE INTO tool_result (use_id, result, recorded_at, outcome) "
+            "VALUES (?, ?, ?, ?)",
+            (use_id, blob, recorded_at, outcome),
         )
-        conn.execute(_SET_STATE, (state, execution_id))
 
     def roll_back(self) -> None:
         try:

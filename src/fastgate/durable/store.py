@@ -127,11 +127,12 @@ NOTHING_RAN: Final = frozenset(
         ErrorCode.PERSISTENCE_FAILED,
     }
 )
-RUNNING, DONE, FREE, ABORTED = "running", "done", "free", "aborted"
+DONE, FREE, ABORTED = "done", "free", "aborted"
 
 
 def journal_state(result: DurableResult) -> str:
-    """The journal state a recorded result leaves its key in."""
+    """The outcome a recorded result leaves its key in: done (the key's answer), free (nothing
+    ran: a later call with the key runs) or aborted (cancelled after it started: unknown)."""
     error = result.error
     if error is None:
         return DONE
@@ -140,6 +141,25 @@ def journal_state(result: DurableResult) -> str:
     if error.code == ErrorCode.ABORTED:  # cancelled after it started: outcome unknown
         return ABORTED
     return DONE
+
+
+def decide(
+    same_arguments: bool, has_result: bool, outcome: str | None, alive: bool, take_over: bool
+) -> JournalStatus | None:
+    """What an existing entry says to a claim: a ``JournalEntry`` status, or None when the claim
+    takes the key (nothing ran; or, with ``take_over``, its outcome is unknown). ``outcome`` is
+    its holder's result's (None in rows older than outcomes: done)."""
+    if not same_arguments:
+        return "reused"
+    if has_result:
+        outcome = outcome or DONE
+        if outcome == DONE:
+            return "completed"
+        if outcome == FREE:
+            return None
+    elif alive:
+        return "running"
+    return None if take_over else "interrupted"
 
 
 def session_key(session_id: str | None) -> str:

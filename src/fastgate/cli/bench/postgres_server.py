@@ -69,6 +69,10 @@ class PostgresServer:
         self.bindir = bindir
         self.start_timeout = start_timeout
         self.user = _server_user()
+        # Who the server's processes run as: None, ourselves (not root).
+        self._uid = None if self.user is None else self.user.pw_uid
+        self._gid = None if self.user is None else self.user.pw_gid
+        self._groups: list[int] | None = None if self.user is None else []
         # Not under pytest's tmp_path: that is private to us, and the server's user must reach
         # the socket's directory. This one is ours alone (mkdtemp), then the server user's.
         self.directory = Path(tempfile.mkdtemp(prefix="fastgate-pg-"))
@@ -87,11 +91,6 @@ class PostgresServer:
         assert self.process is not None, "the server was never started"
         return self.process.pid
 
-    def _as_server_user(self) -> dict[str, object]:
-        if self.user is None:
-            return {}
-        return {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []}
-
     def _initdb(self) -> None:
         if self.user is not None:
             os.chown(self.directory, self.user.pw_uid, self.user.pw_gid)
@@ -103,7 +102,9 @@ class PostgresServer:
             text=True,
             check=False,
             cwd=self.directory,
-            **self._as_server_user(),  # type: ignore[arg-type]
+            user=self._uid,
+            group=self._gid,
+            extra_groups=self._groups,
         )
         if done.returncode != 0:
             shutil.rmtree(self.directory, ignore_errors=True)
@@ -126,7 +127,9 @@ class PostgresServer:
             text=True,
             cwd=self.directory,
             start_new_session=True,  # its own process group: kill() takes every backend
-            **self._as_server_user(),  # type: ignore[arg-type]
+            user=self._uid,
+            group=self._gid,
+            extra_groups=self._groups,
         )
         self.process = process
         ready = threading.Event()
