@@ -101,10 +101,11 @@ async def run_in_order(
     pending: Sequence[Pending],
     ctx: ExecutionContext | None,
     max_parallel: int,
+    idempotent: bool = False,
 ) -> list[ToolResult]:
     """Results in model order: readable calls through ``execute_parallel``, unreadable ones
     refused with ``INVALID_ARGS`` (recorded like any result) without running. The calls are
-    one turn (``one_turn``)."""
+    one turn (``one_turn``). ``idempotent``: each call's id is its idempotency key."""
     if not pending:
         return []
     ctx = one_turn(ctx)
@@ -122,13 +123,20 @@ async def run_in_order(
                 details={"reason": "invalid_json"},
             )
         else:
-            calls.append(ToolCall(call.call_id, call.name, call.args))
+            key = key_of(call.call_id) if idempotent else None
+            calls.append(ToolCall(call.call_id, call.name, call.args, idempotency_key=key))
             positions.append(index)
     if calls:
         ran = await executor.execute_parallel(calls, ctx, max_parallel=max_parallel)
         for index, result in zip(positions, ran, strict=True):
             results[index] = result
     return [r for r in results if r is not None]
+
+
+def key_of(call_id: str | None) -> str | None:
+    """The idempotency key a provider's call id gives (SPEC §24): the id itself, so that the
+    same call re-sent is answered from the journal; none for a call without an id."""
+    return call_id or None
 
 
 def model_tools(

@@ -66,9 +66,12 @@ async def execute_tool_uses(
     ctx: ExecutionContext | None = None,
     *,
     max_parallel: int = 10,
+    idempotent: bool = False,
 ) -> list[ToolResultBlockParam]:
     """Run the ``tool_use`` blocks of an assistant message's content; one ``tool_result`` block
-    per call, in model order."""
+    per call, in model order. ``idempotent=True``: each block's ``id`` is its call's
+    idempotency key (SPEC §24), so a message run again gets the recorded results (the executor
+    needs a journal store)."""
     pending = [
         read_arguments(
             executor,
@@ -80,7 +83,7 @@ async def execute_tool_uses(
         for block in content_blocks or ()
         if field(block, "type") == "tool_use"
     ]
-    results = await run_in_order(executor, pending, ctx, max_parallel)
+    results = await run_in_order(executor, pending, ctx, max_parallel, idempotent)
     return [_tool_result(call.call_id, r) for call, r in zip(pending, results, strict=True)]
 
 

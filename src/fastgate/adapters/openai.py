@@ -118,12 +118,14 @@ async def execute_tool_calls(
     ctx: ExecutionContext | None = None,
     *,
     max_parallel: int = 10,
+    idempotent: bool = False,
 ) -> list[ChatCompletionToolMessageParam]:
     """Run a Chat Completions message's ``tool_calls``; one ``{"role": "tool", "tool_call_id",
     "content"}`` message per call, in model order. A failed call's content starts with
-    ``Error (CODE):``."""
+    ``Error (CODE):``. ``idempotent=True``: each call's id is its idempotency key (SPEC §24),
+    so a message run again gets the recorded results (the executor needs a journal store)."""
     pending = [_chat_call(executor, call, ctx) for call in tool_calls or ()]
-    results = await run_in_order(executor, pending, ctx, max_parallel)
+    results = await run_in_order(executor, pending, ctx, max_parallel, idempotent)
     return [
         {"role": "tool", "tool_call_id": call.call_id, "content": _chat_content(result)}
         for call, result in zip(pending, results, strict=True)
@@ -136,9 +138,11 @@ async def execute_response_calls(
     ctx: ExecutionContext | None = None,
     *,
     max_parallel: int = 10,
+    idempotent: bool = False,
 ) -> list[FunctionCallOutput]:
     """Run the ``function_call`` items of a response's ``output`` (other items are skipped);
-    one ``function_call_output`` item per call, in model order."""
+    one ``function_call_output`` item per call, in model order. ``idempotent``: as for
+    ``execute_tool_calls`` (the key is the item's ``call_id``)."""
     pending = [
         read_arguments(
             executor,
@@ -151,7 +155,7 @@ async def execute_response_calls(
         for item in output_items or ()
         if field(item, "type") == "function_call"
     ]
-    results = await run_in_order(executor, pending, ctx, max_parallel)
+    results = await run_in_order(executor, pending, ctx, max_parallel, idempotent)
     return [
         {"type": "function_call_output", "call_id": call.call_id, "output": _response_output(r)}
         for call, r in zip(pending, results, strict=True)

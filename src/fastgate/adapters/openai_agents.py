@@ -40,13 +40,14 @@ from fastgate.adapters._common import (
     flat_text,
     image_of,
     in_scope,
+    key_of,
     model_tools,
     read_arguments,
     resource_text,
     text_of,
 )
 from fastgate.adapters._strict import decoder_for, strict_form_of
-from fastgate.model import ErrorCode, ExecutionContext, ToolResult
+from fastgate.model import ErrorCode, ExecutionContext, ToolResult, with_idempotency_key
 from fastgate.pipeline import ToolExecutor
 
 __all__ = ("function_tools",)
@@ -60,13 +61,16 @@ def function_tools(
     scope: str | None = None,
     context: ContextSource = None,
     strict: bool = True,
+    idempotent: bool = False,
 ) -> list[Tool]:
     """One ``FunctionTool`` per tool ``scope`` sees, sorted by name (typed as the SDK's ``Tool``,
     what ``Agent(tools=...)`` takes).
 
     ``strict=True`` (the SDK's own default) gives a tool its strict schema where strict mode
     says the same as the tool's schema (``fastgate.adapters.openai``), and leaves it non-strict
-    otherwise.
+    otherwise. ``idempotent=True``: the SDK's ``tool_call_id`` is the call's idempotency key
+    (SPEC §24): the same call run again (a resumed run, a retried activity) gets the recorded
+    result (the executor needs a journal store).
     """
     out: list[Tool] = []
     for tool, schema in model_tools(executor.registry, scope):
@@ -81,7 +85,7 @@ def function_tools(
                 name=schema["name"],
                 description=schema["description"],
                 params_json_schema=parameters,
-                on_invoke_tool=_invoker(executor, schema["name"], context, scope),
+                on_invoke_tool=_invoker(executor, schema["name"], context, scope, idempotent),
                 strict_json_schema=form is not None,
             )
         )
@@ -89,11 +93,17 @@ def function_tools(
 
 
 def _invoker(
-    executor: ToolExecutor, name: str, context: ContextSource, scope: str | None
+    executor: ToolExecutor,
+    name: str,
+    context: ContextSource,
+    scope: str | None,
+    idempotent: bool,
 ) -> Callable[..., Any]:
     async def invoke(tool_context: ToolContext[Any], arguments: str) -> Any:
         ctx = in_scope(_context_of(context, tool_context), scope)
         call_id = tool_context.tool_call_id
+        if idempotent:
+            ctx = with_idempotency_key(ctx, key_of(call_id))
         call = read_arguments(executor, call_id, name, arguments, ctx, decoder_for)
         if call.unreadable is not None:
             result = executor.refuse(

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from fastgate.model.context import ExecutionContext, ToolCall
+from fastgate.model.context import ExecutionContext, ToolCall, with_idempotency_key
 from fastgate.model.results import ToolResult
 
 if TYPE_CHECKING:
@@ -92,7 +92,8 @@ class _Batch:
     async def run(self, index: int) -> None:
         call = self.calls[index]
         try:
-            result = await self.executor.execute(call.name, call.args, self.ctx, call_id=call.id)
+            ctx = with_idempotency_key(self.ctx, call.idempotency_key)
+            result = await self.executor.execute(call.name, call.args, ctx, call_id=call.id)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

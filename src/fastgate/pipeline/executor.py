@@ -35,7 +35,7 @@ from fastgate.hooks import (
     run_pre_tool_use,
 )
 from fastgate.model.approvals import ApprovalRequest
-from fastgate.model.context import ExecutionContext, ToolCall
+from fastgate.model.context import ExecutionContext, ToolCall, with_idempotency_key
 from fastgate.model.decision import Decision, DecisionSource, PermissionMode
 from fastgate.model.freeze import SCALAR_TYPES, FrozenDict, NotJSON, freeze
 from fastgate.model.rendering import DEFAULT_MAX_CONTENT_CHARS, RenderError, render
@@ -75,6 +75,7 @@ from fastgate.pipeline.invocation import (
     invoke,
     is_async_tool,
 )
+from fastgate.pipeline.journal import claim_key
 from fastgate.pipeline.progress import ProgressEvent, ProgressHub
 from fastgate.pipeline.refusals import failure_of
 from fastgate.pipeline.tracing import CallTrace, CallTracer
@@ -392,7 +393,12 @@ class ToolExecutor:
         self, calls: Iterable[ToolCall], ctx: ExecutionContext | None = None
     ) -> list[ToolResult]:
         """One call after another; results in input order."""
-        return [await self.execute(c.name, c.args, ctx, call_id=c.id) for c in calls]
+        return [
+            await self.execute(
+                c.name, c.args, with_idempotency_key(ctx, c.idempotency_key), call_id=c.id
+            )
+            for c in calls
+        ]
 
     async def execute_parallel(
         self,
@@ -546,6 +552,12 @@ class ToolExecutor:
             refusal = self._validate(call, plan, args)
             if refusal is not None:
                 return refusal
+            # 3b. a keyed call claims its key before any hook, guard or approver is asked; a
+            #     repeat is answered from the journal (SPEC §24).
+            if ctx.idempotency_key is not None:
+                refusal = await claim_key(self, call, tool, args, holds)
+                if refusal is not None:
+                    return refusal
 
             # 4. the executor's gate: shared calls overlap, exclusive ones are barriers.
             if trace is not None:
@@ -632,7 +644,7 @@ class ToolExecutor:
             # 11b. the durable tool-use record, before any side effect.
             if trace is not None:
                 trace.enter("record")
-            if self.store is not None:
+            if self.store is not None and not call.recorded:  # (a keyed call's claim wrote it)
                 refusal = await self._record_tool_use(call, tool, args)
                 if refusal is not None:
                     return refusal

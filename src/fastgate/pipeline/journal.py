@@ -1,0 +1,255 @@
+"""Keyed calls in the pipeline (SPEC §24): ``claim_key`` runs once a call's tool and arguments
+are known and valid, before any hook, guard or approver is consulted.
+
+A call whose context carries an ``idempotency_key`` claims ``(session, key)`` in the executor's
+store with its arguments' digest; the store decides atomically what the call does:
+
+- the key is free: the call goes on, its tool-use record written by the claim, and its lease is
+  renewed every third of ``lease_ttl`` until the call lets go of its holds (a body that ignored
+  cancellation keeps it until it really ends);
+- an earlier call with the key completed: its recorded result, ``meta.replayed = True``;
+- it is running elsewhere (a live lease): wait for its result, up to the tool's own timeout;
+- it was interrupted (its owner's lease expired with no result, or it was cancelled after it
+  started): a retry-safe tool claims the key again and runs; any other gets ``ambiguous_outcome``
+  until ``store.resolve`` records what happened;
+- the key was used with other arguments: ``idempotency_key_reused``.
+
+A keyed call whose entry cannot be written (the store fails, or keeps no journal) does not run
+(``PERSISTENCE_FAILED``); an executor without a store records nothing, keys included. Calls made
+by a ``run_code`` program are not keyed: their parent call is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import weakref
+from typing import TYPE_CHECKING, Any, Final, TypeGuard
+
+import msgspec
+
+from fastgate import _core
+from fastgate.admission.holds import Holds, until_cancelled
+from fastgate.durable.store import JournalEntry, JournalStore, ToolUseRecord, args_digest
+from fastgate.model.results import DurableResult, ErrorCode, ToolResult
+
+if TYPE_CHECKING:
+    from fastgate.pipeline.executor import ToolExecutor, _Call
+    from fastgate.tools import ToolDefinition
+
+log = logging.getLogger("fastgate.pipeline.journal")
+
+MAX_KEY_BYTES: Final = 1024  # a key is an id, not a payload (and fits any store's index)
+_FIRST_PAUSE: Final = 0.01  # seconds before asking again about a running call
+_LONGEST_PAUSE: Final = 0.25  # another process's result is noticed within this
+
+
+async def claim_key(
+    executor: ToolExecutor, call: _Call, tool: ToolDefinition, args: Any, holds: Holds
+) -> ToolResult | None:
+    """None when the call goes on (it holds the key); else its answer from the journal."""
+    key = call.ctx.idempotency_key
+    if key is None or call.parent_execution_id is not None:
+        return None
+    problem = _key_problem(key)
+    if problem is not None:
+        return executor._finalize(
+            call, ErrorCode.INVALID_ARGS, problem, details={"reason": "idempotency_key"}
+        )
+    store = executor.store
+    if store is None:  # an executor that records nothing keeps no journal: the key is unused
+        return None
+    if not _keeps_journal(store):
+        message = (
+            "The call was not run: a call with an idempotency key needs a store that keeps a "
+            "journal (SqliteToolUseStore or PostgresToolUseStore), and this executor's does not."
+        )
+        return executor._finalize(call, ErrorCode.PERSISTENCE_FAILED, message)
+    ctx = call.ctx
+    seq = next(executor._store_seq)
+    record = ToolUseRecord(
+        call.execution_id, call.call_id, ctx.session_id, ctx.turn_id, 0, seq, tool.name, args
+    )
+    digest = args_digest((tool.name, args))  # the key names one call: this tool, these args
+    loop = asyncio.get_running_loop()
+    deadline = None if tool.timeout is None else loop.time() + tool.timeout
+    pause = _FIRST_PAUSE
+    longest = min(_LONGEST_PAUSE, store.lease_ttl / 3)
+    while True:
+        try:
+            entry = await store.claim(record, key, digest, take_over=tool.retry_safe)
+        except Exception as exc:
+            message = f"The call was not run: its journal entry could not be saved ({exc})."
+            return executor._finalize(call, ErrorCode.PERSISTENCE_FAILED, message, retryable=True)
+        if entry.status == "claimed":
+            call.recorded = True  # the claim wrote its tool-use record
+            holds.add(_Lease(_renewer(store, loop), entry.execution_id))
+            return None
+        if entry.status != "running":
+            return _answer(executor, call, key, entry)
+        # Running elsewhere: wait for its result (woken at once when it is recorded in this
+        # process, else asking again), up to this call's own timeout.
+        within = pause if deadline is None else min(pause, deadline - loop.time())
+        if within <= 0:
+            return _in_progress(executor, call, key, entry.execution_id)
+        waiting = store.wait_result(entry.execution_id, within)
+        cancel = ctx.cancel
+        if cancel is not None:
+            await until_cancelled(waiting, cancel)  # Aborted: nothing ran
+        else:
+            await waiting
+        pause = min(2 * pause, longest)
+
+
+# Whether a store's class keeps the journal: a runtime protocol check walks the protocol's
+# members on every call, so it is answered once per class.
+_journal_classes: dict[type, bool] = {}
+
+
+def _keeps_journal(store: Any) -> TypeGuard[JournalStore]:
+    known = _journal_classes.get(type(store))
+    if known is None:
+        known = _journal_classes[type(store)] = isinstance(store, JournalStore)
+    return known
+
+
+def _key_problem(key: Any) -> str | None:
+    if not isinstance(key, str) or not key:
+        return f"idempotency_key: expected a non-empty string, got {key!r:.80}"
+    try:
+        size = len(key.encode())
+    except UnicodeEncodeError:
+        return "idempotency_key: it is not valid text (a lone surrogate)"
+    if size > MAX_KEY_BYTES or "\x00" in key:
+        return f"idempotency_key: at most {MAX_KEY_BYTES} bytes of text without NUL characters"
+    return None
+
+
+def _answer(executor: ToolExecutor, call: _Call, key: str, entry: JournalEntry) -> ToolResult:
+    """The answer to a repeat: the recorded result, or why it is not run."""
+    if entry.status == "completed":
+        assert entry.result is not None
+        return _replay(executor, call, entry.result)
+    details = {"execution_id": entry.execution_id, "idempotency_key": key}
+    if entry.status == "reused":
+        message = (
+            f"The idempotency key {key!r} was already used in this session for a call with "
+            "other arguments; a new call needs a new key."
+        )
+        details["reason"] = "idempotency_key_reused"
+        return executor._finalize(call, ErrorCode.INVALID_ARGS, message, details=details)
+    message = (
+        f"An earlier call with the idempotency key {key!r} (execution {entry.execution_id}) was "
+        "interrupted after it started, so whether it took effect is unknown. It is not run "
+        "again until its outcome is recorded (store.resolve)."
+    )
+    details["reason"] = "ambiguous_outcome"
+    return executor._finalize(call, ErrorCode.TOOL_ERROR, message, details=details)
+
+
+def _in_progress(executor: ToolExecutor, call: _Call, key: str, execution_id: str) -> ToolResult:
+    message = (
+        f"An earlier call with the idempotency key {key!r} is still running; "
+        "retry to get its result."
+    )
+    details = {"reason": "in_progress", "execution_id": execution_id, "idempotency_key": key}
+    return executor._finalize(
+        call, ErrorCode.RESOURCE_EXHAUSTED, message, retryable=True, details=details
+    )
+
+
+def _replay(executor: ToolExecutor, call: _Call, durable: DurableResult) -> ToolResult:
+    """The recorded result, as the repeat's answer: its original meta, ``replayed`` set. Like
+    every result it goes to the history and the result observers."""
+    meta = msgspec.structs.replace(durable.meta, replayed=True)
+    result = ToolResult(durable.ok, durable.content, durable.error, meta)
+    code = durable.error.code if durable.error is not None else None
+    executor._history.add(result, call.name, code, call.elapsed_ms())
+    for observer in executor._result_observers:
+        try:
+            observer(result)
+        except Exception:
+            log.exception("result observer %r failed; the result is unchanged", observer)
+    return result
+
+
+class _Lease:
+    """A claim's lease: a hold of the call, released with its slot and locks (so a body that
+    ignored cancellation keeps its lease until it really ends). Registering costs a dict entry:
+    one renewer per store and loop renews every live lease each third of ``lease_ttl``."""
+
+    __slots__ = ("_execution_id", "_renewer")
+
+    def __init__(self, renewer: _Renewer, execution_id: str) -> None:
+        self._renewer = renewer
+        self._execution_id = execution_id
+        renewer.add(execution_id)
+
+    def __aenter__(self) -> Any:
+        return _core.READY
+
+    def __aexit__(self, exc_type: object, exc: object, tb: object, /) -> Any:
+        self._renewer.discard(self._execution_id)
+        return _core.READY
+
+
+class _Renewer:
+    """The live leases of one store on one loop, and the task that renews them while any is
+    live: a lease taken just after a round is renewed by the next, within a third of its
+    lifetime, so none expires while its call runs."""
+
+    __slots__ = ("_live", "_loop", "_store", "_task")
+
+    def __init__(self, store: JournalStore, loop: asyncio.AbstractEventLoop) -> None:
+        self._store = store
+        self._loop = loop
+        self._live: set[str] = set()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, execution_id: str) -> None:
+        self._live.add(execution_id)
+        if self._task is None:
+            self._task = self._loop.create_task(self._renew_while_live())
+
+    def discard(self, execution_id: str) -> None:
+        self._live.discard(execution_id)
+        if not self._live and self._task is not None:
+            self._task.cancel()
+            self._task = None
+
+    async def _renew_while_live(self) -> None:
+        period = self._store.lease_ttl / 3
+        while True:
+            await asyncio.sleep(period)
+            live = list(self._live)
+            outcomes = await asyncio.gather(
+                *(self._store.renew(execution_id) for execution_id in live),
+                return_exceptions=True,
+            )
+            for execution_id, outcome in zip(live, outcomes, strict=True):
+                if isinstance(outcome, BaseException):  # unreachable: try again next round
+                    log.warning("lease of %s not renewed: %s", execution_id, outcome)
+                elif not outcome:
+                    log.warning("lease of %s was lost; it is not renewed", execution_id)
+                    self._live.discard(execution_id)
+            if not self._live:
+                self._task = None
+                return
+
+
+# One renewer per store and loop (stores are used from one loop; a test may use many loops).
+_renewers: weakref.WeakKeyDictionary[Any, dict[asyncio.AbstractEventLoop, _Renewer]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _renewer(store: JournalStore, loop: asyncio.AbstractEventLoop) -> _Renewer:
+    by_loop = _renewers.get(store)
+    if by_loop is None:
+        by_loop = _renewers[store] = {}
+    renewer = by_loop.get(loop)
+    if renewer is None:
+        for closed in [other for other in by_loop if other.is_closed()]:
+            del by_loop[closed]
+        renewer = by_loop[loop] = _Renewer(store, loop)
+    return renewer
