@@ -153,3 +153,18 @@ def test_bad_usage_exits_2_naming_the_problem(
     assert done.returncode == 2, done.stderr
     assert message in done.stderr
     _ = MODERN
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_code_mode_serves_run_code_alone(workspace: Path, home: Path, era: str) -> None:
+    settings = write(workspace / "extra.json", {"permissions": {"allow": ["run_code"]}})
+    args = ("--no-discover", "--code-mode", "--builtin", "read", "--settings", str(settings))
+    with gateway_process(*args, cwd=workspace, env={"HOME": str(home)}) as gw:
+        async with client(gw.url, era) as mcp:
+            names = [t.name for t in (await mcp.list_tools()).tools]
+            program = "print(await tools.read(file_path='src/a.txt'))"
+            ran = await mcp.call_tool("run_code", {"code": program})
+            direct = await mcp.call_tool("read", {"file_path": "src/a.txt"})
+    assert names == ["run_code"]
+    assert not ran.is_error and "alpha" in text_of(ran), text_of(ran)
+    assert direct.is_error and fastgate_meta(direct)["reason"] == "code_mode"
