@@ -223,13 +223,15 @@ class SandboxUnavailableWarning(UserWarning):
 
 
 _warned = threading.Event()
+_warning = threading.Lock()
 
 
 def warn_unconfined(why: str) -> None:
     """Say once per process that commands run unconfined, and why."""
-    if _warned.is_set():
-        return
-    _warned.set()
+    with _warning:
+        if _warned.is_set():
+            return
+        _warned.set()
     message = f"fastgate.sandbox: commands run unconfined: {why}"
     log.warning("%s", message)
     warnings.warn(message, SandboxUnavailableWarning, stacklevel=3)
