@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from fastgate.builtin._output import OutputBuffer
 from fastgate.cancel import CancelToken
-from fastgate.processes import Process, Step, spawn
+from fastgate.processes import Plan, Process, Step, spawn
 
 if TYPE_CHECKING:
     from fastgate.sandbox import NetworkEvent
@@ -158,7 +158,7 @@ class LocalShell:
         max_output: int,
         signal: CancelToken | None,
         *,
-        plan: Sequence[Step] | None = None,
+        plan: Plan | Sequence[Step] | None = None,
         pass_fds: Sequence[int] = (),
         on_start: Any = None,
     ) -> tuple[ShellResult, Process]:

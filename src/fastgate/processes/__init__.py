@@ -34,6 +34,7 @@ from fastgate.processes._plan import BIND_OPTIONAL as BIND_OPTIONAL
 from fastgate.processes._plan import BIND_READONLY as BIND_READONLY
 from fastgate.processes._plan import BIND_RECURSIVE as BIND_RECURSIVE
 from fastgate.processes._plan import Op as Op
+from fastgate.processes._plan import Plan as Plan
 from fastgate.processes._plan import Step as Step
 from fastgate.processes._spawn import DEVNULL as DEVNULL
 from fastgate.processes._spawn import PIPE as PIPE
@@ -53,6 +54,7 @@ __all__ = (
     "PIPE",
     "STDOUT",
     "Op",
+    "Plan",
     "PlanFailed",
     "Process",
     "Step",

@@ -108,6 +108,7 @@ typedef struct {
 static step_t *steps;
 static size_t step_count;
 static int report_fd = -1;
+static int gone_fd = -1; /* the init's: written when every process of the namespace is gone */
 
 typedef struct {
     int fd;
@@ -930,7 +931,9 @@ static void be_init(int channel, int signals, long long grace, const char *execu
             }
         }
         if (pid < 0 && errno == ECHILD) {
-            report('Z', 0); /* before the namespaces are torn down: nobody need wait for that */
+            /* Every process is gone: the launcher may clean up and exit while the kernel tears
+             * the namespaces down (which takes milliseconds, more on a busy machine). */
+            if (write(gone_fd, "Z", 1) < 0) _exit(0);
             _exit(0);
         }
         long long now = now_ms();
@@ -1077,6 +1080,12 @@ int main(int argc, char **argv) {
     pid_t self = getpid();
     uid_t uid = getuid();
     gid_t gid = getgid();
+    int gone[2] = {-1, -1};
+    if (plan.namespaces && pipe2(gone, O_CLOEXEC) != 0) {
+        report('E', errno);
+        cleanup();
+        return 0;
+    }
     if (uid == 0 && plan.namespaces) setgroups(0, NULL); /* no supplementary group goes along */
     /* With namespaces, the child is the first process of them all (clone, as fork does,
      * continues on a copy of this stack); this launcher stays outside them. */
@@ -1087,6 +1096,8 @@ int main(int argc, char **argv) {
     if (command == 0) {
         close(started[0]);
         if (plan.namespaces) {
+            close(gone[0]);
+            gone_fd = gone[1];
             be_init(started[1], signals, grace, executable, argv + 5, &original, uid, gid);
         }
         become_command(started[1], executable, argv + 5, &original, self);
@@ -1097,6 +1108,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     close(started[1]);
+    if (gone[1] >= 0) close(gone[1]);
     for (size_t i = 0; i < step_count; i++) {
         if (steps[i].op == OP_LISTEN) close((int)num(&steps[i], 1));
     }
@@ -1111,7 +1123,8 @@ int main(int argc, char **argv) {
     int command_done = 0, phase = 0; /* 0 running, 1 TERM sent, 2 KILL */
     long long kill_at = 0, give_up_at = 0, watch_at = now_ms() + WATCH_MS;
     size_t found = 0, refused = 0;
-    struct pollfd watched[2] = {{signals, POLLIN, 0}, {control_fd, POLLIN, 0}};
+    /* The init's pipe comes first: polled with the signals, the control pipe may be closed. */
+    struct pollfd watched[3] = {{signals, POLLIN, 0}, {gone[0], POLLIN, 0}, {control_fd, POLLIN, 0}};
     long long stop_grace = -1; /* >= 0: a stop was asked, with this grace */
     int watch_here = watching() && !plan.namespaces;
     int all_gone = 0;
@@ -1153,14 +1166,23 @@ int main(int argc, char **argv) {
         long long wait = phase == 0 ? -1 : phase == 1 ? kill_at - now : RESCAN_MS;
         if (watch_here && phase == 0) wait = watch_at > now ? watch_at - now : 0;
         int timeout = wait > LONGEST_WAIT_MS ? LONGEST_WAIT_MS : (int)wait;
-        if (poll(watched, control_fd >= 0 ? 2 : 1, timeout) < 0 && errno != EINTR) break;
+        watched[2].fd = control_fd;
+        if (poll(watched, 3, timeout) < 0 && errno != EINTR) break;
+        if (watched[1].revents) {
+            char byte;
+            if (read(gone[0], &byte, 1) == 1) {
+                all_gone = 1; /* the init is only exiting now: it is not waited for */
+                break;
+            }
+            watched[1].fd = -1; /* closed without a word: the init died; reaped above */
+        }
         if (watched[0].revents) {
             struct signalfd_siginfo info;
             while (read(signals, &info, sizeof info) == (ssize_t)sizeof info) {
                 if (info.ssi_signo != SIGCHLD && stop_grace < 0) stop_grace = grace;
             }
         }
-        if (control_fd >= 0 && watched[1].revents) {
+        if (control_fd >= 0 && watched[2].revents) {
             char line[32];
             ssize_t n = read(control_fd, line, sizeof line - 1);
             long long asked = grace;

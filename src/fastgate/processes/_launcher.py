@@ -197,6 +197,7 @@ class _Plan:
         self.ruleset = -1
         self.masks: set[str] = set()
         self.libc: ctypes.CDLL | None = None
+        self.gone = -1  # the init's end of the pipe that says every process is gone
 
     def run(self, low: int, high: int) -> None:
         """Make the steps whose operation is in ``[low, high)``; ``_StepFailed`` names the
@@ -803,6 +804,7 @@ def _enter_namespaces(
         if init == 0:
             _be_init(libc, plan, command, channel, report, grace_ms, wake)
         channel.close()
+        os.close(plan.gone)  # the init's alone: its death closes it
         while True:
             for sig in _drain(wake):
                 if sig != _signal.SIGCHLD:
@@ -862,7 +864,13 @@ def _init_loop(plan: _Plan, command: int, report: int, grace_ms: int, wake: int)
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                _report(report, "Z", 0)  # before the namespaces are torn down
+                # Every process is gone: the launcher may clean up and exit while the kernel
+                # tears the namespaces down.
+                if plan.gone >= 0:
+                    try:
+                        os.write(plan.gone, b"Z")
+                    except OSError:
+                        pass
                 return
             if pid == 0:
                 break
@@ -1007,6 +1015,7 @@ def _run(
         except OSError:
             pass
     self_pid = os.getpid()
+    gone_r, gone_w = os.pipe() if plan.namespaces else (-1, -1)
     try:
         child = os.fork()
     except OSError as exc:
@@ -1015,10 +1024,14 @@ def _run(
     if child == 0:
         started.close()
         if plan.namespaces:
+            os.close(gone_r)
+            plan.gone = gone_w
             _enter_namespaces(libc, plan, command, channel, report, grace_ms, wake_r)
         executable, argv, env = command
         _become_command(libc, plan, executable, argv, env, channel, self_pid)
     channel.close()
+    if gone_w >= 0:
+        os.close(gone_w)
     for fd in plan.channel_fds():
         os.close(fd)
     _quiet_stdio()
@@ -1026,16 +1039,19 @@ def _run(
     if pid is None:
         return
     _report(report, "S", pid)
-    _supervise(plan, child, grace_ms, control, report, wake_r)
+    _supervise(plan, child, grace_ms, control, report, wake_r, gone_r)
 
 
 def _supervise(
-    plan: _Plan, command: int, grace_ms: int, control: int, report: int, wake: int
+    plan: _Plan, command: int, grace_ms: int, control: int, report: int, wake: int, gone: int
 ) -> None:
-    """Until every descendant is gone: see the module's docstring."""
+    """Until every descendant is gone: see the module's docstring. With namespaces, the init
+    says so on ``gone`` before the kernel tears them down, which is not waited for."""
     poller = select.poll()
     poller.register(wake, select.POLLIN)
     poller.register(control, select.POLLIN)
+    if gone >= 0:
+        poller.register(gone, select.POLLIN)
     command_done = False
     phase = 0  # 0 running, 1 TERM sent, 2 KILL
     stop_grace = -1  # >= 0: a stop was asked, with this grace (ms)
@@ -1076,7 +1092,12 @@ def _supervise(
         if watch_here and phase == 0:
             timeout = max(watch_at - now, 0) * 1000
         for fd, _ in poller.poll(timeout):
-            if fd == wake:
+            if fd == gone:
+                if os.read(gone, 1) == b"Z":
+                    _report(report, "Z", 0)
+                    return
+                poller.unregister(gone)  # the init died without a word: reaped above
+            elif fd == wake:
                 if any(n != _signal.SIGCHLD for n in _drain(wake)) and stop_grace < 0:
                     stop_grace = grace_ms
             elif fd == control:

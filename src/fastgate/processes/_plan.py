@@ -97,3 +97,19 @@ def encode(steps: Iterable[Step]) -> bytes:
             parts.append(data)
             parts.append(b"\0")
     return b"".join(parts)
+
+
+class Plan:
+    """Steps and their encoding (made once: a plan reused for many commands is encoded once)."""
+
+    __slots__ = ("_data", "steps")
+
+    def __init__(self, steps: Iterable[Step]) -> None:
+        self.steps = tuple(steps)
+        self._data: bytes | None = None
+
+    @property
+    def data(self) -> bytes:
+        if self._data is None:
+            self._data = encode(self.steps)
+        return self._data

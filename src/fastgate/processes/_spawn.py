@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, NamedTuple
 
 from fastgate._core import REQUIRE_EXTENSIONS
-from fastgate.processes._plan import Step, encode
+from fastgate.processes._plan import Plan, Step
 
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
@@ -85,7 +85,7 @@ def spawn(
     stderr: int | None = None,
     executable: str | None = None,
     grace: float = 1.0,
-    plan: Sequence[Step] | None = None,
+    plan: Plan | Sequence[Step] | None = None,
     pass_fds: Sequence[int] = (),
 ) -> Process:
     """Start ``argv`` (from a running event loop) and return at once, as ``Popen`` does; raise
@@ -121,8 +121,9 @@ def spawn(
             raise OSError(errno.ENOSYS, "a plan needs the launcher (Linux)")
         popen = std.popen(args, executable=program)
         return Process(popen, -1, -1, grace, program, direct=True)
-    steps = tuple(plan) if plan is not None else None
-    plan_fd = _plan_descriptor(steps) if steps is not None else -1
+    if plan is not None and not isinstance(plan, Plan):
+        plan = Plan(plan)
+    plan_fd = _plan_descriptor(plan.data) if plan is not None else -1
     control_r, control_w = os.pipe()
     report_r, report_w = os.pipe()
     extra = (plan_fd, *pass_fds) if plan_fd >= 0 else ()
@@ -140,13 +141,12 @@ def spawn(
         if plan_fd >= 0:
             os.close(plan_fd)
     process = Process(popen, control_w, report_r, grace, program, direct=False)
-    process.plan = steps
+    process.plan = plan.steps if plan is not None else None
     return process
 
 
-def _plan_descriptor(steps: tuple[Step, ...]) -> int:
+def _plan_descriptor(data: bytes) -> int:
     """The encoded plan in a descriptor the launcher reads to its end."""
-    data = encode(steps)
     fd = os.memfd_create("fastgate-plan", os.MFD_CLOEXEC)
     try:
         view = memoryview(data)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import platform
 import struct
 import sys
@@ -259,14 +260,15 @@ _PRIO_PROCESS, _PRIO_USER = 0, 2
 _IOPRIO_WHO_PROCESS, _IOPRIO_WHO_USER = 1, 3
 
 
+@functools.lru_cache(maxsize=64)
 def command_filter(
     arch: str,
     *,
     tcp: bool,
     namespaced: bool,
-    protect_pids: Sequence[int] = (),
+    protect_pids: tuple[int, ...] = (),
 ) -> bytes:
-    """The seccomp filter of a sandboxed command on ``arch``.
+    """The seccomp filter of a sandboxed command on ``arch`` (made once per set of arguments).
 
     Always: the calls of ``_DENIED``; a new namespace (``clone`` with a ``CLONE_NEW*`` flag;
     ``clone3``, whose flags hide behind a pointer, is ENOSYS so the C library falls back to

@@ -2,7 +2,8 @@
 
 ``Confinement.open(policy, roots=..., cwd=...)`` computes the plan for the mechanism this host
 has and starts what the call needs (a private temporary directory without namespaces; the
-network proxy for a ``NetworkPolicy``); pass ``steps``, ``pass_fds`` and ``environment`` to
+network proxy for a ``NetworkPolicy``); pass ``steps`` (a ``Plan``), ``pass_fds`` and
+``environment`` to
 ``fastgate.processes.spawn``, then ``started(process)`` once spawned, and ``await close()``
 once every process has ended (it stops the proxy; the launcher itself removes what it made, so
 nothing stays behind should the server die).
@@ -18,12 +19,12 @@ import socket
 import tempfile
 from collections.abc import Sequence
 
-from fastgate.processes import Process, Step
-from fastgate.sandbox import _kernel, _planner
+from fastgate.processes import Plan, Process
+from fastgate.sandbox import _planner
 from fastgate.sandbox._network import NetworkEvent
 from fastgate.sandbox._policy import SandboxPolicy
 from fastgate.sandbox._proxy import NetworkProxy
-from fastgate.sandbox._support import SandboxSupport, sandbox_support, warn_unconfined
+from fastgate.sandbox._support import SandboxSupport, host, sandbox_support, warn_unconfined
 
 
 class Confinement:
@@ -31,7 +32,7 @@ class Confinement:
 
     def __init__(
         self,
-        steps: list[Step],
+        steps: Plan,
         environment: dict[str, str],
         pass_fds: tuple[int, ...],
         *,
@@ -56,11 +57,10 @@ class Confinement:
         roots: Sequence[str] | None,
         cwd: str,
     ) -> Confinement:
-        arch = _kernel.seccomp_arch()
+        arch, abi = host()
         if arch is None:
             raise OSError("seccomp is not available here")
-        abi = _kernel.landlock_abi()
-        where = await asyncio.to_thread(_planner.layout, policy, roots, cwd)
+        where = _planner.layout(policy, roots, cwd)
         proxy: NetworkProxy | None = None
         if policy.network is not None:
             proxy = NetworkProxy(policy.network)
@@ -90,13 +90,14 @@ class Confinement:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
             environment.update(_proxy_environment(f"http://127.0.0.1:{_planner.PROXY_PORT}"))
         try:
-            steps = _planner.namespace_steps(
-                where,
-                policy,
-                arch=arch,
-                landlock_abi=abi,
-                proxy_channel=theirs.fileno() if theirs is not None else None,
-            )
+            if theirs is None:
+                steps = _planner.namespace_plan(where, policy, arch=arch, landlock_abi=abi)
+            else:
+                steps = Plan(
+                    _planner.namespace_steps(
+                        where, policy, arch=arch, landlock_abi=abi, proxy_channel=theirs.fileno()
+                    )
+                )
         except BaseException:
             for sock in (ours, theirs):
                 if sock is not None:
@@ -121,8 +122,10 @@ class Confinement:
             port = proxy.address[1]
             environment.update(_proxy_environment(proxy.url))
         try:
-            steps = _planner.landlock_steps(
-                where, policy, arch=arch, landlock_abi=abi, temporary=temporary, proxy_port=port
+            steps = Plan(
+                _planner.landlock_steps(
+                    where, policy, arch=arch, landlock_abi=abi, temporary=temporary, proxy_port=port
+                )
             )
         except BaseException:
             shutil.rmtree(temporary, ignore_errors=True)

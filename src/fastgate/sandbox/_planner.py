@@ -19,9 +19,11 @@ program); the launcher only makes the system calls.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import stat
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -32,6 +34,7 @@ from fastgate.processes import (
     BIND_READONLY,
     BIND_RECURSIVE,
     Op,
+    Plan,
     Step,
 )
 from fastgate.sandbox import _kernel
@@ -102,8 +105,89 @@ def _names_directory(pattern: PathPattern, text: str) -> bool:
     return text.endswith("/") or (bool(pattern.segments) and pattern.segments[-1] == "**")
 
 
+@dataclass(slots=True)
+class _Known:
+    policy: SandboxPolicy
+    layout: Layout
+    watched: Watched  # the layout holds while none of these directories changes
+
+
+_LAYOUTS: dict[tuple[int, tuple[str, ...] | None, str], _Known] = {}
+_SETTLED_NS = 100_000_000  # an mtime this recent may hide a change in the same clock tick
+
+
 def layout(policy: SandboxPolicy, roots: Sequence[str] | None, cwd: str) -> Layout:
-    """The paths of a call with ``roots`` (``None``: ``cwd`` alone) under ``policy``."""
+    """The paths of a call with ``roots`` (``None``: ``cwd`` alone) under ``policy``; reused
+    while no directory it was read from has changed."""
+    key = (id(policy), None if roots is None else tuple(roots), cwd)
+    known = _LAYOUTS.get(key)
+    if known is not None and known.policy is policy and _unchanged(known.watched):
+        return known.layout
+    watched: Watched = {}
+    found = _layout(policy, roots, cwd, watched)
+    if _settled(watched):
+        if len(_LAYOUTS) >= 256:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = _Known(policy, found, watched)
+    else:
+        _LAYOUTS.pop(key, None)
+    return found
+
+
+Watched = dict[str, tuple[int, frozenset[str] | None]]  # directory -> (mtime_ns, entries)
+# Where placeholders come and go (a root, its .git), a changed mtime may be only theirs: such a
+# directory is kept with its entries, and is unchanged while they are, but for the names a
+# placeholder may take.
+_PLACEHOLDER_NAMES = frozenset({".claude", ".fastgate", ".mcp.json", ".git", "hooks", "config"})
+
+
+def _watch(watched: Watched, directory: str, listed: bool = False) -> None:
+    if directory in watched and (watched[directory][1] is not None or not listed):
+        return
+    try:
+        mtime = os.stat(directory).st_mtime_ns
+    except OSError:
+        watched[directory] = (-1, None)
+        return
+    watched[directory] = (mtime, _entries(directory) if listed else None)
+
+
+def _entries(directory: str) -> frozenset[str] | None:
+    try:
+        return frozenset(os.listdir(directory)) - _PLACEHOLDER_NAMES
+    except OSError:
+        return None
+
+
+def _settled(watched: Watched) -> bool:
+    """Whether every mtime is old enough that a later change gives another one (a directory
+    kept with its entries is compared by them instead)."""
+    now = time.time_ns()
+    return all(
+        mtime < 0 or entries is not None or now - mtime > _SETTLED_NS
+        for mtime, entries in watched.values()
+    )
+
+
+def _unchanged(watched: Watched) -> bool:
+    for path, (mtime, entries) in watched.items():
+        try:
+            now = os.stat(path).st_mtime_ns
+        except OSError:
+            if mtime >= 0:
+                return False
+            continue
+        if now == mtime:
+            continue
+        if entries is None or _entries(path) != entries:
+            return False
+        watched[path] = (now, entries)  # the same entries under a new mtime
+    return True
+
+
+def _layout(
+    policy: SandboxPolicy, roots: Sequence[str] | None, cwd: str, watched: Watched
+) -> Layout:
     cwd = _canonical(cwd)
     asked = [cwd] if roots is None else [_canonical(r) for r in roots]
     asked += [_canonical(w) for w in policy.writable]
@@ -117,26 +201,33 @@ def layout(policy: SandboxPolicy, roots: Sequence[str] | None, cwd: str) -> Layo
     protected: set[str] = set()
     placeholders: dict[str, tuple[str, str, str]] = {}
     hidden: set[str] = set()
+    for directory in {os.path.dirname(p) for p in [cwd, *asked, *read_only]}:
+        _watch(watched, directory)
     for root in writable:
-        found_hidden, found_protected = _search(root, policy)
+        found_hidden, found_protected, walked = _search(root, policy)
         hidden.update(found_hidden)
         protected.update(found_protected)
+        for directory, state in walked.items():
+            watched.setdefault(directory, state)
         for pattern, text in zip(policy.protected_patterns, policy.protected, strict=True):
             for target in _literal_targets(pattern, root):
                 _protect(target, _names_directory(pattern, text), root, protected, placeholders)
+                _watch_along(watched, root, target)
         for target in _git_dirs(root):
             for name, is_dir in (("hooks", True), ("config", False)):
                 _protect(os.path.join(target, name), is_dir, root, protected, placeholders)
+                _watch_along(watched, target, os.path.join(target, name))
     protected.update(p for p in read_only if any(_within(p, w) and p != w for w in writable))
-    hidden_outside = {
-        path
-        for pattern in policy.hidden_patterns
-        if pattern.anchor == "absolute"
-        for segments in [_literal(pattern)]
-        if segments is not None
-        for path in [_canonical(os.path.join(pattern.prefix, *segments))]
-        if os.path.lexists(path) and not any(_within(path, w) for w in writable)
-    }
+    hidden_outside = set()
+    for pattern in policy.hidden_patterns:
+        segments = _literal(pattern) if pattern.anchor == "absolute" else None
+        if segments is None:
+            continue
+        path = os.path.join(pattern.prefix, *segments)
+        _watch_along(watched, pattern.prefix, path)
+        path = _canonical(path)
+        if os.path.lexists(path) and not any(_within(path, w) for w in writable):
+            hidden_outside.add(path)
     guarded = [*protected, *(os.path.join(d, n) for d, n, _ in placeholders.values())]
     pins = {
         ancestor
@@ -155,6 +246,15 @@ def layout(policy: SandboxPolicy, roots: Sequence[str] | None, cwd: str) -> Layo
         hidden_outside=tuple(sorted(hidden_outside)),
         cwd=cwd,
     )
+
+
+def _watch_along(watched: Watched, top: str, path: str) -> None:
+    """Watch the directories from ``top`` down to ``path``'s parent: an entry made or removed
+    in any of them changes what exists along the way (where placeholders may be made, by its
+    entries)."""
+    _watch(watched, top, listed=True)
+    for directory in _between(top, path):
+        _watch(watched, directory, listed=os.path.basename(directory) == ".git")
 
 
 def _between(root: str, path: str) -> list[str]:
@@ -244,7 +344,7 @@ def _git_dirs(root: str) -> list[str]:
 @dataclass(slots=True)
 class _Walked:
     key: tuple[str, ...]
-    directories: dict[str, int]  # path -> mtime_ns
+    directories: Watched
     hidden: tuple[str, ...]
     protected: tuple[str, ...]
 
@@ -252,24 +352,25 @@ class _Walked:
 _WALKED: dict[str, _Walked] = {}
 
 
-def _search(root: str, policy: SandboxPolicy) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _search(root: str, policy: SandboxPolicy) -> tuple[tuple[str, ...], tuple[str, ...], Watched]:
     """The existing paths inside ``root`` that match ``policy``'s hidden and protected
-    patterns; reused while no directory walked has changed."""
+    patterns, and the directories walked (with their mtimes); reused while none has
+    changed."""
     key = (*policy.hidden, "\0", *policy.protected)
     cached = _WALKED.get(root)
     if cached is not None and cached.key == key and _unchanged(cached.directories):
-        return cached.hidden, cached.protected
+        return cached.hidden, cached.protected, cached.directories
     hide = _union(policy.hidden_patterns, root)
     protect = _union(policy.protected_patterns, root)
-    directories: dict[str, int] = {}
+    directories: Watched = {}
     hidden: list[str] = []
     protected: list[str] = []
     budget = WALK_BUDGET
     todo = [(root, 0)]
     while todo and budget > 0:
         directory, depth = todo.pop()
+        _watch(directories, directory, listed=depth <= 0)
         try:
-            directories[directory] = os.stat(directory).st_mtime_ns
             entries = list(os.scandir(directory))
         except OSError:
             continue
@@ -292,20 +393,11 @@ def _search(root: str, policy: SandboxPolicy) -> tuple[tuple[str, ...], tuple[st
                 todo.append((path, -1))  # one level: its config and hooks
             elif depth >= 0:
                 todo.append((path, depth + 1))
-    if len(_WALKED) >= 64:
-        _WALKED.clear()
-    _WALKED[root] = _Walked(key, directories, tuple(hidden), tuple(protected))
-    return tuple(hidden), tuple(protected)
-
-
-def _unchanged(directories: dict[str, int]) -> bool:
-    for path, mtime in directories.items():
-        try:
-            if os.stat(path).st_mtime_ns != mtime:
-                return False
-        except OSError:
-            return False
-    return True
+    if _settled(directories):
+        if len(_WALKED) >= 64:
+            _WALKED.clear()
+        _WALKED[root] = _Walked(key, directories, tuple(hidden), tuple(protected))
+    return tuple(hidden), tuple(protected), directories
 
 
 def _union(patterns: Sequence[PathPattern], root: str) -> re.Pattern[str] | None:
@@ -346,6 +438,15 @@ def namespace_steps(
         namespaced=True,
     )
     return steps
+
+
+@functools.lru_cache(maxsize=64)
+def namespace_plan(where: Layout, policy: SandboxPolicy, *, arch: str, landlock_abi: int) -> Plan:
+    """``namespace_steps`` without a network, as a ``Plan`` (made and encoded once per layout
+    and policy)."""
+    return Plan(
+        namespace_steps(where, policy, arch=arch, landlock_abi=landlock_abi, proxy_channel=None)
+    )
 
 
 def _placeholder_steps(where: Layout) -> list[Step]:
@@ -432,7 +533,7 @@ def _command_steps(
         steps += _landlock(where, landlock_abi, temporary, proxy_port, namespaced)
     steps.append(Step(Op.CAPS))
     scoped = landlock_abi >= 6
-    protect = () if namespaced or scoped else (os.getpid(), -os.getpgrp())
+    protect: tuple[int, ...] = () if namespaced or scoped else (os.getpid(), -os.getpgrp())
     program = _kernel.command_filter(
         arch, tcp=proxy_port is not None, namespaced=namespaced, protect_pids=protect
     )

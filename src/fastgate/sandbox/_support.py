@@ -66,9 +66,22 @@ def sandbox_support() -> SandboxSupport:
 def forget_support() -> None:
     """Probe again at the next ``sandbox_support()`` (tests that simulate a missing
     mechanism)."""
-    global _support
+    global _support, _host
     with _lock:
         _support = None
+        _host = None
+
+
+_host: tuple[str | None, int] | None = None
+
+
+def host() -> tuple[str | None, int]:
+    """The seccomp architecture and the Landlock ABI of this host (read once)."""
+    global _host
+    found = _host
+    if found is None:
+        found = _host = (_kernel.seccomp_arch(), _kernel.landlock_abi())
+    return found
 
 
 def _probe() -> SandboxSupport:
