@@ -5,6 +5,7 @@ under both mechanisms."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import os
 import socket
@@ -369,3 +370,15 @@ async def test_no_tcp_and_no_udp_without_a_network_policy(
     assert (await bash(unconfined(tmp_path), tcp_commands[0])).ok
     assert (await bash(unconfined(tmp_path), udp_commands[0])).ok
     assert received(udp) == [b"sandboxed\n"]
+
+
+async def test_concurrent_calls_share_the_placeholders_and_leave_none(tmp_path: Path) -> None:
+    # Eight calls on one workspace at once, each covering the same absent protected paths:
+    # every one is confined while it runs, and the placeholders go with the last one.
+    ex = sandboxed(tmp_path)
+    commands = [
+        f"echo e > .mcp.json; mkdir -p .claude/x; touch file-{i}; sleep 0.{i}" for i in range(8)
+    ]
+    results = await asyncio.gather(*(bash(ex, command) for command in commands))
+    assert all(result.ok for result in results), [output(r) for r in results]
+    assert names(tmp_path) == [f"file-{i}" for i in range(8)]
