@@ -189,4 +189,5 @@ async def run_bounded(
             await confinement.close()
     if process.start_error is not None:
         raise process.start_error
+    run.out.returncode = process.returncode  # the end may be seen before its callback ran
     return run.out

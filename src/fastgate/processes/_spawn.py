@@ -35,6 +35,8 @@ COMPILED_LAUNCHER = os.path.join(_HERE, "fastgate-launcher")
 PURE_LAUNCHER = os.path.join(_HERE, "_launcher.py")
 _SUBREAPERS = sys.platform.startswith("linux")
 _compiled_failed = False  # the compiled launcher could not be executed here (a noexec mount)
+# What says the compiled launcher cannot be executed here at all (and the pure one should be).
+_CANNOT_EXECUTE = frozenset({errno.EACCES, errno.EPERM, errno.ENOEXEC, errno.ENOENT, errno.ELIBBAD})
 # After a stop's grace, how long a launcher may take to end what is left (it gives up after 2 s
 # of SIGKILLs) before it is killed itself.
 _LAUNCHER_BOUND = 5.0
@@ -214,6 +216,8 @@ def _start_launcher(
     except OSError as exc:
         if launcher[0] != COMPILED_LAUNCHER or exc.filename != COMPILED_LAUNCHER:
             raise  # the directory or a descriptor, not the launcher
+        if exc.errno not in _CANNOT_EXECUTE:
+            raise  # a passing failure (no memory, too many processes): not a reason to switch
     _compiled_failed = True  # e.g. installed on a noexec mount: the pure one from now on
     pure = launcher_command()
     assert pure is not None
