@@ -137,7 +137,13 @@ class OptionalBuildExt(build_ext):
         target = os.path.dirname(self.get_ext_fullpath("fastgate.processes._launcher"))
         try:
             objects = compiler.compile([source], output_dir=self.build_temp, extra_postargs=["-O2"])
-            compiler.link_executable(objects, "fastgate-launcher", output_dir=target)
+            try:
+                # Static where the C library allows it: no dynamic loader on every command.
+                compiler.link_executable(
+                    objects, "fastgate-launcher", output_dir=target, extra_postargs=["-static"]
+                )
+            except Exception:
+                compiler.link_executable(objects, "fastgate-launcher", output_dir=target)
         except Exception:
             if _flag("FASTGATE_REQUIRE_EXTENSIONS"):
                 raise

@@ -36,6 +36,7 @@ class RecordingShell:
         timeout: float | None = None,  # noqa: ASYNC109 -- the seam's signature
         max_output: int = 30_000,
         signal: CancelToken | None = None,
+        roots: Any = None,
     ) -> ShellResult:
         self.calls.append(
             {"command": command, "cwd": cwd, "timeout": timeout, "max_output": max_output}
@@ -107,7 +108,8 @@ async def test_a_flood_is_cut_head_and_tail_within_30000_chars(tmp_path: Path) -
 async def test_a_never_ending_flood_times_out_bounded(tmp_path: Path) -> None:
     ex = bash_executor(tmp_path)
     command = "echo $$ > pids; yes & echo $! >> pids; yes"
-    result = await call(ex, "bash", {"command": command, "timeout": 1})
+    # LocalShell: the pids it records are the server's (a sandbox has a pid namespace).
+    result = await call(ex, "bash", {"command": command, "timeout": 1}, shell=LocalShell())
     assert result.error is not None and result.error.code == ErrorCode.TIMEOUT
     assert len(text(result)) <= 30_000
     assert result.error.details["truncated"] is True

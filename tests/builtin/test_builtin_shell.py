@@ -1,7 +1,9 @@
 """``LocalShell`` leaves no survivors (SPEC §16 "Shell", §22 "One supervisor"): whatever a
 command started is gone when the call ends — exited, timed out, or cancelled by token or by
 task — daemons that detached included, and the test looks every pid up afterwards. Its
-parent (the launcher) shows none of the server's secrets."""
+parent (the launcher) shows none of the server's secrets. The executors here pass
+``LocalShell()`` explicitly (the built-ins' default is the sandbox, whose pid namespace would
+hide the pids the commands record; tests/sandbox/ covers it)."""
 
 from __future__ import annotations
 
@@ -54,6 +56,10 @@ def command_for(case: str, then: str, announce: bool = False) -> str:
     setup, n = CASES[case]
     ready = "echo ready > ready\n" if announce else ""
     return f"{setup}\n{WAIT.format(n=n)}\necho $$ >> pids\n{ready}{then}"
+
+
+def local_executor(workspace: Path, **options: Any) -> Any:
+    return builtin_executor(workspace, mode=PermissionMode.YOLO, shell=LocalShell(), **options)
 
 
 def recorded(workspace: Path) -> list[int]:
@@ -140,7 +146,7 @@ async def stopped_by(workspace: Path, how: str, command: Callable[[str, bool], s
     """Run ``command(then, announce)`` through ``bash`` in ``workspace`` and let the call end
     ``how``: the command exits (``exit``), its timeout passes, its token is cancelled, or its
     task is (for the last two, once the command announced itself through ./ready)."""
-    ex = builtin_executor(workspace, mode=PermissionMode.YOLO, cancel_grace=30.0)
+    ex = local_executor(workspace, cancel_grace=30.0)
     announcing(workspace)
     if how == "exit":
         result = await ex.execute("bash", {"command": command("exit 0", False)})
@@ -180,7 +186,7 @@ async def test_without_a_launcher_the_process_group_is_ended(
 
 
 async def test_a_command_that_closed_its_output_and_runs_on_times_out(workspace: Path) -> None:
-    ex = builtin_executor(workspace, mode=PermissionMode.YOLO)
+    ex = local_executor(workspace)
     command = "echo before; exec >&- 2>&-; echo $$ > pids; sleep 300"
     result = await ex.execute("bash", {"command": command, "timeout": 2})
     assert result.error is not None and result.error.code == ErrorCode.TIMEOUT
@@ -189,7 +195,7 @@ async def test_a_command_that_closed_its_output_and_runs_on_times_out(workspace:
 
 
 async def test_a_fork_loop_is_ended_whole(workspace: Path) -> None:
-    ex = builtin_executor(workspace, mode=PermissionMode.YOLO)
+    ex = local_executor(workspace)
     command = "while :; do sleep 300 & done"
     result = await ex.execute("bash", {"command": command, "timeout": 1})
     assert result.error is not None and result.error.code == ErrorCode.TIMEOUT

@@ -30,6 +30,7 @@ from fastgate import (
     schema,
 )
 from fastgate.hooks import CommandHook, Hooks
+from fastgate.hooks import _settings as hooks_settings
 from fastgate.model.approvals import ApprovalResponse
 from tests.builtin_kit import builtin_executor, call, text
 from tests.pipeline_kit import assert_idle
@@ -317,7 +318,7 @@ if "SECRET" in json.dumps(data["tool_response"]):
 
 
 async def test_post_tool_use_sees_the_response_and_blocks(ws: Path, tmp_path: Path) -> None:
-    log = tmp_path / "post.jsonl"
+    log = ws / "post.jsonl"  # in the workspace: a settings file's hook runs in the sandbox
     command = f"{hook_script(ws, 'post.py', POST_PY)} {shlex.quote(str(log))}"
     hooks = Hooks.load(settings(ws, {"PostToolUse": [group("Bash", command)]}))
     ex = executor(ws, hooks)
@@ -404,7 +405,7 @@ BUILTIN_CALLS: list[tuple[str, dict[str, Any]]] = [
 
 @needs_jq
 async def test_matchers_and_the_tool_names_hooks_receive(ws: Path, tmp_path: Path) -> None:
-    log = tmp_path / "seen.log"
+    log = ws / "seen.log"  # in the workspace: a settings file's hook runs in the sandbox
     record = hook_script(ws, "record.sh", RECORD_SH)
     matchers = {"bash": "Bash", "edits": "Edit|Write", "fs": "mcp__fs__.*", "all": "*"}
     path = settings(
@@ -649,9 +650,14 @@ def test_the_default_timeout_is_claude_codes_60_seconds(ws: Path) -> None:
 # -- processes -------------------------------------------------------------------------------------
 
 
-async def test_a_hooks_background_children_are_killed(ws: Path, tmp_path: Path) -> None:
+async def test_a_hooks_background_children_are_killed(
+    ws: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if not hasattr(os, "pidfd_open"):
         pytest.skip("needs pidfd_open (Linux)")
+    # Unconfined, so the pid the hook records is the server's to look up (a sandboxed hook has
+    # a pid namespace of its own: tests/sandbox covers its daemons).
+    monkeypatch.setattr(hooks_settings, "_sandbox", lambda: None)
     pid_file = tmp_path / "pid"
     command = f"sleep 60 > /dev/null 2>&1 & echo $! > {shlex.quote(str(pid_file))}; exit 0"
     hooks = Hooks.load(settings(ws, {"PreToolUse": [group("Bash", command)]}))

@@ -22,6 +22,7 @@ from fastgate import (
     PermissionConfig,
     PermissionMode,
 )
+from fastgate.builtin import LocalShell
 from tests.builtin_kit import builtin_executor
 from tests.permissions_round3_kit import (
     ACCEPT_EDITS,
@@ -345,7 +346,9 @@ async def test_the_settings_attack_asks_in_every_session(tmp_path: Path) -> None
     them: every step that writes the settings is asked, and a refused one changes nothing."""
     allow = ("Bash(mkdir:*)", "Bash(echo:*)", "Bash(tee:*)")
     config = PermissionConfig(allow=allow)
-    first = builtin_executor(tmp_path, mode=YOLO, permissions=config)
+    # LocalShell: an approved write of a protected path goes through (the sandbox, the
+    # built-ins' default, keeps protected paths read-only whatever is approved).
+    first = builtin_executor(tmp_path, mode=YOLO, permissions=config, shell=LocalShell())
     yes = Human(approve=True, scope="project")
     step_one = await first.execute(
         "bash", {"command": "mkdir -p .fast{gate,}"}, ExecutionContext(session_id="A", approver=yes)
@@ -358,7 +361,7 @@ async def test_the_settings_attack_asks_in_every_session(tmp_path: Path) -> None
     )
     for executor_, session in (
         (first, "B"),
-        (builtin_executor(tmp_path, mode=YOLO, permissions=config), "C"),
+        (builtin_executor(tmp_path, mode=YOLO, permissions=config, shell=LocalShell()), "C"),
     ):
         no = Human(approve=False)
         refused = await executor_.execute(

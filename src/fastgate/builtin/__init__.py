@@ -3,9 +3,11 @@
 
 The tools touch files only through ``RunContext.fs`` (a ``FileSystem``) and run commands only
 through ``RunContext.shell`` (a ``Shell``): pass your own with ``ExecutionContext(fs=...,
-shell=...)`` (or in ``context_defaults``) to run them on a sandbox; unset, a call gets
-``LocalFileSystem`` for its workspace and ``LocalShell``. Needs the ``builtin`` extra
-(``pip install 'fastgate[builtin]'``): ``pathspec``, ``google-re2`` and the ``ripgrep`` binary.
+shell=...)`` (or in ``context_defaults``); unset, a call gets ``LocalFileSystem`` for its
+workspace and ``SandboxedShell(SandboxPolicy())`` from ``fastgate.sandbox`` where the host can
+confine commands (else ``LocalShell``; pass ``shell=LocalShell()`` to run them unconfined).
+Needs the ``builtin`` extra (``pip install 'fastgate[builtin]'``): ``pathspec``,
+``google-re2`` and the ``ripgrep`` binary.
 """
 
 from __future__ import annotations
@@ -88,15 +90,28 @@ def _local_file_system(workspace_root: str, additional_dirs: tuple[str, ...]) ->
     return fs
 
 
-_LOCAL_SHELL = LocalShell()
+_LOCAL_SHELL: LocalShell | None = None
+
+
+def _local_shell() -> LocalShell:
+    """One shell for every workspace (the directory and the roots are given to each ``run``):
+    ``SandboxedShell(SandboxPolicy())`` where this host can confine commands (workspace-write,
+    no network), else ``LocalShell``."""
+    global _LOCAL_SHELL
+    shell = _LOCAL_SHELL
+    if shell is None:
+        from fastgate.sandbox import SandboxedShell, SandboxPolicy, sandbox_support
+
+        shell = SandboxedShell(SandboxPolicy()) if sandbox_support().available else LocalShell()
+        _LOCAL_SHELL = shell
+    return shell
 
 
 def local_seam(name: str, workspace_root: str, additional_dirs: tuple[str, ...]) -> Any:
     """The seam ``name`` (``"fs"`` or ``"shell"``) a call gets when neither its context nor
-    ``context_defaults`` sets one: the local file system of its workspace, or the local shell
-    (one for every workspace: the directory is given to each ``run``)."""
+    ``context_defaults`` sets one: the local file system of its workspace, or the local shell."""
     if name == "fs":
         return _local_file_system(workspace_root, additional_dirs)
     if name == "shell":
-        return _LOCAL_SHELL
+        return _local_shell()
     raise ValueError(f"no local seam named {name!r}")

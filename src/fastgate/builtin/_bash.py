@@ -32,6 +32,7 @@ async def bash(args: Any, ctx: RunContext) -> Any:
             timeout=seconds,
             max_output=MAX_CONTENT - _LAST_LINE_ROOM,
             signal=ctx.signal,
+            roots=(root, *ctx.additional_dirs),
         )
     except OSError as exc:
         return _not_started(exc, root)

@@ -18,13 +18,16 @@ import math
 import os
 import re
 import shutil
-from collections.abc import Coroutine, Iterable, Mapping
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from fastgate.builtin._output import OutputBuffer
 from fastgate.model import CancelToken
-from fastgate.processes import Process, spawn
+from fastgate.processes import Plan, Process, Step, spawn
+
+if TYPE_CHECKING:
+    from fastgate.sandbox import NetworkEvent
 
 #: Substrings (any case) that mark an environment variable as a secret.
 DEFAULT_ENV_DENY: tuple[str, ...] = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL", "AUTH")
@@ -35,19 +38,25 @@ _READ_SIZE = 1 << 16
 class ShellResult:
     """``exit_code``: the command's status (killed by signal ``n``: ``128 + n``, as a shell
     reports it), ``None`` when it was stopped before it exited. ``output``: stdout and stderr as
-    they interleaved, cut head and tail to ``max_output`` characters (``truncated``)."""
+    they interleaved, cut head and tail to ``max_output`` characters (``truncated``).
+    ``sandboxed``: whether the OS confined it (``fastgate.sandbox``); ``network``: each decision
+    of the sandbox's network proxy about a connection it asked for."""
 
     exit_code: int | None
     output: str
     truncated: bool
     timed_out: bool
+    sandboxed: bool = False
+    network: tuple[NetworkEvent, ...] = ()
 
 
 @runtime_checkable
 class Shell(Protocol):
     """What ``bash`` and AutoVerify run commands through; a server's sandbox passes its own
     (``ExecutionContext(shell=...)``). ``env``: variables to set on top of the shell's own
-    environment. ``run`` raises ``OSError`` when the command cannot be started at all; a
+    environment. ``roots``: the directories the command may write (``bash`` passes the
+    workspace root and the additional directories; ``None``: ``cwd``), for a shell that
+    confines it. ``run`` raises ``OSError`` when the command cannot be started at all; a
     command that ran and failed is a result."""
 
     async def run(
@@ -59,6 +68,7 @@ class Shell(Protocol):
         timeout: float | None = None,  # noqa: ASYNC109 -- the seam's signature (SPEC §16)
         max_output: int = 30_000,
         signal: CancelToken | None = None,
+        roots: Sequence[str] | None = None,
     ) -> ShellResult: ...
 
 
@@ -132,11 +142,29 @@ class LocalShell:
         timeout: float | None = None,  # noqa: ASYNC109 -- the seam's signature (SPEC §16)
         max_output: int = 30_000,
         signal: CancelToken | None = None,
+        roots: Sequence[str] | None = None,
     ) -> ShellResult:
-        if type(command) is not str:
-            raise TypeError(f"command: expected str, got {type(command).__name__}")
-        if timeout is not None and not timeout > 0:
-            raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
+        """Run ``command``; ``roots`` is for a confining shell (this one runs unconfined)."""
+        check_arguments(command, timeout)
+        result, _ = await self.supervised(command, cwd, env, timeout, max_output, signal)
+        return result
+
+    async def supervised(
+        self,
+        command: str,
+        cwd: str,
+        env: Mapping[str, str] | None,
+        timeout: float | None,  # noqa: ASYNC109 -- the seam's own timeout
+        max_output: int,
+        signal: CancelToken | None,
+        *,
+        plan: Plan | Sequence[Step] | None = None,
+        pass_fds: Sequence[int] = (),
+        on_start: Any = None,
+    ) -> tuple[ShellResult, Process]:
+        """Start ``command`` (with the launcher's ``plan``, when given) and supervise it to
+        the end of every process it started; the result and the ended process. ``on_start``
+        is called with the process once it is spawned."""
         run_env = self._environment(env)
         read_fd, write_fd = os.pipe()
         try:
@@ -148,14 +176,18 @@ class LocalShell:
                 cwd=cwd,
                 env=run_env,
                 grace=self.kill_grace,
+                plan=plan,
+                pass_fds=pass_fds,
             )
         except BaseException:
             os.close(read_fd)
             raise
         finally:
             os.close(write_fd)
+        if on_start is not None:
+            on_start(process)
         run = _Run(asyncio.get_running_loop(), max_output, read_fd)
-        return await run.supervise(process, timeout, signal, self)
+        return await run.supervise(process, timeout, signal, self), process
 
 
 class _Run:
@@ -254,6 +286,13 @@ class _Run:
             self.loop.remove_reader(self.read_fd)
             os.close(self.read_fd)
             self.read_fd = -1
+
+
+def check_arguments(command: object, timeout: float | None) -> None:
+    if type(command) is not str:
+        raise TypeError(f"command: expected str, got {type(command).__name__}")
+    if timeout is not None and not timeout > 0:
+        raise ValueError(f"timeout: expected a positive number of seconds, got {timeout!r}")
 
 
 def _shell_status(code: int | None) -> int | None:

@@ -68,6 +68,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=["prompt", "once", "session", "never"],
         help="how an ask is answered (default: prompt on a terminal, else never)",
     )
+    parser.add_argument(
+        "--sandbox",
+        choices=["off", "workspace-write", "read-only"],
+        help="how commands (bash) are confined: off (unconfined), workspace-write (the "
+        "default where the host can confine them) or read-only",
+    )
+    parser.add_argument(
+        "--allow-domain",
+        action="append",
+        default=[],
+        metavar="D",
+        help="a host commands may reach through fastgate's proxy (repeatable; *.x for any "
+        "subdomain of x); without it, no network",
+    )
     parser.add_argument("--dry-run", action="store_true", help="decide, but do not invoke")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
@@ -119,6 +133,7 @@ class _Setup:
                 self.mode = self.settings.default_mode or PermissionMode.DEFAULT
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        self.shell = _shell(args.sandbox, args.allow_domain, self.workspace)
         self.approve = args.approve or ("prompt" if sys.stdin.isatty() else "never")
         self.dry_run: bool = args.dry_run
         self.mcp_config: str | None = args.mcp_config
@@ -168,6 +183,27 @@ def _config_warnings(into: list[str]) -> Iterator[None]:
             warnings.warn_explicit(
                 warning.message, warning.category, warning.filename, warning.lineno
             )
+
+
+def _shell(mode: str | None, domains: list[str], workspace: str) -> Any:
+    """The shell ``--sandbox`` and ``--allow-domain`` ask for (``None``: the built-ins'
+    default, confined where the host can)."""
+    if mode is None and not domains:
+        return None
+    from fastgate.builtin import LocalShell
+
+    if mode == "off":
+        if domains:
+            raise UsageError("--allow-domain needs the sandbox (not --sandbox off)")
+        return LocalShell()
+    from fastgate.sandbox import NetworkPolicy, SandboxedShell, SandboxPolicy
+
+    try:
+        network = NetworkPolicy(allow=domains) if domains else None
+    except ValueError as exc:
+        raise UsageError(f"--allow-domain: {exc}") from None
+    read_only = (workspace,) if mode == "read-only" else ()
+    return SandboxedShell(SandboxPolicy(read_only=read_only, network=network))
 
 
 def _merged(settings: Any, extra: Any) -> Any:
@@ -282,7 +318,11 @@ async def _run(setup: _Setup, registry: Any, name: str) -> dict[str, Any]:
         hooks=setup.hooks,
         scheduler=ConcurrencyScheduler(SchedulerLimits()),
         locks=FileLockManager(),
-        context_defaults={"workspace_root": setup.workspace, "session_id": SESSION},
+        context_defaults={
+            "workspace_root": setup.workspace,
+            "session_id": SESSION,
+            **({"shell": setup.shell} if setup.shell is not None else {}),
+        },
     )
     recorder = _Recorder()
     executor.set_tracer(recorder)  # the pipeline's own account of each stage, and the timings

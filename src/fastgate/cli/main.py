@@ -32,7 +32,23 @@ def cmd_info(_: argparse.Namespace) -> int:
         print(f"  {module.lstrip('_')}: {impl}")
     print(f"loop: {loop_name}")
     print(f"python: {platform.python_implementation()} {platform.python_version()}")
+    _print_sandbox()
     return 0
+
+
+def _print_sandbox() -> None:
+    from fastgate.processes import supervision
+    from fastgate.sandbox import sandbox_support
+
+    support = sandbox_support()
+    print(f"processes: {supervision()}")
+    network = "yes" if support.network else "no"
+    if support.available:
+        print(f"sandbox: {support.mechanism} (network policies: {network})")
+    else:
+        print("sandbox: unavailable (commands run unconfined)")
+    if support.reason:
+        print(f"  {support.reason}")
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -65,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fastgate", description=__doc__)
     parser.add_argument("--version", action="store_true", help="print version and core, then exit")
     sub = parser.add_subparsers(dest="command")
-    sub.add_parser("info", help="version, compiled or pure core, event loop")
+    sub.add_parser("info", help="version, compiled or pure core, event loop, command sandbox")
     bench = sub.add_parser("bench", help="run the load scenarios (ratios against references)")
     bench.add_argument("--full", action="store_true", help="more rounds (several minutes)")
     bench.add_argument("--smoke", action="store_true", help="fewest rounds (the CI smoke run)")

@@ -7,7 +7,9 @@ another process, a descriptor's owner for SIGIO). The filter does not depend on 
 ABI: what an older Landlock does not scope (signals before ABI 6), seccomp refuses.
 
 Standard library only (``ctypes``): the worker runs ``python -I -S`` and loads this file by its
-path, never the fastgate package. The parent imports it too, to probe what the host offers.
+path, never the fastgate package, and this file loads the command sandbox's kernel pieces
+(``fastgate/sandbox/_kernel.py``: syscall tables, BPF encoding, the Landlock and seccomp probes)
+the same way. The parent imports it too, to probe what the host offers.
 """
 
 from __future__ import annotations
@@ -23,24 +25,43 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-# -- syscalls and constants (linux/landlock.h, linux/prctl.h, linux/seccomp.h, linux/filter.h) --
+# -- the kernel's pieces, shared with the command sandbox (fastgate/sandbox/_kernel.py) --------
 
-_SYS_LANDLOCK_CREATE_RULESET = 444  # the same number on every architecture
+
+def _load_kernel() -> Any:
+    """fastgate.sandbox._kernel; in the worker (no fastgate on its path), the same file loaded
+    by its path, beside this package."""
+    try:
+        from fastgate.sandbox import _kernel
+
+        return _kernel
+    except ImportError:
+        import importlib.util
+
+        here = os.path.dirname(os.path.abspath(__file__))
+        path = os.path.join(os.path.dirname(here), "sandbox", "_kernel.py")
+        spec = importlib.util.spec_from_file_location("_fastgate_kernel", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+
+_kernel = _load_kernel()
+_SYS_LANDLOCK_CREATE_RULESET = _kernel.SYS_LANDLOCK_CREATE_RULESET
 _SYS_LANDLOCK_ADD_RULE = 445
 _SYS_LANDLOCK_RESTRICT_SELF = 446
-_LANDLOCK_CREATE_RULESET_VERSION = 1
 _LANDLOCK_RULE_PATH_BENEATH = 1
-
-FS_EXECUTE = 1 << 0
-FS_WRITE_FILE = 1 << 1
-FS_READ_FILE = 1 << 2
-FS_READ_DIR = 1 << 3
+FS_EXECUTE = _kernel.FS_EXECUTE
+FS_WRITE_FILE = _kernel.FS_WRITE_FILE
+FS_READ_FILE = _kernel.FS_READ_FILE
+FS_READ_DIR = _kernel.FS_READ_DIR
 _FS_ABI1 = (1 << 13) - 1  # EXECUTE .. MAKE_SYM
-_FS_REFER = 1 << 13  # ABI 2
-_FS_TRUNCATE = 1 << 14  # ABI 3
-_FS_IOCTL_DEV = 1 << 15  # ABI 5
-_NET_TCP = (1 << 0) | (1 << 1)  # BIND_TCP, CONNECT_TCP (ABI 4)
-_SCOPE_ALL = (1 << 0) | (1 << 1)  # ABSTRACT_UNIX_SOCKET, SIGNAL (ABI 6)
+_FS_REFER = _kernel.FS_REFER
+_FS_TRUNCATE = _kernel.FS_TRUNCATE
+_FS_IOCTL_DEV = _kernel.FS_IOCTL_DEV
+_NET_TCP = _kernel.NET_BIND_TCP | _kernel.NET_CONNECT_TCP
+_SCOPE_ALL = _kernel.SCOPE_ABSTRACT_UNIX_SOCKET | _kernel.SCOPE_SIGNAL
 # Rights that apply to a file (not a directory) in a path-beneath rule.
 _FILE_RIGHTS = FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | _FS_TRUNCATE | _FS_IOCTL_DEV
 
@@ -49,73 +70,23 @@ _PR_CAPBSET_DROP = 24
 _PR_CAP_AMBIENT = 47
 _PR_CAP_AMBIENT_CLEAR_ALL = 4
 _PR_SET_SECCOMP = 22
-_PR_GET_SECCOMP = 21
 _SECCOMP_MODE_FILTER = 2
 _CAPABILITY_VERSION_3 = 0x20080522
 
-_RET_KILL_PROCESS = 0x80000000
-_RET_ERRNO = 0x00050000
-_RET_ALLOW = 0x7FFF0000
-_LD_ABS_W = 0x20  # BPF_LD | BPF_W | BPF_ABS
-_JEQ = 0x15  # BPF_JMP | BPF_JEQ | BPF_K
-_JGE = 0x35  # BPF_JMP | BPF_JGE | BPF_K
-_JSET = 0x45  # BPF_JMP | BPF_JSET | BPF_K
-_RET = 0x06  # BPF_RET | BPF_K
+_RET_KILL_PROCESS = _kernel.RET_KILL_PROCESS
+_RET_ERRNO = _kernel.RET_ERRNO
+_RET_ALLOW = _kernel.RET_ALLOW
+_LD_ABS_W = _kernel.LD_ABS_W
+_JEQ = _kernel.JEQ
+_JGE = _kernel.JGE
+_JSET = _kernel.JSET
+_RET = _kernel.RET
 _CLONE_THREAD = 0x00010000
+_NR, _ARCH = _kernel.NR, _kernel.ARCH
+_arg_lo = _kernel.arg_lo
+_arg_hi = _kernel.arg_hi
+_ARCHES: dict[str, tuple[int, dict[str, int]]] = _kernel.ARCHES
 
-# seccomp_data: nr (u32), arch (u32), instruction_pointer (u64), args (u64[6]), little-endian.
-_NR, _ARCH = 0, 4
-
-
-def _arg_lo(i: int) -> int:
-    return 16 + 8 * i
-
-
-def _arg_hi(i: int) -> int:
-    return 20 + 8 * i
-
-
-# Syscall numbers per architecture: x86_64 from asm/unistd_64.h; aarch64 from the generic table
-# (asm-generic/unistd.h; it has no fork or vfork).
-_X86_64 = """
-    socket 41 connect 42 accept 43 bind 49 listen 50 clone 56 fork 57 vfork 58 execve 59 kill 62
-    ptrace 101 rt_sigqueueinfo 129 pivot_root 155 setrlimit 160 chroot 161 mount 165 umount2 166
-    tkill 200 tgkill 234 add_key 248 request_key 249 keyctl 250 unshare 272 accept4 288
-    rt_tgsigqueueinfo 297 perf_event_open 298 prlimit64 302 setns 308 process_vm_readv 310
-    process_vm_writev 311 bpf 321 execveat 322 userfaultfd 323 pidfd_send_signal 424
-    io_uring_setup 425 io_uring_enter 426 io_uring_register 427 pidfd_open 434 clone3 435
-    pidfd_getfd 438
-    ioctl 16 shmget 29 shmat 30 shmctl 31 semget 64 semop 65 semctl 66 shmdt 67 msgget 68
-    msgsnd 69 msgrcv 70 msgctl 71 fcntl 72 setpriority 141 sched_setparam 142
-    sched_setscheduler 144 sched_setaffinity 203 semtimedop 220 mq_open 240 mq_unlink 241
-    mq_timedsend 242 mq_timedreceive 243 mq_notify 244 mq_getsetattr 245 ioprio_set 251
-    migrate_pages 256 move_pages 279 kcmp 312 sched_setattr 314 process_madvise 440
-"""
-_AARCH64 = """
-    umount2 39 mount 40 pivot_root 41 chroot 51 unshare 97 ptrace 117 kill 129 tkill 130
-    tgkill 131 rt_sigqueueinfo 138 setrlimit 164 socket 198 bind 200 listen 201 accept 202
-    connect 203 add_key 217 request_key 218 keyctl 219 clone 220 execve 221 rt_tgsigqueueinfo 240
-    perf_event_open 241 accept4 242 prlimit64 261 setns 268 process_vm_readv 270
-    process_vm_writev 271 bpf 280 execveat 281 userfaultfd 282 pidfd_send_signal 424
-    io_uring_setup 425 io_uring_enter 426 io_uring_register 427 pidfd_open 434 clone3 435
-    pidfd_getfd 438
-    fcntl 25 ioctl 29 ioprio_set 30 sched_setparam 118 sched_setscheduler 119
-    sched_setaffinity 122 setpriority 140 mq_open 180 mq_unlink 181 mq_timedsend 182
-    mq_timedreceive 183 mq_notify 184 mq_getsetattr 185 msgget 186 msgctl 187 msgrcv 188
-    msgsnd 189 semget 190 semctl 191 semtimedop 192 semop 193 shmget 194 shmctl 195 shmat 196
-    shmdt 197 migrate_pages 238 move_pages 239 kcmp 272 sched_setattr 274 process_madvise 440
-"""
-
-
-def _table(text: str) -> dict[str, int]:
-    words = text.split()
-    return {name: int(number) for name, number in zip(words[::2], words[1::2], strict=True)}
-
-
-_ARCHES: dict[str, tuple[int, dict[str, int]]] = {
-    "x86_64": (0xC000003E, _table(_X86_64)),
-    "aarch64": (0xC00000B7, _table(_AARCH64)),
-}
 # Refused outright (EPERM): new processes and programs, sockets (a socketpair stays allowed: it
 # reaches nothing), other processes' memory and pages, namespaces, mounts, kernel keys, io_uring
 # (its operations would bypass this filter), raised limits, state shared with the server:
@@ -156,11 +127,7 @@ class SandboxError(OSError):
     """A confinement layer could not be applied."""
 
 
-def _libc() -> ctypes.CDLL:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
-    libc.prctl.restype = ctypes.c_int
-    return libc
+_libc = _kernel._libc
 
 
 def _fail(what: str) -> SandboxError:
@@ -171,36 +138,9 @@ def _fail(what: str) -> SandboxError:
 # -- probing (the parent asks before it starts workers) --------------------------------------
 
 
-def landlock_abi() -> int:
-    """The kernel's Landlock ABI version; 0 when Landlock is not available."""
-    if sys.platform != "linux":
-        return 0
-    try:
-        libc = _libc()
-    except OSError:
-        return 0
-    version = libc.syscall(
-        ctypes.c_long(_SYS_LANDLOCK_CREATE_RULESET),
-        None,
-        ctypes.c_size_t(0),
-        ctypes.c_uint32(_LANDLOCK_CREATE_RULESET_VERSION),
-    )
-    return int(version) if version > 0 else 0
-
-
-def seccomp_arch() -> str | None:
-    """The architecture the seccomp filter is written for, when this host is one of them and
-    seccomp filters are enabled; else ``None``."""
-    machine = platform.machine()
-    if sys.platform != "linux" or machine not in _ARCHES:
-        return None
-    try:
-        libc = _libc()
-    except OSError:
-        return None
-    if libc.prctl(_PR_GET_SECCOMP, 0, 0, 0, 0) != 0:  # -1: no seccomp; 2: already filtered is 0
-        return None
-    return machine
+#: Probes of this host (the same functions the command sandbox uses).
+landlock_abi = _kernel.landlock_abi
+seccomp_arch = _kernel.seccomp_arch
 
 
 def missing() -> list[str]:

@@ -181,7 +181,7 @@ class CommandHook:
     reaped before ``CancelledError`` propagates.
     """
 
-    __slots__ = ("argv", "cwd", "env", "max_output_bytes", "protocol", "timeout")
+    __slots__ = ("argv", "cwd", "env", "max_output_bytes", "protocol", "sandbox", "timeout")
 
     def __init__(
         self,
@@ -192,6 +192,7 @@ class CommandHook:
         env: Mapping[str, str] | None = None,
         max_output_bytes: int = MAX_OUTPUT_BYTES,
         protocol: Literal["fastgate", "claude"] = "fastgate",
+        sandbox: Any = None,
     ) -> None:
         if isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence):
             raise TypeError(
@@ -218,6 +219,7 @@ class CommandHook:
                 f"CommandHook: protocol must be 'fastgate' or 'claude', got {protocol!r}"
             )
         self.protocol = protocol
+        self.sandbox = sandbox  # a fastgate.sandbox.SandboxPolicy confining the command
 
     def __repr__(self) -> str:
         return f"CommandHook({list(self.argv)!r}, timeout={self.timeout})"
@@ -262,6 +264,7 @@ class CommandHook:
                     limit=self.max_output_bytes,
                     cwd=cwd,
                     env=env if env is not None else self.env,
+                    sandbox=self.sandbox,
                 )
         except TimeoutError:
             raise HookFailed(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from fastgate.processes import PIPE, Process, spawn
 
@@ -150,20 +151,46 @@ async def run_bounded(
     limit: int,
     cwd: str | None,
     env: Mapping[str, str] | None,
+    sandbox: Any = None,
 ) -> CommandOutput:
     """Run ``argv`` until it exits and closes its output (or overflows ``limit`` on stdout).
 
     Raises ``OSError`` when it cannot start. Bound it with ``asyncio.timeout``: on cancellation
     (a deadline included) every process is killed and reaped before ``CancelledError``
-    propagates.
+    propagates. ``sandbox``: a ``fastgate.sandbox.SandboxPolicy`` confining the command (its
+    roots: ``cwd``).
     """
-    process = spawn(argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, cwd=cwd, env=env, grace=0)
-    run = _Run(process, stdin, limit)
+    confinement = None
+    if sandbox is not None:
+        from fastgate.sandbox._launch import confinement_for
+
+        confinement = await confinement_for(sandbox, roots=None, cwd=cwd or os.getcwd())
     try:
-        run.start()
-        await run.finished
+        if confinement is not None:
+            env = {**(os.environ if env is None else env), **confinement.environment}
+        process = spawn(
+            argv,
+            stdin=PIPE,
+            stdout=PIPE,
+            stderr=PIPE,
+            cwd=cwd,
+            env=env,
+            grace=0,
+            plan=confinement.steps if confinement is not None else None,
+            pass_fds=confinement.pass_fds if confinement is not None else (),
+        )
+        if confinement is not None:
+            confinement.started(process)
+        run = _Run(process, stdin, limit)
+        try:
+            run.start()
+            await run.finished
+        finally:
+            await run.stop()
     finally:
-        await run.stop()
+        if confinement is not None:
+            await confinement.close()
     if process.start_error is not None:
         raise process.start_error
+    run.out.returncode = process.returncode  # the end may be seen before its callback ran
     return run.out

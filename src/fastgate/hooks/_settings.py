@@ -158,5 +158,14 @@ def _hook(entry: Any, where: str, path: str, notes: list[str]) -> CommandHook | 
         or not (math.isfinite(timeout) and timeout > 0)
     ):
         raise ValueError(f"{where}.timeout must be a positive number of seconds")
-    # As Claude Code runs it: through sh -c, speaking its protocol, from the workspace root.
-    return CommandHook(["sh", "-c", command], timeout=float(timeout), protocol="claude")
+    # As Claude Code runs it: through sh -c, speaking its protocol, from the workspace root;
+    # confined by the command sandbox where this host has one (fastgate.sandbox).
+    return CommandHook(
+        ["sh", "-c", command], timeout=float(timeout), protocol="claude", sandbox=_sandbox()
+    )
+
+
+def _sandbox() -> Any:
+    from fastgate.sandbox import SandboxPolicy, sandbox_support
+
+    return SandboxPolicy() if sandbox_support().available else None

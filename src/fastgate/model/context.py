@@ -184,7 +184,7 @@ class ExecutionContext:
 def _absolute(root: Any) -> str:
     """A workspace root as an absolute path (a relative one is taken from the working
     directory when the context is made, not when a tool later runs)."""
-    return os.path.abspath(os.fspath(root))
+    return str(os.path.abspath(os.fspath(root)))
 
 
 def _slot_setter(name: str) -> Callable[[ExecutionContext, Any], None]:

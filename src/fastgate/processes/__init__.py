@@ -17,19 +17,50 @@ could not already see) and is not dumpable (a process of its user may not ptrace
 its ``/proc`` files: its environment, memory, descriptors). Elsewhere the command's process
 group is what is ended.
 
-What escapes it (the command sandbox closes these): a process that kills its launcher with
-SIGKILL (same user), whose detached descendants are then re-parented to init; a process
+With a plan (``spawn(..., plan=...)``, made by ``fastgate.sandbox``), the launcher also confines
+the command before its exec: new namespaces whose first process is the command's init (every
+process of the namespace ends with it), mounts, Landlock, seccomp, capabilities, limits.
+
+What escapes it without a plan (the command sandbox closes these): a process that kills its
+launcher with SIGKILL (same user), whose detached descendants are then re-parented to init; a
+process
 this user may not signal (a set-user-id program), reported in ``Process.left``; anything
 started through another service (``systemd-run``, ``at``, ``ssh``), which is not a
 descendant at all.
 """
 
+from fastgate.processes._plan import BIND_DEVICES as BIND_DEVICES
+from fastgate.processes._plan import BIND_OPTIONAL as BIND_OPTIONAL
+from fastgate.processes._plan import BIND_READONLY as BIND_READONLY
+from fastgate.processes._plan import BIND_RECURSIVE as BIND_RECURSIVE
+from fastgate.processes._plan import Op as Op
+from fastgate.processes._plan import Plan as Plan
+from fastgate.processes._plan import Step as Step
+from fastgate.processes._plan import encode as encode
 from fastgate.processes._spawn import DEVNULL as DEVNULL
 from fastgate.processes._spawn import PIPE as PIPE
 from fastgate.processes._spawn import STDOUT as STDOUT
+from fastgate.processes._spawn import PlanFailed as PlanFailed
 from fastgate.processes._spawn import Process as Process
 from fastgate.processes._spawn import launcher_command as launcher_command
 from fastgate.processes._spawn import spawn as spawn
 from fastgate.processes._spawn import supervision as supervision
 
-__all__ = ("DEVNULL", "PIPE", "STDOUT", "Process", "launcher_command", "spawn", "supervision")
+__all__ = (
+    "BIND_DEVICES",
+    "BIND_OPTIONAL",
+    "BIND_READONLY",
+    "BIND_RECURSIVE",
+    "DEVNULL",
+    "PIPE",
+    "STDOUT",
+    "Op",
+    "Plan",
+    "PlanFailed",
+    "Process",
+    "Step",
+    "encode",
+    "launcher_command",
+    "spawn",
+    "supervision",
+)

@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import IO, NamedTuple
 
 from fastgate._core import REQUIRE_EXTENSIONS
+from fastgate.processes._plan import Plan, Step
 
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
@@ -34,6 +35,8 @@ COMPILED_LAUNCHER = os.path.join(_HERE, "fastgate-launcher")
 PURE_LAUNCHER = os.path.join(_HERE, "_launcher.py")
 _SUBREAPERS = sys.platform.startswith("linux")
 _compiled_failed = False  # the compiled launcher could not be executed here (a noexec mount)
+# What says the compiled launcher cannot be executed here at all (and the pure one should be).
+_CANNOT_EXECUTE = frozenset({errno.EACCES, errno.EPERM, errno.ENOEXEC, errno.ENOENT, errno.ELIBBAD})
 # After a stop's grace, how long a launcher may take to end what is left (it gives up after 2 s
 # of SIGKILLs) before it is killed itself.
 _LAUNCHER_BOUND = 5.0
@@ -84,11 +87,17 @@ def spawn(
     stderr: int | None = None,
     executable: str | None = None,
     grace: float = 1.0,
+    plan: Plan | Sequence[Step] | None = None,
+    pass_fds: Sequence[int] = (),
 ) -> Process:
     """Start ``argv`` (from a running event loop) and return at once, as ``Popen`` does; raise
     ``OSError`` when even its launcher cannot start (a missing ``cwd``, no descriptors left). A
     command that cannot be executed (a missing program) makes ``started()``, ``exited()`` and
     ``wait()`` raise ``OSError`` once its launcher has ended.
+
+    ``plan``: the steps the launcher makes to confine the command (``fastgate.sandbox`` makes
+    them; see ``_plan.py``); a step that fails makes them raise ``PlanFailed`` naming it.
+    ``pass_fds``: descriptors the plan names (the launcher gets them, never the command).
 
     ``stdin``/``stdout``/``stderr``: a descriptor, ``PIPE`` (then the ``Process`` holds the
     other end), ``DEVNULL``, ``STDOUT`` (stderr only) or ``None`` (this process's own).
@@ -110,12 +119,20 @@ def spawn(
     std = _Setup(stdin, stdout, stderr, cwd, env)
     launcher = launcher_command()
     if launcher is None:
+        if plan is not None:
+            raise OSError(errno.ENOSYS, "a plan needs the launcher (Linux)")
         popen = std.popen(args, executable=program)
         return Process(popen, -1, -1, grace, program, direct=True)
+    if plan is not None and not isinstance(plan, Plan):
+        plan = Plan(plan)
+    plan_fd = _plan_descriptor(plan.data) if plan is not None else -1
     control_r, control_w = os.pipe()
     report_r, report_w = os.pipe()
+    extra = (plan_fd, *pass_fds) if plan_fd >= 0 else ()
     try:
-        popen = _start_launcher(launcher, [program, *args], grace, control_r, report_w, std)
+        popen = _start_launcher(
+            launcher, [program, *args], grace, control_r, report_w, std, plan_fd, extra
+        )
     except BaseException:
         os.close(control_w)
         os.close(report_r)
@@ -123,7 +140,35 @@ def spawn(
     finally:
         os.close(control_r)
         os.close(report_w)
-    return Process(popen, control_w, report_r, grace, program, direct=False)
+        if plan_fd >= 0:
+            os.close(plan_fd)
+    process = Process(popen, control_w, report_r, grace, program, direct=False)
+    process.plan = plan.steps if plan is not None else None
+    return process
+
+
+def _plan_descriptor(data: bytes) -> int:
+    """The encoded plan in a descriptor the launcher reads to its end."""
+    fd = os.memfd_create("fastgate-plan", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class PlanFailed(OSError):
+    """A step of the launcher's plan failed: the command did not start. ``step``: the step
+    (``None`` when unknown)."""
+
+    def __init__(self, code: int, step: Step | None) -> None:
+        what = step.describe() if step is not None else "a step"
+        super().__init__(code, f"the sandbox could not {what}: {os.strerror(code)}")
+        self.step = step
 
 
 class _Setup(NamedTuple):
@@ -154,19 +199,29 @@ class _Setup(NamedTuple):
 
 
 def _start_launcher(
-    launcher: list[str], command: list[str], grace: float, control: int, report: int, std: _Setup
+    launcher: list[str],
+    command: list[str],
+    grace: float,
+    control: int,
+    report: int,
+    std: _Setup,
+    plan_fd: int = -1,
+    extra: tuple[int, ...] = (),
 ) -> subprocess.Popen[bytes]:
     global _compiled_failed
-    argv = [*launcher, str(round(grace * 1000)), str(control), str(report), *command]
+    options = ["--plan", str(plan_fd)] if plan_fd >= 0 else []
+    argv = [*launcher, *options, str(round(grace * 1000)), str(control), str(report), *command]
     try:
-        return std.popen(argv, pass_fds=(control, report))
+        return std.popen(argv, pass_fds=(control, report, *extra))
     except OSError as exc:
         if launcher[0] != COMPILED_LAUNCHER or exc.filename != COMPILED_LAUNCHER:
             raise  # the directory or a descriptor, not the launcher
+        if exc.errno not in _CANNOT_EXECUTE:
+            raise  # a passing failure (no memory, too many processes): not a reason to switch
     _compiled_failed = True  # e.g. installed on a noexec mount: the pure one from now on
     pure = launcher_command()
     assert pure is not None
-    return _start_launcher(pure, command, grace, control, report, std)
+    return _start_launcher(pure, command, grace, control, report, std, plan_fd, extra)
 
 
 class Process:
@@ -176,6 +231,7 @@ class Process:
     it ended (an exit code, or minus the signal that killed it; ``None`` while it runs, or when
     it could not be told). ``start_error``: the ``OSError`` of a command that could not be
     started. ``left``: processes that could not be ended (the launcher may not signal them).
+    ``bound``: the bound of the plan that ended it (``"processes"``, ``"tmp"``), or ``None``.
     ``stdin``, ``stdout``, ``stderr``: the ends of the pipes asked with ``PIPE``.
     """
 
@@ -194,8 +250,10 @@ class Process:
         "_program",
         "_report",
         "_started",
+        "bound",
         "left",
         "pid",
+        "plan",
         "returncode",
         "start_error",
         "stderr",
@@ -232,6 +290,8 @@ class Process:
         self.returncode: int | None = None
         self.start_error: OSError | None = None
         self.left = 0
+        self.bound: str | None = None
+        self.plan: tuple[Step, ...] | None = None
         self.stdin: IO[bytes] | None = popen.stdin
         self.stdout: IO[bytes] | None = popen.stdout
         self.stderr: IO[bytes] | None = popen.stderr
@@ -334,6 +394,12 @@ class Process:
 
     def _on_line(self, line: bytes) -> None:
         kind, _, value = line.partition(b" ")
+        if kind == b"B":
+            self.bound = self.bound or value.decode("ascii", "replace")
+            return
+        if kind == b"F":
+            self._on_plan_failure(value)
+            return
         try:
             number = int(value)
         except ValueError:
@@ -347,8 +413,20 @@ class Process:
         elif kind == b"X":
             self.returncode = number
             _resolve(self._exited)
+
         elif kind == b"L":
             self.left = number
+
+    def _on_plan_failure(self, value: bytes) -> None:
+        try:
+            index, code = (int(part) for part in value.split())
+        except ValueError:
+            return
+        if self.start_error is None:
+            plan = self.plan or ()
+            step = plan[index] if 0 <= index < len(plan) else None
+            self.start_error = PlanFailed(code, step)
+        _resolve(self._started)
 
     # -- the end --------------------------------------------------------------------------------
 

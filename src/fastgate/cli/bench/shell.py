@@ -6,7 +6,9 @@ asyncio's ``create_subprocess_exec`` with ``communicate()``, and ``subprocess.Po
 exit awaited on the loop (a pidfd) and the output read to its end. ``execute()`` adds the whole
 pipeline (validation, a ``Bash(true)`` allow rule, admission) and ``LocalShell``'s supervision
 (the environment without secrets, the search for processes left behind). A second row shows
-``LocalShell.run`` alone against the same reference.
+``LocalShell.run`` alone against the same reference, and a third ``SandboxedShell.run`` (the
+command sandbox: namespaces or Landlock, seccomp; the built-ins' default) where this host has
+one.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ from fastgate.runtime import loop_factory
 
 COMMAND = ["bash", "-c", "true"]
 CI_SHELL = 2.0  # CI's bound: spawning varies by 20-30% from round to round on a shared VM
+CI_SANDBOX = 5.0  # a regression guard: namespaces per command, each process hop waits for a CPU
 
 
 def run_shell(config: BenchConfig, loop: str) -> list[Measurement]:
     try:
         from fastgate.builtin import LocalShell, register_builtins
+        from fastgate.sandbox import SandboxedShell, sandbox_support
     except ImportError:
         return []  # the 'builtin' extra is not installed: nothing to measure
     if not hasattr(os, "pidfd_open"):
@@ -53,16 +57,25 @@ def run_shell(config: BenchConfig, loop: str) -> list[Measurement]:
             locks=FileLockManager(),
             context_defaults={"workspace_root": workspace},
         )
+        support = sandbox_support()
+        sandboxed = SandboxedShell() if support.available else None
         with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
-            out = runner.run(_measure(config, executor, LocalShell(), workspace))
+            out = runner.run(
+                _measure(config, executor, LocalShell(), workspace, sandboxed, support.mechanism)
+            )
         executor.dispose()
         return out
 
 
 async def _measure(
-    config: BenchConfig, executor: ToolExecutor, shell: Any, workspace: str
+    config: BenchConfig,
+    executor: ToolExecutor,
+    shell: Any,
+    workspace: str,
+    sandboxed: Any = None,
+    mechanism: str = "",
 ) -> list[Measurement]:
-    ctx = ExecutionContext(session_id="bench")
+    ctx = ExecutionContext(session_id="bench", shell=shell)  # the seam measured below
     args = {"command": "true"}
     run = shell.run
 
@@ -74,7 +87,14 @@ async def _measure(
     async def shell_only() -> None:
         await run("true", cwd=workspace, timeout=120.0)
 
+    async def confined() -> None:
+        result = await sandboxed.run("true", cwd=workspace, timeout=120.0)
+        if not result.sandboxed or result.exit_code != 0:
+            raise RuntimeError(f"benchmark sandboxed bash failed: {result}")
+
     sides: list[Callable[[], Awaitable[None]]] = [ours, _asyncio_spawn, _popen_spawn, shell_only]
+    if sandboxed is not None:
+        sides.append(confined)
 
     async def round_(n: int) -> list[float]:
         # One call of each side in turn, n times: a burst of load on this shared machine then
@@ -89,17 +109,37 @@ async def _measure(
 
     n = max(20, config.ops // 1000)
     await ours()  # warm: the rule's analysis, the first spawn
+    if sandboxed is not None:
+        await confined()  # warm: the host probed once, the plan cached
     ratios, shell_ratios, ours_us, reference_us, via = [], [], [], [], []
+    confined_ratios, confined_us = [], []
     for _ in range(config.rounds):
-        t_ours, t_asyncio, t_popen, t_shell = await round_(n)
+        t_ours, t_asyncio, t_popen, t_shell, *t_confined = await round_(n)
         reference = min(t_asyncio, t_popen)
         via.append("asyncio" if t_asyncio <= t_popen else "Popen + pidfd")
         ratios.append(t_ours / reference)
         shell_ratios.append(t_shell / reference)
         ours_us.append(t_ours * 1e6)
         reference_us.append(reference * 1e6)
+        if t_confined:
+            confined_ratios.append(t_confined[0] / reference)
+            confined_us.append(t_confined[0] * 1e6)
     cheaper = max(set(via), key=via.count)
+    rows = []
+    if confined_ratios:
+        rows.append(
+            Measurement(
+                "shell",
+                "SandboxedShell.run('true') / bash -c true spawned directly",
+                statistics.median(confined_ratios),
+                reference="the same direct spawn",
+                target=Target("<=", 1.5, ci_bound=CI_SANDBOX),
+                detail=f"{statistics.median(confined_us):,.0f} us per command; {mechanism}, the "
+                "built-ins' default: the workspace writable, no network",
+            )
+        )
     return [
+        *rows,
         Measurement(
             "shell",
             'execute("bash", {"command": "true"}) / bash -c true spawned directly',

@@ -1,0 +1,220 @@
+"""One call's confinement: its plan, what the command's environment gains, the proxy.
+
+``Confinement.open(policy, roots=..., cwd=...)`` computes the plan for the mechanism this host
+has and starts what the call needs (a private temporary directory without namespaces; the
+network proxy for a ``NetworkPolicy``); pass ``steps`` (a ``Plan``), ``pass_fds`` and
+``environment`` to
+``fastgate.processes.spawn``, then ``started(process)`` once spawned, and ``await close()``
+once every process has ended (it stops the proxy; the launcher itself removes what it made, so
+nothing stays behind should the server die).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Sequence
+
+from fastgate.processes import Plan, Process
+from fastgate.sandbox import _planner
+from fastgate.sandbox._network import NetworkEvent
+from fastgate.sandbox._policy import SandboxPolicy
+from fastgate.sandbox._proxy import NetworkProxy
+from fastgate.sandbox._support import SandboxSupport, host, sandbox_support, warn_unconfined
+
+
+class Confinement:
+    """What one sandboxed command is started with (see the module's docstring)."""
+
+    def __init__(
+        self,
+        steps: Plan,
+        environment: dict[str, str],
+        pass_fds: tuple[int, ...],
+        *,
+        proxy: NetworkProxy | None,
+        channel: socket.socket | None,
+        temporary: str | None,
+    ) -> None:
+        self.steps = steps
+        self.environment = environment
+        self.pass_fds = pass_fds
+        self.proxy = proxy
+        self._channel = channel  # ours; its twin (in pass_fds) is the launcher's
+        self._temporary = temporary
+        self._adopt: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(
+        cls,
+        policy: SandboxPolicy,
+        support: SandboxSupport,
+        *,
+        roots: Sequence[str] | None,
+        cwd: str,
+    ) -> Confinement:
+        arch, abi = host()
+        if arch is None:
+            raise OSError("seccomp is not available here")
+        where = _planner.layout(policy, roots, cwd)
+        proxy: NetworkProxy | None = None
+        if policy.network is not None:
+            proxy = NetworkProxy(policy.network)
+            await proxy.start()
+        try:
+            if support.namespaces:
+                return cls._namespaced(where, policy, arch, abi, proxy)
+            return cls._landlocked(where, policy, arch, abi, proxy)
+        except BaseException:
+            if proxy is not None:
+                await proxy.aclose()
+            raise
+
+    @classmethod
+    def _namespaced(
+        cls,
+        where: _planner.Layout,
+        policy: SandboxPolicy,
+        arch: str,
+        abi: int,
+        proxy: NetworkProxy | None,
+    ) -> Confinement:
+        ours: socket.socket | None = None
+        theirs: socket.socket | None = None
+        environment = {"TMPDIR": "/tmp"}
+        if proxy is not None:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            environment.update(_proxy_environment(f"http://127.0.0.1:{_planner.PROXY_PORT}"))
+        try:
+            if theirs is None:
+                steps = _planner.namespace_plan(where, policy, arch=arch, landlock_abi=abi)
+            else:
+                steps = Plan(
+                    _planner.namespace_steps(
+                        where, policy, arch=arch, landlock_abi=abi, proxy_channel=theirs.fileno()
+                    )
+                )
+        except BaseException:
+            for sock in (ours, theirs):
+                if sock is not None:
+                    sock.close()
+            raise
+        fds = (theirs.detach(),) if theirs is not None else ()
+        return cls(steps, environment, fds, proxy=proxy, channel=ours, temporary=None)
+
+    @classmethod
+    def _landlocked(
+        cls,
+        where: _planner.Layout,
+        policy: SandboxPolicy,
+        arch: str,
+        abi: int,
+        proxy: NetworkProxy | None,
+    ) -> Confinement:
+        temporary = tempfile.mkdtemp(prefix="fastgate-sandbox-")
+        environment = {"TMPDIR": temporary}
+        port = None
+        if proxy is not None and proxy.address is not None:
+            port = proxy.address[1]
+            environment.update(_proxy_environment(proxy.url))
+        try:
+            steps = Plan(
+                _planner.landlock_steps(
+                    where, policy, arch=arch, landlock_abi=abi, temporary=temporary, proxy_port=port
+                )
+            )
+        except BaseException:
+            shutil.rmtree(temporary, ignore_errors=True)
+            raise
+        return cls(steps, environment, (), proxy=proxy, channel=None, temporary=temporary)
+
+    def started(self, process: Process) -> None:
+        """The command's launcher runs: its copies of our descriptors are closed here, and the
+        proxy accepts on the listener the command's namespace sends back."""
+        for fd in self.pass_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.pass_fds = ()
+        if self._channel is not None and self.proxy is not None:
+            self._adopt = asyncio.get_running_loop().create_task(
+                _adopt_listener(self._channel, self.proxy)
+            )
+
+    @property
+    def network(self) -> tuple[NetworkEvent, ...]:
+        return self.proxy.events if self.proxy is not None else ()
+
+    async def close(self) -> None:
+        """Once every process has ended: stop the proxy, release what is left."""
+        for fd in self.pass_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.pass_fds = ()
+        if self._adopt is not None:
+            self._adopt.cancel()
+            with contextlib.suppress(asyncio.CancelledError, OSError):
+                await self._adopt
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+        if self.proxy is not None:
+            await self.proxy.aclose()
+        if self._temporary is not None:
+            await asyncio.to_thread(shutil.rmtree, self._temporary, True)
+            self._temporary = None
+
+
+def _proxy_environment(url: str) -> dict[str, str]:
+    env = {name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")}
+    env.update({name.lower(): url for name in env})
+    env["NO_PROXY"] = env["no_proxy"] = ""
+    return env
+
+
+async def _adopt_listener(channel: socket.socket, proxy: NetworkProxy) -> None:
+    """Receive the listener made in the command's network namespace (its only way out) and
+    let the proxy accept on it."""
+    loop = asyncio.get_running_loop()
+    channel.setblocking(False)
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(channel.fileno(), readable)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(channel.fileno())
+    _, fds, _, _ = socket.recv_fds(channel, 1, 1)
+    if not fds:
+        return  # the command's init ended before it made one
+    listener = socket.socket(fileno=fds[0])
+    for extra in fds[1:]:
+        os.close(extra)
+    # The proxy's own listener is on the server's loopback; this one is in the command's
+    # namespace. NetworkProxy takes any listening socket through _listen.
+    proxy._listen(listener)
+
+
+async def confinement_for(
+    policy: SandboxPolicy, *, roots: Sequence[str] | None, cwd: str
+) -> Confinement | None:
+    """The confinement of one command under ``policy`` (for spawners other than the shell:
+    command hooks), or ``None`` where this host cannot confine it and ``policy.require`` is
+    false (said once a process); ``OSError`` when it is required but cannot be."""
+    support = sandbox_support()
+    why = support.reason if not support.available else None
+    if why is None and policy.network is not None and not support.network:
+        why = f"a NetworkPolicy cannot be enforced here: {support.reason}"
+    if why is not None:
+        if policy.require:
+            raise OSError(f"the sandbox is required but unavailable: {why}")
+        warn_unconfined(why)
+        return None
+    return await Confinement.open(policy, support, roots=roots, cwd=cwd)

@@ -1,0 +1,597 @@
+"""From a policy and a call's roots to the launcher's plan (the steps it makes, in order).
+
+The server computes everything here (paths, what exists, the Landlock rules, the seccomp
+program); the launcher only makes the system calls.
+
+- ``layout``: the call's paths: writable roots, the protected paths inside them (existing
+  ones, and the first missing component of each absent one, made as a placeholder by the
+  launcher), the directories pinned between a root and a protected path (a mount point cannot
+  be renamed, so a protected path cannot be moved away with its parent), hidden paths (found by
+  a bounded walk of the roots, cached until a directory changes, and the literal ones outside).
+- ``namespace_steps``: the plan under namespaces: every mount read-only, nosuid and nodev, a
+  private ``/tmp`` and ``/dev/shm``, the roots writable again, the usable device files, pins,
+  protected paths read-only, hidden paths covered, a fresh ``/proc``; then Landlock (when the
+  kernel has it), capabilities, limits and seccomp in the command.
+- ``landlock_steps``: the plan without namespaces: Landlock grants reads everywhere but the
+  hidden paths outside the roots, writes in the roots and a private temporary directory;
+  seccomp, capabilities and limits as above; the launcher watches the bounds.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import stat
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from fastgate.permissions.globs import PathPattern
+from fastgate.processes import (
+    BIND_DEVICES,
+    BIND_OPTIONAL,
+    BIND_READONLY,
+    BIND_RECURSIVE,
+    Op,
+    Plan,
+    Step,
+)
+from fastgate.sandbox import _kernel
+from fastgate.sandbox._policy import SandboxPolicy
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+PROXY_PORT = 3128  # the proxy's port inside a network namespace of the command's own
+RLIMIT_NPROC = 6
+#: Device files a command may use (read and write); every other device stays closed.
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+#: Directories the walk for hidden and protected paths does not enter (their own copies of
+#: such files are a package's, not the user's; ``.git`` is looked into one level).
+SKIPPED = frozenset(
+    {"node_modules", ".venv", "venv", "__pycache__", ".tox", ".mypy_cache", ".pytest_cache",
+     ".ruff_cache", ".cache"}
+)  # fmt: skip
+WALK_BUDGET = 20_000  # entries per root: past it, the rest of a huge tree is not searched
+_GLOB = re.compile(r"[*?\[\\]")
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The paths of one call's sandbox (canonical)."""
+
+    roots: tuple[str, ...]  # writable
+    visible: tuple[str, ...]  # under /tmp but not writable: shown read-only in a private /tmp
+    read_only: tuple[str, ...]  # existing paths inside the roots bound read-only
+    placeholders: tuple[tuple[str, str, str], ...]  # (directory, name, kind "f"/"d")
+    pins: tuple[str, ...]
+    hidden: tuple[str, ...]  # inside the roots
+    hidden_outside: tuple[str, ...]  # outside every root (the home directory's secrets)
+    cwd: str
+
+
+def _canonical(path: str) -> str:
+    return os.path.realpath(os.path.abspath(path))
+
+
+def _within(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _outermost(paths: Iterable[str]) -> tuple[str, ...]:
+    """``paths`` without those inside another (sorted, so parents come first)."""
+    kept: list[str] = []
+    for path in sorted(set(paths)):
+        if not any(_within(path, parent) for parent in kept):
+            kept.append(path)
+    return tuple(kept)
+
+
+def _literal(pattern: PathPattern) -> tuple[str, ...] | None:
+    """The fixed path a pattern names (``.git/hooks`` for ``**/.git/hooks/**``), or ``None``
+    when it has a wildcard of its own."""
+    segments = list(pattern.segments)
+    while segments and segments[-1] == "**":
+        segments.pop()  # everything below a directory: the directory itself
+    if not segments or any(_GLOB.search(s) for s in segments):
+        return None
+    return tuple(segments)
+
+
+def _names_directory(pattern: PathPattern, text: str) -> bool:
+    return text.endswith("/") or (bool(pattern.segments) and pattern.segments[-1] == "**")
+
+
+@dataclass(slots=True)
+class _Known:
+    policy: SandboxPolicy
+    layout: Layout
+    watched: Watched  # the layout holds while none of these directories changes
+
+
+_LAYOUTS: dict[tuple[int, tuple[str, ...] | None, str], _Known] = {}
+_SETTLED_NS = 100_000_000  # an mtime this recent may hide a change in the same clock tick
+
+
+def layout(policy: SandboxPolicy, roots: Sequence[str] | None, cwd: str) -> Layout:
+    """The paths of a call with ``roots`` (``None``: ``cwd`` alone) under ``policy``; reused
+    while no directory it was read from has changed."""
+    key = (id(policy), None if roots is None else tuple(roots), cwd)
+    known = _LAYOUTS.get(key)
+    if known is not None and known.policy is policy and _unchanged(known.watched):
+        return known.layout
+    watched: Watched = {}
+    found = _layout(policy, roots, cwd, watched)
+    if _settled(watched):
+        if len(_LAYOUTS) >= 256:
+            _LAYOUTS.clear()
+        _LAYOUTS[key] = _Known(policy, found, watched)
+    else:
+        _LAYOUTS.pop(key, None)
+    return found
+
+
+Watched = dict[str, tuple[int, frozenset[str] | None]]  # directory -> (mtime_ns, entries)
+# Where placeholders come and go (a root, its .git), a changed mtime may be only theirs: such a
+# directory is kept with its entries, and is unchanged while they are, but for the names a
+# placeholder may take.
+_PLACEHOLDER_NAMES = frozenset({".claude", ".fastgate", ".mcp.json", ".git", "hooks", "config"})
+
+
+def _watch(watched: Watched, directory: str, listed: bool = False) -> None:
+    if directory in watched and (watched[directory][1] is not None or not listed):
+        return
+    try:
+        mtime = os.stat(directory).st_mtime_ns
+    except OSError:
+        watched[directory] = (-1, None)
+        return
+    watched[directory] = (mtime, _entries(directory) if listed else None)
+
+
+def _entries(directory: str) -> frozenset[str] | None:
+    try:
+        return frozenset(os.listdir(directory)) - _PLACEHOLDER_NAMES
+    except OSError:
+        return None
+
+
+def _settled(watched: Watched) -> bool:
+    """Whether every mtime is old enough that a later change gives another one (a directory
+    kept with its entries is compared by them instead)."""
+    now = time.time_ns()
+    return all(
+        mtime < 0 or entries is not None or now - mtime > _SETTLED_NS
+        for mtime, entries in watched.values()
+    )
+
+
+def _unchanged(watched: Watched) -> bool:
+    for path, (mtime, entries) in watched.items():
+        try:
+            now = os.stat(path).st_mtime_ns
+        except OSError:
+            if mtime >= 0:
+                return False
+            continue
+        if now == mtime:
+            continue
+        if entries is None or _entries(path) != entries:
+            return False
+        watched[path] = (now, entries)  # the same entries under a new mtime
+    return True
+
+
+def _layout(
+    policy: SandboxPolicy, roots: Sequence[str] | None, cwd: str, watched: Watched
+) -> Layout:
+    cwd = _canonical(cwd)
+    asked = [cwd] if roots is None else [_canonical(r) for r in roots]
+    asked += [_canonical(w) for w in policy.writable]
+    read_only = [_canonical(p) for p in policy.read_only]
+    writable = _outermost(
+        r for r in asked if os.path.isdir(r) and not any(_within(r, ro) for ro in read_only)
+    )
+    visible = _outermost(
+        p for p in [cwd, *asked] if _within(p, "/tmp") and not any(_within(p, w) for w in writable)
+    )
+    protected: set[str] = set()
+    placeholders: dict[str, tuple[str, str, str]] = {}
+    hidden: set[str] = set()
+    for directory in {os.path.dirname(p) for p in [cwd, *asked, *read_only]}:
+        _watch(watched, directory)
+    for root in writable:
+        found_hidden, found_protected, walked = _search(root, policy)
+        hidden.update(found_hidden)
+        protected.update(found_protected)
+        for directory, state in walked.items():
+            watched.setdefault(directory, state)
+        for pattern, text in zip(policy.protected_patterns, policy.protected, strict=True):
+            for target in _literal_targets(pattern, root):
+                _protect(target, _names_directory(pattern, text), root, protected, placeholders)
+                _watch_along(watched, root, target)
+        for target in _git_dirs(root):
+            for name, is_dir in (("hooks", True), ("config", False)):
+                _protect(os.path.join(target, name), is_dir, root, protected, placeholders)
+                _watch_along(watched, target, os.path.join(target, name))
+    protected.update(p for p in read_only if any(_within(p, w) and p != w for w in writable))
+    hidden_outside = set()
+    for pattern in policy.hidden_patterns:
+        segments = _literal(pattern) if pattern.anchor == "absolute" else None
+        if segments is None:
+            continue
+        path = os.path.join(pattern.prefix, *segments)
+        _watch_along(watched, pattern.prefix, path)
+        path = _canonical(path)
+        if os.path.lexists(path) and not any(_within(path, w) for w in writable):
+            hidden_outside.add(path)
+    guarded = [*protected, *(os.path.join(d, n) for d, n, _ in placeholders.values())]
+    pins = {
+        ancestor
+        for path in guarded
+        for root in writable
+        if _within(path, root) and path != root
+        for ancestor in _between(root, path)
+    }
+    return Layout(
+        roots=writable,
+        visible=visible,
+        read_only=tuple(sorted(protected)),
+        placeholders=tuple(sorted(placeholders.values())),
+        pins=tuple(sorted(pins)),
+        hidden=tuple(sorted(hidden)),
+        hidden_outside=tuple(sorted(hidden_outside)),
+        cwd=cwd,
+    )
+
+
+def _watch_along(watched: Watched, top: str, path: str) -> None:
+    """Watch the directories from ``top`` down to ``path``'s parent: an entry made or removed
+    in any of them changes what exists along the way (where placeholders may be made, by its
+    entries)."""
+    _watch(watched, top, listed=True)
+    for directory in _between(top, path):
+        _watch(watched, directory, listed=os.path.basename(directory) == ".git")
+
+
+def _between(root: str, path: str) -> list[str]:
+    """The directories strictly between ``root`` and ``path``."""
+    parts = os.path.relpath(path, root).split(os.sep)[:-1]
+    return [os.path.join(root, *parts[: i + 1]) for i in range(len(parts))]
+
+
+def _literal_targets(pattern: PathPattern, root: str) -> list[str]:
+    """Where an absent protected path of ``pattern`` would be created in ``root``."""
+    segments = _literal(pattern)
+    if segments is None:
+        return []
+    if pattern.anchor == "absolute":
+        path = os.path.join(pattern.prefix, *segments)
+        return [path] if _within(path, root) else []
+    return [os.path.join(root, *segments)]
+
+
+def _protect(
+    path: str,
+    is_dir: bool,
+    root: str,
+    protected: set[str],
+    placeholders: dict[str, tuple[str, str, str]],
+) -> None:
+    """``path`` read-only if it exists; else its first missing component becomes a placeholder
+    (a directory when it is not the last one). Another call's placeholder counts as missing:
+    its launcher removes it when its command ends."""
+    if os.path.lexists(path) and not _is_placeholder(path):
+        protected.add(_canonical(path))
+        return
+    for component in [*_between(root, path), path]:
+        if not os.path.lexists(component) or _is_placeholder(component):
+            kind = "d" if is_dir or component != path else "f"
+            directory, name = os.path.split(component)
+            placeholders.setdefault(component, (directory, name, kind))
+            return
+        if not os.path.isdir(component) or os.path.islink(component):
+            return  # a file (or a link) in the way: nothing can be created below it
+
+
+def _is_placeholder(path: str) -> bool:
+    """Made by a launcher for an absent protected path: empty, and nobody's (mode 0)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    if stat.S_IMODE(st.st_mode) != 0:
+        return False
+    if stat.S_ISREG(st.st_mode):
+        return st.st_size == 0
+    if stat.S_ISDIR(st.st_mode):
+        try:
+            return not os.listdir(path)
+        except OSError:
+            return True  # unreadable: as made
+    return False
+
+
+def _git_dirs(root: str) -> list[str]:
+    """The repository directories a ``.git`` file points to (a worktree, a submodule), and
+    their common directory: their hooks and configuration are protected too."""
+    pointer = os.path.join(root, ".git")
+    if not os.path.isfile(pointer):
+        return []
+    try:
+        with open(pointer, encoding="utf-8", errors="replace") as file:
+            first = file.readline().strip()
+    except OSError:
+        return []
+    if not first.startswith("gitdir:"):
+        return []
+    gitdir = _canonical(os.path.join(root, first[len("gitdir:") :].strip()))
+    found = [gitdir]
+    try:
+        with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as file:
+            found.append(_canonical(os.path.join(gitdir, file.read().strip())))
+    except OSError:
+        pass
+    return found
+
+
+# -- the walk -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Walked:
+    key: tuple[str, ...]
+    directories: Watched
+    hidden: tuple[str, ...]
+    protected: tuple[str, ...]
+
+
+_WALKED: dict[str, _Walked] = {}
+
+
+def _search(root: str, policy: SandboxPolicy) -> tuple[tuple[str, ...], tuple[str, ...], Watched]:
+    """The existing paths inside ``root`` that match ``policy``'s hidden and protected
+    patterns, and the directories walked (with their mtimes); reused while none has
+    changed."""
+    key = (*policy.hidden, "\0", *policy.protected)
+    cached = _WALKED.get(root)
+    if cached is not None and cached.key == key and _unchanged(cached.directories):
+        return cached.hidden, cached.protected, cached.directories
+    hide = _union(policy.hidden_patterns, root)
+    protect = _union(policy.protected_patterns, root)
+    directories: Watched = {}
+    hidden: list[str] = []
+    protected: list[str] = []
+    budget = WALK_BUDGET
+    todo = [(root, 0)]
+    while todo and budget > 0:
+        directory, depth = todo.pop()
+        _watch(directories, directory, listed=depth <= 0)
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            budget -= 1
+            path = entry.path
+            if hide is not None and hide.fullmatch(path):
+                hidden.append(path)
+                continue
+            if protect is not None and protect.fullmatch(path):
+                protected.append(path)
+                continue
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if not is_dir or entry.name in SKIPPED:
+                continue
+            if entry.name == ".git":
+                todo.append((path, -1))  # one level: its config and hooks
+            elif depth >= 0:
+                todo.append((path, depth + 1))
+    if _settled(directories):
+        if len(_WALKED) >= 64:
+            _WALKED.clear()
+        _WALKED[root] = _Walked(key, directories, tuple(hidden), tuple(protected))
+    return tuple(hidden), tuple(protected), directories
+
+
+def _union(patterns: Sequence[PathPattern], root: str) -> re.Pattern[str] | None:
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{p.regex(root)})" for p in patterns), re.DOTALL)
+
+
+# -- the plans ------------------------------------------------------------------------------
+
+
+def namespace_steps(
+    where: Layout,
+    policy: SandboxPolicy,
+    *,
+    arch: str,
+    landlock_abi: int,
+    proxy_channel: int | None,
+) -> list[Step]:
+    """The plan under user, mount, pid and ipc namespaces (and a network namespace whose only
+    way out is the proxy's listener, sent over ``proxy_channel``)."""
+    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC
+    if proxy_channel is not None:
+        flags |= CLONE_NEWNET
+    steps = [*_placeholder_steps(where), Step(Op.NAMESPACES, (flags,))]
+    steps += _mount_steps(where, policy)
+    steps.append(Step(Op.PROC, ("/proc",)))
+    if proxy_channel is not None:
+        steps += [Step(Op.LOOPBACK), Step(Op.LISTEN, (PROXY_PORT, proxy_channel))]
+    steps.append(Step(Op.WATCH, (policy.max_processes, "/tmp")))
+    steps += _command_steps(
+        where,
+        policy,
+        arch=arch,
+        landlock_abi=landlock_abi,
+        temporary="/tmp",
+        proxy_port=PROXY_PORT if proxy_channel is not None else None,
+        namespaced=True,
+    )
+    return steps
+
+
+@functools.lru_cache(maxsize=64)
+def namespace_plan(where: Layout, policy: SandboxPolicy, *, arch: str, landlock_abi: int) -> Plan:
+    """``namespace_steps`` without a network, as a ``Plan`` (made and encoded once per layout
+    and policy)."""
+    return Plan(
+        namespace_steps(where, policy, arch=arch, landlock_abi=landlock_abi, proxy_channel=None)
+    )
+
+
+def _placeholder_steps(where: Layout) -> list[Step]:
+    directories = sorted({d for d, _, _ in where.placeholders})
+    index = {d: i for i, d in enumerate(directories)}
+    return [Step(Op.LOCK, (d,)) for d in directories] + [
+        Step(Op.PLACEHOLDER, (kind, index[directory], name))
+        for directory, name, kind in where.placeholders
+    ]
+
+
+def _mount_steps(where: Layout, policy: SandboxPolicy) -> list[Step]:
+    """Every mount read-only, nosuid and nodev; a private /tmp and /dev/shm; the roots writable
+    again (and what lies under /tmp but must stay visible, read-only); the usable devices;
+    pins, protected and read-only paths, hidden ones covered."""
+    attached = sorted([(path, False) for path in where.roots] + [(p, True) for p in where.visible])
+    steps = [Step(Op.PRIVATE)]
+    steps += [Step(Op.HOLD, (path,)) for path, _ in attached]
+    steps.append(Step(Op.SEAL, ("/",)))
+    tmp_inodes = max(1024, policy.max_tmp_bytes // 4096)
+    steps.append(Step(Op.TMPFS, ("/tmp", policy.max_tmp_bytes, tmp_inodes, 0o1777)))
+    shm = min(policy.max_tmp_bytes, 64 << 20)
+    steps.append(Step(Op.TMPFS, ("/dev/shm", shm, 1024, 0o1777)))
+    steps += [
+        Step(Op.ATTACH, (index, path, int(read_only)))
+        for index, (path, read_only) in enumerate(attached)
+    ]
+    steps += [Step(Op.BIND, (dev, dev, BIND_DEVICES | BIND_OPTIONAL)) for dev in DEVICES]
+    steps += [Step(Op.BIND, (d, d, BIND_RECURSIVE | BIND_OPTIONAL)) for d in where.pins]
+    covered = [os.path.join(directory, name) for directory, name, _ in where.placeholders]
+    steps += [Step(Op.BIND, (p, p, BIND_READONLY | BIND_OPTIONAL)) for p in covered]
+    read_only = BIND_READONLY | BIND_RECURSIVE | BIND_OPTIONAL
+    steps += [Step(Op.BIND, (p, p, read_only)) for p in where.read_only]
+    steps += [
+        Step(Op.MASK, ("d" if os.path.isdir(path) else "f", path))
+        for path in (*where.hidden, *where.hidden_outside)
+    ]
+    return steps
+
+
+def landlock_steps(
+    where: Layout,
+    policy: SandboxPolicy,
+    *,
+    arch: str,
+    landlock_abi: int,
+    temporary: str,
+    proxy_port: int | None,
+) -> list[Step]:
+    """The plan without namespaces: Landlock, seccomp, capabilities and limits; the launcher
+    watches the bounds and removes ``temporary`` at the end."""
+    steps = [
+        Step(Op.REMOVE_AFTER, (temporary,)),
+        Step(Op.WATCH_TASKS, (policy.max_processes,)),
+        Step(Op.WATCH_TREE, (temporary, policy.max_tmp_bytes)),
+        Step(Op.NPROC_ABOVE, (policy.max_processes,)),
+    ]
+    steps += _command_steps(
+        where,
+        policy,
+        arch=arch,
+        landlock_abi=landlock_abi,
+        temporary=temporary,
+        proxy_port=proxy_port,
+        namespaced=False,
+    )
+    return steps
+
+
+def _command_steps(
+    where: Layout,
+    policy: SandboxPolicy,
+    *,
+    arch: str,
+    landlock_abi: int,
+    temporary: str,
+    proxy_port: int | None,
+    namespaced: bool,
+) -> list[Step]:
+    steps = [Step(Op.CHDIR, (where.cwd,))]
+    if namespaced:
+        steps.append(Step(Op.RLIMIT, (RLIMIT_NPROC, policy.max_processes, policy.max_processes)))
+    if landlock_abi:
+        steps += _landlock(where, landlock_abi, temporary, proxy_port, namespaced)
+    steps.append(Step(Op.CAPS))
+    scoped = landlock_abi >= 6
+    protect: tuple[int, ...] = () if namespaced or scoped else (os.getpid(), -os.getpgrp())
+    program = _kernel.command_filter(
+        arch, tcp=proxy_port is not None, namespaced=namespaced, protect_pids=protect
+    )
+    steps.append(Step(Op.SECCOMP, (program,)))
+    return steps
+
+
+def _landlock(
+    where: Layout, abi: int, temporary: str, proxy_port: int | None, namespaced: bool
+) -> list[Step]:
+    handled = _kernel.fs_handled(abi)
+    net = _kernel.NET_BIND_TCP | _kernel.NET_CONNECT_TCP if abi >= 4 else 0
+    scoped = _kernel.SCOPE_ABSTRACT_UNIX_SOCKET | _kernel.SCOPE_SIGNAL if abi >= 6 else 0
+    steps = [Step(Op.LANDLOCK, (handled, net, scoped))]
+    read = _kernel.FS_READ & handled
+    if namespaced or not where.hidden_outside:
+        steps.append(Step(Op.LANDLOCK_PATH, (read, "/")))
+    else:
+        grants, listed = _read_grants(where.hidden_outside)
+        steps += [Step(Op.LANDLOCK_PATH, (_kernel.FS_READ_DIR, d)) for d in listed]
+        steps += [Step(Op.LANDLOCK_PATH, (read, path)) for path in grants]
+    write = _kernel.fs_writable(abi)
+    writable = [*where.roots, temporary] + (["/dev/shm"] if namespaced else [])
+    steps += [Step(Op.LANDLOCK_PATH, (write, path)) for path in writable]
+    device = (_kernel.FS_READ_FILE | _kernel.FS_WRITE_FILE | _kernel.FS_IOCTL_DEV) & handled
+    steps += [Step(Op.LANDLOCK_PATH, (device, path)) for path in DEVICES]
+    if net and proxy_port is not None:
+        steps.append(Step(Op.LANDLOCK_PORT, (_kernel.NET_CONNECT_TCP, proxy_port)))
+    steps.append(Step(Op.RESTRICT))
+    return steps
+
+
+def _read_grants(hidden: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Landlock only grants: to read everything but ``hidden``, grant each entry of every
+    directory on the way to a hidden path except that path (``grants``), and let those
+    directories be listed (``listed``)."""
+    grants: list[str] = []
+    listed: list[str] = []
+    hidden_set = set(hidden)
+
+    def visit(directory: str) -> None:
+        listed.append(directory)
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            return
+        for name in names:
+            path = os.path.join(directory, name)
+            if path in hidden_set:
+                continue
+            if any(h.startswith(path.rstrip("/") + "/") for h in hidden_set):
+                try:
+                    if stat.S_ISDIR(os.lstat(path).st_mode):
+                        visit(path)
+                        continue
+                except OSError:
+                    continue
+            grants.append(path)
+
+    visit("/")
+    return grants, listed
