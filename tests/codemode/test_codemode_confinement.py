@@ -18,6 +18,7 @@ import pytest
 
 from fastgate import ErrorCode
 from fastgate.codemode import CodeMode, SandboxUnavailable, _sandbox
+from fastgate.processes import supervision
 from tests.codemode_kit import (
     Env,
     env_fixture,  # noqa: F401  (the fixture "env")
@@ -120,30 +121,35 @@ print([p for p in sys.path if "site-packages" in p or p == "/work"])
 
 
 async def test_the_parent_cannot_be_reached(env: Env) -> None:
+    """Neither the server nor the worker's launcher (its parent, on Linux)."""
     executor = env.make(noop_tool())
     code = """
 import ctypes, gc, os, signal, sys
-parent = os.getppid()
-print("parent", parent == PARENT)
-for path in (f"/proc/{parent}/mem", f"/proc/{parent}/environ", f"/proc/{parent}/maps"):
-    try:
-        open(path, "rb").read(1)
-        print("READ", path)
-    except OSError as e:
-        print("refused", path)
 libc = ctypes.CDLL(None, use_errno=True)
 class IoVec(ctypes.Structure):
     _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
-buf = ctypes.create_string_buffer(8)
-local, remote = IoVec(ctypes.addressof(buf), 8), IoVec(0x400000, 8)
-print("process_vm_readv", libc.process_vm_readv(parent, ctypes.byref(local), 1,
-      ctypes.byref(remote), 1, 0), ctypes.get_errno())
-print("ptrace", libc.ptrace(16, parent, 0, 0), ctypes.get_errno())  # PTRACE_ATTACH
-try:
-    os.kill(parent, 0)
-    print("SIGNALLED")
-except OSError as e:
-    print("refused kill", type(e).__name__)
+def probe(who, pid):
+    for name in ("mem", "environ", "maps"):
+        try:
+            open(f"/proc/{pid}/{name}", "rb").read(1)
+            print(who, "READ", name)
+        except OSError as e:
+            print(who, "refused", name)
+    buf = ctypes.create_string_buffer(8)
+    local, remote = IoVec(ctypes.addressof(buf), 8), IoVec(0x400000, 8)
+    print(who, "process_vm_readv", libc.process_vm_readv(pid, ctypes.byref(local), 1,
+          ctypes.byref(remote), 1, 0), ctypes.get_errno())
+    print(who, "ptrace", libc.ptrace(16, pid, 0, 0), ctypes.get_errno())  # PTRACE_ATTACH
+    try:
+        os.kill(pid, 0)
+        print(who, "SIGNALLED")
+    except OSError as e:
+        print(who, "refused kill", type(e).__name__)
+probe("server", SERVER)
+parent = os.getppid()
+print("the parent is the server", parent == SERVER)
+if parent != SERVER:
+    probe("launcher", parent)
 print("modules", [m for m in sys.modules if m.startswith("fastgate")])
 try:
     import fastgate
@@ -151,20 +157,22 @@ try:
 except ImportError:
     print("refused import")
 print("objects", any(type(o).__name__ == "ToolExecutor" for o in gc.get_objects()))
-""".replace("PARENT", str(os.getpid()))
+""".replace("SERVER", str(os.getpid()))
     result = await run(executor, code)
     assert result.ok, result.content
     out = result.value["stdout"].splitlines()
-    assert out[0] == "parent True"
-    assert out[1:4] == [f"refused /proc/{os.getpid()}/{n}" for n in ("mem", "environ", "maps")]
-    assert out[4] == "process_vm_readv -1 1"  # EPERM
-    assert out[5] == "ptrace -1 1"
-    assert out[6:] == [
+    refused = [
+        *(f"refused {name}" for name in ("mem", "environ", "maps")),
+        "process_vm_readv -1 1",  # EPERM
+        "ptrace -1 1",
         "refused kill PermissionError",
-        "modules []",
-        "refused import",
-        "objects False",
     ]
+    assert out[:6] == [f"server {line}" for line in refused]
+    launched = supervision() != "process group"
+    assert out[6] == f"the parent is the server {not launched}"
+    probed = [f"launcher {line}" for line in refused] if launched else []
+    assert out[7 : 7 + len(probed)] == probed
+    assert out[7 + len(probed) :] == ["modules []", "refused import", "objects False"]
 
 
 async def test_the_limits_cannot_be_raised(env: Env) -> None:

@@ -2,27 +2,35 @@
 
 A worker is started with everything a program must not have already gone: no site-packages
 (``-I -S``), an environment of a few fixed variables, a fresh temporary directory as its cwd,
-no file descriptor but its stdio and its channel, a session (and process group) of its own. It
-confines itself before it says ``ready``, so a warm worker is ready to run a program at once.
-Workers are not tied to an event loop while they wait: a run binds one to its loop.
+no file descriptor but its channel (as its stdin) and its output, a session (and process
+group) of its own. It confines itself before it says ``ready``, so a warm worker is ready to
+run a program at once. It runs under ``fastgate.processes``' launcher, its parent and the reaper
+of anything it might start: a worker ends with all its descendants.
+
+Workers are not tied to the event loop of a run while they wait: their processes belong to one
+loop of this module's own, in a thread (``_Supervisor``), and a run binds a worker's channel
+and output to its loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import logging
 import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import weakref
+from collections.abc import Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+from fastgate.processes import Process, spawn
 
 log = logging.getLogger("fastgate.codemode")
 
@@ -31,6 +39,7 @@ _MAX_FILES = 64
 _MAX_FILE_BYTES = 64 * 1024 * 1024  # each file of the scratch directory (RLIMIT_FSIZE)
 # Variables a program sees; nothing of the server's environment but the time zone.
 _ENV_PASSED = ("TZ",)
+_T = TypeVar("_T")
 
 
 def _interpreter() -> str:
@@ -79,6 +88,99 @@ def _environment(tmp: str) -> dict[str, str]:
     return env
 
 
+class _Supervisor:
+    """The event loop every worker's ``Process`` belongs to, run by a daemon thread of its own.
+
+    ``spawn`` binds a process to the running loop, but a worker is started ahead, from a
+    thread, then taken by a run on whichever loop it runs, or stopped from synchronous code
+    (the pool closed or collected): its process lives here, and is reached from elsewhere
+    through thread-safe calls."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._owner = 0  # the pid of the process that started the thread (a fork has none)
+        self._pending: set[concurrent.futures.Future[Any]] = set()
+
+    def loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._owner != os.getpid():
+                loop = asyncio.SelectorEventLoop()
+                name = "fastgate-codemode-processes"
+                thread = threading.Thread(target=loop.run_forever, name=name, daemon=True)
+                thread.start()
+                self._loop, self._thread, self._owner = loop, thread, os.getpid()
+            return self._loop
+
+    def here(self) -> bool:
+        """Whether this is its thread (where nothing may wait for it: a pool collected there)."""
+        return threading.current_thread() is self._thread
+
+    def call(self, work: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``work`` there and wait for its result (from any thread but that one)."""
+        return asyncio.run_coroutine_threadsafe(work, self.loop()).result()
+
+    async def wait(self, work: Coroutine[Any, Any, _T]) -> _T:
+        """Run ``work`` there, awaited from the caller's loop."""
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, self.loop()))
+
+    def soon(self, work: Coroutine[Any, Any, Any]) -> None:
+        """Run ``work`` there, not waiting for it (held until it is done)."""
+        future = asyncio.run_coroutine_threadsafe(work, self.loop())
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+
+
+_SUPERVISOR = _Supervisor()
+
+
+async def _start(
+    argv: list[str], channel: int, output: int, tmp: str
+) -> tuple[Process, tuple[int, int] | None]:
+    """A worker's process, running (``OSError`` when the interpreter cannot be started), and
+    its pidfds (``_pidfds``)."""
+    process = spawn(
+        argv, stdin=channel, stdout=output, stderr=output, cwd=tmp, env=_environment(tmp), grace=0
+    )
+    try:
+        await process.started()
+    except BaseException:
+        await process.terminate_all(0)
+        raise
+    return process, _pidfds(process)
+
+
+def _pidfds(process: Process) -> tuple[int, int] | None:
+    """A pidfd of the worker (to kill it at once, without a word to its launcher) and one of
+    its launcher (readable when the launcher exits: the worker and all it started are gone and
+    reaped then); ``None`` where the system has no pidfds. Made on the supervisor's loop, which
+    alone reaps the launcher: its pid cannot be another process's yet."""
+    try:
+        launcher = os.pidfd_open(process.supervisor_pid)
+    except (AttributeError, OSError):
+        return None
+    try:
+        worker = os.pidfd_open(process.pid)
+    except OSError:
+        os.close(launcher)
+        return None
+    if process.pid != process.supervisor_pid and _parent(process.pid) != process.supervisor_pid:
+        os.close(worker)  # it has already been reaped: the pid may name another process now
+        os.close(launcher)
+        return None
+    return worker, launcher
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            line = stat.read(512)
+        return int(line[line.rindex(b")") + 2 :].split(b" ", 2)[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class Worker:
     """One started worker: its process, its channel socket and its output pipe (stdout and
     stderr together)."""
@@ -89,18 +191,10 @@ class Worker:
         out_read, out_write = os.pipe()
         try:
             argv = [_interpreter(), "-I", "-S", "-B", "-X", "utf8", WORKER_PATH]
-            argv.append(_json(spec.config(self.tmp, theirs.fileno())))
-            self.process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out_write,
-                stderr=out_write,
-                pass_fds=(theirs.fileno(),),
-                close_fds=True,
-                start_new_session=True,  # its own session and process group
-                cwd=self.tmp,
-                env=_environment(self.tmp),
-            )
+            # The channel is its stdin: the launcher hands a command its stdio, nothing else.
+            argv.append(_json(spec.config(self.tmp, 0)))
+            started = _start(argv, theirs.fileno(), out_write, self.tmp)
+            self.process, pidfds = _SUPERVISOR.call(started)
         except BaseException:
             ours.close()
             os.close(out_read)
@@ -110,14 +204,10 @@ class Worker:
             theirs.close()
             os.close(out_write)
         self.pid = self.process.pid
+        self.pidfd: int | None = pidfds[0] if pidfds is not None else None
+        self.end_fd: int | None = pidfds[1] if pidfds is not None else None
         self.channel = ours
         self.output = out_read
-        self.pidfd: int | None = None
-        if hasattr(os, "pidfd_open"):
-            try:
-                self.pidfd = os.pidfd_open(self.pid)
-            except OSError:
-                self.pidfd = None  # an old kernel: the run waits for the exit in a thread
         self._closed = False
 
     def confined(self) -> bool:
@@ -128,16 +218,23 @@ class Worker:
             return False
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        return self.process.returncode is None and not self.process.done()
 
     def kill(self) -> None:
-        """SIGKILL the worker's whole process group (while the leader is not reaped, its group
-        id cannot be reused)."""
-        if self.process.returncode is None:
+        """SIGKILL the worker, without waiting: its launcher then kills whatever it started
+        (a pid of those, once reaped, could be another process's: the launcher knows them)."""
+        if self.pidfd is not None:
             try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass  # it has exited
+        elif not self.process.done():
+            _SUPERVISOR.soon(self.process.terminate_all(0))
+
+    async def ended(self) -> int | None:
+        """Wait, on the caller's loop, until the worker and everything it started are gone
+        and reaped; its status."""
+        return await _SUPERVISOR.wait(self.process.wait())
 
     def release(self) -> None:
         """Close our ends and remove its temporary directory (once it has been reaped)."""
@@ -145,21 +242,32 @@ class Worker:
             return
         self._closed = True
         self.channel.close()
-        for fd in (self.output, self.pidfd):
+        for fd in (self.output, self.pidfd, self.end_fd):
             if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+                os.close(fd)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
+    def release_when_ended(self) -> None:
+        """``release()`` once every process is gone: now, or when its launcher has ended
+        them (whatever becomes of the loop of the run that used it)."""
+        if self.process.done():
+            self.release()
+        else:
+            _SUPERVISOR.soon(self._release_at_end())
+
+    async def _release_at_end(self) -> None:
+        await self.process.wait()
+        self.release()
+
     def destroy(self) -> None:
-        """Kill, reap and release, blocking (the worker dies at once: SIGKILL)."""
-        self.kill()
-        try:
-            self.process.wait()
-        except ChildProcessError:
-            pass
+        """Kill, reap and release, blocking (the worker dies at once: SIGKILL); on the
+        supervisor's own thread, without waiting."""
+        if _SUPERVISOR.here():
+            self.kill()
+            self.release_when_ended()
+            return
+        if not self.process.done():
+            _SUPERVISOR.call(self.process.terminate_all(0))
         self.release()
 
 

@@ -1,10 +1,10 @@
 """One ``run_code`` call: a worker bound to the loop, its program's tool calls sent through the
 executor's pipeline, its output collected, its end turned into a value or a failure.
 
-The run ends when the worker has exited and its output is drained. A ``done`` message (the
-program finished) or a broken rule of the channel makes the parent kill the worker's process
-group at once; so does the run's own cancellation (timeout or caller), after the calls in
-flight have been cancelled.
+The run ends when the worker and everything it started are gone and its output is drained. A
+``done`` message (the program finished) or a broken rule of the channel makes the parent kill
+the worker (and whatever it started) at once; so does the run's own cancellation (timeout or
+caller), after the calls in flight have been cancelled.
 """
 
 from __future__ import annotations
@@ -138,19 +138,39 @@ class Run:
         self._drained: asyncio.Future[None] = self._loop.create_future()
         self._readers: list[int] = []
         self._writing = False
+        self._end_watch: asyncio.Task[None] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        loop, worker = self._loop, self.worker
+        worker = self.worker
         worker.channel.setblocking(False)
         self._watch(worker.channel.fileno(), self._on_channel)
         self._watch(worker.output, self._on_output)
-        if worker.pidfd is not None:
-            self._watch(worker.pidfd, self._on_exit)
-        else:  # no pidfd (an old kernel): a thread waits for the exit
-            waiting = loop.run_in_executor(None, worker.process.wait)
-            waiting.add_done_callback(lambda _: self._on_exit())
+        self._watch_the_end()
+
+    def _watch_the_end(self) -> None:
+        """Watch for the end of the worker and of everything it started: its launcher's exit,
+        seen on this loop (else told by the launcher's loop)."""
+        if self._exited.done() or self._end_watch is not None:
+            return
+        end_fd = self.worker.end_fd
+        if end_fd is None:
+            self._end_watch = self._loop.create_task(self._watch_end())
+        elif end_fd not in self._readers:
+            self._watch(end_fd, self._on_end)
+
+    def _on_end(self) -> None:
+        assert self.worker.end_fd is not None
+        self._unwatch(self.worker.end_fd)
+        if self.done is not None or self.worker.process.returncode is not None:
+            self._on_exit()
+        else:  # its status, needed to say how it ended, is still on its way
+            self._end_watch = self._loop.create_task(self._watch_end())
+
+    async def _watch_end(self) -> None:
+        await self.worker.ended()
+        self._on_exit()
 
     async def ready(self) -> dict[str, Any]:
         """The worker's report of its confinement, once it has confined itself."""
@@ -189,7 +209,8 @@ class Run:
         self._cancel.detach()
 
     def stop(self) -> None:
-        """Kill the program's process group and stop listening to it (synchronous)."""
+        """Kill the program (its launcher then ends what it started) and stop listening to it
+        (synchronous)."""
         self._stopped = True
         self.worker.kill()
         for fd in self._readers:
@@ -200,18 +221,18 @@ class Run:
         self._readers.clear()
 
     async def reaped(self) -> None:
-        """Wait until the killed worker is reaped (its pidfd or thread reports the exit)."""
-        if self.worker.pidfd is not None and not self._exited.done():
-            self._loop.add_reader(self.worker.pidfd, self._on_exit)
-            self._readers.append(self.worker.pidfd)
+        """Wait until the killed worker, and all it started, are reaped."""
+        self._watch_the_end()  # again: stop() let go of every descriptor
         await asyncio.shield(self._exited)
 
     def release_when_reaped(self) -> None:
         """Close the worker's ends once it is reaped (at once, or when its exit is seen)."""
         if self._exited.done():
             self.worker.release()
-        else:  # interrupted while waiting: the exit watch stays, and releases it then
-            self._exited.add_done_callback(lambda _: self.worker.release())
+        else:  # interrupted while waiting: released when its processes are gone
+            for fd in tuple(self._readers):
+                self._unwatch(fd)
+            self.worker.release_when_ended()
 
     def _watch(self, fd: int, callback: Callable[[], None]) -> None:
         self._loop.add_reader(fd, callback)
@@ -227,11 +248,7 @@ class Run:
     def _on_exit(self) -> None:
         if self._exited.done():
             return
-        if self.worker.pidfd is not None:
-            self._unwatch(self.worker.pidfd)
-        self.returncode = self.worker.process.poll()
-        if self.returncode is None:  # a pidfd is readable only once the process has exited
-            self.returncode = self.worker.process.wait()
+        self.returncode = self.worker.process.returncode
         self._exited.set_result(None)
 
     def _on_output(self) -> None:

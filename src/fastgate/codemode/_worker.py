@@ -3,7 +3,7 @@
 Started as ``python -I -S -B -X utf8 _worker.py CONFIG`` (no site-packages, no ``PYTHON*``
 variable, an allow-listed environment, its own session, cwd its temporary directory). It
 confines itself (``_sandbox.py``, loaded by path), reports ``ready`` on its channel (a socket
-inherited as fd ``CONFIG["fd"]``, moved to fd 3), waits for one ``run`` message, runs the
+inherited as fd ``CONFIG["fd"]``, its stdin, moved to fd 3), waits for one ``run`` message, runs the
 program and sends ``done``. Standard library only: it never imports fastgate.
 
 The channel carries one JSON object per line, each call tagged with an id so that calls made
@@ -444,6 +444,8 @@ def main(argv: list[str]) -> None:
     if fd != CHANNEL_FD:  # always fd 3 in the worker, whatever number the parent gave it
         os.dup2(fd, CHANNEL_FD)
         os.close(fd)
+        if fd == 0:  # it came as stdin: a program reads an empty stdin, as before the move
+            os.open(os.devnull, os.O_RDONLY)  # the lowest free descriptor: 0
     channel = Channel(socket.socket(fileno=CHANNEL_FD))
     loop = asyncio.new_event_loop()  # before seccomp: it makes its self-pipe socket
     try:
