@@ -27,7 +27,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from fastgate.permissions.globs import PathPattern
+from fastgate.paths import PathPattern
 from fastgate.processes import (
     BIND_DEVICES,
     BIND_OPTIONAL,

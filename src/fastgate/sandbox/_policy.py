@@ -6,9 +6,9 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from fastgate.paths import PathPattern, compile_path_pattern
 from fastgate.permissions import DEFAULT_PROTECTED as _PERMISSIONS_PROTECTED
 from fastgate.permissions import DEFAULT_SENSITIVE
-from fastgate.permissions.globs import PathPattern, compile_path_pattern
 from fastgate.sandbox._network import NetworkPolicy
 
 #: The server's home directory as it was when fastgate.sandbox was first imported: a program
