@@ -53,6 +53,8 @@ UPWARD = {
     ("fastgate.tools._definition", "fastgate.pipeline.run_context"),
     # A call's file system and shell default to the built-ins' local ones, chosen lazily.
     ("fastgate.pipeline.run_context", "fastgate.builtin"),
+    # Hooks from settings files run in the command sandbox where the host has one.
+    ("fastgate.hooks._settings", "fastgate.sandbox"),
 }
 
 

@@ -192,35 +192,46 @@ def test_may_read_outside_an_executor_knows_the_sensitive_list(tmp_path: Path) -
     assert not ctx.may_read(str(tmp_path / "deep/id_rsa"))
 
 
-CORE_ONLY = """
-import asyncio, sys
+SEAMS = """
+import sys
 import fastgate
-from fastgate import ExecutionContext, RunContext, ToolRegistry, ToolExecutor, define_tool, schema
+from fastgate import ExecutionContext, ToolExecutor, ToolRegistry, define_tool, schema
+if sys.argv[1] == "builtin-first":
+    import fastgate.builtin  # imported before anything else: must change nothing
 
 async def main():
     async def body(args, ctx):
-        try:
-            ctx.fs
-        except RuntimeError as exc:
-            return str(exc)
-        return "had a file system"
+        return f"{type(ctx.fs).__name__} {type(ctx.shell).__name__}"
     reg = ToolRegistry()
     reg.register(define_tool("t", "T.", schema.Object({}), body, kind="read_only"))
-    result = await ToolExecutor(reg).execute("t", {}, ExecutionContext(workspace_root="/tmp"))
+    executor = ToolExecutor(reg)
+    before = [m for m in sys.modules if m.startswith("fastgate.builtin")]
+    result = await executor.execute("t", {}, ExecutionContext(workspace_root="/tmp"))
+    print(before)
     print(result.content)
-    print([m for m in sys.modules if m.startswith("fastgate.builtin")])
 
-asyncio.run(main())
+fastgate.run(main())
 """
 
 
-def test_the_core_never_imports_the_builtins() -> None:
+def _seams(order: str) -> tuple[str, str]:
     done = subprocess.run(
-        [sys.executable, "-c", CORE_ONLY], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-c", SEAMS, order], capture_output=True, text=True, timeout=60
     )
-    message, modules = done.stdout.strip().split("\n")
-    assert "pass ExecutionContext(fs=...)" in message and "import fastgate.builtin" in message
-    assert modules == "[]"
+    assert done.returncode == 0, done.stderr
+    before, seams = done.stdout.strip().split("\n")
+    return before, seams
+
+
+def test_the_default_seams_do_not_depend_on_what_was_imported() -> None:
+    # Importing fastgate loads no capability; a body that asks for its file system and shell
+    # gets the built-ins' local ones, the same whether fastgate.builtin was imported first.
+    before, core_first = _seams("core-only")
+    assert before == "[]"
+    _, builtin_first = _seams("builtin-first")
+    assert core_first == builtin_first
+    assert core_first.split()[0] == "LocalFileSystem"
+    assert core_first.split()[1] in ("LocalShell", "SandboxedShell")
 
 
 async def test_a_relative_workspace_root_works_for_every_file_tool(

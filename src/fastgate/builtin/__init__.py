@@ -32,6 +32,7 @@ from fastgate.builtin._shell import DEFAULT_ENV_DENY as DEFAULT_ENV_DENY
 from fastgate.builtin._shell import LocalShell as LocalShell
 from fastgate.builtin._shell import Shell as Shell
 from fastgate.builtin._shell import ShellResult as ShellResult
+from fastgate.builtin._shell import check_arguments as check_shell_arguments
 from fastgate.builtin._tools import ALL
 from fastgate.tools import ToolDefinition, ToolRegistry
 
@@ -43,6 +44,7 @@ __all__ = (
     "LocalShell",
     "Shell",
     "ShellResult",
+    "check_shell_arguments",
     "builtin_tools",
     "find_ripgrep",
     "register_builtins",

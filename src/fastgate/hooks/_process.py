@@ -162,9 +162,7 @@ async def run_bounded(
     """
     confinement = None
     if sandbox is not None:
-        from fastgate.sandbox._launch import confinement_for
-
-        confinement = await confinement_for(sandbox, roots=None, cwd=cwd or os.getcwd())
+        confinement = await sandbox.confinement(roots=None, cwd=cwd or os.getcwd())
     try:
         if confinement is not None:
             env = {**(os.environ if env is None else env), **confinement.environment}

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from fastgate.paths import PathPattern, compile_path_pattern
 from fastgate.permissions import DEFAULT_PROTECTED as _PERMISSIONS_PROTECTED
@@ -89,6 +90,15 @@ class SandboxPolicy:
     max_tmp_bytes: int = 1 << 30
     protected_patterns: tuple[PathPattern, ...] = field(init=False, repr=False, compare=False)
     hidden_patterns: tuple[PathPattern, ...] = field(init=False, repr=False, compare=False)
+
+    async def confinement(self, *, roots: Sequence[str] | None, cwd: str) -> Any:
+        """The confinement of one command under this policy, for a spawner other than the
+        shell (a command hook): ``None`` where this host cannot confine it and ``require`` is
+        false; ``OSError`` when it is required but cannot be. (Spawners below the sandbox in
+        the layout call this method rather than importing the sandbox.)"""
+        from fastgate.sandbox._launch import confinement_for
+
+        return await confinement_for(self, roots=roots, cwd=cwd)
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from fastgate import CancelToken, ErrorCode, ToolFault
-from fastgate.builtin._shell import DEFAULT_ENV_DENY, LocalShell, ShellResult, check_arguments
+from fastgate.builtin import DEFAULT_ENV_DENY, LocalShell, ShellResult, check_shell_arguments
 from fastgate.processes import PlanFailed
 from fastgate.sandbox._launch import Confinement
 from fastgate.sandbox._network import NetworkEvent
@@ -83,7 +83,7 @@ class SandboxedShell(LocalShell):
         signal: CancelToken | None = None,
         roots: Sequence[str] | None = None,
     ) -> ShellResult:
-        check_arguments(command, timeout)
+        check_shell_arguments(command, timeout)
         support = sandbox_support()
         why = _unsupported(support, self.policy)
         if why is not None:
