@@ -44,8 +44,8 @@ __all__ = (
     "LocalShell",
     "Shell",
     "ShellResult",
-    "check_shell_arguments",
     "builtin_tools",
+    "check_shell_arguments",
     "find_ripgrep",
     "register_builtins",
 )
