@@ -266,9 +266,12 @@ async def test_sigkill_mid_call_then_restart_is_ambiguous_never_a_second_run(
             call = asyncio.create_task(
                 post_modern(http, first.url, "tools/call", params, headers=key)
             )
-            async with asyncio.timeout(30):
-                # The command says it started through a FIFO: read in a thread, as it blocks.
-                assert await asyncio.to_thread(started.read_text) == "started\n"
+            try:
+                async with asyncio.timeout(30):
+                    # The command says it started through a FIFO: read in a thread (it blocks).
+                    assert await asyncio.to_thread(started.read_text) == "started\n"
+            finally:
+                _release(started)
             first.kill()
             with contextlib.suppress(httpx.HTTPError):
                 await call
@@ -305,3 +308,10 @@ async def test_sigkill_mid_call_then_restart_is_ambiguous_never_a_second_run(
     assert answer["_meta"]["fastgate"]["reason"] == "ambiguous_outcome"
     assert runs.read_text() == "run\n"  # never a second run
     assert unkeyed["isError"] is False  # the gateway serves on
+
+
+def _release(fifo: Path) -> None:
+    """Whatever happened, the reading thread is not left blocked on the FIFO: a writer opened
+    and closed gives it an end of file (a reader gone: nothing to release)."""
+    with contextlib.suppress(OSError):
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
