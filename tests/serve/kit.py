@@ -108,6 +108,7 @@ async def serving(gateway: Gateway) -> AsyncIterator[str]:
     """``gateway`` on uvicorn (httptools) at a free loopback port; its ``/mcp`` URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
+    sock.listen(1024)
     port = sock.getsockname()[1]
     config = uvicorn.Config(
         gateway.asgi(), http="httptools", lifespan="on", log_level="warning", access_log=False

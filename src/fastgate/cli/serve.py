@@ -465,6 +465,7 @@ async def _serve_http(gateway: Any, setup: _Setup) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((setup.host, setup.port))
+        sock.listen(2048)  # before the address is announced: a client connecting at once waits
     except OSError as exc:
         sock.close()
         raise UsageError(f"--listen {setup.args.listen}: {exc.strerror or exc}") from None
