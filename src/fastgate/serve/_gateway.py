@@ -419,22 +419,16 @@ class Gateway:
         digest = _state.arguments_digest(arguments)
         if self.audit is not None:
             self.audit.begin(execution_id, caller.principal, digest)
-        base = ExecutionContext(
-            session_id=session,
-            workspace_root=self.workspace,
-            agent_scope=self._scope_of(caller),
-        )
+        scope = self._scope_of(caller)
         key = _idempotency_key(meta, headers, client_session, ctx.request_id, modern)
         if isinstance(key, _Problem):
-            return self._refused(executor, name, base, execution_id, key, modern)
+            return self._refused(executor, name, session, scope, execution_id, key, modern)
         asking = _Asking(execution_id)
         answered: ApprovalResponse | None = None
         if modern and params.request_state is not None:
-            problem = self._check_state(
-                caller, executor, name, digest, params.request_state, key
-            )
+            problem = self._check_state(caller, executor, name, digest, params.request_state, key)
             if problem is not None:
-                return self._refused(executor, name, base, execution_id, problem, modern)
+                return self._refused(executor, name, session, scope, execution_id, problem, modern)
             answered = _answer_in(params.input_responses)
         approver, cancel = self._approver(ctx, caller, modern, asking, answered)
         context = ExecutionContext(
@@ -442,7 +436,7 @@ class Gateway:
             workspace_root=self.workspace,
             cancel=cancel,
             approver=approver,
-            agent_scope=base.agent_scope,
+            agent_scope=scope,
             elicitor=self._elicitor(ctx, modern),
             idempotency_key=key,
         )
@@ -459,7 +453,7 @@ class Gateway:
                 progress.stop()
         if asking.request is not None and _stopped_to_ask(result):
             return self._input_required(caller, executor, name, digest, asking.request)
-        return self._answer(result, executor, base.agent_scope, modern)
+        return self._answer(result, executor, scope, modern)
 
     def _answer(
         self,
@@ -481,20 +475,24 @@ class Gateway:
         self,
         executor: ToolExecutor,
         name: str,
-        base: ExecutionContext,
+        session: str,
+        scope: str | None,
         execution_id: str,
         problem: _Problem,
         modern: bool,
     ) -> dict[str, Any]:
+        context = ExecutionContext(
+            session_id=session, workspace_root=self.workspace, agent_scope=scope
+        )
         result = executor.refuse(
             name,
             problem.code,
             problem.message,
-            base,
+            context,
             details={"reason": problem.reason},
             execution_id=execution_id,
         )
-        return self._answer(result, executor, base.agent_scope, modern)
+        return self._answer(result, executor, scope, modern)
 
     def refuse_state(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         """The answer to a call whose ``requestState`` the SDK's boundary did not verify."""
@@ -502,7 +500,6 @@ class Gateway:
         executor = self._executor_for(caller)
         raw = ctx.params or {}
         name = raw.get("name")
-        base = ExecutionContext(session_id=session_id(caller.principal, None))
         problem = _Problem(
             ErrorCode.PERMISSION_DENIED,
             "Not permitted: the approval state sent back does not verify (altered, expired, "
@@ -510,9 +507,14 @@ class Gateway:
             "invalid_request_state",
         )
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
-        tool_name = name if isinstance(name, str) else ""
         return self._refused(
-            executor, tool_name, base, executor.new_execution_id(), problem, modern
+            executor,
+            name if isinstance(name, str) else "",
+            caller.principal,
+            self._scope_of(caller),
+            executor.new_execution_id(),
+            problem,
+            modern,
         )
 
     # -- approvals ------------------------------------------------------------------------------

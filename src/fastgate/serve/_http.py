@@ -41,16 +41,16 @@ def caller_of(scope: Scope) -> Caller | None:
 
 
 class _TokenVerifier:
-    """The SDK's ``TokenVerifier`` over a ``TokenTable`` (digests only; the token is not kept)."""
+    """The SDK's ``TokenVerifier`` over a ``TokenTable`` (digests only; the token is not kept).
+    Each caller's ``AccessToken`` is made once: a request costs no model construction."""
 
     def __init__(self, table: TokenTable) -> None:
         self._table = table
+        self._access = {caller: _access(caller) for caller in table.callers()}
 
     async def verify_token(self, token: str) -> AccessToken | None:
         caller = self._table.verify(token)
-        if caller is None:
-            return None
-        return _access(caller)
+        return None if caller is None else self._access[caller]
 
 
 def _access(caller: Caller) -> AccessToken:
