@@ -436,3 +436,25 @@ def _error(code: ErrorCode) -> Any:
 def _answer(execution_id: str, content: str) -> DurableResult:
     meta = ResultMeta("someone-else", None, "t", "s", 1.0, 2.0, 1000.0)
     return DurableResult(True, content, None, meta)
+
+
+async def test_a_lease_taken_over_is_no_longer_renewed(backend: Backend) -> None:
+    """Store level: the owner renews its claim until another owner takes the expired key."""
+    from fastgate.durable.store import ToolUseRecord, args_digest
+
+    digest = args_digest(("t", {}))
+
+    def record(execution_id: str) -> ToolUseRecord:
+        return ToolUseRecord(execution_id, None, "s", None, 0, 0, "t", {})
+
+    async with backend.open(lease_ttl=0.2) as first, backend.open(lease_ttl=0.2) as second:
+        claimed = await first.claim(record("e1"), "k", digest, take_over=False)
+        assert await first.renew("s", "k", "e1") is True
+        assert await second.renew("s", "k", "e1") is False  # not its claim
+        running = await second.claim(record("e2"), "k", digest, take_over=True)
+        await first.wait_result("e1", 0.5)  # no result comes: the lease runs out meanwhile
+        taken = await second.claim(record("e3"), "k", digest, take_over=True)
+        lost = await first.renew("s", "k", "e1")
+    assert claimed.status == "claimed" and running.status == "running"
+    assert running.execution_id == "e1"
+    assert taken.status == "claimed" and taken.execution_id == "e3" and lost is False

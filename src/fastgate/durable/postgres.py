@@ -86,7 +86,6 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             lease_expires timestamptz NOT NULL,
             PRIMARY KEY (session_key, key)
         )""",
-        "CREATE INDEX journal_by_execution ON {ns}.journal (execution_id)",
     ),
 )
 
@@ -134,7 +133,7 @@ class _Sql:
         )
         self.renew = (
             f"UPDATE {ns}.journal SET lease_expires = now() + %s * interval '1 second' "
-            "WHERE execution_id = %s AND owner = %s"
+            "WHERE session_key = %s AND key = %s AND execution_id = %s AND owner = %s"
         )
         # Locking the tool-use holds off a result for it (its foreign key's lock conflicts).
         self.lock_use = f"SELECT id FROM {ns}.tool_use WHERE execution_id = %s FOR UPDATE"
@@ -142,7 +141,9 @@ class _Sql:
             f"SELECT r.use_id IS NOT NULL, r.outcome, j.lease_expires > now() "
             f"FROM {ns}.tool_use AS u "
             f"LEFT JOIN {ns}.tool_result AS r ON r.use_id = u.id "
-            f"LEFT JOIN {ns}.journal AS j ON j.execution_id = u.execution_id "
+            f"LEFT JOIN {ns}.journal AS j ON j.session_key = "
+            "(CASE WHEN u.session_id IS NULL THEN '' ELSE '=' || u.session_id END) "
+            "AND j.execution_id = u.execution_id "
             "WHERE u.id = %s"
         )
         self.upsert_result = (
@@ -376,11 +377,12 @@ class PostgresToolUseStore:
                 self.path, f"a tool-use record for execution id {use[0]!r} already exists"
             )
 
-    async def renew(self, execution_id: str) -> bool:
+    async def renew(self, session_id: str | None, key: str, execution_id: str) -> bool:
         await self._open()
         try:
             async with self._pool.connection() as conn:
-                params = (self._lease_ttl, execution_id, self._owner)
+                session = session_key(session_id)
+                params = (self._lease_ttl, session, key, execution_id, self._owner)
                 renewed: bool = (await conn.execute(self._sql.renew, params)).rowcount > 0
                 return renewed
         except self._errors as exc:

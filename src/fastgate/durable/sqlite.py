@@ -89,7 +89,6 @@ _JOURNAL_SCHEMA = (
         lease_expires REAL NOT NULL,
         PRIMARY KEY (session_key, key)
     ) WITHOUT ROWID""",
-    "CREATE INDEX IF NOT EXISTS journal_by_execution ON journal (execution_id)",
 )
 _INSERT_TOOL_USE = (
     "INSERT INTO tool_use (execution_id, session_id, turn_id, epoch, seq, call_id, tool_name, "
@@ -114,11 +113,16 @@ _TAKE_OVER = (
     "UPDATE journal SET execution_id = ?, owner = ?, lease_expires = ? "
     "WHERE session_key = ? AND key = ?"
 )
-_RENEW = "UPDATE journal SET lease_expires = ? WHERE execution_id = ? AND owner = ?"
+_RENEW = (
+    "UPDATE journal SET lease_expires = ? "
+    "WHERE session_key = ? AND key = ? AND execution_id = ? AND owner = ?"
+)
 _SELECT_OUTCOME = (
     "SELECT u.id, r.use_id IS NOT NULL, r.outcome, j.lease_expires FROM tool_use AS u "
     "LEFT JOIN tool_result AS r ON r.use_id = u.id "
-    "LEFT JOIN journal AS j ON j.execution_id = u.execution_id WHERE u.execution_id = ?"
+    "LEFT JOIN journal AS j ON j.session_key = "
+    "(CASE WHEN u.session_id IS NULL THEN '' ELSE '=' || u.session_id END) "
+    "AND j.execution_id = u.execution_id WHERE u.execution_id = ?"
 )
 _SELECT_SESSION = (
     "SELECT u.execution_id, u.call_id, u.turn_id, u.epoch, u.seq, u.tool_name, u.args, r.result "
@@ -346,8 +350,9 @@ class _Writer:
         elif kind == _CLAIM:
             return self.claim(params, now)
         elif kind == _RENEW_LEASE:
-            execution_id, owner, lease_ttl = params
-            return conn.execute(_RENEW, (now + lease_ttl, execution_id, owner)).rowcount > 0
+            session, key, execution_id, owner, lease_ttl = params
+            renew = (now + lease_ttl, session, key, execution_id, owner)
+            return conn.execute(_RENEW, renew).rowcount > 0
         else:
             self.resolve(params, now)
         return None
@@ -572,10 +577,9 @@ class SqliteToolUseStore:
         entry: JournalEntry = await self._submit(_CLAIM, (*params, self._lease_ttl, take_over))
         return entry
 
-    async def renew(self, execution_id: str) -> bool:
-        renewed: bool = await self._submit(
-            _RENEW_LEASE, (execution_id, self._owner, self._lease_ttl)
-        )
+    async def renew(self, session_id: str | None, key: str, execution_id: str) -> bool:
+        params = (session_key(session_id), key, execution_id, self._owner, self._lease_ttl)
+        renewed: bool = await self._submit(_RENEW_LEASE, params)
         return renewed
 
     async def wait_result(self, execution_id: str, within: float) -> None:

@@ -105,8 +105,9 @@ class JournalStore(ToolUseStore, Protocol):
         ``record``'s (its tool-use record written, its lease started); otherwise say why not."""
         ...
 
-    async def renew(self, execution_id: str) -> bool:
-        """Extend the lease of a running claim of ours; False when it is no longer ours."""
+    async def renew(self, session_id: str | None, key: str, execution_id: str) -> bool:
+        """Extend the lease of our claim ``execution_id`` of ``key``; False when the key is no
+        longer ours."""
         ...
 
     async def wait_result(self, execution_id: str, within: float) -> None:
@@ -203,22 +204,77 @@ _pack_int = struct.Struct(">q").pack
 _pack_len = struct.Struct(">I").pack
 
 
+_sorted_msgpack = msgspec.msgpack.Encoder(order="sorted")
+_PLAIN: Final = (str, int, bool, type(None))  # JSON scalars but floats
+
+
 def args_digest(args: Any) -> bytes:
     """A digest of a JSON value in which equal values agree: object keys in any order, a number
-    as an int or an integral float, lists and tuples alike. Iterative: any depth."""
+    as an int or an integral float, lists and tuples alike.
+
+    The value as sorted msgpack; one with floats is first normalized (an integral float becomes
+    the int it equals), so that equal values give the same bytes. A value msgpack cannot hold
+    (lone surrogates, integers past 64 bits, nesting past msgspec's depth) takes a slower,
+    iterative encoding of its own, marked apart."""
     digest = hashlib.blake2b(digest_size=20)
-    for chunk in _canonical(args):
-        digest.update(chunk)
+    try:
+        encoded = _sorted_msgpack.encode(args if _plain(args) else _normalized(args))
+    except (UnicodeEncodeError, OverflowError, RecursionError, TypeError, ValueError):
+        digest.update(b"c")
+        for chunk in _canonical(args):
+            digest.update(chunk)
+    else:
+        digest.update(b"m")
+        digest.update(encoded)
     return digest.digest()
+
+
+def _plain(value: Any) -> bool:
+    """A scalar but a float, or a flat object or array of such (the usual arguments, and the
+    journal's (tool, arguments) pair of them): nothing to normalize."""
+    if type(value) in _PLAIN:
+        return True
+    if isinstance(value, dict):
+        items: Any = value.values()
+    elif isinstance(value, (list, tuple)):
+        items = value
+    else:
+        return False
+    for item in items:
+        if type(item) not in _PLAIN and not (
+            isinstance(item, dict) and all(type(v) in _PLAIN for v in item.values())
+        ):
+            return False
+    return True
+
+
+def _normalized(value: Any) -> Any:
+    """A copy of a JSON value with every integral float (within 64 bits) as the int it equals.
+    Iterative: any depth."""
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+    while stack:
+        item, parent, slot = stack.pop()
+        if isinstance(item, float) and item.is_integer() and abs(item) < 2**63:
+            parent[slot] = int(item)
+        elif isinstance(item, dict):
+            copy: dict[Any, Any] = dict(item)
+            parent[slot] = copy
+            stack.extend((child, copy, key) for key, child in item.items())
+        elif isinstance(item, (list, tuple)):
+            items = list(item)
+            parent[slot] = items
+            stack.extend((child, items, index) for index, child in enumerate(item))
+        else:
+            parent[slot] = item
+    return root[0]
 
 
 def _canonical(value: Any) -> Iterator[bytes]:
     stack: list[Any] = [value]
     while stack:
         item = stack.pop()
-        if isinstance(item, bytes):  # a marker pushed below, already canonical
-            yield item
-        elif item is None:
+        if item is None:
             yield b"n"
         elif item is True:
             yield b"t"

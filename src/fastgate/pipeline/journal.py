@@ -83,7 +83,7 @@ async def claim_key(
             return executor._finalize(call, ErrorCode.PERSISTENCE_FAILED, message, retryable=True)
         if entry.status == "claimed":
             call.recorded = True  # the claim wrote its tool-use record
-            holds.add(_Lease(_renewer(store, loop), entry.execution_id))
+            holds.add(_Lease(_renewer(store, loop), (ctx.session_id, key, entry.execution_id)))
             return None
         if entry.status != "running":
             return _answer(executor, call, key, entry)
@@ -173,23 +173,26 @@ def _replay(executor: ToolExecutor, call: _Call, durable: DurableResult) -> Tool
     return result
 
 
+_Claim = tuple[str | None, str, str]  # (session id, key, execution id)
+
+
 class _Lease:
     """A claim's lease: a hold of the call, released with its slot and locks (so a body that
     ignored cancellation keeps its lease until it really ends). Registering costs a dict entry:
     one renewer per store and loop renews every live lease each third of ``lease_ttl``."""
 
-    __slots__ = ("_execution_id", "_renewer")
+    __slots__ = ("_claim", "_renewer")
 
-    def __init__(self, renewer: _Renewer, execution_id: str) -> None:
+    def __init__(self, renewer: _Renewer, claim: _Claim) -> None:
         self._renewer = renewer
-        self._execution_id = execution_id
-        renewer.add(execution_id)
+        self._claim = claim
+        renewer.add(claim)
 
     def __aenter__(self) -> Any:
         return _core.READY
 
     def __aexit__(self, exc_type: object, exc: object, tb: object, /) -> Any:
-        self._renewer.discard(self._execution_id)
+        self._renewer.discard(self._claim)
         return _core.READY
 
 
@@ -203,16 +206,16 @@ class _Renewer:
     def __init__(self, store: JournalStore, loop: asyncio.AbstractEventLoop) -> None:
         self._store = store
         self._loop = loop
-        self._live: set[str] = set()
+        self._live: set[_Claim] = set()
         self._task: asyncio.Task[None] | None = None
 
-    def add(self, execution_id: str) -> None:
-        self._live.add(execution_id)
+    def add(self, claim: _Claim) -> None:
+        self._live.add(claim)
         if self._task is None:
             self._task = self._loop.create_task(self._renew_while_live())
 
-    def discard(self, execution_id: str) -> None:
-        self._live.discard(execution_id)
+    def discard(self, claim: _Claim) -> None:
+        self._live.discard(claim)
         if not self._live and self._task is not None:
             self._task.cancel()
             self._task = None
@@ -223,15 +226,14 @@ class _Renewer:
             await asyncio.sleep(period)
             live = list(self._live)
             outcomes = await asyncio.gather(
-                *(self._store.renew(execution_id) for execution_id in live),
-                return_exceptions=True,
+                *(self._store.renew(*claim) for claim in live), return_exceptions=True
             )
-            for execution_id, outcome in zip(live, outcomes, strict=True):
+            for claim, outcome in zip(live, outcomes, strict=True):
                 if isinstance(outcome, BaseException):  # unreachable: try again next round
-                    log.warning("lease of %s not renewed: %s", execution_id, outcome)
+                    log.warning("lease of %s not renewed: %s", claim[2], outcome)
                 elif not outcome:
-                    log.warning("lease of %s was lost; it is not renewed", execution_id)
-                    self._live.discard(execution_id)
+                    log.warning("lease of %s was lost; it is not renewed", claim[2])
+                    self._live.discard(claim)
             if not self._live:
                 self._task = None
                 return
