@@ -22,6 +22,7 @@ _TIME_BUCKETS: Final = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
 )  # fmt: skip
 _UPSTREAM_STATES: Final = ("starting", "ready", "restarting", "closed")
+_CACHED_LABELS: Final = 4096  # (tool, outcome) pairs whose counters are kept at hand
 
 
 class GatewayMetrics:
@@ -60,6 +61,7 @@ class GatewayMetrics:
             buckets=_TIME_BUCKETS,
             registry=self.registry,
         )
+        self._counters: dict[tuple[str, str], tuple[Any, ...]] = {}
         self._live = _LiveCollector()
         self.registry.register(self._live)
 
@@ -74,12 +76,22 @@ class GatewayMetrics:
 
     def count(self, tool: str, result: ToolResult) -> None:
         error = result.error
-        if error is None:
-            self.calls.labels(tool, "ok").inc()
-        else:
-            code = str(error.code)
-            self.calls.labels(tool, code).inc()
-            self.refusals.labels(code).inc()
+        outcome = "ok" if error is None else str(error.code)
+        counters = self._counters.get((tool, outcome))
+        if counters is None:
+            counters = self._counters_for(tool, outcome)
+        for counter in counters:
+            counter.inc()
+
+    def _counters_for(self, tool: str, outcome: str) -> tuple[Any, ...]:
+        """The labelled counters of one (tool, outcome), looked up once: a call then costs one
+        dictionary lookup, not a labels() call per counter."""
+        found: tuple[Any, ...] = (self.calls.labels(tool, outcome),)
+        if outcome != "ok":
+            found += (self.refusals.labels(outcome),)
+        if len(self._counters) < _CACHED_LABELS:
+            self._counters[(tool, outcome)] = found
+        return found
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
