@@ -145,7 +145,7 @@ def test_a_relative_workspace_root_is_made_absolute_where_it_is_given(
     monkeypatch.chdir(tmp_path)
     assert ExecutionContext(workspace_root=".").workspace_root == str(tmp_path)
     assert ExecutionContext(workspace_root="sub").workspace_root == str(tmp_path / "sub")
-    assert ExecutionContext(workspace_root=tmp_path).workspace_root == str(tmp_path)  # type: ignore[arg-type]
+    assert ExecutionContext(workspace_root=tmp_path).workspace_root == str(tmp_path)
     absolute = ExecutionContext(workspace_root="/srv/ws")
     assert absolute.workspace_root == "/srv/ws"  # kept as given
     defaults = ExecutionContext.check_defaults({"workspace_root": "."})

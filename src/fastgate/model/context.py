@@ -71,12 +71,12 @@ class ExecutionContext:
     elicitor: Elicitor | None = None  # answers an MCP server's questions during a call
     # The call's journal key (SPEC §24): a repeat with the same key in the session runs nothing
     # again; it gets the recorded result, waits for the running call, or is told it is ambiguous.
-    idempotency_key: str | None = None
+    idempotency_key: Any = None  # checked by the journal, so a bad key is a refused call
 
     def __init__(
         self,
         session_id: str | None = None,
-        workspace_root: str | None = None,
+        workspace_root: str | os.PathLike[str] | None = None,
         cancel: CancelToken | None = None,
         approver: Approver | None = None,
         agent_scope: str | None = None,
@@ -86,7 +86,7 @@ class ExecutionContext:
         fs: Any = None,
         shell: Any = None,
         elicitor: Elicitor | None = None,
-        idempotency_key: str | None = None,
+        idempotency_key: Any = None,
     ) -> None:
         # Compiled, rather than the interpreted one dataclasses would generate, and each field
         # set through its own slot descriptor (past the frozen __setattr__) rather than by
