@@ -152,3 +152,9 @@ def test_a_relative_workspace_root_is_made_absolute_where_it_is_given(
     assert defaults["workspace_root"] == str(tmp_path)
     with pytest.raises(TypeError):
         ExecutionContext(workspace_root=42)  # type: ignore[arg-type]
+
+
+def test_an_idempotency_key_cannot_be_a_default() -> None:
+    with pytest.raises(ValueError, match="idempotency_key"):
+        ExecutionContext.check_defaults({"idempotency_key": "k"})
+    assert ExecutionContext.check_defaults({"idempotency_key": None}) == {"idempotency_key": None}

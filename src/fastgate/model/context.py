@@ -175,6 +175,11 @@ class ExecutionContext:
                 f"context_defaults: unknown field(s) {', '.join(sorted(unknown))} "
                 f"(known: {', '.join(sorted(fields))})"
             )
+        if defaults.get("idempotency_key") is not None:
+            raise ValueError(
+                "context_defaults: idempotency_key names one call, so it cannot be a default "
+                "(every call would share it); pass it in each call's ExecutionContext"
+            )
         out = dict(defaults)
         if out.get("workspace_root") is not None:
             out["workspace_root"] = _absolute(out["workspace_root"])
