@@ -90,7 +90,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="who answers a call that asks (default client)",
     )
     parser.add_argument(
-        "--console", action="store_true", help="serve the approvals console (see docs/serve.md)"
+        "--console",
+        action="store_true",
+        help="serve the console at /console: approvals and live state (docs/console.md)",
+    )
+    parser.add_argument(
+        "--console-token-file",
+        metavar="FILE",
+        help="the console's admins: one SHA-256 hex digest of an admin token per line "
+        "(default: a token for this run, printed at start)",
     )
     parser.add_argument("--audit", metavar="FILE", help="append one JSON line per decision/result")
     parser.add_argument(
@@ -211,6 +219,13 @@ class _Setup:
         if args.stdio and args.tokens:
             raise UsageError("--tokens is for HTTP callers; a --stdio client is its launcher")
         self.tokens = _tokens(args.tokens)
+        if args.stdio and (args.console or args.console_token_file):
+            raise UsageError("--console: the console is served over HTTP, which --stdio is not")
+        # Approvals answered at the console need the console's pages.
+        self.console = bool(args.console or args.approvals == "console") and not args.stdio
+        if args.console_token_file and not self.console:
+            raise UsageError("--console-token-file: the console is served with --console")
+        self.console_tokens = _console_tokens(args.console_token_file)
         self.state_keys = _state_keys(args.state_key_file)
         if not args.lease_ttl > 0:
             raise UsageError("--lease-ttl: expected seconds > 0")
@@ -244,7 +259,8 @@ class _Setup:
                     executors[self.mode],
                     tokens=self.tokens,
                     approvals=self.args.approvals,
-                    console=self.args.console,
+                    console=self.console,
+                    console_tokens=self.console_tokens,
                     executors=executors,
                     bridge=bridge,
                     audit=audit,
@@ -418,6 +434,17 @@ def _tokens(path: str | None) -> Any:
         raise UsageError(f"--tokens: {exc}") from None
 
 
+def _console_tokens(path: str | None) -> Any:
+    if path is None:
+        return None
+    from fastgate.serve import AdminTokens, ConsoleTokensError
+
+    try:
+        return AdminTokens.load(path)
+    except ConsoleTokensError as exc:
+        raise UsageError(f"--console-token-file: {exc}") from None
+
+
 def _state_keys(path: str | None) -> list[bytes] | None:
     if path is None:
         return None
@@ -479,7 +506,7 @@ async def _serve_http(gateway: Any, setup: _Setup) -> None:
         timeout_graceful_shutdown=5,
         server_header=False,
     )
-    server = uvicorn.Server(config)
+    server = _server(config, gateway)
     shown = f"[{setup.host}]" if ":" in setup.host else setup.host
     who = "callers of --tokens" if setup.tokens is not None else "this machine only (local)"
     print(
@@ -488,7 +515,7 @@ async def _serve_http(gateway: Any, setup: _Setup) -> None:
         file=sys.stderr,
         flush=True,
     )
-    _warn_no_console(setup)
+    _announce_console(gateway, setup, f"http://{shown}:{port}")
     # uvicorn shuts down gracefully on SIGTERM/SIGINT, then raises the signal again for the
     # previous handler: let that one be a no-op, so the upstream servers are stopped before the
     # process exits (with status 0).
@@ -501,14 +528,35 @@ async def _serve_http(gateway: Any, setup: _Setup) -> None:
             signal.signal(sig, handler)
 
 
-def _warn_no_console(setup: _Setup) -> None:
-    if setup.args.approvals == "console" or setup.args.console:
-        print(
-            "fastgate serve: note: no console page is served here; approvals waiting for the "
-            "console are rejected after 300 s",
-            file=sys.stderr,
-            flush=True,
-        )
+def _server(config: Any, gateway: Any) -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, ending the console's live streams as it begins to shut down
+        (a graceful shutdown waits for open responses, and a stream never ends by itself)."""
+
+        def __init__(self, config: Any, gateway: Any) -> None:
+            super().__init__(config)
+            self._gateway = gateway
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self._gateway.close_streams()
+            super().handle_exit(sig, frame)
+
+    return Server(config, gateway)
+
+
+def _announce_console(gateway: Any, setup: _Setup, origin: str) -> None:
+    if not setup.console:
+        return
+    how = "with an admin token of --console-token-file"
+    if gateway.console_token is not None:
+        how = f"with the admin token {gateway.console_token} (this run only)"
+    print(
+        f"fastgate serve: console at {origin}/console: sign in {how}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _ignore(signum: int, frame: Any) -> None:

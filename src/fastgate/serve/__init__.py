@@ -27,13 +27,17 @@ from fastgate.serve._callers import Caller as Caller
 from fastgate.serve._callers import TokensError as TokensError
 from fastgate.serve._callers import TokenTable as TokenTable
 from fastgate.serve._callers import token_digest as token_digest
+from fastgate.serve._console_auth import AdminTokens as AdminTokens
+from fastgate.serve._console_auth import ConsoleTokensError as ConsoleTokensError
 from fastgate.serve._gateway import Gateway as Gateway
 from fastgate.serve._state import state_key as state_key
 
 __all__ = (
     "LOCAL",
+    "AdminTokens",
     "ApprovalEvent",
     "Caller",
+    "ConsoleTokensError",
     "Gateway",
     "GatewayAudit",
     "PendingApproval",

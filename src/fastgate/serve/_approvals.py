@@ -12,7 +12,7 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -99,6 +99,8 @@ class PendingApproval:
     source: str
     execution_id: str | None
     since: float  # wall clock, seconds since the epoch
+    rule: str | None = None  # the rule that asked (source "rule")
+    rule_source: str | None = None  # the settings file it came from
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,18 +151,25 @@ class PendingApprovals:
         self._publish(ApprovalEvent("answered", waiting.approval, response))
         return True
 
-    async def events(self) -> AsyncIterator[ApprovalEvent]:
-        """Every change from now on, until the consumer stops iterating."""
+    def events(self) -> AsyncIterator[ApprovalEvent]:
+        """Every change from this call on (a consumer that lists ``pending()`` right after
+        misses none), until the iterator is closed or dropped."""
         queue: asyncio.Queue[ApprovalEvent] = asyncio.Queue(maxsize=1024)
         self._listeners.add(queue)
-        try:
-            while True:
-                yield await queue.get()
-        finally:
-            self._listeners.discard(queue)
+        return _Following(self._listeners, queue)
 
-    async def ask(self, request: ApprovalRequest, principal: str) -> ApprovalResponse:
-        """Wait for the console's answer to ``request`` (rejected after ``timeout``)."""
+    async def ask(
+        self,
+        request: ApprovalRequest,
+        principal: str,
+        *,
+        rule: str | None = None,
+        rule_source: str | None = None,
+        on_added: Callable[[PendingApproval], object] | None = None,
+    ) -> ApprovalResponse:
+        """Wait for the console's answer to ``request`` (rejected after ``timeout``).
+        ``on_added``: told of the pending approval once it is listed (the gateway points a
+        URL-mode elicitation at it)."""
         approval = PendingApproval(
             id=f"a{next(self._ids)}-{request.execution_id or ''}",
             principal=principal,
@@ -171,10 +180,14 @@ class PendingApprovals:
             source=request.source,
             execution_id=request.execution_id,
             since=time.time(),
+            rule=rule,
+            rule_source=rule_source,
         )
         waiting = _Waiting(approval, asyncio.get_running_loop().create_future())
         self._waiting[approval.id] = waiting
         self._publish(ApprovalEvent("added", approval))
+        if on_added is not None:
+            on_added(approval)
         try:
             async with asyncio.timeout(self.timeout):
                 return await asyncio.shield(waiting.answer)
@@ -192,3 +205,26 @@ class PendingApprovals:
                 queue.put_nowait(event)
             except asyncio.QueueFull:  # a consumer that stopped reading misses events
                 pass
+
+
+class _Following:
+    """One consumer of ``PendingApprovals.events()``: listening from its creation, until
+    ``aclose()`` or until it is dropped."""
+
+    def __init__(
+        self, listeners: set[asyncio.Queue[ApprovalEvent]], queue: asyncio.Queue[ApprovalEvent]
+    ) -> None:
+        self._listeners = listeners
+        self._queue = queue
+
+    def __aiter__(self) -> _Following:
+        return self
+
+    async def __anext__(self) -> ApprovalEvent:
+        return await self._queue.get()
+
+    async def aclose(self) -> None:
+        self._listeners.discard(self._queue)
+
+    def __del__(self) -> None:
+        self._listeners.discard(self._queue)

@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
+from urllib.parse import quote
 
 import mcp_types as types
 from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
@@ -51,12 +52,14 @@ from fastgate.model import (
     PermissionMode,
     ToolResult,
 )
+from fastgate.permissions import ApprovalStore, PermissionResolver
 from fastgate.pipeline import ToolExecutor
 from fastgate.serve import _state
 from fastgate.serve._approvals import (
     APPROVAL_FORM,
     APPROVALS_MODES,
     ApprovalsMode,
+    PendingApproval,
     PendingApprovals,
     answer_of,
     approval_message,
@@ -69,6 +72,10 @@ from fastgate.serve._callers import (
     clean_client_session,
     session_id,
 )
+from fastgate.serve._console import PATH as CONSOLE_PATH
+from fastgate.serve._console import Console
+from fastgate.serve._console_auth import AdminTokens
+from fastgate.serve._console_calls import CallRecorder, rule_source
 from fastgate.serve._http import (
     BodyDeadline,
     LoopbackBackend,
@@ -154,6 +161,10 @@ class Gateway:
     ``requestState`` (the first seals; replicas share them; None: a key of this process).
     ``rate_limit``: ``(requests per second, burst)`` per principal, None for no limit.
     ``state_ttl``: how long an approval asked through ``input_required`` may be answered.
+    ``console``: serve the console (``/console``, SPEC §25) and answer there what a client
+    cannot be asked; ``console_tokens``: its admins, an ``AdminTokens``, a file of token
+    digests (one per line) or the digests (None: one token for this process,
+    ``console_token``).
     """
 
     def __init__(
@@ -163,6 +174,7 @@ class Gateway:
         tokens: TokenTable | str | os.PathLike[str] | Mapping[str, Any] | None = None,
         approvals: ApprovalsMode = "client",
         console: bool = False,
+        console_tokens: AdminTokens | str | os.PathLike[str] | Sequence[str] | None = None,
         executors: Mapping[PermissionMode | str, ToolExecutor] | None = None,
         bridge: Any = None,
         audit: GatewayAudit | None = None,
@@ -201,8 +213,23 @@ class Gateway:
         self.metrics = GatewayMetrics()
         self.metrics.watch(executor.scheduler.stats, bridge.status if bridge is not None else None)
         self._executors = self._executors_by_mode(executor, executors)
+        self.calls: CallRecorder | None = None
+        self._console: Console | None = None
+        if console:
+            self.calls = CallRecorder(workspace=workspace)
+            self._console = Console(
+                self.pending,
+                self.calls,
+                executor.scheduler.stats,
+                bridge.status if bridge is not None else None,
+                _admin_tokens(console_tokens),
+                self.allowed_hosts,
+            )
+        self._resolvers: dict[int, PermissionResolver] = {}
         for each in {id(e): e for e in self._executors.values()}.values():
             each.set_tracer(self.metrics.tracer(each.tracer))
+            if self.calls is not None:
+                each.set_tracer(self.calls.tracer(each, each.tracer))
         self._scopes = self._caller_scopes()
         self._codec = _state.HmacStateCodec(
             list(state_keys) if state_keys else [_state.state_key(None)]
@@ -416,6 +443,8 @@ class Gateway:
         name = params.name
         arguments: Any = params.arguments if params.arguments is not None else {}
         execution_id = executor.new_execution_id()
+        if self.calls is not None:
+            self.calls.begin(execution_id, arguments)
         digest = _state.arguments_digest(arguments)
         if self.audit is not None:
             self.audit.begin(execution_id, caller.principal, digest)
@@ -532,7 +561,7 @@ class Gateway:
         if self.approvals == "deny":
             return None, None
         if self.approvals == "console":
-            return self._console_approver(caller), None
+            return self._console_approver(caller, ctx, modern), None
         if answered is not None:  # the 2026 era's retry, carrying the client's answer
             reply = answered
 
@@ -542,8 +571,8 @@ class Gateway:
                 return reply
 
             return answered_already, None
-        if not self._client_elicits(ctx):
-            return (self._console_approver(caller) if self.console else None), None
+        if not self._client_elicits(ctx) or not _asks_forms(ctx):
+            return (self._console_approver(caller, ctx, modern) if self.console else None), None
         if modern:
             stop = CancelToken()
 
@@ -569,18 +598,106 @@ class Gateway:
 
         return elicit, None
 
-    def _console_approver(self, caller: Caller) -> Any:
+    def _console_approver(
+        self, caller: Caller, ctx: ServerRequestContext[Any, Any] | None = None, modern: bool = True
+    ) -> Any:
+        """Wait for the console's answer; a client of the older era that can open a URL is
+        pointed at the approval's page (URL-mode elicitation) meanwhile."""
         pending = self.pending
+        console_url = None if ctx is None or modern else self._console_url(ctx)
 
         async def at_console(request: ApprovalRequest) -> ApprovalResponse:
-            return await pending.ask(request, caller.principal)
+            rule, source = self._asking_rule(caller, request)
+            if console_url is None or ctx is None:
+                return await pending.ask(request, caller.principal, rule=rule, rule_source=source)
+            pointing: list[asyncio.Task[None]] = []
+
+            def point(approval: PendingApproval) -> None:
+                url = f"{console_url}/approvals/{quote(approval.id, safe='')}"
+                sent = self._point_at_console(ctx, caller, request, approval, url)
+                pointing.append(asyncio.ensure_future(sent))
+
+            try:
+                return await pending.ask(
+                    request, caller.principal, rule=rule, rule_source=source, on_added=point
+                )
+            finally:
+                for task in pointing:
+                    task.cancel()
+                await asyncio.gather(*pointing, return_exceptions=True)
 
         return at_console
+
+    def _console_url(self, ctx: ServerRequestContext[Any, Any]) -> str | None:
+        """The console's address as this client reached the gateway, when the console is
+        served and the client can be sent to a URL (URL-mode elicitation, older era)."""
+        request = ctx.request
+        capabilities = ctx.session.client_capabilities
+        if self._console is None or request is None or not ctx.session.can_send_request:
+            return None
+        if capabilities is None or capabilities.elicitation is None:
+            return None
+        if capabilities.elicitation.url is None:
+            return None
+        return str(request.base_url).rstrip("/") + CONSOLE_PATH
+
+    async def _point_at_console(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        caller: Caller,
+        request: ApprovalRequest,
+        approval: PendingApproval,
+        url: str,
+    ) -> None:
+        """Send the client to the approval's page; a user who declines to go rejects it."""
+        message = (
+            f"fastgate: {request.tool_name} for {caller.principal} waits for an approval in "
+            f"the console: {request.reason or request.source}"
+        )
+        try:
+            reply = await ctx.session.elicit_url(
+                message, url, approval.id, related_request_id=ctx.request_id
+            )
+        except Exception:  # the client could not be asked: the console still can
+            log.debug("URL elicitation for %s failed", approval.id, exc_info=True)
+            return
+        if reply.action != "accept":
+            verb = "declined" if reply.action == "decline" else "dismissed"
+            self.pending.answer(
+                approval.id,
+                ApprovalResponse(False, feedback=f"The user {verb} the approval in the console."),
+            )
+
+    def _asking_rule(
+        self, caller: Caller, request: ApprovalRequest
+    ) -> tuple[str | None, str | None]:
+        """The rule that asked for ``request`` and its settings file (None, None when the mode,
+        a hook or a sensitive path asked)."""
+        if request.source != "rule":
+            return None, None
+        executor = self._executor_for(caller)
+        tool = executor.registry.resolve(request.tool_name, self._scope_of(caller))
+        if tool is None:
+            return None, None
+        resolver = self._resolvers.get(id(executor))
+        if resolver is None:  # its own store: a session approval must not hide the rule
+            resolver = PermissionResolver(executor.permissions, executor.mode, ApprovalStore())
+            self._resolvers[id(executor)] = resolver
+        context = ExecutionContext(session_id=request.session_id, workspace_root=self.workspace)
+        try:
+            rule = resolver.decide(tool, request.args, context).matched_rule
+        except Exception:  # shown without its rule rather than not asked
+            log.debug("the rule asking for %s was not found", request.tool_name, exc_info=True)
+            return None, None
+        if rule is None:
+            return None, None
+        return rule, rule_source(executor, rule, self.workspace)
 
     async def _fallback(self, caller: Caller, request: ApprovalRequest) -> ApprovalResponse:
         """A question the client cannot be asked (a call from code in the 2026 era)."""
         if self.console:
-            return await self.pending.ask(request, caller.principal)
+            rule, source = self._asking_rule(caller, request)
+            return await self.pending.ask(request, caller.principal, rule=rule, rule_source=source)
         return ApprovalResponse(
             False, feedback="No one can answer this approval here (no console is served)."
         )
@@ -718,6 +835,7 @@ class Gateway:
         self._progress.clear()
         for listen in self._listens.values():
             listen.handler.close()
+        self.close_streams()
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -748,9 +866,20 @@ class Gateway:
 
     # -- HTTP -----------------------------------------------------------------------------------
 
+    @property
+    def console_token(self) -> str | None:
+        """The console's admin token made for this process (no ``console_tokens`` given)."""
+        return self._console.generated_token if self._console is not None else None
+
+    def close_streams(self) -> None:
+        """End the console's live streams: a server shutting down then need not wait for the
+        browsers (``fastgate serve`` calls it on SIGTERM and SIGINT)."""
+        if self._console is not None:
+            self._console.close()
+
     def asgi(self) -> Starlette:
-        """The ASGI app: ``/mcp`` (both eras), ``/healthz``, ``/metrics``. Its lifespan runs
-        the session manager and ``start``/``aclose``."""
+        """The ASGI app: ``/mcp`` (both eras), ``/healthz``, ``/metrics``, and ``/console``
+        with ``console``. Its lifespan runs the session manager and ``start``/``aclose``."""
         if self._app is None:
             self._app = self._build_app()
         return self._app
@@ -799,6 +928,7 @@ class Gateway:
                 Route("/mcp", endpoint=mcp_app, methods=["GET", "POST", "DELETE"]),
                 Route("/healthz", endpoint=_healthz, methods=["GET"]),
                 Route("/metrics", endpoint=metrics_app, methods=["GET"]),
+                *(self._console.routes() if self._console is not None else ()),
             ],
             middleware=[Middleware(AuthenticationMiddleware, backend=backend)],
             lifespan=lifespan,
@@ -816,6 +946,24 @@ class _Problem:
     code: ErrorCode
     message: str
     reason: str
+
+
+def _admin_tokens(given: Any) -> AdminTokens | None:
+    if given is None or isinstance(given, AdminTokens):
+        return given
+    if isinstance(given, (str, os.PathLike)):
+        return AdminTokens.load(given)
+    return AdminTokens(list(given))
+
+
+def _asks_forms(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """The client takes form-mode elicitations (an elicitation capability naming no mode is
+    the form mode of the older clients)."""
+    capabilities = ctx.session.client_capabilities
+    elicitation = capabilities.elicitation if capabilities is not None else None
+    if elicitation is None:
+        return False
+    return elicitation.form is not None or elicitation.url is None
 
 
 def _token_table(tokens: Any) -> TokenTable | None:
