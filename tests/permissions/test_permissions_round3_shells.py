@@ -138,7 +138,19 @@ def test_bash_really_runs_the_hidden_program(command: str, tmp_path: Path) -> No
     stub = bin_dir / "rm"
     stub.write_text('#!/bin/sh\necho rm >> "$LOG"\n')
     stub.chmod(0o755)
-    for name in ("sh", "bash", "dash", "env", "nice", "timeout", "echo", "mksh", "zsh", "ksh"):
+    for name in (
+        "sh",
+        "bash",
+        "dash",
+        "env",
+        "nice",
+        "timeout",
+        "echo",
+        "mksh",
+        "zsh",
+        "ksh",
+        "busybox",
+    ):
         found = shutil.which(name)
         if found is not None:
             (bin_dir / name).symlink_to(found)
