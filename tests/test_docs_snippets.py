@@ -43,6 +43,8 @@ import pytest
 import fastgate
 from fastgate.cli.bench.redis_server import RedisServer, pid_alive, redis_server_binary
 
+pytestmark = pytest.mark.slow  # run once in CI, on the compiled build
+
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = Path(__file__).with_name("docs_snippets_driver.py")
 SRC = Path(fastgate.__file__).resolve().parents[1]  # the checkout's src/ (or site-packages)

@@ -31,6 +31,7 @@ from tests.pipeline_kit import executor, tool
 ARGS = schema.Object({"n": schema.Integer()}, required=("n",))
 
 pytestmark = [
+    pytest.mark.slow,  # run once in CI, on the compiled build
     pytest.mark.skipif(sys.platform == "win32", reason="needs SIGKILL"),
     pytest.mark.timeout(300),
 ]

@@ -28,6 +28,8 @@ import fastgate
 from fastgate.mcp._stdio import process_group_members
 from tests.mcp.servers import INSTALLED, ROOT, SETUP
 
+pytestmark = pytest.mark.slow  # the suite's scenarios: run once in CI, on the compiled build
+
 RUNNER = Path(__file__).parent / "conformance_client.py"
 NODE_HOOK = Path(__file__).parent / "conformance_node" / "register.mjs"
 STABLE = "0.1.16"

@@ -9,6 +9,8 @@ import pytest
 
 from fastgate.sandbox._throughput import measure
 
+pytestmark = pytest.mark.slow  # run once in CI, on the compiled build
+
 
 @pytest.mark.parametrize("splice", [None, False], ids=["splice", "copy"])
 async def test_the_throughput_measure_downloads_every_byte_each_way(splice: bool | None) -> None:

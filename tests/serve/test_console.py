@@ -5,67 +5,25 @@ approval, a call that times out leaving the list, and a call's own page."""
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-import fastgate
-from fastgate import PermissionConfig, ToolKind
 from fastgate.serve import Gateway, token_digest
 from tests.serve.browser import browsers, screenshot, sign_in
+from tests.serve.console_kit import ADMIN, PAID, admins, console_gateway, origin_of
 from tests.serve.kit import (
     LEGACY,
     MODERN,
     client,
     executor,
     fastgate_meta,
-    registry,
     serving,
     text_of,
     tokens_file,
 )
-
-ADMIN = "console-admin-token-0123456789"
-PAID: list[dict[str, Any]] = []
-
-
-@fastgate.tool(kind=ToolKind.EXECUTE)
-async def pay(amount: float, to: str, memo: str = "") -> str:
-    """Pay someone.
-
-    Args:
-        amount: how much, in euros.
-        to: the payee.
-        memo: a note for the payee.
-    """
-    PAID.append({"amount": amount, "to": to, "memo": memo})
-    return f"paid {amount:.2f} EUR to {to}"
-
-
-def admins(folder: Path) -> Path:
-    path = folder / "admins.txt"
-    path.write_text(f"# the console's admins\n{token_digest(ADMIN)}\n")
-    return path
-
-
-def settings(folder: Path) -> Path:
-    """A settings file whose ask rule the console must name, with the file."""
-    path = folder / "settings.json"
-    path.write_text(json.dumps({"permissions": {"ask": ["pay"], "deny": ["forbidden"]}}))
-    return path
-
-
-def console_gateway(folder: Path, **options: Any) -> Gateway:
-    served = executor(registry(pay), permissions=PermissionConfig.load(settings(folder)))
-    options.setdefault("approvals", "console")
-    return Gateway(served, console=True, console_tokens=admins(folder), **options)
-
-
-def origin_of(url: str) -> str:
-    return url.removesuffix("/mcp")
 
 
 @pytest.fixture

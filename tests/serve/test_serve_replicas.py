@@ -15,10 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from fastgate.cli.bench.redis_server import RedisServer
 from tests.mcp.servers import FIXTURE, records
 from tests.serve.kit import ROOT, gateway_process, post_modern, rpc_result
+
+pytestmark = pytest.mark.slow  # run once in CI, on the compiled build
 
 CAP = 4
 
