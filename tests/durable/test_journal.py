@@ -380,7 +380,7 @@ async def test_keys_that_are_not_text_are_refused(backend: Backend) -> None:
     async with backend.open() as store:
         ex = executor(tool("t", body, ANY), store=store)
         for key in ("", 7, b"k", "k\x00", "\ud800", "x" * 1025):
-            ctx = ExecutionContext(session_id="s", idempotency_key=key)  # type: ignore[arg-type]
+            ctx = ExecutionContext(session_id="s", idempotency_key=key)
             result = await ex.execute("t", {}, ctx)
             assert code_of(result) is ErrorCode.INVALID_ARGS, key
             assert result.error is not None and result.error.details["reason"] == "idempotency_key"

@@ -24,6 +24,7 @@ from fastgate.permissions.commands import CommandAnalysis, CommandFacts, program
 from fastgate.permissions.rules import (
     WORD_SEPARATOR,
     Rule,
+    allow_text,
     has_star,
     is_star,
     parse_rule,
@@ -197,12 +198,14 @@ def _takes_argument(word: Word) -> bool:
 
 
 def _must_match(rule: Rule, tokens: tuple[Word, ...], form: tuple[Word, ...]) -> bool:
-    wildcard = rule.wildcard
+    """Word for word as written: a character bash expands matches only the same character
+    unquoted in the rule (``allow_text``)."""
+    wildcard = rule.allow_wildcard
     if wildcard is not None:
-        return wildcard.fullmatch(WORD_SEPARATOR.join(w.text for w in form)) is not None
+        return wildcard.fullmatch(WORD_SEPARATOR.join(allow_text(w) for w in form)) is not None
     if len(form) < len(tokens) or (not rule.prefix and len(form) != len(tokens)):
         return False
-    return all(form[i].text == token.text for i, token in enumerate(tokens))
+    return all(allow_text(form[i]) == allow_text(token) for i, token in enumerate(tokens))
 
 
 def _facts_allowed_by(rules: Sequence[Rule], facts: CommandFacts) -> str | None:

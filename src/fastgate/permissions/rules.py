@@ -14,7 +14,7 @@ ways, and the tool decides which applies when a call is matched (see ``resolver`
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -82,6 +82,7 @@ class Rule:
     path: PathPattern | None = None
     wildcard: re.Pattern[str] | None = None
     project: str | None = None
+    allow_wildcard: re.Pattern[str] | None = None  # ``wildcard`` over ``allow_text``s
 
 
 def parse_rule(text: object, kind: RuleKind, project: str | None = None) -> Rule:
@@ -125,8 +126,8 @@ def _parse_rule(text: str, kind: RuleKind, project: str | None) -> Rule:
         raise ValueError("unbalanced parentheses or quotes in the specifier")
     if specifier != specifier.strip():
         raise ValueError("whitespace around the specifier")
-    if "\x00" in specifier:
-        raise ValueError("NUL byte in specifier")
+    if "\x00" in specifier or EXPANDS in specifier:
+        raise ValueError("NUL or \\x01 byte in specifier")
     if specifier == "*":
         return Rule(text, kind, name, None)
     body, prefix = specifier, False
@@ -139,8 +140,12 @@ def _parse_rule(text: str, kind: RuleKind, project: str | None) -> Rule:
     tokens = _command_tokens(body)
     # For path tools a prefix rule names the path and everything below it.
     path = _path_pattern(body if prefix else specifier, project)
-    wildcard = _wildcard(tokens, prefix) if tokens is not None else None
-    return Rule(text, kind, name, body, prefix, tokens, path, wildcard, project)
+    wildcard = allow_wildcard = None
+    if tokens is not None:
+        wildcard = _wildcard(tokens, prefix, word_regex)
+        if wildcard is not None:
+            allow_wildcard = _wildcard(tokens, prefix, allow_word_regex)
+    return Rule(text, kind, name, body, prefix, tokens, path, wildcard, project, allow_wildcard)
 
 
 def _server_wildcard(name: str) -> str | None:
@@ -156,7 +161,9 @@ def is_star(word: Word) -> bool:
     return word.dynamic and word.raw == "*"
 
 
-def _wildcard(tokens: tuple[Word, ...], prefix: bool) -> re.Pattern[str] | None:
+def _wildcard(
+    tokens: tuple[Word, ...], prefix: bool, regex_of: Callable[[Word], str]
+) -> re.Pattern[str] | None:
     """The full-match regex of a command specifier with a ``*`` inside, else None."""
     if not any(has_star(w) for w in tokens):
         return None
@@ -170,7 +177,7 @@ def _wildcard(tokens: tuple[Word, ...], prefix: bool) -> re.Pattern[str] | None:
             continue
         if index > 0 and not (index == 1 and is_star(tokens[0])):
             parts.append(sep)
-        parts.append(word_regex(word))
+        parts.append(regex_of(word))
     if prefix:
         parts.append(f"(?:{sep}.*)?")
     return re.compile("".join(parts), re.DOTALL)
@@ -179,6 +186,80 @@ def _wildcard(tokens: tuple[Word, ...], prefix: bool) -> re.Pattern[str] | None:
 def has_star(word: Word) -> bool:
     """A word with an unquoted ``*`` in it (a wildcard word of a specifier)."""
     return word.dynamic and "*" in _unquoted_stars(word.raw)
+
+
+# What allow rules compare of a word: its characters, each one bash would expand (a glob, ``~``,
+# ``$``, a brace, a backquote, a parenthesis) marked by EXPANDS when it is unquoted, so a rule
+# word matches it only where the rule has the same character unquoted: ``Bash(rm '*')`` (a
+# file named ``*``) does not allow ``rm *`` (every file), nor ``Bash(cat '~/x')`` ``cat ~/x``.
+# (A rule may not hold the byte; a command word holding it has it doubled.)
+EXPANDS = "\x01"
+_EXPANDING = frozenset("*?[]~{}$`()")
+_EXPANDING_QUOTED = frozenset("$`")  # what still expands between double quotes
+
+
+def spelled(raw: str) -> list[tuple[str, bool]]:
+    """``raw``'s characters as bash reads them, quotes and escapes removed, each with whether it
+    is one bash would expand. ANSI-C quoting (``$'...'``) keeps its escapes as written."""
+    out: list[tuple[str, bool]] = []
+    quote = ""
+    i, n = 0, len(raw)
+    while i < n:
+        c = raw[i]
+        if quote == "'":
+            if c == "'":
+                quote = ""
+            else:
+                out.append((c, False))
+        elif quote == "$'":
+            if c == "\\" and i + 1 < n:
+                out.append((raw[i : i + 2], False))
+                i += 1
+            elif c == "'":
+                quote = ""
+            else:
+                out.append((c, False))
+        elif quote == '"':
+            if c == '"':
+                quote = ""
+            elif c == "\\" and i + 1 < n and raw[i + 1] in '$`"\\':
+                out.append((raw[i + 1], False))
+                i += 1
+            else:
+                out.append((c, c in _EXPANDING_QUOTED))
+        elif c == "\\":
+            if i + 1 < n:
+                out.append((raw[i + 1], False))
+                i += 1
+        elif c == "$" and raw.startswith("$'", i):
+            quote = "$'"
+            i += 1
+        elif c in "'\"":
+            quote = c
+        else:
+            out.append((c, c in _EXPANDING))
+        i += 1
+    return out
+
+
+def allow_text(word: Word) -> str:
+    """What an allow rule compares of ``word`` (see ``EXPANDS``)."""
+    raw = word.raw
+    if raw == word.value and _EXPANDING.isdisjoint(raw) and EXPANDS not in raw:
+        return raw  # nothing quoted, nothing bash would expand
+    return "".join(
+        EXPANDS + c if expands else c.replace(EXPANDS, EXPANDS + EXPANDS)
+        for c, expands in spelled(raw)
+    )
+
+
+def allow_word_regex(word: Word) -> str:
+    """One specifier word as a regex over ``allow_text``s: an unquoted ``*`` any run of
+    characters, every other character itself (marked where it expands)."""
+    return "".join(
+        ".*" if expands and c == "*" else re.escape(EXPANDS + c if expands else c)
+        for c, expands in spelled(word.raw)
+    )
 
 
 def _unquoted_stars(raw: str) -> str:
