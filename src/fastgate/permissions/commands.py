@@ -292,6 +292,9 @@ def _analyze(
         if name == "find":
             why_unknown = why_unknown or _find_exec(current, out, depth, dirs, place)
             break
+        if name == "ip" and _ip_may_exec(current[1:]):
+            why_unknown = why_unknown or "ip may run a command in a namespace (netns/vrf exec)"
+            break
         wrapper = WRAPPERS.get(name)
         if wrapper is None:
             why_unknown = why_unknown or _builtin_hazard(name, current[1:])
@@ -558,6 +561,16 @@ def _expanded_heredoc(body: str) -> str | None:
         out.append(c)
         i += 1
     return "".join(out)
+
+
+def _ip_may_exec(words: tuple[Word, ...]) -> bool:
+    """``ip netns exec NAME cmd`` and ``ip vrf exec NAME cmd`` run a command (``exec`` may be
+    abbreviated, global options and batch files may come first): any word that could be
+    ``exec``, a batch file or a word known only at run time is taken as running one."""
+    return any(
+        w.dynamic or (w.value and "exec".startswith(w.value)) or w.value in ("-b", "-batch")
+        for w in words
+    )
 
 
 def _find_exec(

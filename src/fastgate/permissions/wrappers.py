@@ -23,6 +23,7 @@ class Wrapper:
     flags: frozenset[str] = frozenset()  # options without an argument
     with_arg: frozenset[str] = frozenset()  # options taking the next word (or ``--opt=x``)
     positionals: int = 0  # words to skip before the command (``timeout 5 cmd``)
+    positionals_first: int = 0  # words to skip before the options (``setarch ARCH -R cmd``)
     assignments: bool = False  # ``env A=1 cmd``, ``sudo A=1 cmd``
     transparent: bool = False  # same command, same privileges: allow rules see through it
     numeric_flags: bool = False  # ``nice -10 cmd``
@@ -201,6 +202,57 @@ WRAPPERS: dict[str, Wrapper] = {
     # ``sg GROUP [-c] COMMAND``: the command is a string the shell runs.
     "sg": _w(flags="-", positionals=1, script_flags="-c", joins_script=True),
     "caffeinate": _w(flags="-d -i -m -s -u", with_arg="-t -w", transparent=True),
+    "numactl": _w(
+        flags="-l --localalloc -a --all -b --balancing",
+        with_arg="-N --cpunodebind -m --membind -C --physcpubind -i --interleave -p --preferred "
+        "-P --preferred-many -w --weighted-interleave",
+        stop_flags="-s --show -H --hardware",
+        opaque_flags="-h --help -V --version",
+        transparent=True,
+    ),
+    # Namespaces, control groups, containers and sandboxes: the command runs with other mounts,
+    # users or limits, so allow rules never see through them (deny and ask rules do). Where
+    # the options are many or take more than one word (bwrap's ``--bind SRC DEST``), none is
+    # followed: any option makes the command unknown (refused where deny rules exist).
+    "nsenter": _w(
+        flags="-a --all -m --mount -u --uts -i --ipc -n --net -p --pid -C --cgroup -U --user "
+        "-T --time -F --no-fork -Z --follow-context --preserve-credentials --user-parent "
+        "-e --env -c --join-cgroup -r --root -w --wd",
+        with_arg="-t --target -S --setuid -G --setgid -W --wdns -N --net-socket",
+        opaque_flags="-h --help -V --version",
+    ),
+    "systemd-run": _w(
+        flags="--user --system --scope -r --remain-after-exit -t --pty -T --pty-late -P --pipe "
+        "-q --quiet -v --verbose -G --collect --wait -d --same-dir --no-block "
+        "--no-ask-password --send-sighup --ignore-failure --on-clock-change "
+        "--on-timezone-change --slice-inherit",
+        with_arg="-H --host -M --machine -u --unit -p --property --description --slice "
+        "-E --setenv --uid --gid --nice --working-directory --service-type --on-active "
+        "--on-boot --on-startup --on-unit-active --on-unit-inactive --on-calendar "
+        "--path-property --socket-property --timer-property",
+        opaque_flags="-S --shell -h --help --version",
+        chdir="--working-directory",
+    ),
+    "cgexec": _w(flags="--sticky", with_arg="-g", opaque_flags="-h --help"),
+    "daemonize": _w(flags="-a -v", with_arg="-c -e -o -p -l -u -E", chdir="-c"),
+    "bwrap": _w(),
+    "firejail": _w(),
+    "nsjail": _w(),
+    "systemd-nspawn": _w(),
+    "capsh": _w(),  # ``capsh -- -c SCRIPT``: what follows ``--`` is bash's
+    "start-stop-daemon": _w(),
+    "chpst": _w(),
+    "setarch": _w(
+        flags="-R --addr-no-randomize -3 --3gb -v --verbose -B --32bit -F --fdpic-funcptrs "
+        "-I --short-inode -L --addr-compat-layout -S --whole-seconds -T --sticky-timeouts "
+        "-X --read-implies-exec -Z --mmap-page-zero --4gb --uname-2.6",
+        stop_flags="--list",
+        opaque_flags="-h --help -V --version",
+        positionals_first=1,
+        transparent=True,
+    ),
+    "linux32": _w(flags="-R --addr-no-randomize -3 --3gb -v --verbose", transparent=True),
+    "linux64": _w(flags="-R --addr-no-randomize -3 --3gb -v --verbose", transparent=True),
 }
 
 
@@ -213,7 +265,7 @@ def is_assignment(word: Word) -> bool:
 def unwrap(words: tuple[Word, ...], wrapper: Wrapper) -> Unwrapped | None:
     """What the wrapper ``words[0]`` runs; None when an option cannot be followed."""
     chdir: Word | None = None
-    i = 1
+    i = 1 + wrapper.positionals_first
     while i < len(words):
         word = words[i]
         if word.dynamic:
@@ -264,7 +316,10 @@ def unwrap(words: tuple[Word, ...], wrapper: Wrapper) -> Unwrapped | None:
         if option in wrapper.script_flags and not words[i].dynamic:
             script = _script_argument(words, i, arg)
             return None if script is None else Unwrapped((), script, chdir)
-    return Unwrapped(words[i:] if i <= len(words) else (), None, chdir)
+    inner = words[i:] if i <= len(words) else ()
+    if inner and inner[0].value.startswith("-"):
+        return None  # an option where the program should be: an option we do not know
+    return Unwrapped(inner, None, chdir)
 
 
 def _long_option(name: str, wrapper: Wrapper) -> str | None:
