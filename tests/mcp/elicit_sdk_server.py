@@ -6,7 +6,8 @@ during the call on the older one.
 ``ELICIT_ERA=legacy`` makes it refuse ``server/discover``, so the client falls back to the
 handshake (2025-11-25). Tools: ``book {"table"}`` asks for a ``Booking`` (``name``; ``guests``
 defaults to 2 and ``vegetarian`` to false) and says what it booked, or that it was declined or
-cancelled; ``login {}`` asks for consent to open a URL (``ctx.elicit_url``, older era only).
+cancelled; ``login {}`` asks for consent to open a URL (``ctx.elicit_url``, older era only);
+``calendar {}`` answers its first call with error -32042 (a URL to visit first), then reads.
 Run as ``python elicit_sdk_server.py``.
 """
 
@@ -24,7 +25,8 @@ from mcp.server.mcpserver import (
     MCPServer,
     Resolve,
 )
-from mcp_types import METHOD_NOT_FOUND
+from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp_types import METHOD_NOT_FOUND, ElicitRequestURLParams
 from pydantic import BaseModel, Field
 
 server = MCPServer("elicit-sdk")
@@ -60,6 +62,27 @@ async def login(ctx: Context) -> str:
         "Sign in to the calendar", "https://auth.example.com/authorize?state=1", "e-1"
     )
     return f"login: {outcome.action}"
+
+
+_signed_in = [False]
+
+
+@server.tool()
+async def calendar() -> str:
+    """Read the calendar: the first call answers error -32042 (sign in at a URL first), the
+    user signs in between, the next call reads it."""
+    if not _signed_in[0]:
+        _signed_in[0] = True
+        raise UrlElicitationRequiredError(
+            [
+                ElicitRequestURLParams(
+                    message="Sign in to read the calendar",
+                    url="https://auth.example.com/authorize?state=2",
+                    elicitation_id="e-2",
+                )
+            ]
+        )
+    return "calendar: 3 meetings"
 
 
 async def run_legacy() -> None:

@@ -274,6 +274,31 @@ async def test_url_mode_is_passed_to_the_elicitor_older_era() -> None:
         assert_settled(executor, bridge, calls=2)
 
 
+async def test_an_older_era_error_naming_urls_is_put_to_the_elicitor_then_retried() -> None:
+    registry = ToolRegistry()
+    async with running(registry, sdk_server("legacy")) as bridge:
+        executor = yolo(registry)
+        elicitor = Elicitor(ElicitationResponse("accept"))
+        result = await executor.execute("mcp__b__calendar", {}, ctx(elicitor))
+        assert result.ok and result.content == "calendar: 3 meetings", result.error
+        [request] = elicitor.asked
+        assert request.mode == "url" and request.url == "https://auth.example.com/authorize?state=2"
+        assert request.message == "Sign in to read the calendar"
+        assert_settled(executor, bridge, calls=1)
+    refusals: list[tuple[Elicitor | None, str]] = [
+        (Elicitor(ElicitationResponse("decline")), "declined"),
+        (Elicitor(ElicitationResponse("cancel")), "cancelled"),
+        (None, "no_elicitor"),
+    ]
+    for answering, refusal in refusals:
+        registry = ToolRegistry()
+        async with running(registry, sdk_server("legacy")) as bridge:  # a server not signed in
+            executor = yolo(registry)
+            refused = await executor.execute("mcp__b__calendar", {}, ctx(answering))
+            assert_input_required(refused, refusal)
+            assert_settled(executor, bridge, calls=1)
+
+
 # -- answers: defaults, extra fields, URL mode, refused kinds (hand-written servers) ------------
 
 

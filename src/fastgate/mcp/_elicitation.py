@@ -7,6 +7,8 @@ Both protocol eras reach the same ``CallInputs.ask``:
   one callback per connection (``Router.on_elicit``), which finds the call it belongs to: the
   call whose progress token the request's ``_meta.progressToken`` names, else the only call in
   flight; a request that names no call of ours, or that could be any of several, is declined.
+  A server may also answer the call with error -32042, naming URLs the user must visit first:
+  each is put to the elicitor (URL mode) and, all accepted, the call is sent again.
 - 2026-07-28: the call's result is ``input_required``; ``complete_call`` answers its input
   requests and retries the call (a new JSON-RPC id, the answers, the server's ``requestState``
   as it came), at most ``MAX_ROUNDS`` times.
@@ -32,6 +34,9 @@ import threading
 import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
+
+from mcp.shared.exceptions import MCPError
+from mcp_types import URL_ELICITATION_REQUIRED
 
 from fastgate import ElicitationRequest, ElicitationResponse, Failure, RunContext, SchemaError
 from fastgate.model import ElicitationMode
@@ -278,7 +283,7 @@ async def complete_call(
     """The final reply of a ``tools/call`` (``send(params)`` makes one request, with a new id
     each time), its ``input_required`` rounds answered through ``inputs``; a ``Failure`` when
     a round cannot be answered or the server asks more than ``MAX_ROUNDS`` times."""
-    reply = await send(params)
+    reply = await _sent_after_urls(send, params, inputs)
     rounds = 0
     delay = _STATE_ONLY_FIRST
     while isinstance(reply, dict) and reply.get("resultType") == "input_required":
@@ -308,6 +313,31 @@ async def complete_call(
             retry["requestState"] = state  # as it came: opaque, never read or rewritten
         reply = await send(retry)
     return reply
+
+
+async def _sent_after_urls(
+    send: Callable[[dict[str, Any]], Awaitable[Any]], params: dict[str, Any], inputs: CallInputs
+) -> Any:
+    """``send(params)``; an older-era server's error -32042 (URL elicitations to complete
+    first) has each of its URLs put to the elicitor and the request sent again, at most
+    ``MAX_ROUNDS`` times; a ``Failure`` when one is not accepted."""
+    for _ in range(MAX_ROUNDS):
+        try:
+            return await send(params)
+        except MCPError as exc:
+            data = exc.error.data
+            wanted = data.get("elicitations") if isinstance(data, dict) else None
+            if exc.code != URL_ELICITATION_REQUIRED or not isinstance(wanted, list) or not wanted:
+                raise
+        for elicitation in wanted[:MAX_ROUNDS]:
+            if not isinstance(elicitation, dict) or elicitation.get("mode", "url") != "url":
+                asked = _decline("", "unsupported", "error -32042 named an elicitation not by URL")
+            else:
+                asked = await inputs.ask({**elicitation, "mode": "url"})
+            if asked.refused is not None:
+                return inputs.failure(asked)
+    why = f"the server asked for URLs more than {MAX_ROUNDS} times"
+    return inputs.failure(_decline("", "rounds_exceeded", why))
 
 
 async def _ask_embedded(inputs: CallInputs, request: Any) -> Asked:
