@@ -18,6 +18,7 @@ from fastgate import (
     Hooks,
     PreToolUseResult,
     SchedulerLimits,
+    StreamingToolExecutor,
     ToolCall,
     ToolKind,
     ToolResult,
@@ -403,6 +404,25 @@ async def test_a_batch_keys_each_call_by_its_own_key(backend: Backend) -> None:
         [r.content for r in again] == [r.content for r in first] == [r.content for r in one_by_one]
     )
     assert len(body.runs) == 4
+
+
+async def test_a_stream_keys_each_call_by_its_own_key(backend: Backend) -> None:
+    body = Counter()
+    async with backend.open() as store:
+        ex = executor(tool("t", body, ANY, parallelism="shared"), store=store)
+        turns: list[list[ToolResult]] = []
+        for _ in "ab":  # the same turn streamed twice: the second is a retry
+            stream = StreamingToolExecutor(ex, ExecutionContext(session_id="s"))
+            for i in range(3):
+                stream.add_tool(ToolCall(f"c{i}", "t", {"n": i}, idempotency_key=f"k{i}"))
+            stream.finish()
+            turns.append([result async for result in stream.results()])
+            await stream.aclose()
+    first, again = turns
+    assert all(r.ok and not r.meta.replayed for r in first)
+    assert all(r.meta.replayed for r in again)
+    assert [r.content for r in again] == [r.content for r in first]
+    assert len(body.runs) == 3
 
 
 async def test_a_keyed_context_default_and_an_unkeyed_call_coexist(backend: Backend) -> None:

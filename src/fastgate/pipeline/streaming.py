@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from fastgate.durable.store import ToolUseRecord, ToolUseStore
 from fastgate.model.cancel import CancelToken
-from fastgate.model.context import ExecutionContext, ToolCall
+from fastgate.model.context import ExecutionContext, ToolCall, with_idempotency_key
 from fastgate.model.results import ErrorCode, ToolResult
 from fastgate.pipeline.executor import ToolExecutor
 
@@ -256,7 +256,7 @@ class StreamingToolExecutor:
             result = await self.executor.execute(
                 call.name,
                 call.args,
-                self._epoch_ctx,
+                with_idempotency_key(self._epoch_ctx, call.idempotency_key),
                 call_id=call.id,
                 execution_id=entry.execution_id,
             )
