@@ -27,6 +27,7 @@ from tests.sandbox.proxy_kit import (
     connect,
     make_test_ca,
     open_tunnel,
+    parse_response,
     response_head,
     running,
     send_request,
@@ -674,6 +675,58 @@ async def test_a_unix_socket_listener(tmp_path: Path, splice: bool | None) -> No
         await close(writer)
         await proxy.wait_idle()
     assert not path.exists()
+
+
+async def test_an_adopted_listener_is_served_and_closed_with_the_proxy() -> None:
+    # What the sandbox does with the listener made in a command's network namespace: a bound
+    # socket made elsewhere, handed over; its connections are judged and reported the same.
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    async with upstream() as server, running(open_policy(), LOCAL) as proxy:
+        proxy.adopt(listener)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(f"GET http://{ALLOWED}:{server.port}/ HTTP/1.1\r\n\r\n".encode())
+        await writer.drain()
+        assert (await reader.read(-1)).endswith(server.body)
+        await close(writer)
+        status, headers, _ = await send_via(port, b"CONNECT example.com:443 HTTP/1.1\r\n\r\n")
+        assert status == 403 and headers["x-fastgate-refusal"] == "not_in_allow_list"
+        await proxy.wait_idle()
+        assert [(e.host, e.allowed) for e in proxy.events] == [
+            (ALLOWED, True),
+            ("example.com", False),
+        ]
+    assert listener.fileno() == -1  # closed with the proxy: nothing listens unjudged
+    with pytest.raises(ConnectionRefusedError):
+        await asyncio.open_connection("127.0.0.1", port)
+
+
+async def test_a_proxy_not_started_or_closed_refuses_to_adopt_and_closes_the_socket() -> None:
+    proxy = NetworkProxy(open_policy())
+    for when in ("not started", "closed"):
+        if when == "closed":
+            await proxy.start()
+            await proxy.aclose()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", 0))
+        with pytest.raises(RuntimeError, match=when):
+            proxy.adopt(listener)
+        assert listener.fileno() == -1
+    async with running(open_policy()) as started:
+        datagram = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        with pytest.raises(ValueError, match="stream"):
+            started.adopt(datagram)
+        assert datagram.fileno() == -1
+
+
+async def send_via(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    data = await reader.read(-1)
+    await close(writer)
+    return parse_response(data)
 
 
 def test_the_proxy_refuses_bad_options() -> None:

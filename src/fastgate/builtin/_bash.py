@@ -36,6 +36,9 @@ async def bash(args: Any, ctx: RunContext) -> Any:
         )
     except OSError as exc:
         return _not_started(exc, root)
+    for event in result.network:  # a sandbox's proxy refusals, each to the audit sink (§22)
+        if not event.allowed:
+            ctx.audit_network_refusal(event.host, event.port, event.reason)
     if result.timed_out:  # the command's own limit: a TIMEOUT, with what it printed so far
         raise ToolFault(
             _with_last_line(

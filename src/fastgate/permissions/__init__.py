@@ -10,6 +10,8 @@ from fastgate.model.decision import PermissionMode as PermissionMode
 from fastgate.permissions.approval_store import ApprovalStore as ApprovalStore
 from fastgate.permissions.audit import AuditEvent as AuditEvent
 from fastgate.permissions.audit import AuditSink as AuditSink
+from fastgate.permissions.audit import NetworkAuditEvent as NetworkAuditEvent
+from fastgate.permissions.audit import NetworkAuditSink as NetworkAuditSink
 from fastgate.permissions.audit_jsonl import JsonlAuditSink as JsonlAuditSink
 from fastgate.permissions.config import PermissionConfig as PermissionConfig
 from fastgate.permissions.resolver import MODE_DEFAULTS as MODE_DEFAULTS
@@ -33,6 +35,8 @@ __all__ = (
     "Decision",
     "DecisionSource",
     "JsonlAuditSink",
+    "NetworkAuditEvent",
+    "NetworkAuditSink",
     "PermissionConfig",
     "PermissionMode",
     "PermissionResolver",

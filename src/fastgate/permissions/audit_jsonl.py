@@ -1,10 +1,11 @@
 """``JsonlAuditSink``: the audit trail as a JSON-lines file (SPEC §5).
 
-One line per decision, appended: the ``AuditEvent`` fields (``time`` included). ``record`` only
-encodes the event and queues it; a writer thread appends the queued lines in one write and makes
-them durable with one ``fdatasync`` per batch (every ``batch_size`` events, or ``batch_interval``
-seconds after the first unsynced one, whichever comes first), so the event loop never waits for the
-disk.
+One line per decision, appended: the ``AuditEvent`` fields (``time`` included); and one line per
+network connection a sandboxed call was refused (``network_refused``: the ``NetworkAuditEvent``
+fields after ``"event": "network_refused"``). ``record`` only encodes the event and queues it; a
+writer thread appends the queued lines in one write and makes them durable with one
+``fdatasync`` per batch (every ``batch_size`` events, or ``batch_interval`` seconds after the
+first unsynced one, whichever comes first), so the event loop never waits for the disk.
 
 Lines are only ever appended whole and in order, so a crash (SIGKILL, power loss) can cost at
 most the lines after the last sync, and the only damage it can leave is a last line cut short,
@@ -27,7 +28,7 @@ from typing import Final
 
 import msgspec
 
-from fastgate.permissions.audit import AuditEvent
+from fastgate.permissions.audit import AuditEvent, NetworkAuditEvent
 
 log = logging.getLogger("fastgate.audit")
 
@@ -50,7 +51,8 @@ class AuditSinkClosed(RuntimeError):
 
 
 class JsonlAuditSink:
-    """An ``AuditSink`` appending one JSON line per decision to ``path``.
+    """An ``AuditSink`` appending one JSON line per decision to ``path`` (and, as a
+    ``NetworkAuditSink``, one per refused network connection of a sandboxed call).
 
     A new file is created with mode 0600 (an existing file keeps its mode); one sink holds the
     file at a time (an exclusive ``flock``: a second sink on it, in any process, is refused).
@@ -99,7 +101,14 @@ class JsonlAuditSink:
         return self._synced
 
     def record(self, event: AuditEvent) -> None:
-        line = _ENCODER.encode(event) + b"\n"
+        self._queue(_ENCODER.encode(event) + b"\n")
+
+    def network_refused(self, event: NetworkAuditEvent) -> None:
+        """A connection a sandboxed call was refused (``NetworkAuditSink``): one line, queued
+        and written as ``record``'s are."""
+        self._queue(_ENCODER.encode(event) + b"\n")
+
+    def _queue(self, line: bytes) -> None:
         with self._changed:
             while len(self._pending) >= self.max_pending and self._usable():
                 self._changed.wait()

@@ -53,6 +53,9 @@ class BodyContext(RunContext):
     def report_progress(self, data: Any) -> None:
         self._executor._progress.report(self.execution_id, self.tool_name, data)
 
+    def audit_network_refusal(self, host: str, port: int, reason: str) -> None:
+        self._executor._audit_network_refusal(self._call, host, port, reason)
+
     async def lock_paths(self, paths: Iterable[str]) -> None:
         root = self.workspace_root or os.getcwd()
         keys = {lock_key(os.path.join(root, p)) for p in paths} - set(self._call.lock_keys)

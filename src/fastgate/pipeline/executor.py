@@ -54,6 +54,7 @@ from fastgate.paths.worktree import check_given_paths
 from fastgate.permissions import (
     AuditEvent,
     AuditSink,
+    NetworkAuditEvent,
     PermissionConfig,
     PermissionResolver,
     RuleDecision,
@@ -1148,6 +1149,23 @@ class ToolExecutor:
             time=time.time(),
         )
         _isolated(self._audit.record, event, "audit sink")
+
+    def _audit_network_refusal(self, call: _Call, host: str, port: int, reason: str) -> None:
+        """A connection the call's sandboxed command was refused, to the sink's optional
+        ``network_refused`` (``NetworkAuditSink``; a sink without it hears decisions only)."""
+        refused = getattr(self._audit, "network_refused", None)
+        if refused is None:
+            return
+        event = NetworkAuditEvent(
+            execution_id=call.execution_id,
+            session_id=call.ctx.session_id,
+            tool_name=call.name,
+            host=host,
+            port=port,
+            reason=reason,
+            time=time.time(),
+        )
+        _isolated(refused, event, "audit sink")
 
 
 # Execution ids are 128 bits from the OS's random source, so they stay unique across executors,

@@ -90,6 +90,12 @@ class RunContext:
         if self._progress is not None:
             self._progress(data)
 
+    def audit_network_refusal(self, host: str, port: int, reason: str) -> None:
+        """Write one network connection this call's sandboxed command was refused (a
+        ``NetworkEvent`` that is not ``allowed``: its ``host``, ``port`` and ``reason``) to the
+        executor's audit sink, tied to this call (SPEC §22): a ``NetworkAuditEvent`` passed to
+        the sink's ``network_refused``. A sink without that method, or no executor: nothing."""
+
     async def lock_paths(self, paths: Iterable[str]) -> None:
         """Take the file locks of ``paths`` (sorted, de-duplicated) until the invocation ends."""
         if self._lock_paths is None:

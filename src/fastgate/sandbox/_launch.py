@@ -198,8 +198,8 @@ async def _adopt_listener(channel: socket.socket, proxy: NetworkProxy) -> None:
     for extra in fds[1:]:
         os.close(extra)
     # The proxy's own listener is on the server's loopback; this one is in the command's
-    # namespace. NetworkProxy takes any listening socket through _listen.
-    proxy._listen(listener)
+    # namespace.
+    proxy.adopt(listener)
 
 
 async def confinement_for(

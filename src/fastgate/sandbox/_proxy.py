@@ -57,8 +57,8 @@ class NetworkProxy:
     is what to add to the program's environment; every decision is in ``proxy.events`` (the
     first ``max_events``; ``events_dropped`` counts the rest) and is passed to ``on_event`` as
     it is made. It listens on ``127.0.0.1`` (``tcp``; ``address`` is ``(host, port)``) and/or
-    on a Unix socket at ``unix_path`` (made private to the user, removed on close).
-    ``resolver``: a seam for tests (see ``Resolver``).
+    on a Unix socket at ``unix_path`` (made private to the user, removed on close), and on any
+    listener given to ``adopt``. ``resolver``: a seam for tests (see ``Resolver``).
     """
 
     # Which relay tunnels use: splice(2) where the OS has it (None), or the portable copy loop
@@ -182,6 +182,22 @@ class NetworkProxy:
             await self.aclose()
             raise
         return self
+
+    def adopt(self, listener: socket.socket) -> None:
+        """Accept connections on ``listener`` too, as on the proxy's own: a bound stream socket
+        made elsewhere (the sandbox makes one inside the command's network namespace, the
+        command's only way out), listening or not. The proxy owns it from then on and closes it
+        with itself; its connections are judged, counted and reported like any other. A proxy
+        not started, or closed, refuses it (``RuntimeError``) and closes it: nothing listens
+        unjudged."""
+        if not self._started or self._closed:
+            listener.close()
+            state = "closed" if self._closed else "not started"
+            raise RuntimeError(f"NetworkProxy: cannot adopt a listener, the proxy is {state}")
+        if listener.type != socket.SOCK_STREAM:
+            listener.close()
+            raise ValueError("NetworkProxy.adopt: expected a stream socket")
+        self._listen(listener)
 
     async def aclose(self) -> None:
         """Stop listening and end every connection. Idempotent."""
