@@ -3,11 +3,12 @@ server-to-client requests during a call), for the bridge's elicitation tests.
 
 It refuses ``server/discover`` (so the client falls back to ``initialize``) and lists one tool,
 ``ask``, whose arguments say what to ask: ``{"requests": [<elicitation/create params>, ...],
-"tag": "...", "name_the_call": true, "after_calls": 2}``. Once ``after_calls`` calls have
-arrived (so several are in flight), for each request it sends ``elicitation/create`` to the
-client (with ``_meta.progressToken`` of the call when ``name_the_call`` is true, the way a
-server names the call a question belongs to), waits for the answer, and finally returns the
-answers as JSON text. Calls run concurrently, each in a thread.
+"tag": "...", "name_the_call": true, "after_calls": 2, "reply_after_answers": 2}``. Once
+``after_calls`` calls have arrived (so several are in flight), for each request it sends
+``elicitation/create`` to the client (with ``_meta.progressToken`` of the call when
+``name_the_call`` is true, the way a server names the call a question belongs to), waits for
+the answer, and, once ``reply_after_answers`` answers have come for all calls together, returns
+the answers as JSON text. Calls run concurrently, each in a thread.
 
 With ``FIXTURE_RECORD=<file>`` it appends one JSON line per event: ``wire`` (every message it
 receives: method, id, params, and the result of an answer), ``asked`` and ``answered`` (tag, the
@@ -29,6 +30,7 @@ _waiting: dict[str, tuple[threading.Event, list[Any]]] = {}
 _waiting_lock = threading.Lock()
 _next_id = [0]
 _calls = [0]
+_answered = [0]
 _calls_changed = threading.Condition()
 
 
@@ -71,6 +73,13 @@ def run_ask(request_id: Any, params: dict[str, Any]) -> None:
         answer = ask_client(request)
         record("answered", tag=tag, answer=answer)
         answers.append(answer)
+        with _calls_changed:
+            _answered[0] += 1
+            _calls_changed.notify_all()
+    with _calls_changed:  # so no call ends before every question of the others was put
+        _calls_changed.wait_for(
+            lambda: _answered[0] >= arguments.get("reply_after_answers", 0), timeout=30
+        )
     record("done", tag=tag)
     text = json.dumps({"tag": tag, "answers": answers})
     send(

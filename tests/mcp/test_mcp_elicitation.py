@@ -558,7 +558,12 @@ async def test_a_question_naming_no_call_is_declined_when_several_are_in_flight(
             *(
                 executor.execute(
                     "mcp__r__ask",
-                    {"requests": [form("Whose?")], "tag": tag, "after_calls": 2},
+                    {
+                        "requests": [form("Whose?")],
+                        "tag": tag,
+                        "after_calls": 2,
+                        "reply_after_answers": 2,  # both in flight while either is asked
+                    },
                     ctx(elicitor),
                 )
                 for executor, tag in ((first, "A"), (second, "B"))
