@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from mcp_types import ElicitResult
 
+from fastgate.permissions import NetworkAuditEvent, NetworkAuditSink
 from fastgate.serve import Gateway, GatewayAudit
 from tests.serve.kit import ERAS, client, executor, fastgate_meta, serving, tokens_file
 
@@ -89,3 +90,38 @@ def test_the_audit_file_is_held_by_one_writer(tmp_path: Path) -> None:
     finally:
         first.close()
     assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+async def test_a_refused_network_connection_is_a_line_with_its_caller(tmp_path: Path) -> None:
+    """What a sandboxed call's proxy refused reaches ``--audit`` with the caller of the call
+    (the executor hands it over as ``network_refused``, as for any audit sink)."""
+    path = tmp_path / "audit.jsonl"
+    audit = GatewayAudit(path)
+    assert isinstance(audit, NetworkAuditSink)
+    audit.begin("e1", "alice", _digest({"command": "curl"}))
+    for execution_id, session in (("e1", "alice/s1"), ("e2", "bob/s9")):  # e2: a call from code
+        audit.network_refused(
+            NetworkAuditEvent(
+                execution_id=execution_id,
+                session_id=session,
+                tool_name="bash",
+                host="evil.example",
+                port=443,
+                reason="not_allowed",
+                time=1.5,
+            )
+        )
+    await audit.aclose()
+    first, second = (json.loads(line) for line in path.read_text().splitlines())
+    assert first == {
+        "time": 1.5,
+        "event": "network_refused",
+        "principal": "alice",
+        "session": "alice/s1",
+        "tool": "bash",
+        "host": "evil.example",
+        "port": 443,
+        "reason": "not_allowed",
+        "execution_id": "e1",
+    }
+    assert second["principal"] == "bob" and second["execution_id"] == "e2"

@@ -7,7 +7,9 @@ as it makes it) and the gateway's record of every result. Lines are written by t
 A decision line: ``{"time", "event": "decision", "principal", "session", "tool",
 "arguments_sha256", "decision", "source", "reason", "execution_id"}``; a result line:
 ``{"time", "event": "result", "principal", "session", "tool", "arguments_sha256", "code",
-"reason", "decision_source", "replayed", "execution_id"}`` (``code`` null when ok).
+"reason", "decision_source", "replayed", "execution_id"}`` (``code`` null when ok); a line for
+each network connection a sandboxed call was refused: ``{"time", "event": "network_refused",
+"principal", "session", "tool", "host", "port", "reason", "execution_id"}``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any, cast
 import msgspec
 
 from fastgate.model import ToolResult
-from fastgate.permissions import AuditEvent, JsonlAuditSink
+from fastgate.permissions import AuditEvent, JsonlAuditSink, NetworkAuditEvent
 
 _PENDING_LIMIT = 65_536  # calls in flight whose caller the audit remembers
 
@@ -51,6 +53,18 @@ class ResultLine(msgspec.Struct, frozen=True, omit_defaults=False):
     execution_id: str
 
 
+class NetworkLine(msgspec.Struct, frozen=True, omit_defaults=False):
+    time: float
+    event: str
+    principal: str | None
+    session: str | None
+    tool: str
+    host: str
+    port: int
+    reason: str
+    execution_id: str
+
+
 class GatewayAudit:
     """Give it to every executor the gateway serves (``ToolExecutor(..., audit=audit)``) and
     to the gateway (``Gateway(..., audit=audit)``)."""
@@ -78,6 +92,22 @@ class GatewayAudit:
             arguments_sha256=digest,
             decision=str(event.decision),
             source=str(event.source),
+            reason=event.reason,
+            execution_id=event.execution_id,
+        )
+        self._write(line)
+
+    def network_refused(self, event: NetworkAuditEvent) -> None:
+        """A connection a sandboxed call was refused (``NetworkAuditSink``), with its caller."""
+        principal, _ = self._caller(event.execution_id, event.session_id)
+        line = NetworkLine(
+            time=event.time,
+            event="network_refused",
+            principal=principal,
+            session=event.session_id,
+            tool=event.tool_name,
+            host=event.host,
+            port=event.port,
             reason=event.reason,
             execution_id=event.execution_id,
         )
