@@ -11,20 +11,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import itertools
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import anyio
 import mcp_types
 import msgspec
 from mcp.shared.exceptions import MCPError
-from mcp_types.methods import validate_server_result
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
+from mcp_types.methods import SERVER_RESULTS, validate_server_result
+from mcp_types.version import KNOWN_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
+from pydantic import TypeAdapter, ValidationError
 
 from fastgate import ErrorCode, Failure, RunContext, ToolDefinition, ToolFault
 from fastgate.mcp._auth import HttpAuth, is_mcp_request, make_provider
@@ -392,10 +393,10 @@ class ServerLink:
         client = self._client
         if client is None or self._lost is not None:
             raise self._unavailable("is not connected", sent=False)
-        request = mcp_types.CallToolRequest(
-            params=mcp_types.CallToolRequestParams(name=remote, arguments=args)
+        # The params as a CallToolRequest would carry them (the same dump), without the request.
+        params = mcp_types.CallToolRequestParams(name=remote, arguments=args).model_dump(
+            by_alias=True, mode="json", exclude_none=True
         )
-        params = request.model_dump(by_alias=True, mode="json", exclude_none=True)["params"]
         loop = asyncio.get_running_loop()
         watch = _Watch(loop, self.config, ctx)
         name = ctx.tool_name or tool_name(self.config.name, remote)
@@ -602,9 +603,23 @@ async def _call_tool(client: Client, params: dict[str, Any], progress: Any, requ
     version = client.protocol_version or "2025-11-25"
     if version in MODERN_PROTOCOL_VERSIONS and isinstance(reply, dict):
         reply.setdefault("resultType", "complete")
-    with contextlib.suppress(KeyError):  # a version without a tools/call row: unchecked
-        validate_server_result("tools/call", version, reply)
+    adapter = _result_adapter(version)
+    if adapter is not None:
+        adapter.validate_python(reply, by_name=False)
+    else:
+        with contextlib.suppress(KeyError):  # a version without a tools/call row: unchecked
+            validate_server_result("tools/call", version, reply)
     return reply
+
+
+@functools.cache
+def _result_adapter(version: str) -> TypeAdapter[Any] | None:
+    """The check ``validate_server_result`` makes of a ``tools/call`` reply in a known version,
+    without the dump of the validated reply it then makes and throws away; None otherwise."""
+    if version not in KNOWN_PROTOCOL_VERSIONS:
+        return None
+    target = SERVER_RESULTS.get(("tools/call", version))
+    return None if target is None else TypeAdapter(cast(Any, target))  # a model or a union
 
 
 async def _raw_request(
