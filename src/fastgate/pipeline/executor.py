@@ -81,6 +81,7 @@ from fastgate.pipeline.refusals import failure_of
 from fastgate.pipeline.tracing import CallTrace, CallTracer
 from fastgate.schema import compile as compile_schema
 from fastgate.tools import ToolDefinition
+from fastgate.tools._definition import admitted_names
 from fastgate.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -214,8 +215,9 @@ class _Plan:
         self._safe = tool.concurrency_safe(None) if static else None
         self.path_names = tool.path_args
         self.paths_of = tool.paths  # declared paths beyond the path arguments (apply_patch)
-        # The arguments stages 5 and 6 resolve to paths: the path arguments and a command.
-        self.resolved_names = (*tool.path_args, "command")
+        # The arguments stages 5 and 6 resolve to paths: the path arguments and a command, those
+        # of them that validated arguments can have (often none: nothing to look up per call).
+        self.resolved_names = admitted_names(tool.input_schema, (*tool.path_args, "command"))
         # What the hooks registry answers for this tool, asked again once it has changed.
         self._hooks: Hooks | None = None
         self._hooks_generation = -1
