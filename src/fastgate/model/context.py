@@ -143,20 +143,31 @@ class ExecutionContext:
     def lacks_any(self, fields: int) -> bool:
         """Whether a default for one of ``fields`` (a ``field_mask``) would fill an unset field:
         when none would, ``merged`` would only copy this context."""
-        return bool(
-            (fields & _SESSION_ID and self.session_id is None)
-            or (fields & _WORKSPACE_ROOT and self.workspace_root is None)
-            or (fields & _CANCEL and self.cancel is None)
-            or (fields & _APPROVER and self.approver is None)
-            or (fields & _AGENT_SCOPE and self.agent_scope is None)
-            or (fields & _TURN_ID and self.turn_id is None)
-            or (fields & _TRUSTED and self.trusted is None)
-            or (fields & _METADATA and not self.metadata)
-            or (fields & _FS and self.fs is None)
-            or (fields & _SHELL and self.shell is None)
-            or (fields & _ELICITOR and self.elicitor is None)
-            or (fields & _IDEMPOTENCY_KEY and self.idempotency_key is None)
-        )
+        # One test a line, each a plain bool: compiled, an ``and``/``or`` chain of an int and a
+        # bool would box every operand.
+        if fields & _SESSION_ID and self.session_id is None:
+            return True
+        if fields & _WORKSPACE_ROOT and self.workspace_root is None:
+            return True
+        if fields & _CANCEL and self.cancel is None:
+            return True
+        if fields & _APPROVER and self.approver is None:
+            return True
+        if fields & _AGENT_SCOPE and self.agent_scope is None:
+            return True
+        if fields & _TURN_ID and self.turn_id is None:
+            return True
+        if fields & _TRUSTED and self.trusted is None:
+            return True
+        if fields & _METADATA and not self.metadata:
+            return True
+        if fields & _FS and self.fs is None:
+            return True
+        if fields & _SHELL and self.shell is None:
+            return True
+        if fields & _ELICITOR and self.elicitor is None:
+            return True
+        return bool(fields & _IDEMPOTENCY_KEY) and self.idempotency_key is None
 
     @staticmethod
     def field_mask(names: Iterable[str]) -> int:
