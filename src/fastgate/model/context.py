@@ -88,25 +88,25 @@ class ExecutionContext:
         elicitor: Elicitor | None = None,
         idempotency_key: Any = None,
     ) -> None:
-        # Compiled, rather than the interpreted one dataclasses would generate, and each field
-        # set through its own slot descriptor (past the frozen __setattr__) rather than by
-        # name through object.__setattr__: half the cost, for a server making a context per call.
-        _set_session_id(self, session_id)
+        # Compiled, rather than the interpreted one dataclasses would generate. Each field is set
+        # past the frozen __setattr__ by object.__setattr__ with the field's name written out:
+        # mypyc turns that into a store in the instance's own struct (a context is made per call).
+        object.__setattr__(self, "session_id", session_id)
         if workspace_root is not None and (
             type(workspace_root) is not str or workspace_root[:1] != "/"
         ):
             workspace_root = _absolute(workspace_root)  # "." means where the caller is now
-        _set_workspace_root(self, workspace_root)
-        _set_cancel(self, cancel)
-        _set_approver(self, approver)
-        _set_agent_scope(self, agent_scope)
-        _set_turn_id(self, turn_id)
-        _set_trusted(self, trusted)
-        _set_metadata(self, metadata)
-        _set_fs(self, fs)
-        _set_shell(self, shell)
-        _set_elicitor(self, elicitor)
-        _set_idempotency_key(self, idempotency_key)
+        object.__setattr__(self, "workspace_root", workspace_root)
+        object.__setattr__(self, "cancel", cancel)
+        object.__setattr__(self, "approver", approver)
+        object.__setattr__(self, "agent_scope", agent_scope)
+        object.__setattr__(self, "turn_id", turn_id)
+        object.__setattr__(self, "trusted", trusted)
+        object.__setattr__(self, "metadata", metadata)
+        object.__setattr__(self, "fs", fs)
+        object.__setattr__(self, "shell", shell)
+        object.__setattr__(self, "elicitor", elicitor)
+        object.__setattr__(self, "idempotency_key", idempotency_key)
 
     def __copy__(self) -> ExecutionContext:
         # Frozen: a copy would equal it in every way. (Compiled, copying field by field also
@@ -143,20 +143,31 @@ class ExecutionContext:
     def lacks_any(self, fields: int) -> bool:
         """Whether a default for one of ``fields`` (a ``field_mask``) would fill an unset field:
         when none would, ``merged`` would only copy this context."""
-        return bool(
-            (fields & _SESSION_ID and self.session_id is None)
-            or (fields & _WORKSPACE_ROOT and self.workspace_root is None)
-            or (fields & _CANCEL and self.cancel is None)
-            or (fields & _APPROVER and self.approver is None)
-            or (fields & _AGENT_SCOPE and self.agent_scope is None)
-            or (fields & _TURN_ID and self.turn_id is None)
-            or (fields & _TRUSTED and self.trusted is None)
-            or (fields & _METADATA and not self.metadata)
-            or (fields & _FS and self.fs is None)
-            or (fields & _SHELL and self.shell is None)
-            or (fields & _ELICITOR and self.elicitor is None)
-            or (fields & _IDEMPOTENCY_KEY and self.idempotency_key is None)
-        )
+        # One test a line, each a plain bool: compiled, an ``and``/``or`` chain of an int and a
+        # bool would box every operand.
+        if fields & _SESSION_ID and self.session_id is None:
+            return True
+        if fields & _WORKSPACE_ROOT and self.workspace_root is None:
+            return True
+        if fields & _CANCEL and self.cancel is None:
+            return True
+        if fields & _APPROVER and self.approver is None:
+            return True
+        if fields & _AGENT_SCOPE and self.agent_scope is None:
+            return True
+        if fields & _TURN_ID and self.turn_id is None:
+            return True
+        if fields & _TRUSTED and self.trusted is None:
+            return True
+        if fields & _METADATA and not self.metadata:
+            return True
+        if fields & _FS and self.fs is None:
+            return True
+        if fields & _SHELL and self.shell is None:
+            return True
+        if fields & _ELICITOR and self.elicitor is None:
+            return True
+        return bool(fields & _IDEMPOTENCY_KEY) and self.idempotency_key is None
 
     @staticmethod
     def field_mask(names: Iterable[str]) -> int:
@@ -190,27 +201,6 @@ def _absolute(root: Any) -> str:
     """A workspace root as an absolute path (a relative one is taken from the working
     directory when the context is made, not when a tool later runs)."""
     return str(os.path.abspath(os.fspath(root)))
-
-
-def _slot_setter(name: str) -> Callable[[ExecutionContext, Any], None]:
-    """The setter of a field's slot descriptor: it sets the field past the frozen
-    ``__setattr__`` (see ``ExecutionContext.__init__``)."""
-    setter: Callable[[ExecutionContext, Any], None] = vars(ExecutionContext)[name].__set__
-    return setter
-
-
-_set_session_id: Final = _slot_setter("session_id")
-_set_workspace_root: Final = _slot_setter("workspace_root")
-_set_cancel: Final = _slot_setter("cancel")
-_set_approver: Final = _slot_setter("approver")
-_set_agent_scope: Final = _slot_setter("agent_scope")
-_set_turn_id: Final = _slot_setter("turn_id")
-_set_trusted: Final = _slot_setter("trusted")
-_set_metadata: Final = _slot_setter("metadata")
-_set_fs: Final = _slot_setter("fs")
-_set_shell: Final = _slot_setter("shell")
-_set_elicitor: Final = _slot_setter("elicitor")
-_set_idempotency_key: Final = _slot_setter("idempotency_key")
 
 
 class ToolCall(msgspec.Struct, frozen=True):

@@ -48,6 +48,7 @@ from fastgate.permissions.subjects import (
     resolve_path,
 )
 from fastgate.tools import ToolDefinition
+from fastgate.tools._definition import admitted_names
 
 MODE_DEFAULTS: dict[PermissionMode, tuple[Decision, Decision, Decision]] = {
     PermissionMode.DEFAULT: (Decision.ALLOW, Decision.ASK, Decision.ASK),
@@ -235,12 +236,15 @@ class PermissionResolver:
         return None
 
     def _has_subject(self, tool: ToolDefinition, args: Mapping[str, Any]) -> bool:
-        """Whether the call has something rules or sensitive paths could look at."""
+        """Whether the call (its arguments validated) has something rules or sensitive paths
+        could look at."""
         names = self._subject_names.get(tool)
         if names is None:
             names = tool.path_args
             if self._tool_has_command(tool):
                 names = (*names, "command")
+            # Those its valid arguments can have: often none, and then nothing to look up.
+            names = admitted_names(tool.input_schema, names)
             if tool.permission_key is not None or tool.paths is not None:
                 names = _ANY_ARGUMENTS  # the key (or the declared paths) come from any of them
             if len(self._subject_names) >= _DEFINITION_CACHE_LIMIT:

@@ -72,6 +72,7 @@ from fastgate.pipeline.invocation import (
     ERROR,
     FAILURE,
     TIMEOUT,
+    VALUE,
     Outcome,
     invoke,
     is_async_tool,
@@ -82,6 +83,7 @@ from fastgate.pipeline.refusals import failure_of
 from fastgate.pipeline.tracing import CallTrace, CallTracer
 from fastgate.schema import compile as compile_schema
 from fastgate.tools import ToolDefinition
+from fastgate.tools._definition import admitted_names
 from fastgate.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -215,8 +217,9 @@ class _Plan:
         self._safe = tool.concurrency_safe(None) if static else None
         self.path_names = tool.path_args
         self.paths_of = tool.paths  # declared paths beyond the path arguments (apply_patch)
-        # The arguments stages 5 and 6 resolve to paths: the path arguments and a command.
-        self.resolved_names = (*tool.path_args, "command")
+        # The arguments stages 5 and 6 resolve to paths: the path arguments and a command, those
+        # of them that validated arguments can have (often none: nothing to look up per call).
+        self.resolved_names = admitted_names(tool.input_schema, (*tool.path_args, "command"))
         # What the hooks registry answers for this tool, asked again once it has changed.
         self._hooks: Hooks | None = None
         self._hooks_generation = -1
@@ -675,7 +678,10 @@ class ToolExecutor:
                 self._progress.finish(call.execution_id)
             call.attempts = outcome.attempts
 
-            # 13-15. hooks after the call, file-change observers, then the final result.
+            # 13-15. hooks after the call, file-change observers, then the final result; at once
+            #        (no coroutine) for a value when no hook, observer or check waits for it.
+            if outcome.kind == VALUE and not self._concludes_later(plan):
+                return self._conclude_value(call, plan, outcome.value)
             return await self._conclude(call, tool, args, outcome, plan, body)
         except Aborted:
             return self._aborted_before_launch(call)
@@ -948,6 +954,27 @@ class ToolExecutor:
             trace.enter("finalize")
         return self._finalize(call, None, "", content=content, value=value)
 
+    def _concludes_later(self, plan: _Plan) -> bool:
+        """Whether stages 13 to 15 may have to wait or report changed files: PostToolUse hooks,
+        file-change observers or AutoVerify."""
+        return bool(
+            self._file_observers or self.auto_verify is not None or plan.has_post(self.hooks)
+        )
+
+    def _conclude_value(self, call: _Call, plan: _Plan, value: Any) -> ToolResult:
+        """Stages 13 to 15 for a value when ``_concludes_later`` is False: ``_conclude`` with
+        nothing to await."""
+        trace = call.trace
+        if trace is not None:
+            trace.enter("post_hooks")
+        content, refusal = self._content_of(call, plan, value)
+        if refusal is not None:
+            return refusal
+        if trace is not None:
+            trace.enter("observers")
+            trace.enter("finalize")
+        return self._finalize(call, None, "", content=content, value=value)
+
     async def _record_tool_use(
         self, call: _Call, tool: ToolDefinition, args: Any
     ) -> ToolResult | None:
@@ -1204,7 +1231,8 @@ def _snapshot(raw_args: Any) -> Any:
     compiled loop; anything else is copied by ``freeze``."""
     if type(raw_args) is dict:
         for key, value in raw_args.items():
-            if type(key) is not str or type(value) not in _SCALAR_TYPES:
+            kind = type(value)  # text first: the usual argument, and no set lookup
+            if type(key) is not str or (kind is not str and kind not in _SCALAR_TYPES):
                 return freeze(raw_args)
         return _FROZEN_DICT(raw_args)
     return freeze(raw_args)

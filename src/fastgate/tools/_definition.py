@@ -27,6 +27,20 @@ DEFAULT_PATH_ARGS = ("file_path", "notebook_path")
 _PLAIN = (str, int, float, bool, type(None))
 
 
+def admitted_names(schema: Any, names: tuple[str, ...]) -> tuple[str, ...]:
+    """Those of ``names`` that arguments valid for ``schema`` can have as keys: every one, unless
+    the schema closes its object (``additionalProperties: false`` and no ``patternProperties``),
+    and then only the properties it declares beside that keyword."""
+    if (
+        not isinstance(schema, dict)
+        or schema.get("additionalProperties") is not False
+        or "patternProperties" in schema
+    ):
+        return names
+    declared = schema.get("properties") or {}
+    return tuple(name for name in names if name in declared)
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Output:
     """How a canonical value becomes model-visible content (``render``; default ``str``/JSON)."""
