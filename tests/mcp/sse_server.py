@@ -54,7 +54,7 @@ def _server(served: Served) -> MCPServer:
 def serving(transport: str = "sse") -> Iterator[Served]:
     """The server over ``transport`` (``"sse"`` or ``"http"``) until the block ends; then it
     is stopped and its thread joined (checked gone)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)  # before the port is used: a client connecting at once is queued
@@ -110,7 +110,7 @@ def sse_process() -> Iterator[tuple[str, int]]:
 def main() -> None:
     """``python -m tests.mcp.sse_server``: the SSE server as a process of its own (a test
     kills it); prints ``PORT <n>`` once it listens."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
     print(f"PORT {sock.getsockname()[1]}", flush=True)

@@ -106,7 +106,7 @@ def tokens_file(path: Path, modes: Mapping[str, str | None] | None = None) -> Pa
 @contextlib.asynccontextmanager
 async def serving(gateway: Gateway) -> AsyncIterator[str]:
     """``gateway`` on uvicorn (httptools) at a free loopback port; its ``/mcp`` URL."""
-    sock = socket.socket()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(1024)
     port = sock.getsockname()[1]

@@ -3,15 +3,18 @@ built-ins it is told to serve, stdio, bad usage, and a shutdown that leaves no p
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from fastgate.cli.serve import listening_socket
 from mcp import Client, StdioServerParameters
 from tests.mcp.servers import FIXTURE, alive
 from tests.processes_kit import until_dead
@@ -168,3 +171,22 @@ async def test_code_mode_serves_run_code_alone(workspace: Path, home: Path, era:
     assert names == ["run_code"]
     assert not ran.is_error and "alpha" in text_of(ran), text_of(ran)
     assert direct.is_error and fastgate_meta(direct)["reason"] == "code_mode"
+
+
+async def test_the_gateway_s_connections_send_small_writes_at_once() -> None:
+    """Every accepted connection has TCP_NODELAY, on both loops: a reply written in two parts
+    (headers, then the body or an event) is not held back until the client ACKs the first."""
+    sock = listening_socket("127.0.0.1", 0)
+    loop = asyncio.get_running_loop()
+    accepted: asyncio.Future[asyncio.StreamWriter] = loop.create_future()
+    server = await asyncio.start_server(lambda _r, w: accepted.set_result(w), sock=sock)
+    try:
+        _, client_writer = await asyncio.open_connection(*sock.getsockname())
+        served = await accepted
+        nodelay = served.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        client_writer.close()
+        served.close()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert nodelay != 0

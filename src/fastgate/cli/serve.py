@@ -482,19 +482,31 @@ def _dispose(executors: dict[Any, Any]) -> None:
 # -- serving ----------------------------------------------------------------------------------
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The gateway's TCP socket, listening before its address is announced (a client that
+    connects at once waits in the backlog). Made with ``IPPROTO_TCP`` named: asyncio sets
+    ``TCP_NODELAY`` only on connections of a socket that says it is TCP, and without it a reply
+    written in two parts waits for the client's delayed ACK (about 40 ms)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 async def _serve_http(gateway: Any, setup: _Setup) -> None:
     import importlib.util
 
     import uvicorn
 
-    family = socket.AF_INET6 if ":" in setup.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((setup.host, setup.port))
-        sock.listen(2048)  # before the address is announced: a client connecting at once waits
+        sock = listening_socket(setup.host, setup.port)
     except OSError as exc:
-        sock.close()
         raise UsageError(f"--listen {setup.args.listen}: {exc.strerror or exc}") from None
     port = sock.getsockname()[1]
     config = uvicorn.Config(
