@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+import time
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +74,13 @@ async def test_a_flooding_principal_does_not_starve_the_others(tmp_path: Path) -
     waits = _Waits(served.tracer)
     served.set_tracer(waits)
     async with serving(gateway) as url:
+        flood_took: list[float] = []
 
         async def flood() -> None:
             async with client(url, MODERN, token="alice-secret-token") as mcp:
+                started = time.perf_counter()
                 await asyncio.gather(*(mcp.call_tool("work", {"n": i}) for i in range(200)))
+                flood_took.append(time.perf_counter() - started)
 
         async def steady(who: str) -> None:
             async with client(url, MODERN, token=f"{who}-secret-token") as mcp:
@@ -103,8 +107,10 @@ async def test_a_flooding_principal_does_not_starve_the_others(tmp_path: Path) -
     small = [w for s, ws in waits.by_session.items() if s != "alice" for w in ws]
     assert len(small) == 30 and len(waits.by_session["alice"]) == 200
     assert set(waits.by_session) == {"alice", "bob", "carol", "bob/dave"}
-    # The service time as it was (a loaded machine stretches the 20 ms sleep), measured.
-    service = statistics.median(waits.runs)
+    # The service time as it was: a call's own run, or, on a loaded machine where the loop
+    # itself is slow to hand a freed slot on, the time the two slots took per call of the flood
+    # (what first-come-first-served would make a small caller wait about 100 times over).
+    service = max(statistics.median(waits.runs), flood_took[0] * 2 / 200)
     assert _p99(small) <= 12 * service, (
         f"p99 wait {_p99(small) * 1000:.0f} ms, service {service * 1000:.0f} ms"
     )
