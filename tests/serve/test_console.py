@@ -25,6 +25,8 @@ from tests.serve.kit import (
     tokens_file,
 )
 
+pytestmark = pytest.mark.slow  # a real browser: run once in CI, on the compiled build
+
 
 @pytest.fixture
 def folder(tmp_path: Path) -> Path:

@@ -20,6 +20,8 @@ from tests.serve.browser import browsers, screenshot, sign_in
 from tests.serve.console_kit import ADMIN, admins, origin_of
 from tests.serve.kit import MODERN, client, executor, registry, serving, tokens_file
 
+pytestmark = pytest.mark.slow  # a real browser: run once in CI, on the compiled build
+
 FLOOD = 40  # alice's calls: two run, the rest queue
 STEADY = 4  # bob's calls: all queue behind alice's running ones
 RELEASES: dict[str, asyncio.Event] = {}
