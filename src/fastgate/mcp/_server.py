@@ -603,7 +603,8 @@ async def _call_tool(client: Client, params: dict[str, Any], progress: Any, requ
     version = client.protocol_version or "2025-11-25"
     if version in MODERN_PROTOCOL_VERSIONS and isinstance(reply, dict):
         reply.setdefault("resultType", "complete")
-    adapter = _result_adapter(version)
+    # (only known versions reach the cache: a server cannot grow it with versions it makes up)
+    adapter = _result_adapter(version) if version in KNOWN_PROTOCOL_VERSIONS else None
     if adapter is not None:
         adapter.validate_python(reply, by_name=False)
     else:
@@ -615,9 +616,8 @@ async def _call_tool(client: Client, params: dict[str, Any], progress: Any, requ
 @functools.cache
 def _result_adapter(version: str) -> TypeAdapter[Any] | None:
     """The check ``validate_server_result`` makes of a ``tools/call`` reply in a known version,
-    without the dump of the validated reply it then makes and throws away; None otherwise."""
-    if version not in KNOWN_PROTOCOL_VERSIONS:
-        return None
+    without the dump of the validated reply it then makes and throws away; None when the
+    version has no ``tools/call`` row."""
     target = SERVER_RESULTS.get(("tools/call", version))
     return None if target is None else TypeAdapter(cast(Any, target))  # a model or a union
 
