@@ -5,14 +5,17 @@ the worker's process group) is still ended when the run ends, finished or stoppe
 
 from __future__ import annotations
 
+import asyncio
+import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fastgate import RunContext, ToolKind, define_tool, schema
-from fastgate.codemode import CodeMode, _sandbox
-from tests.codemode_kit import Env, run
+from fastgate.codemode import CodeMode, _pool, _sandbox
+from tests.codemode_kit import Env, children, noop_tool, run
 from tests.codemode_kit import env_fixture as env_fixture  # the fixture "env"
 
 DAEMON = """
@@ -63,3 +66,48 @@ async def test_a_daemon_a_program_started_is_gone_when_the_run_ends(env: Env, th
         assert result.ok, result.content
     (daemon,) = noted
     assert not exists(daemon)  # ended, and reaped by the launcher, before the run returned
+
+
+def parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
+async def test_a_run_returns_only_once_its_launcher_is_reaped(env: Env) -> None:
+    # The run sees its launcher exit first; the launcher's parent, the supervisor's loop, reaps
+    # it. Held busy here, that loop cannot: the run must wait for it, not leave a zombie.
+    code_mode = CodeMode(pool_size=1)
+    executor = env.make(noop_tool(), code_mode=code_mode)
+    (worker,) = code_mode.worker_pids()
+    launcher = parent_of(worker)
+    assert launcher in children()
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        holding.set()
+        release.wait()
+
+    _pool._SUPERVISOR.loop().call_soon_threadsafe(hold)
+    await asyncio.to_thread(holding.wait)
+    loop = asyncio.get_running_loop()
+    launcher_exited: asyncio.Future[None] = loop.create_future()
+    pidfd = os.pidfd_open(launcher)
+
+    def on_exit() -> None:
+        if not launcher_exited.done():
+            launcher_exited.set_result(None)
+
+    loop.add_reader(pidfd, on_exit)
+    try:
+        program = asyncio.ensure_future(run(executor, "print('ran')"))
+        await launcher_exited
+        finished, _ = await asyncio.wait({program}, timeout=1.0)
+        assert not finished, "the run returned while its launcher was a zombie"
+        assert children().get(launcher) == "Z"
+    finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
+        release.set()
+    result = await program
+    assert result.ok and result.value["stdout"] == "ran\n", result.content
+    assert launcher not in children()

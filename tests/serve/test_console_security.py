@@ -171,7 +171,10 @@ async def test_the_pages_work_from_the_keyboard_alone(folder: Path) -> None:
         origin = origin_of(url)
         page = await (await opened.launch()).new_page()
         await page.goto(f"{origin}/console/login")
-        await page.keyboard.type(ADMIN)  # the token field has the focus
+        # The token field takes the focus by itself (autofocus, applied at the page's next
+        # rendering, which may come after "load" on a busy machine).
+        await page.wait_for_function("document.activeElement.id === 'token'")
+        await page.keyboard.type(ADMIN)
         await page.keyboard.press("Enter")
         await page.wait_for_url(f"{origin}/console")
         async with client(url, LEGACY) as mcp:

@@ -221,9 +221,13 @@ class Run:
         self._readers.clear()
 
     async def reaped(self) -> None:
-        """Wait until the killed worker, and all it started, are reaped."""
+        """Wait until the killed worker, and all it started, are reaped, its launcher too."""
         self._watch_the_end()  # again: stop() let go of every descriptor
         await asyncio.shield(self._exited)
+        if not self.worker.process.done():
+            # The launcher's exit is seen here first; its parent, the supervisor's loop, reaps
+            # it a moment later: until then it would be left as a zombie of this process.
+            await self.worker.ended()
 
     def release_when_reaped(self) -> None:
         """Close the worker's ends once it is reaped (at once, or when its exit is seen)."""
