@@ -123,6 +123,7 @@ class _Call:
         "checked_paths",
         "ctx",
         "decision",
+        "decision_reason",
         "decision_source",
         "execution_id",
         "hook_decision",
@@ -155,6 +156,7 @@ class _Call:
         self.aborted_before_launch = False
         self.decision: Decision | None = None
         self.decision_source: DecisionSource | None = None
+        self.decision_reason = ""  # the merged decision's reason (stage 8), for an approval
         self.hook_decision: Decision | None = None  # what the PreToolUse hooks said (stage 7)
         self.hook_reason: str | None = None
         self.additional_context: tuple[str, ...] = ()  # rarely added to: a tuple is cheaper
@@ -523,19 +525,10 @@ class ToolExecutor:
         holds = Holds()
         try:
             # 1. identity: snapshot and freeze the arguments; a cancelled caller stops here.
-            if self._disposed:
-                return self._finalize(call, ErrorCode.DISPOSED, _DISPOSED)
-            try:
-                args = call.args = _snapshot(raw_args)
-            except NotJSON as exc:
-                return self._finalize(
-                    call, ErrorCode.INVALID_ARGS, f"Tool arguments must be JSON values: {exc}."
-                )
-            if cancel is not None and cancel.cancelled:
-                return self._aborted_before_launch(call)
-            if ctx.turn_id is not None and call.parent_execution_id is None:  # nested: their own
-                if not self._admit_turn(ctx.turn_id):
-                    return self._turn_exhausted(call)
+            refusal = self._identify(call, raw_args)
+            if refusal is not None:
+                return refusal
+            args = call.args
 
             # 2. lookup in the registry, as the calling agent's scope sees it; the interceptor, if
             #    any, judges the call before any policy stage does.
@@ -600,17 +593,11 @@ class ToolExecutor:
                     args = call.args  # as the hooks left them
 
                 # 8. decision merge: the strictest of rule and hook; a hook tightens, never loosens.
-                rule = call.rule
-                decision, source, reason = merge_decision(
-                    rule, call.hook_decision, call.hook_reason
-                )
-                call.decision, call.decision_source = decision, source
-                self._audit_decision(call, decision, source, reason)
                 if trace is not None:
                     trace.enter("merge")
-                    trace.rule, trace.merged = rule, (decision, source, reason)
-                if decision is _DENY:
-                    return self._denied(call, reason, source)
+                refusal = self._merge(call)
+                if refusal is not None:
+                    return refusal
 
                 # 9. guards: deny-only owner policy, order-free.
                 if trace is not None:
@@ -623,27 +610,17 @@ class ToolExecutor:
                 # 10. approval, when the merged decision is ASK.
                 if trace is not None:
                     trace.enter("approval")
-                if decision is _ASK:
-                    refusal = await self._approve(call, tool, args, source, reason)
+                if call.decision is _ASK:
+                    refusal = await self._approve(call, tool, args)
                     if refusal is not None:
                         return refusal
 
             # 11. admission: a scheduler slot, then the file locks of a non-concurrency-safe tool.
             if trace is not None:
                 trace.enter("admission")
-            if cancel is not None and cancel.cancelled:
-                return self._aborted_before_launch(call)
-            try:
-                if plan.admitted:
-                    slot = self.scheduler.slot(ctx.session_id, plan.kind, self, plan.pool)
-                    await holds.enter(slot, cancel)
-                if call.lock_keys and not plan.is_concurrency_safe(args):
-                    locks = self.locks.acquire_keys(call.lock_keys, call.execution_id)
-                    await holds.enter(locks, cancel)
-            except ResourceExhausted as exc:
-                return self._busy(call, exc)
-            except SchedulerClosed:
-                return self._finalize(call, ErrorCode.DISPOSED, "the scheduler has been closed")
+            refusal = await self._admit(call, plan, args, holds)
+            if refusal is not None:
+                return refusal
 
             # 11b. the durable tool-use record, before any side effect.
             if trace is not None:
@@ -659,24 +636,9 @@ class ToolExecutor:
                 pinning = self.auto_verify.pin(body)
                 if pinning is not None:
                     await pinning
-            self._progress.start(call.execution_id)
             if trace is not None:
                 trace.enter("invocation")
-            try:
-                outcome = await invoke(
-                    tool,
-                    args,
-                    body,
-                    task_name=plan.task_name,
-                    is_async=plan.is_async,
-                    time_budget=plan.timeout,
-                    cancel=cancel,
-                    cancel_grace=self._cancel_grace,
-                    on_runaway=holds.release_when_done,
-                )
-            finally:
-                self._progress.finish(call.execution_id)
-            call.attempts = outcome.attempts
+            outcome = await self._invoke(call, tool, args, plan, body, holds)
 
             # 13-15. hooks after the call, file-change observers, then the final result; at once
             #        (no coroutine) for a value when no hook, observer or check waits for it.
@@ -720,6 +682,26 @@ class ToolExecutor:
         return aborted
 
     # -- stages in detail -----------------------------------------------------------------------
+
+    def _identify(self, call: _Call, raw_args: Any) -> ToolResult | None:
+        """Stage 1: ``call.args``, a frozen snapshot of ``raw_args``; or why the call ends here
+        (the executor disposed, arguments that are not JSON, the caller's token cancelled, the
+        turn's calls used up)."""
+        if self._disposed:
+            return self._finalize(call, ErrorCode.DISPOSED, _DISPOSED)
+        try:
+            call.args = _snapshot(raw_args)
+        except NotJSON as exc:
+            message = f"Tool arguments must be JSON values: {exc}."
+            return self._finalize(call, ErrorCode.INVALID_ARGS, message)
+        ctx = call.ctx
+        cancel = ctx.cancel
+        if cancel is not None and cancel.cancelled:
+            return self._aborted_before_launch(call)
+        if ctx.turn_id is not None and call.parent_execution_id is None:  # nested: their own
+            if not self._admit_turn(ctx.turn_id):
+                return self._turn_exhausted(call)
+        return None
 
     def _turn_exhausted(self, call: _Call) -> ToolResult:
         """Stage 1: the turn has made its ``TURN_LIMIT`` calls."""
@@ -784,6 +766,20 @@ class ToolExecutor:
             call.rule = rewritten
         return None
 
+    def _merge(self, call: _Call) -> ToolResult | None:
+        """Stage 8: ``call.decision``, the strictest of the rule's and the hooks' (audited), and
+        the refusal when it is DENY."""
+        rule = call.rule
+        decision, source, reason = merge_decision(rule, call.hook_decision, call.hook_reason)
+        call.decision, call.decision_source, call.decision_reason = decision, source, reason
+        self._audit_decision(call, decision, source, reason)
+        trace = call.trace
+        if trace is not None:
+            trace.rule, trace.merged = rule, (decision, source, reason)
+        if decision is _DENY:
+            return self._denied(call, reason, source)
+        return None
+
     def _guard(self, call: _Call, tool: ToolDefinition, args: Any) -> ToolResult | None:
         """Stage 9: the first guard's reason to deny the call, as its refusal."""
         reason = run_guards(self.guards, ToolCallView(tool.name, args, call.ctx))
@@ -795,12 +791,12 @@ class ToolExecutor:
         self._audit_decision(call, _DENY, DecisionSource.GUARD, reason)
         return self._denied(call, reason, DecisionSource.GUARD)
 
-    async def _approve(
-        self, call: _Call, tool: ToolDefinition, args: Any, source: DecisionSource, reason: str
-    ) -> ToolResult | None:
+    async def _approve(self, call: _Call, tool: ToolDefinition, args: Any) -> ToolResult | None:
         """Stage 10: the approver's answer to an ASK (``None``: approved, and remembered for
         the session when it said so), or why no answer counted."""
-        ctx, rule = call.ctx, call.rule
+        ctx, rule, reason = call.ctx, call.rule, call.decision_reason
+        source = call.decision_source
+        assert source is not None
         request = ApprovalRequest(
             tool.name, args, rule.signature, reason, str(source), ctx.session_id, call.execution_id
         )
@@ -837,6 +833,54 @@ class ToolExecutor:
             retry_after="next_turn",
             details={"reason": "tool_busy", "cause": exc.reason},
         )
+
+    async def _admit(self, call: _Call, plan: _Plan, args: Any, holds: Holds) -> ToolResult | None:
+        """Stage 11: a scheduler slot, then the file locks of a call that is not concurrency
+        safe, each held in ``holds``; or why the call got neither."""
+        cancel = call.ctx.cancel
+        if cancel is not None and cancel.cancelled:
+            return self._aborted_before_launch(call)
+        try:
+            if plan.admitted:
+                slot = self.scheduler.slot(call.ctx.session_id, plan.kind, self, plan.pool)
+                await holds.enter(slot, cancel)
+            if call.lock_keys and not plan.is_concurrency_safe(args):
+                locks = self.locks.acquire_keys(call.lock_keys, call.execution_id)
+                await holds.enter(locks, cancel)
+        except ResourceExhausted as exc:
+            return self._busy(call, exc)
+        except SchedulerClosed:
+            return self._finalize(call, ErrorCode.DISPOSED, "the scheduler has been closed")
+        return None
+
+    async def _invoke(
+        self,
+        call: _Call,
+        tool: ToolDefinition,
+        args: Any,
+        plan: _Plan,
+        body: BodyContext,
+        holds: Holds,
+    ) -> Outcome:
+        """Stage 12: the body in its own task, under its deadline and the caller's token,
+        retried where that is safe; its progress followed meanwhile."""
+        self._progress.start(call.execution_id)
+        try:
+            outcome = await invoke(
+                tool,
+                args,
+                body,
+                task_name=plan.task_name,
+                is_async=plan.is_async,
+                time_budget=plan.timeout,
+                cancel=call.ctx.cancel,
+                cancel_grace=self._cancel_grace,
+                on_runaway=holds.release_when_done,
+            )
+        finally:
+            self._progress.finish(call.execution_id)
+        call.attempts = outcome.attempts
+        return outcome
 
     def _check_paths(
         self, call: _Call, tool: ToolDefinition, args: Any, plan: _Plan
