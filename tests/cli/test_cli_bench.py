@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from fastgate.cli.bench.runner import SCENARIOS
@@ -16,3 +18,30 @@ def test_the_scenario_help_lists_every_registered_scenario(
     shown = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
     for name in SCENARIOS:
         assert name in shown.split("--scenario NAME", 1)[1], name
+
+
+def test_the_validator_scenario_finds_the_schemas_beside_the_checkout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from fastgate.cli.bench.model import BenchConfig
+    from fastgate.cli.bench.validators import locate_bench_schemas, run_validators
+
+    beside = Path(__file__).resolve().parents[3] / "shared" / "data" / "bench_schemas.json"
+    if not beside.is_file():
+        pytest.skip("bench_schemas.json is not beside this checkout")
+    monkeypatch.delenv("FASTGATE_BENCH_SCHEMAS", raising=False)
+    assert locate_bench_schemas() == beside
+    rows = run_validators(BenchConfig(rounds=1, ops=200, fairness_runs=1), "asyncio")
+    measured = {row.metric.split("/")[0] for row in rows if "/" in row.metric}
+    assert measured == {"bash", "edit", "deploy"}
+
+
+def test_the_validator_scenario_says_when_it_has_no_schemas(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from fastgate.cli.bench.model import BenchConfig
+    from fastgate.cli.bench.validators import run_validators
+
+    monkeypatch.setenv("FASTGATE_BENCH_SCHEMAS", f"{tmp_path}/absent.json")
+    (row,) = run_validators(BenchConfig(rounds=1, ops=200, fairness_runs=1), "asyncio")
+    assert row.metric.startswith("skipped: no bench schemas")

@@ -99,7 +99,11 @@ def locate_bench_schemas() -> Path | None:
     env = os.environ.get("FASTGATE_BENCH_SCHEMAS")
     if env:
         return Path(env) if Path(env).is_file() else None
-    repo = Path(__file__).resolve().parents[3]
+    here = Path(__file__).resolve()
+    # The checkout's root is the first directory above this file that holds pyproject.toml.
+    repo = next((d for d in here.parents if (d / "pyproject.toml").is_file()), None)
+    if repo is None:
+        return None
     candidate = repo.parent / "shared" / "data" / "bench_schemas.json"
     return candidate if candidate.is_file() else None
 
@@ -200,7 +204,8 @@ def run_validators(config: BenchConfig, loop: str) -> list[Measurement]:
     """The validator scenario; ``loop`` is unused (validation is synchronous)."""
     cases = load_cases()
     if not cases:
-        return []
+        missing = "skipped: no bench schemas (set FASTGATE_BENCH_SCHEMAS to bench_schemas.json)"
+        return [Measurement("validators", missing, 0.0, unit="")]
     core = _core()
     compiled = core == "compiled"
     out: list[Measurement] = []
