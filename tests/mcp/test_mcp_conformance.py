@@ -116,12 +116,6 @@ ELICITING = {"elicitation-sep1034-client-defaults", "sep-2322-client-request-sta
 # issuer <origin>/oauth from the root well-known address: RFC 8414 §3.3 says a client must refuse
 # that (the suite's later releases fixed the mock; the pre-release run above passes it).
 REFUSED_BY_DESIGN = {(STABLE, "auth/2025-03-26-oauth-metadata-backcompat"): "issuer mismatch"}
-NOT_YET = {
-    "json-schema-2020-12-preservation": (
-        "fastgate's schema compiler does not implement $anchor, so the focal tool is "
-        "quarantined and cannot be echoed"
-    )
-}
 
 
 def suite(version: str) -> list[str]:
@@ -223,12 +217,7 @@ def test_stable_client_scenario(scenario: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "scenario",
-    [
-        pytest.param(s, marks=pytest.mark.xfail(reason=NOT_YET[s], strict=True))
-        if s in NOT_YET
-        else s
-        for s in SCENARIOS_2026
-    ],
+    SCENARIOS_2026,
 )
 def test_2026_client_scenario(scenario: str, tmp_path: Path) -> None:
     needs_elicitation(scenario)

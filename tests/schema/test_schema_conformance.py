@@ -20,7 +20,6 @@ import pytest
 from fastgate.schema import SchemaError, from_json_schema
 
 _UNSUPPORTED = {
-    "$anchor",
     "$dynamicRef",
     "$dynamicAnchor",
     "$vocabulary",

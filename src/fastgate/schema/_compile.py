@@ -70,6 +70,10 @@ _SCHEMA_LISTS = {"allOf": "all_of", "anyOf": "any_of", "oneOf": "one_of"}
 _STRUCTURE = C_OBJ | C_ARR | C_APPLY | C_COND
 
 
+# JSON Schema 2020-12's plain-name fragment: what "$anchor" declares and "#name" refers to.
+_ANCHOR = re.compile(r"[A-Za-z_][-A-Za-z0-9._]*")
+
+
 def escape_token(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
@@ -95,6 +99,10 @@ class _Compiler:
         self.parents: dict[int, core.Node] = {}  # id(node) -> the node it was found under
         self.pending: list[tuple[core.Node, Any]] = []
         self.root: core.Node | None = None
+        # "$anchor" name -> its node; "#name" references are resolved once every location has
+        # been filled (an anchor may be declared after the reference that uses it).
+        self.anchors: dict[str, core.Node] = {}
+        self.anchor_refs: list[tuple[core.Node, str]] = []
 
     def node_for(self, parent: core.Node | None, step: str, schema: Any) -> core.Node:
         """The node of ``schema``, found at ``step`` (a pointer suffix) below ``parent`` (None:
@@ -126,6 +134,11 @@ class _Compiler:
         while self.pending:
             node, schema = self.pending.pop()
             self.fill(node, schema)
+        for node, name in self.anchor_refs:
+            target = self.anchors.get(name)
+            if target is None:
+                raise self.bad(node, "$ref", f"$ref '#{name}' names no $anchor of this schema")
+            node.ref = target
         for node in self.nodes.values():
             self.engine.finish_node(node, _STRUCTURE)
             _find_discriminator(node)
@@ -176,7 +189,9 @@ class _Compiler:
             raise self.bad(node, "$ref", "$ref must be a string")
         if ref != "#" and not ref.startswith("#/"):
             raise self.bad(
-                node, "$ref", f"only local references ('#' or '#/...') are supported, got {ref!r}"
+                node,
+                "$ref",
+                f"only local references ('#', '#/...' or '#anchor') are supported, got {ref!r}",
             )
         tokens = [] if ref == "#" else unquote(ref[2:]).split("/")
         target = self.document
@@ -336,8 +351,19 @@ def _not(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
 
 
 def _ref(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
-    node.ref = c.resolve(value, node)
+    if type(value) is str and _ANCHOR.fullmatch(value[1:]) and value[:1] == "#":
+        c.anchor_refs.append((node, value[1:]))  # resolved when every anchor is known
+    else:
+        node.ref = c.resolve(value, node)
     node.checks |= C_APPLY
+
+
+def _anchor(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
+    """A name for this location, for ``$ref: "#name"``; it checks nothing itself."""
+    if type(value) is not str or not _ANCHOR.fullmatch(value):
+        raise c.bad(node, keyword, f"$anchor must be a name like 'address-v1', got {value!r}")
+    if c.anchors.setdefault(value, node) is not node:
+        raise c.bad(node, keyword, f"$anchor {value!r} is declared twice in this schema")
 
 
 def _conditional(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
@@ -384,6 +410,7 @@ def _defs(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
 
 
 _HANDLERS: dict[str, Any] = {
+    "$anchor": _anchor,
     "type": _type,
     "properties": _properties,
     "required": _required,
@@ -413,7 +440,6 @@ _HANDLERS: dict[str, Any] = {
 _KNOWN_UNSUPPORTED = frozenset(
     (
         "$id",
-        "$anchor",
         "$dynamicRef",
         "$dynamicAnchor",
         "$recursiveRef",
