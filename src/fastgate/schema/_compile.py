@@ -351,7 +351,7 @@ def _not(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
 
 
 def _ref(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
-    if type(value) is str and _ANCHOR.fullmatch(value[1:]) and value[:1] == "#":
+    if type(value) is str and value[:1] == "#" and _ANCHOR.fullmatch(value[1:]):
         c.anchor_refs.append((node, value[1:]))  # resolved when every anchor is known
     else:
         node.ref = c.resolve(value, node)
