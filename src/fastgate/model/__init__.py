@@ -1,6 +1,7 @@
 """Value types every layer shares: contexts, results, kinds, cancel tokens, frozen arguments,
 decisions, approval and elicitation requests. Nothing here imports another fastgate package."""
 
+from fastgate.model._interpreted import store_context_fields_by_descriptor
 from fastgate.model.approvals import ApprovalRequest as ApprovalRequest
 from fastgate.model.approvals import ApprovalResponse as ApprovalResponse
 from fastgate.model.approvals import ApprovalScope as ApprovalScope
@@ -25,3 +26,6 @@ from fastgate.model.results import ResultMeta as ResultMeta
 from fastgate.model.results import ToolError as ToolError
 from fastgate.model.results import ToolFault as ToolFault
 from fastgate.model.results import ToolResult as ToolResult
+
+store_context_fields_by_descriptor()  # the pure build only (compiled, it does nothing)
+del store_context_fields_by_descriptor
