@@ -27,6 +27,9 @@ SCENARIO = "validators"
 CASES = ("bash", "edit", "deploy")
 _MSGSPEC_TARGET = Target("<=", 1.0, ci_bound=1.3)
 _FASTJSONSCHEMA_TARGET = Target(">=", 3.0, ci_bound=2.5)
+# The Rust validator on valid instances: a target not met yet; CI (where it is installed) guards
+# against regression from where it stands.
+_RUST_TARGET = Target(">=", 1.0, ci_bound=0.4)
 _COMPILE_TARGET = Target("<=", 100.0, ci_bound=150.0)
 
 
@@ -159,6 +162,32 @@ def _competitors(schema: dict[str, Any]) -> dict[str, Call]:
     return found
 
 
+def _is_valid_rows(
+    name: str, schema: Any, ours: Call, valid: Any, config: BenchConfig, core: str, loop: str
+) -> list[Measurement]:
+    """``is_valid`` of a valid instance against jsonschema-rs's own ``is_valid`` (where it is
+    installed): the yes/no question a caller asks most, without building any error."""
+    try:
+        import jsonschema_rs
+    except ImportError:
+        return []
+    ratio, ours_ns, ref_ns = _paired(
+        ours, jsonschema_rs.validator_for(schema).is_valid, valid, config
+    )
+    return [
+        Measurement(
+            scenario=SCENARIO,
+            metric=f"{name}/valid is_valid speedup vs jsonschema-rs is_valid",
+            value=round(1.0 / ratio, 3),
+            reference="jsonschema-rs",
+            target=_RUST_TARGET if core == "compiled" else None,
+            detail=f"fastgate {ours_ns:.0f} ns, jsonschema-rs {ref_ns:.0f} ns per call",
+            core=core,
+            loop=loop,
+        )
+    ]
+
+
 # -- timing -------------------------------------------------------------------------------------
 
 
@@ -238,6 +267,7 @@ def run_validators(config: BenchConfig, loop: str) -> list[Measurement]:
                         loop=loop,
                     )
                 )
+        out += _is_valid_rows(name, schema, validator.is_valid, case["valid"], config, core, loop)
     bash = cases.get("bash")
     if bash is not None:
         us = _compile_us(bash["schema"], config.rounds * 20)
