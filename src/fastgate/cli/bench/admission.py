@@ -315,7 +315,9 @@ def run_fairness(config: BenchConfig, loop: str) -> list[Measurement]:
                 "makespan / FIFO",
                 makespan_ratio,
                 reference="FIFO Semaphore",
-                target=Target("<=", 1.05, ci_bound=1.1),
+                # CI's bound: 0.98-1.08 on a quiet machine, up to 1.12 (the pure build) on a
+                # loaded one; a slot left idle while work waits would read 4/3.
+                target=Target("<=", 1.05, ci_bound=1.2),
                 detail="work-conserving: no slot idles while work waits",
             ),
             Measurement(
