@@ -158,3 +158,30 @@ def test_an_idempotency_key_cannot_be_a_default() -> None:
     with pytest.raises(ValueError, match="idempotency_key"):
         ExecutionContext.check_defaults({"idempotency_key": "k"})
     assert ExecutionContext.check_defaults({"idempotency_key": None}) == {"idempotency_key": None}
+
+
+def test_every_field_is_a_constructor_argument_in_field_order() -> None:
+    # The pure build replaces __init__ with one that stores through slot descriptors: a field
+    # added to the class must be taken by both, in the same place, and stored as given.
+    def answer(request: Any) -> Any:
+        return request
+
+    given: dict[str, Any] = {
+        "session_id": "s",
+        "workspace_root": "/w",
+        "cancel": CancelToken(),
+        "approver": answer,
+        "agent_scope": "scope",
+        "turn_id": "t",
+        "trusted": True,
+        "metadata": {"k": 1},
+        "fs": object(),
+        "shell": object(),
+        "elicitor": answer,
+        "idempotency_key": "key",
+    }
+    names = [field.name for field in dataclasses.fields(ExecutionContext)]
+    assert names == list(given)
+    made = ExecutionContext(*given.values())
+    assert all(getattr(made, name) is value for name, value in given.items())
+    assert ExecutionContext(**given) == made
