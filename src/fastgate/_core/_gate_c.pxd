@@ -4,7 +4,6 @@ cdef int QUEUED, GRANTED, FINISHED
 
 
 @cython.final
-@cython.freelist(64)
 cdef class GateWaiter:
     cdef public bint exclusive
     cdef public object future
@@ -14,7 +13,6 @@ cdef class GateWaiter:
 
 
 @cython.final
-@cython.freelist(64)
 cdef class GateCore:
     cdef public object ready
     cdef public object wait_type
@@ -42,7 +40,6 @@ cdef class GateCore:
 
 
 @cython.final
-@cython.freelist(64)
 cdef class GateEntry:
     cdef public GateCore core
     cdef public bint exclusive

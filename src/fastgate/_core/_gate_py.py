@@ -10,15 +10,26 @@ resolved and checked through their own methods.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastgate.errors import GateClosed
+
+if TYPE_CHECKING:
+    from fastgate._core import _cython_shim as cython
+else:
+    try:
+        import cython
+    except ImportError:  # the pure build without Cython installed: the decorators do nothing
+        from fastgate._core import _cython_shim as cython
+
 
 QUEUED = 0
 GRANTED = 1
 FINISHED = 2
 
 
+@cython.freelist(64)
+@cython.cclass
 class GateWaiter:
     """One queued entrant and the future its task awaits."""
 
@@ -30,6 +41,8 @@ class GateWaiter:
         self.next: GateWaiter | None = None
 
 
+@cython.freelist(64)
+@cython.cclass
 class GateCore:
     """Counts of running holders plus a doubly linked FIFO of waiters (O(1) removal on cancel)."""
 
@@ -185,6 +198,8 @@ class GateCore:
         return GateEntry(self, True)
 
 
+@cython.freelist(64)
+@cython.cclass
 class GateEntry:
     """``async with`` context for one passage through the gate; not reusable."""
 

@@ -4,7 +4,6 @@ cdef int QUEUED, GRANTED, FINISHED
 
 
 @cython.final
-@cython.freelist(64)
 cdef class KeyLock:
     cdef public str key
     cdef public object owner
@@ -14,7 +13,6 @@ cdef class KeyLock:
 
 
 @cython.final
-@cython.freelist(64)
 cdef class LockWaiter:
     cdef public KeyLock lock
     cdef public object owner
@@ -25,7 +23,6 @@ cdef class LockWaiter:
 
 
 @cython.final
-@cython.freelist(64)
 cdef class LockTableCore:
     cdef public object ready
     cdef public object wait_type
@@ -49,7 +46,6 @@ cdef class LockTableCore:
 
 
 @cython.final
-@cython.freelist(64)
 cdef class MultiLock:
     cdef public LockTableCore core
     cdef public tuple keys

@@ -10,13 +10,24 @@ the filesystem); this module only does the bookkeeping.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastgate._core import _cython_shim as cython
+else:
+    try:
+        import cython
+    except ImportError:  # the pure build without Cython installed: the decorators do nothing
+        from fastgate._core import _cython_shim as cython
+
 
 QUEUED = 0
 GRANTED = 1
 FINISHED = 2
 
 
+@cython.freelist(64)
+@cython.cclass
 class LockWaiter:
     def __init__(self, lock: KeyLock, owner: object, future: Any) -> None:
         self.lock = lock
@@ -27,6 +38,8 @@ class LockWaiter:
         self.next: LockWaiter | None = None
 
 
+@cython.freelist(64)
+@cython.cclass
 class KeyLock:
     """The holder of one key and the FIFO of those waiting for it."""
 
@@ -38,6 +51,8 @@ class KeyLock:
         self.waiting = 0
 
 
+@cython.freelist(64)
+@cython.cclass
 class LockTableCore:
     def __init__(
         self,
@@ -144,6 +159,8 @@ class LockTableCore:
         return MultiLock(self, keys, owner)
 
 
+@cython.freelist(64)
+@cython.cclass
 class MultiLock:
     """``async with`` context holding ``keys`` (sorted, distinct) in order; not reusable."""
 

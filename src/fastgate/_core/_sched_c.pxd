@@ -6,7 +6,6 @@ cdef int NKINDS, NO_POOL, QUEUED, GRANTED, FINISHED, NEW, HELD, DONE, WAIT_SAMPL
 
 
 @cython.final
-@cython.freelist(64)
 cdef class SessionQueue:
     cdef public object session_id
     cdef public list heads
@@ -19,7 +18,6 @@ cdef class SessionQueue:
     cdef public SessionQueue bucket_next
 
 
-@cython.freelist(64)
 cdef class SlotWaiter:
     cdef public SessionQueue queue
     cdef public object session_id
@@ -67,7 +65,6 @@ cdef class QueueShares:
 
 
 @cython.final
-@cython.freelist(64)
 cdef class SchedulerCore:
     cdef public object ready
     cdef public object wait_type

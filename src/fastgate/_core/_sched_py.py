@@ -33,9 +33,18 @@ by one lazily armed timer that the façade runs (``arm_expiry``), not by a timer
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastgate.errors import ResourceExhausted, SchedulerClosed
+
+if TYPE_CHECKING:
+    from fastgate._core import _cython_shim as cython
+else:
+    try:
+        import cython
+    except ImportError:  # the pure build without Cython installed: the decorators do nothing
+        from fastgate._core import _cython_shim as cython
+
 
 NKINDS = 3
 NO_POOL = 0
@@ -60,6 +69,8 @@ def kind_index(kind: object) -> int:
         raise ValueError(f"unknown tool kind {kind!r}") from None
 
 
+@cython.freelist(64)
+@cython.cclass
 class SlotWaiter:
     """One request, and once queued: its session's queue, its lane and place in it, the future
     its task awaits and when it was queued. (A ``Slot`` is its own waiter: one object per
@@ -101,6 +112,8 @@ class SlotWaiter:
         self.queue = None
 
 
+@cython.freelist(64)
+@cython.cclass
 class SessionQueue:
     """The waiters of one session, one FIFO per lane, plus this session's place in the ring.
 
@@ -224,6 +237,8 @@ class QueueShares:
         return self.buckets[self.top]
 
 
+@cython.freelist(64)
+@cython.cclass
 class SchedulerCore:
     def __init__(
         self,

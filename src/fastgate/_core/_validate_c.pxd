@@ -9,7 +9,6 @@ cdef int INLINE_DEPTH
 
 
 @cython.final
-@cython.freelist(8)
 cdef class ValidationIssue:
     cdef object _path
     cdef object _keyword
@@ -70,8 +69,6 @@ cdef class Node:
 
 
 @cython.final
-@cython.no_gc
-@cython.freelist(64)
 cdef class Loc:
     cdef public Loc parent
     cdef public object key
@@ -82,7 +79,6 @@ cdef Loc _new_loc(Loc parent, object key)
 
 
 @cython.final
-@cython.freelist(8)
 cdef class Sink:
     cdef public list issues
     cdef public Py_ssize_t count
@@ -91,7 +87,6 @@ cdef class Sink:
 
 
 @cython.final
-@cython.freelist(8)
 cdef class Step:
     cdef public int op
     cdef public Node node
@@ -156,8 +151,13 @@ cpdef Sink run(Node root, object value, Py_ssize_t limit, bint silent)
 @cython.locals(kind=int, checks=int)
 cdef int _walk(Node node, object value, object parent, object key, Sink sink, list stack, int depth) except -1
 cdef int _visit(Node node, object value, object parent, object key, Sink sink, list stack, int depth) except -1
-@cython.locals(table=dict, additional=Node, child=Node, slot=tuple, found=Py_ssize_t, kind=int, names=tuple, slots=tuple, n_names=Py_ssize_t, guess=Py_ssize_t)
 cdef int _expand_object(Node node, object value, object loc, Sink sink, list stack, int depth) except -1
+@cython.locals(table=dict, additional=Node, child=Node, slot=tuple, found=Py_ssize_t, kind=int, names=tuple, slots=tuple, n_names=Py_ssize_t, guess=Py_ssize_t)
+cdef int _match_keys(Node node, object value, object loc, Sink sink, list stack, int depth) except -1
+@cython.locals(size=Py_ssize_t, names=tuple, slots=tuple, matched=Py_ssize_t, index=Py_ssize_t, n_names=Py_ssize_t, slot=tuple, child=Node, kind=int)
+cdef void _look_up_declared(Node node, object value, object loc, Sink sink, list stack, int depth) except *
+@cython.locals(table=dict, additional=Node, kind=int)
+cdef void _check_undeclared(Node node, object value, object loc, Sink sink, list stack, int depth) except *
 cdef inline bint _same_key(str name, str declared)
 cdef int _report_missing(tuple names, object value, object loc, Sink sink) except -1
 cpdef void finish_node(Node node, int structural) except *

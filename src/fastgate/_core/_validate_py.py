@@ -15,7 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastgate._core import _cython_shim as cython
+else:
+    try:
+        import cython
+    except ImportError:  # the pure build without Cython installed: the decorators do nothing
+        from fastgate._core import _cython_shim as cython
+
 
 # Value kinds: one bit each, so ``type`` keywords compile to a mask.
 K_NULL = 1
@@ -81,6 +90,8 @@ CHECK_BITS = {
 }
 
 
+@cython.freelist(8)
+@cython.cclass
 class ValidationIssue:
     """One failed keyword: where (``path`` into the value), which keyword, and what to fix."""
 
@@ -201,6 +212,9 @@ def finish_node(node: Node, structural: int) -> None:
     node.required_undeclared = tuple([n for n in node.required if n not in node.properties])
 
 
+@cython.freelist(64)
+@cython.no_gc
+@cython.cclass
 class Loc:
     """One link of a location chain: the key of a value inside its parent (None is the root).
 
@@ -223,6 +237,9 @@ def _new_loc(parent: Loc | None, key: Any) -> Loc:
     return loc
 
 
+@cython.freelist(8)
+@cython.no_gc  # holds only its issues: never part of a cycle
+@cython.cclass
 class Sink:
     """Where issues go. ``silent`` sinks only count (branches of anyOf/oneOf/not)."""
 
@@ -243,6 +260,8 @@ def _new_sink(limit: int, silent: bool) -> Sink:
     return sink
 
 
+@cython.freelist(8)
+@cython.cclass
 class Step:
     """An anyOf/oneOf/not waiting for its current branch (branches run one at a time)."""
 
@@ -681,6 +700,13 @@ def _visit(
 def _expand_object(
     node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any], depth: int
 ) -> None:
+    if sink.silent and isinstance(value, dict):
+        _look_up_declared(node, value, loc, sink, stack, depth)
+    else:
+        _match_keys(node, value, loc, sink, stack, depth)
+
+
+def _match_keys(node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any], depth: int) -> None:
     if node.min_properties >= 0 and len(value) < node.min_properties:
         _fail(sink, loc, _HERE, "minProperties", node, value)
     if 0 <= node.max_properties < len(value):
@@ -736,6 +762,76 @@ def _expand_object(
         _report_missing(node.required_declared, value, loc, sink)
     if node.required_undeclared:
         _report_missing(node.required_undeclared, value, loc, sink)
+
+
+def _look_up_declared(
+    node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any], depth: int
+) -> None:
+    """A silent sink's walk of a dict: each declared property is looked up (its name's hash is
+    cached, so one probe) instead of each key of the value being matched against the schema;
+    the keys are walked only when the value has some the schema does not declare. A silent
+    sink only counts, so the order in which failures are found does not matter."""
+    size = len(value)
+    if (node.min_properties >= 0 and size < node.min_properties) or (
+        0 <= node.max_properties < size
+    ):
+        sink.count += 1
+        return
+    names = node.prop_names
+    slots = node.prop_slots
+    matched = 0
+    index = 0
+    n_names = len(names)
+    while index < n_names:
+        item = dict.get(value, names[index], _HERE)
+        slot = slots[index]
+        index += 1
+        if item is _HERE:
+            if slot[1]:  # a required property is missing
+                sink.count += 1
+                return
+            continue
+        matched += 1
+        child = slot[0]
+        if child.leaf:
+            kind = _kind(item)
+            if child.checks or not kind & child.types:
+                check_local(child, item, kind, loc, _HERE, sink)
+        else:
+            _visit(child, item, loc, _HERE, sink, stack, depth)
+        if sink.count >= sink.limit:
+            return
+    if node.required_undeclared:
+        for name in node.required_undeclared:
+            if name not in value:
+                sink.count += 1
+                return
+    if matched < size:
+        _check_undeclared(node, value, loc, sink, stack, depth)
+
+
+def _check_undeclared(
+    node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any], depth: int
+) -> None:
+    """The keys a schema does not declare, against ``additionalProperties`` (silent sinks)."""
+    table = node.prop_table
+    additional = node.additional
+    for name, item in value.items():
+        if name in table:
+            continue
+        if node.additional_false:
+            sink.count += 1
+            return
+        if additional is None:
+            return  # any undeclared key is allowed
+        if additional.leaf:
+            kind = _kind(item)
+            if additional.checks or not kind & additional.types:
+                check_local(additional, item, kind, loc, _HERE, sink)
+        else:
+            _visit(additional, item, loc, _HERE, sink, stack, depth)
+        if sink.count >= sink.limit:
+            return
 
 
 def _same_key(name: str, declared: str) -> bool:

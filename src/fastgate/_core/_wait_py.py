@@ -20,9 +20,19 @@ awaits us), and a coroutine closed while suspended here arrives through ``close`
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fastgate._core import _cython_shim as cython
+else:
+    try:
+        import cython
+    except ImportError:  # the pure build without Cython installed: the decorators do nothing
+        from fastgate._core import _cython_shim as cython
 
 
+@cython.freelist(64)
+@cython.cclass
 class Ready:
     def __await__(self) -> Ready:
         return self
@@ -39,6 +49,8 @@ class InterpretedReady:
     __await__ = ().__iter__
 
 
+@cython.freelist(64)
+@cython.cclass
 class Wait:
     """Awaitable for a queued request (the protocol is in the module docstring).
 
