@@ -117,6 +117,11 @@ def _pipeline_extensions() -> list[object]:
 class OptionalBuildExt(build_ext):
     """Fall back to the pure core when no compiler works, unless extensions are required."""
 
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        if not self.parallel:  # one compiler per core: the pipeline's group is the longest job
+            self.parallel = os.cpu_count() or 1
+
     def run(self) -> None:
         try:
             super().run()
