@@ -8,6 +8,7 @@ fails the test if it leaves tasks behind. Sync tests (hypothesis state machines)
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
 import os
 from collections.abc import Callable, Coroutine, Iterator
@@ -48,6 +49,20 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def runner(loop_name: str) -> Iterator[asyncio.Runner]:
     with asyncio.Runner(loop_factory=loop_factory(loop_name)) as r:
         yield r
+
+
+@pytest.fixture
+def runner_heap_frozen() -> Iterator[None]:
+    """For tests that time tail latencies: the test runner's own heap (thousands of collected
+    tests by the end of a run) is moved out of the collector's reach, so that a full collection
+    during the test scans only what the test made. Without it one collection late in a run
+    stopped the whole process for about a second, a pause no scheduler can be fair around."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 async def _run_checked(test: Callable[..., Coroutine[Any, Any, None]], **kwargs: Any) -> None:

@@ -38,6 +38,7 @@ def most_at_once(events: list[dict[str, object]]) -> int:
     return peak
 
 
+@pytest.mark.usefixtures("runner_heap_frozen")
 async def test_a_flooding_session_does_not_hold_back_small_ones_on_one_server(
     tmp_path: Path,
 ) -> None:

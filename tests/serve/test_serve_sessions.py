@@ -68,6 +68,7 @@ def _p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
 
+@pytest.mark.usefixtures("runner_heap_frozen")
 async def test_a_flooding_principal_does_not_starve_the_others(tmp_path: Path) -> None:
     served = executor(registry(work), limits=SchedulerLimits(global_limit=2, session_limit=2))
     gateway = Gateway(served, tokens=tokens_file(tmp_path / "t.json"), rate_limit=None)
