@@ -151,17 +151,19 @@ cpdef Sink run(Node root, object value, Py_ssize_t limit, bint silent)
 @cython.locals(kind=int, checks=int)
 cdef int _walk(Node node, object value, object parent, object key, Sink sink, list stack, int depth) except -1
 cdef int _visit(Node node, object value, object parent, object key, Sink sink, list stack, int depth) except -1
+@cython.locals(kind=int)
+cdef inline int _check_item(Node child, object item, object loc, object key, Sink sink, list stack, int depth) except -1
 cdef int _expand_object(Node node, object value, object loc, Sink sink, list stack, int depth) except -1
-@cython.locals(table=dict, additional=Node, child=Node, slot=tuple, found=Py_ssize_t, kind=int, names=tuple, slots=tuple, n_names=Py_ssize_t, guess=Py_ssize_t)
+@cython.locals(table=dict, additional=Node, child=Node, slot=tuple, found=Py_ssize_t, names=tuple, slots=tuple, n_names=Py_ssize_t, guess=Py_ssize_t)
 cdef int _match_keys(Node node, object value, object loc, Sink sink, list stack, int depth) except -1
-@cython.locals(size=Py_ssize_t, names=tuple, slots=tuple, matched=Py_ssize_t, index=Py_ssize_t, n_names=Py_ssize_t, slot=tuple, child=Node, kind=int)
+@cython.locals(size=Py_ssize_t, names=tuple, slots=tuple, matched=Py_ssize_t, index=Py_ssize_t, n_names=Py_ssize_t, slot=tuple)
 cdef void _look_up_declared(Node node, object value, object loc, Sink sink, list stack, int depth) except *
-@cython.locals(table=dict, additional=Node, kind=int)
+@cython.locals(table=dict, additional=Node)
 cdef void _check_undeclared(Node node, object value, object loc, Sink sink, list stack, int depth) except *
 cdef inline bint _same_key(str name, str declared)
 cdef int _report_missing(tuple names, object value, object loc, Sink sink) except -1
 cpdef void finish_node(Node node, int structural) except *
-@cython.locals(length=Py_ssize_t, prefix=list, n_prefix=Py_ssize_t, items=Node, index=Py_ssize_t, child=Node, kind=int)
+@cython.locals(length=Py_ssize_t, prefix=list, n_prefix=Py_ssize_t, items=Node, index=Py_ssize_t, child=Node)
 cdef int _expand_array(Node node, object value, object loc, Sink sink, list stack, int depth) except -1
 @cython.locals(seen=dict, index=Py_ssize_t, first=Py_ssize_t)
 cdef int _check_unique(object value, object loc, Sink sink) except -1

@@ -697,6 +697,19 @@ def _visit(
         stack.append((node, value, parent, key, sink))
 
 
+def _check_item(
+    child: Node, item: Any, loc: Any, key: Any, sink: Sink, stack: list[Any], depth: int
+) -> None:
+    """One member of an object or array against its schema."""
+    if child.leaf:
+        kind = _kind(item)
+        # A type-only leaf whose type matches (the common case) needs no further call.
+        if child.checks or not kind & child.types:
+            check_local(child, item, kind, loc, key, sink)
+    else:
+        _visit(child, item, loc, key, sink, stack, depth)
+
+
 def _expand_object(
     node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any], depth: int
 ) -> None:
@@ -751,13 +764,7 @@ def _match_keys(node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any], 
             child = slot[0]
             if slot[1]:
                 found += 1
-        if child.leaf:
-            kind = _kind(item)
-            # A type-only leaf whose type matches (the common case) needs no further call.
-            if child.checks or not kind & child.types:
-                check_local(child, item, kind, loc, name, sink)
-        else:
-            _visit(child, item, loc, name, sink, stack, depth)
+        _check_item(child, item, loc, name, sink, stack, depth)
     if found < len(node.required_declared):
         _report_missing(node.required_declared, value, loc, sink)
     if node.required_undeclared:
@@ -792,13 +799,7 @@ def _look_up_declared(
                 return
             continue
         matched += 1
-        child = slot[0]
-        if child.leaf:
-            kind = _kind(item)
-            if child.checks or not kind & child.types:
-                check_local(child, item, kind, loc, _HERE, sink)
-        else:
-            _visit(child, item, loc, _HERE, sink, stack, depth)
+        _check_item(slot[0], item, loc, _HERE, sink, stack, depth)
         if sink.count >= sink.limit:
             return
     if node.required_undeclared:
@@ -824,12 +825,7 @@ def _check_undeclared(
             return
         if additional is None:
             return  # any undeclared key is allowed
-        if additional.leaf:
-            kind = _kind(item)
-            if additional.checks or not kind & additional.types:
-                check_local(additional, item, kind, loc, _HERE, sink)
-        else:
-            _visit(additional, item, loc, _HERE, sink, stack, depth)
+        _check_item(additional, item, loc, _HERE, sink, stack, depth)
         if sink.count >= sink.limit:
             return
 
@@ -873,13 +869,7 @@ def _expand_array(
     while index < length:
         child = prefix[index] if index < n_prefix else items
         if child is not None:
-            item = value[index]
-            if child.leaf:
-                kind = _kind(item)
-                if child.checks or not kind & child.types:
-                    check_local(child, item, kind, loc, index, sink)
-            else:
-                _visit(child, item, loc, index, sink, stack, depth)
+            _check_item(child, value[index], loc, index, sink, stack, depth)
         index += 1
 
 
