@@ -1,5 +1,5 @@
 """``fastgate call TOOL 'JSON'``: one call through the whole pipeline with the built-in tools,
-and the story of how it was decided (SPEC §17).
+and the story of how it was decided: each stage it passed, in order.
 
 Exit status: 0 ran ok (with ``--dry-run``: would run), 1 ran and failed, 2 bad usage or
 configuration, 3 refused before running, 4 would ask (``--dry-run``).

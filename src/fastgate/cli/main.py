@@ -1,4 +1,6 @@
-"""The ``fastgate`` command: ``info``, ``bench``, ``call`` and ``serve`` (SPEC §17, §23)."""
+"""The ``fastgate`` command: ``info`` (build, loop, sandbox), ``bench`` (ratios against references
+measured in the same run), ``call`` (one tool call through the whole pipeline) and ``serve``
+(the MCP gateway)."""
 
 from __future__ import annotations
 

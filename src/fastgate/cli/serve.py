@@ -1,4 +1,4 @@
-"""``fastgate serve``: the MCP gateway on the command line (SPEC §23).
+"""``fastgate serve``: the MCP gateway on the command line, in front of any MCP client.
 
 It reads the workspace's settings as ``fastgate call`` does (rules, hooks, mode, the
 ``.mcp.json`` servers), builds the executors, the journal, the audit and the gateway, and serves
@@ -464,7 +464,7 @@ async def _close_store(store: Any) -> None:
 
 
 def _instrument(executors: dict[Any, Any]) -> None:
-    """A span per call (SPEC §20) where the OpenTelemetry API is installed; without an SDK
+    """An OpenTelemetry span per call where the OpenTelemetry API is installed; without an SDK
     configured its no-op tracer makes this nearly free."""
     try:
         from fastgate.telemetry import instrument

@@ -1,5 +1,5 @@
 """An elicitor (``ExecutionContext.elicitor``) that asks at a terminal: what ``fastgate call``
-uses for the questions of an MCP server (SPEC §14 "Input requests", §17).
+uses when an MCP server asks its user for input in the middle of a call.
 
 A form is asked one field at a time (its title, type, choices, default), each answer checked as
 it is typed; a URL is shown, with its domain, for consent (it is never opened). Nothing is sent
