@@ -4,6 +4,7 @@ supervisor"), with both launchers; every pid a test saw is checked afterwards.""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import shutil
 import signal
@@ -241,9 +242,30 @@ async def test_a_killed_launcher_takes_its_command_and_group_along(
     os.mkfifo(tmp_path / "go")
     script = "sleep 300 & echo $! > pids; echo $$ >> pids; read < go; kill -KILL $PPID; sleep 300"
     process = spawn(["bash", "-c", script], cwd=str(tmp_path))
-    await asyncio.to_thread((tmp_path / "go").write_text, "go\n")  # once it was reported
+    await process.started()
+    await asyncio.to_thread((tmp_path / "go").write_text, "go\n")
     assert await process.wait() is None  # no status: the launcher could not report one
     pids = recorded(tmp_path)
+    try:
+        await until_dead(pids)  # signalled, not reaped by us: they die on their own time
+    finally:
+        kill_all(pids)
+
+
+@pytest.mark.parametrize("attempt", range(5))
+async def test_a_launcher_killed_before_it_reported_the_start_leaves_nothing(
+    launcher: list[str], tmp_path: Path, attempt: int
+) -> None:
+    # The command kills its launcher as soon as it runs: whether or not the start was reported
+    # by then, the group it left behind is ended.
+    script = "sleep 300 & echo $! > pids; echo $$ >> pids; kill -KILL $PPID; sleep 300"
+    process = spawn(["bash", "-c", script], cwd=str(tmp_path))
+    try:
+        assert await process.wait() is None
+    except OSError as exc:  # killed before it could report the start
+        assert exc.errno == errno.EIO
+    pids = recorded(tmp_path)  # both written before the kill
+    assert len(pids) == 2
     try:
         await until_dead(pids)  # signalled, not reaped by us: they die on their own time
     finally:
@@ -402,5 +424,5 @@ def run_launcher_as_nobody(launcher: list[str], script: str, env: dict[str, str]
     finally:
         os.close(control_w)
         os.close(report_r)
-    assert report.startswith(b"S ") and b"X 0" in report, report
+    assert report.startswith(b"P ") and b"\nS " in report and b"X 0" in report, report
     return output.decode()

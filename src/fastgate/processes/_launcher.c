@@ -1107,6 +1107,9 @@ int main(int argc, char **argv) {
         cleanup();
         return 0;
     }
+    /* Reported before the exec is: a command killing this launcher at once still leaves the
+     * parent the group to end. */
+    report('P', command);
     close(started[1]);
     if (gone[1] >= 0) close(gone[1]);
     for (size_t i = 0; i < step_count; i++) {

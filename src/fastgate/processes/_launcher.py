@@ -17,6 +17,7 @@ before the launcher exits. Descendants are found through each process's parent i
 
 Protocol. REPORT_FD (written by the launcher, one line each)::
 
+    P <pid>            the command's first process was made (the id of its process group)
     S <pid>            the command runs (its exec succeeded)
     E <errno>          it could not be started; the launcher exits
     F <step> <errno>   a step of the plan failed (its index); nothing was started
@@ -1029,6 +1030,9 @@ def _run(
             _enter_namespaces(libc, plan, command, channel, report, grace_ms, wake_r)
         executable, argv, env = command
         _become_command(libc, plan, executable, argv, env, channel, self_pid)
+    # Reported before the exec is: a command killing this launcher at once still leaves the
+    # parent the group to end.
+    _report(report, "P", child)
     channel.close()
     if gone_w >= 0:
         os.close(gone_w)

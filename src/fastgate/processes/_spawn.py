@@ -244,6 +244,7 @@ class Process:
         "_ending",
         "_exited",
         "_grace",
+        "_group",
         "_loop",
         "_pidfd",
         "_popen",
@@ -287,6 +288,7 @@ class Process:
         self._exited: asyncio.Future[None] = loop.create_future()  # the command itself
         self._ended: asyncio.Future[None] = loop.create_future()  # and all it started
         self.pid = popen.pid if direct else 0
+        self._group = 0  # the command's first process, reported before its exec
         self.returncode: int | None = None
         self.start_error: OSError | None = None
         self.left = 0
@@ -404,7 +406,9 @@ class Process:
             number = int(value)
         except ValueError:
             return
-        if kind == b"S":
+        if kind == b"P":
+            self._group = number
+        elif kind == b"S":
             self.pid = number
             _resolve(self._started)
         elif kind == b"E" and self.start_error is None:
@@ -459,10 +463,12 @@ class Process:
             os.close(self._report)
             os.close(self._control)
             self._report = self._control = -1
-            if status != 0 and not self._exited.done() and self.pid:
-                # The launcher itself was killed (SIGKILL from outside): its command died with
-                # it; what is left of the command's group is ended here.
-                _signal_group(self.pid, signal.SIGKILL)
+            group = self._group or self.pid
+            if status != 0 and not self._exited.done() and group:
+                # The launcher itself was killed (SIGKILL from outside), maybe before it could
+                # report the start: its command died with it; what is left of the command's
+                # group is ended here.
+                _signal_group(group, signal.SIGKILL)
         if not self._started.done():
             self.start_error = OSError(
                 errno.EIO, f"its launcher ended before the command started ({status})"
