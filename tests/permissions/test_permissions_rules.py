@@ -259,6 +259,45 @@ def test_bare_rule_matches_every_call(tmp_path: Path) -> None:
     assert resolve(NOOP, {"a": "1"}, tmp_path, deny=["Other"]).decision is Decision.ALLOW
 
 
+def test_a_tool_allowed_by_name_gets_one_decision_for_any_arguments(tmp_path: Path) -> None:
+    # EXEC_NOOP would ask in the default mode: the rule alone allows it, whatever its arguments,
+    # and what was allowed is "any call" (the approval key "*", as the mode's own allows).
+    resolver = PermissionResolver(
+        PermissionConfig(allow=["ExecNoop"]), PermissionMode.DEFAULT, ApprovalStore()
+    )
+    ctx = ExecutionContext(session_id="s", workspace_root=str(tmp_path))
+    first = resolver.decide(EXEC_NOOP, {"a": "1"}, ctx)
+    second = resolver.decide(EXEC_NOOP, {"a": "2", "b": "x"}, ctx)
+    assert first.decision is Decision.ALLOW and first.source is DecisionSource.RULE
+    assert first.matched_rule == "ExecNoop" and first.signature == permission_signature("ExecNoop", "*")
+    assert second == first
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"allow": ["ExecNoop"], "deny": ["ExecNoop"]}, Decision.DENY),
+        ({"allow": ["ExecNoop"], "ask": ["ExecNoop"]}, Decision.ASK),
+        ({"allow": ["ExecNoop"], "deny": ["ExecNoop(*)"]}, Decision.DENY),
+        ({"allow": ["ExecNoop(other)"]}, Decision.ASK),  # a specifier: not "any call"
+    ],
+)
+def test_an_allow_by_name_never_hides_a_deny_or_ask_rule(
+    tmp_path: Path, config: dict[str, list[str]], expected: Decision
+) -> None:
+    assert resolve(EXEC_NOOP, {"a": "1"}, tmp_path, **config).decision is expected
+
+
+def test_an_allow_by_name_still_looks_at_paths_and_commands(tmp_path: Path) -> None:
+    (tmp_path / ".env").write_text("SECRET=1")
+    decided = resolve(READ, {"file_path": ".env"}, tmp_path, allow=["Read"])
+    assert decided.decision is Decision.ASK and decided.source is DecisionSource.SENSITIVE
+    decided = resolve(BASH, {"command": "cat .env"}, tmp_path, allow=["Bash"])
+    assert decided.decision is Decision.ASK and decided.source is DecisionSource.SENSITIVE
+    decided = resolve(FETCH, {"url": "https://x.test"}, tmp_path, allow=["Fetch"])
+    assert decided.signature == permission_signature("Fetch", "https://x.test")
+
+
 # -- sensitive files --------------------------------------------------------------------------
 
 

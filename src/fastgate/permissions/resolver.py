@@ -93,6 +93,7 @@ class PermissionResolver:
         "_path_decisions",
         "_protected",
         "_regexes",
+        "_rule_allows",
         "_sensitive",
         "_settings",
         "_subject_names",
@@ -114,6 +115,8 @@ class PermissionResolver:
         self._analyses: dict[str, CommandAnalysis] = {}
         # Keyed by definition: two tools may share a name (in different scopes), not a kind.
         self._mode_allows: dict[ToolDefinition, RuleDecision] = {}
+        # Per definition: (its rules, the ALLOW they give any call without a subject).
+        self._rule_allows: dict[ToolDefinition, tuple[ToolRules, RuleDecision | None]] = {}
         self._regexes: dict[tuple[str, str, bool], re.Pattern[str]] = {}
         self._path_decisions: dict[tuple[Any, ...], tuple[ToolRules, RuleDecision | None]] = {}
         # Per tool name: (the project's rules, this config's rules plus those).
@@ -147,6 +150,12 @@ class PermissionResolver:
             if allowed is None:
                 allowed = self._allowed_by_mode(tool)
             if allowed is not None and not self._has_subject(tool, args):
+                return allowed
+        elif not rules.deny and not rules.ask and not self._has_subject(tool, args):
+            # Only allow rules, and nothing in the call they could look at (an MCP tool allowed
+            # by name, the usual case): the same ALLOW for every call (cached per tool).
+            allowed = self._allowed_by_name(tool, rules)
+            if allowed is not None:
                 return allowed
         subject = self._subject(tool, args, root)
         if subject.kind == "paths" and not subject.invalid:
@@ -265,6 +274,26 @@ class PermissionResolver:
                 self._mode_allows.clear()
             self._mode_allows[tool] = cached
         return cached
+
+    def _allowed_by_name(self, tool: ToolDefinition, rules: ToolRules) -> RuleDecision | None:
+        """The ALLOW of a rule naming the tool without a specifier, the same for any arguments
+        (their key is "*", as for the mode's): ``None`` when only rules with one allow."""
+        cached = self._rule_allows.get(tool)
+        if cached is None or cached[0] is not rules:  # rules kept alive: identity holds
+            bare = next((rule for rule in rules.allow if rule.specifier is None), None)
+            decided = None
+            if bare is not None:
+                decided = RuleDecision(
+                    Decision.ALLOW,
+                    DecisionSource.RULE,
+                    f"rule {bare.text} allows any call of {tool.name}",
+                    permission_signature(tool.name, "*"),
+                    bare.text,
+                )
+            if len(self._rule_allows) >= _DEFINITION_CACHE_LIMIT:
+                self._rule_allows.clear()
+            cached = self._rule_allows[tool] = (rules, decided)
+        return cached[1]
 
     def _mode_decision(
         self, tool: ToolDefinition, subject: Subject, ctx: ExecutionContext
