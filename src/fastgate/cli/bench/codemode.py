@@ -4,12 +4,15 @@
   worker started for it (cold). The acceptance figure is the warm p50 (<= 5 ms).
 - A call from a program: one nested no-op call (the program times its own loop, so neither the
   start nor the result's assembly counts), against the same call through ``execute()`` of an
-  executor without code mode: the pipe's round trip added to the pipeline. Target <= 3x.
-- The crossing alone, for context: the worker's channel answered at once by a parent doing
-  nothing else, and a raw socket round trip between two blocking processes (this machine's
-  price for handing the CPU from one process to another and back).
-- The same with the calls made at once (``asyncio.gather``), for context: the round trips then
-  overlap.
+  executor without code mode. What the nested call adds is held against this machine's price
+  for the crossing alone, a raw socket round trip between two blocking processes: at most 1.5
+  of them (fastgate's own share of a call from a program is at most half a round trip).
+- The crossing with fastgate's channel code, for context: the worker's channel answered at once
+  by a parent doing nothing else.
+- The same calls made at once (``asyncio.gather``; the round trips then overlap): per call, at
+  most twice one direct ``execute()``.
+
+The targets hold for the compiled build; the pure build's figures are reported beside them.
 """
 
 from __future__ import annotations
@@ -44,7 +47,8 @@ from fastgate.runtime import loop_factory
 # CI's bounds: loose, this machine's load moves both figures by several times (see
 # docs/performance.md); they catch a start that lost its pool or a channel gone pathological.
 CI_WARM_MS = 25.0
-CI_NESTED = 40.0
+CI_ADDED = 15.0
+CI_AT_ONCE = 30.0
 NESTED_CALLS = 1000
 
 
@@ -106,9 +110,10 @@ async def _measure(config: BenchConfig, workspace: str) -> list[Measurement]:
             executor.dispose()
     warm_p50, cold_p50 = statistics.median(warm_ms), statistics.median(cold_ms)
     ratios = [n / d for n, d in zip(nested_us, direct_us, strict=True)]
-    gathered = [n / d for n, d in zip(gathered_us, direct_gathered_us, strict=True)]
-    floors = [f / d for f, d in zip(floor_us, direct_us, strict=True)]
-    raws = [r / d for r, d in zip(raw_us, direct_us, strict=True)]
+    added_us = [n - d for n, d in zip(nested_us, direct_us, strict=True)]
+    added = [a / r for a, r in zip(added_us, raw_us, strict=True)]
+    at_once = [g / d for g, d in zip(gathered_us, direct_us, strict=True)]
+    floors = [f / r for f, r in zip(floor_us, raw_us, strict=True)]
     return [
         Measurement(
             "code",
@@ -137,35 +142,45 @@ async def _measure(config: BenchConfig, workspace: str) -> list[Measurement]:
             "nested no-op call / execute()",
             statistics.median(ratios),
             reference="the same call through execute()",
-            target=Target("<=", 3.0, ci_bound=CI_NESTED),
             detail=f"{statistics.median(nested_us):.1f} us vs {statistics.median(direct_us):.1f}"
             " us per call, one after another",
         ),
         Measurement(
             "code",
-            "bare channel round trip / execute()",
+            "nested call's extra time / raw socket round trip",
+            statistics.median(added),
+            reference="two blocking processes passing a few bytes each way",
+            target=_held(Target("<=", 1.5, ci_bound=CI_ADDED)),
+            detail=f"(nested - direct) {statistics.median(added_us):.1f} us vs a raw round trip "
+            f"of {statistics.median(raw_us):.1f} us: what the crossing costs beyond the call, "
+            "against the machine's own price for the crossing",
+        ),
+        Measurement(
+            "code",
+            "bare channel round trip / raw socket round trip",
             statistics.median(floors),
-            reference="the same call through execute()",
+            reference="two blocking processes passing a few bytes each way",
             detail=f"{statistics.median(floor_us):.1f} us: the worker's channel, answered at once"
             " by a parent doing nothing else (the floor of any call from a program)",
         ),
         Measurement(
             "code",
-            "raw socket round trip / execute()",
-            statistics.median(raws),
-            reference="the same call through execute()",
-            detail=f"{statistics.median(raw_us):.1f} us: two processes passing a few bytes each"
-            " way, blocking, no event loop (what this machine charges for the crossing alone)",
-        ),
-        Measurement(
-            "code",
-            f"{NESTED_CALLS} nested calls at once / execute() gathered",
-            statistics.median(gathered),
-            reference="the same calls gathered through execute()",
-            detail=f"{statistics.median(gathered_us):.1f} us vs "
+            f"{NESTED_CALLS} nested calls at once, per call / one direct execute()",
+            statistics.median(at_once),
+            reference="one call through execute()",
+            target=_held(Target("<=", 2.0, ci_bound=CI_AT_ONCE)),
+            detail=f"{statistics.median(gathered_us):.1f} us per call vs "
+            f"{statistics.median(direct_us):.1f} us; the same calls gathered through execute(): "
             f"{statistics.median(direct_gathered_us):.1f} us per call",
         ),
     ]
+
+
+def _held(target: Target) -> Target | None:
+    """``target`` where this process runs the compiled pipeline; the pure build reports."""
+    from fastgate import IMPLEMENTATION
+
+    return target if all(kind == "compiled" for kind in IMPLEMENTATION.values()) else None
 
 
 async def _starts(

@@ -32,6 +32,7 @@ SCENARIOS: dict[str, tuple[str, str, bool]] = {
     "telemetry": ("fastgate.cli.bench.telemetry", "run_telemetry", True),
     "code": ("fastgate.cli.bench.codemode", "run_code_scenario", True),
     "shell": ("fastgate.cli.bench.shell", "run_shell", True),
+    "proxy": ("fastgate.cli.bench.proxy", "run_proxy", True),
     "cluster": ("fastgate.cli.bench.cluster", "run_cluster", False),
     "serve": ("fastgate.cli.bench.serve", "run_serve", False),
 }
