@@ -269,7 +269,8 @@ def test_a_tool_allowed_by_name_gets_one_decision_for_any_arguments(tmp_path: Pa
     first = resolver.decide(EXEC_NOOP, {"a": "1"}, ctx)
     second = resolver.decide(EXEC_NOOP, {"a": "2", "b": "x"}, ctx)
     assert first.decision is Decision.ALLOW and first.source is DecisionSource.RULE
-    assert first.matched_rule == "ExecNoop" and first.signature == permission_signature("ExecNoop", "*")
+    assert first.matched_rule == "ExecNoop"
+    assert first.signature == permission_signature("ExecNoop", "*")
     assert second == first
 
 
