@@ -277,7 +277,7 @@ class PermissionResolver:
 
     def _allowed_by_name(self, tool: ToolDefinition, rules: ToolRules) -> RuleDecision | None:
         """The ALLOW of a rule naming the tool without a specifier, the same for any arguments
-        (their key is "*", as for the mode's): ``None`` when only rules with one allow."""
+        (their key is "*", as for the mode's): ``None`` when every allow rule has a specifier."""
         cached = self._rule_allows.get(tool)
         if cached is None or cached[0] is not rules:  # rules kept alive: identity holds
             bare = next((rule for rule in rules.allow if rule.specifier is None), None)

@@ -463,7 +463,7 @@ class Process:
             os.close(self._report)
             os.close(self._control)
             self._report = self._control = -1
-            group = self._group or self.pid
+            group = self.pid or self._group  # the command's, else its first process's
             if status != 0 and not self._exited.done() and group:
                 # The launcher itself was killed (SIGKILL from outside), maybe before it could
                 # report the start: its command died with it; what is left of the command's
