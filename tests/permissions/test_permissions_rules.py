@@ -284,7 +284,7 @@ def test_a_tool_allowed_by_name_gets_one_decision_for_any_arguments(tmp_path: Pa
     ],
 )
 def test_an_allow_by_name_never_hides_a_deny_or_ask_rule(
-    tmp_path: Path, config: dict[str, list[str]], expected: Decision
+    tmp_path: Path, config: dict[str, Any], expected: Decision
 ) -> None:
     assert resolve(EXEC_NOOP, {"a": "1"}, tmp_path, **config).decision is expected
 
