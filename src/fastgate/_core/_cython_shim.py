@@ -1,5 +1,4 @@
-"""What the core takes from ``cython``, for the pure build: the class decorators as no-ops,
-and ``compiled`` (False).
+"""The class decorators the compiled build takes from ``cython``, as no-ops for the pure build.
 
 Cython honours ``freelist`` and ``no_gc`` only as decorators in the ``.py`` source (written in
 a ``.pxd`` they are silently dropped), so the core's modules import ``cython`` and fall back to
@@ -12,9 +11,6 @@ from collections.abc import Callable
 from typing import TypeVar
 
 _T = TypeVar("_T")
-
-#: Whether this code runs compiled: never, where this module stands in for Cython.
-compiled = False
 
 
 def cclass(cls: _T) -> _T:

@@ -818,26 +818,6 @@ class Slot(SlotWaiter):
         core = self.core
         if self.phase != NEW:
             raise RuntimeError("a scheduler slot can be entered only once")
-        if not cython.compiled and not self.pool and core.session_caps is None:
-            # Interpreted, the usual slot is short enough for a call to show (about a tenth
-            # of it): try_acquire's checks, inline. Compiled, the call below is a C call.
-            kind = self.kind
-            session_id = self.session_id
-            sessions = core.session_in_flight
-            held = sessions.get(session_id, 0)
-            if (
-                core.in_flight < core.global_limit
-                and core.kind_in_flight[kind] < core.kind_limits[kind]
-                and held < core.session_limit
-            ):
-                sessions[session_id] = held + 1
-                core.in_flight += 1
-                core.kind_in_flight[kind] += 1
-                core.admitted += 1
-                self.phase = HELD
-                return core.ready
-            self.phase = DONE
-            return core.queue(self)
         # A slot in no pool (pool 0) goes straight to try_acquire: it pays nothing for pools.
         if (
             core.try_acquire_in_pool(self.session_id, self.kind, self.pool)
@@ -855,25 +835,6 @@ class Slot(SlotWaiter):
         self.phase = DONE
         core = self.core
         if self.queue is None:  # admitted at once: never queued
-            if not cython.compiled and not self.pool:
-                # Interpreted: release's bookkeeping inline, as in __aenter__.
-                session_id = self.session_id
-                kind = self.kind
-                sessions = core.session_in_flight
-                held = sessions.get(session_id, 0)
-                if held <= 0 or core.kind_in_flight[kind] <= 0:
-                    raise RuntimeError("scheduler slot released twice")
-                if held == 1:
-                    del sessions[session_id]
-                    if core.queues:
-                        core._forget_if_idle(session_id)
-                else:
-                    sessions[session_id] = held - 1
-                core.in_flight -= 1
-                core.kind_in_flight[kind] -= 1
-                if core.queued:
-                    core.wake(core._grant())
-                return core.ready
             if self.pool:
                 granted = core.release_in_pool(self.session_id, self.kind, self.pool)
             else:
