@@ -29,6 +29,7 @@ from fastgate import (
     schema,
 )
 from fastgate.codemode import CodeMode, sandbox_missing
+from fastgate.processes import _resident
 from fastgate.tools import ToolDefinition
 
 if sys.platform != "linux" or sandbox_missing():
@@ -203,9 +204,11 @@ async def within(event: Coroutine[Any, Any, Any], program: asyncio.Future[ToolRe
 
 
 def children(pid: int | None = None) -> dict[int, str]:
-    """The processes whose parent is ``pid`` (default: this one), with their state letter (a
-    zombie, ``Z``, is one nobody has reaped)."""
-    parent = os.getpid() if pid is None else pid
+    """The processes whose parent is ``pid`` (default: this one, whose resident launchers'
+    running children count as its own, the residents themselves not), with their state letter
+    (a zombie, ``Z``, is one nobody has reaped; a resident reaps its own as it sees them)."""
+    residents = _resident.running() if pid is None else frozenset()
+    parents = {os.getpid(), *residents} if pid is None else {pid}
     found: dict[int, str] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -216,8 +219,10 @@ def children(pid: int | None = None) -> dict[int, str]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == parent:
-            found[int(entry)] = fields[0]
+        parent, state = int(fields[1]), fields[0]
+        if parent in parents and int(entry) not in parents:
+            if not (parent in residents and state == "Z"):
+                found[int(entry)] = state
     return found
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 
 from fastgate import RunContext, ToolKind, define_tool, schema
 from fastgate.codemode import CodeMode, _pool, _sandbox
+from fastgate.processes import _spawn
 from tests.codemode_kit import Env, children, noop_tool, run
 from tests.codemode_kit import env_fixture as env_fixture  # the fixture "env"
 
@@ -73,9 +75,15 @@ def parent_of(pid: int) -> int:
         return int(stat.read().rsplit(")", 1)[1].split()[1])
 
 
-async def test_a_run_returns_only_once_its_launcher_is_reaped(env: Env) -> None:
+async def test_a_run_returns_only_once_its_launcher_is_reaped(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The run sees its launcher exit first; the launcher's parent, the supervisor's loop, reaps
-    # it. Held busy here, that loop cannot: the run must wait for it, not leave a zombie.
+    # it. Held busy here, that loop cannot: the run must wait for it, not leave a zombie. (A
+    # launcher started per command, as the pure one is, is this process's child; one the
+    # resident forked is the resident's to reap.)
+    pure = [sys.executable, "-I", "-S", "-B", _spawn.PURE_LAUNCHER]
+    monkeypatch.setattr(_spawn, "launcher_command", lambda: pure)
     code_mode = CodeMode(pool_size=1)
     executor = env.make(noop_tool(), code_mode=code_mode)
     (worker,) = code_mode.worker_pids()

@@ -25,6 +25,7 @@ from fastgate import (
     ToolResult,
 )
 from fastgate.builtin import LocalShell
+from fastgate.processes import _resident
 from fastgate.sandbox import SandboxedShell, SandboxPolicy, _kernel, _support, sandbox_support
 from tests.builtin_kit import builtin_executor
 
@@ -130,7 +131,8 @@ def _remove(path: Path) -> None:
 
 
 def descendants(root: int | None = None) -> set[int]:
-    """Live processes below ``root`` (default: this one), from /proc."""
+    """Live processes below ``root`` (default: this one), from /proc; the resident launchers
+    (they serve every test) not counted, what they forked is."""
     root = os.getpid() if root is None else root
     children: dict[int, list[int]] = {}
     for name in os.listdir("/proc"):
@@ -152,7 +154,7 @@ def descendants(root: int | None = None) -> set[int]:
             if child not in found:
                 found.add(child)
                 todo.append(child)
-    return found
+    return found - _resident.running()
 
 
 def with_marker(marker: str) -> list[int]:

@@ -1,4 +1,4 @@
-"""The one place fastgate starts and ends processes (SPEC §22 "One supervisor").
+"""The one place fastgate starts and ends processes.
 
 ``spawn(argv, *, cwd, env, stdin, stdout, stderr, executable, grace)`` starts a command and
 returns a ``Process`` at once; ``await process.wait()`` returns when the command and every
@@ -11,9 +11,11 @@ How (Linux): each command's parent is a launcher (``_launcher.c``, built by setu
 used where it was not built, at the cost of an interpreter's start per command). The launcher
 makes itself a child subreaper before it forks the command, so a daemon that detaches
 (``setsid``, a double fork, ``nohup ... &``) is re-parented to it rather than to init, and is
-found among its descendants; it ends them all, reaps them, and only then exits. It is started
-with the command's environment (``/proc/$PPID/environ`` read by the command shows nothing it
-could not already see) and is not dumpable (a process of its user may not ptrace it or read
+found among its descendants; it ends them all, reaps them, and only then exits. The compiled
+launcher is forked by a resident copy of itself (``_resident.py``: one per server process,
+started with an empty environment), the pure one is started for each command with the
+command's environment: either way ``/proc/$PPID/environ`` read by the command shows nothing it
+could not already see. The launcher is not dumpable (a process of its user may not ptrace it or read
 its ``/proc`` files: its environment, memory, descriptors). Elsewhere the command's process
 group is what is ended.
 

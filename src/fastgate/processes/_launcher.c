@@ -1016,7 +1016,7 @@ static pid_t await_start(int channel, pid_t child) {
     return pid;
 }
 
-int main(int argc, char **argv) {
+static int run_launcher(int argc, char **argv) {
     int plan_fd = -1;
     if (argc > 2 && strcmp(argv[1], "--plan") == 0) {
         plan_fd = atoi(argv[2]);
@@ -1202,4 +1202,241 @@ int main(int argc, char **argv) {
     if (all_gone) report('Z', 0); /* every process of the command has ended: then cleanup */
     cleanup();
     return 0;
+}
+
+/* -- the resident: one per server, forking a launcher per command ---------------------------- */
+
+/* The request's slots, in the order its descriptors are sent (absent ones are skipped). */
+enum { SLOT_SPEC, SLOT_CONTROL, SLOT_REPORT, SLOT_STDIN, SLOT_STDOUT, SLOT_STDERR, SLOT_CWD,
+       SLOT_PLAN, SLOT_COUNT };
+#define MAX_PASSED 64 /* descriptors the plan names, beyond the slots */
+
+/* Reads the whole spec (a memfd the server wrote: NUL-terminated strings) into memory. */
+static char *read_spec(int fd, size_t *size) {
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size <= 0) return NULL;
+    char *data = malloc((size_t)st.st_size + 1);
+    if (!data) return NULL;
+    size_t done = 0;
+    while (done < (size_t)st.st_size) {
+        ssize_t n = pread(fd, data + done, (size_t)st.st_size - done, (off_t)done);
+        if (n <= 0) {
+            free(data);
+            return NULL;
+        }
+        done += (size_t)n;
+    }
+    data[done] = '\0';
+    *size = done;
+    return data;
+}
+
+/* The spec's strings, in order, as an array (NULL-terminated); their count in `count`. */
+static char **split_spec(char *data, size_t size, size_t *count) {
+    size_t n = 0;
+    for (size_t i = 0; i < size; i++) n += data[i] == '\0';
+    char **items = calloc(n + 1, sizeof *items);
+    if (!items) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < size && k < n; i += strlen(data + i) + 1) items[k++] = data + i;
+    *count = k;
+    return items;
+}
+
+/* In the forked child: from the request's descriptors and spec to a launcher's argv, stdio,
+ * directory and environment; then the launcher itself. Spec: GRACE_MS, EXECUTABLE, the
+ * count of arguments and the arguments, the count of variables and the variables, then the
+ * number each passed descriptor had in the server (the plan names them by it). */
+/* A failure before the launcher runs: told as the command's start error. */
+static int failed(void) {
+    report('E', errno);
+    return 0;
+}
+
+static int become_launcher(int *slots, int *passed, size_t passed_count) {
+    report_fd = slots[SLOT_REPORT]; /* a failure below is reported as the command's ('E') */
+    size_t size, count;
+    errno = EPROTO;
+    char *data = read_spec(slots[SLOT_SPEC], &size);
+    char **spec = data ? split_spec(data, size, &count) : NULL;
+    size_t argc_ = spec && count >= 4 ? (size_t)atol(spec[2]) : 0;
+    size_t envc = spec && 4 + argc_ < count ? (size_t)atol(spec[3 + argc_]) : 0;
+    size_t env_at = 4 + argc_;
+    if (!spec || count < 4 || argc_ == 0 || env_at + envc + passed_count > count) {
+        report('E', errno);
+        return 0;
+    }
+    /* Every received descriptor above every number it must take, then each to its place. */
+    int floor = 256;
+    for (size_t i = 0; i < passed_count; i++) {
+        int wanted = atoi(spec[env_at + envc + i]);
+        if (wanted >= floor) floor = wanted + 1;
+    }
+    for (int i = 0; i < SLOT_COUNT; i++) {
+        if (slots[i] < 0) continue;
+        int moved = fcntl(slots[i], F_DUPFD_CLOEXEC, floor);
+        if (moved < 0) return failed();
+        close(slots[i]);
+        slots[i] = moved;
+        if (i == SLOT_REPORT) report_fd = moved;
+    }
+    for (size_t i = 0; i < passed_count; i++) {
+        int moved = fcntl(passed[i], F_DUPFD_CLOEXEC, floor);
+        if (moved < 0) return failed();
+        close(passed[i]);
+        passed[i] = moved;
+    }
+    for (int fd = 0; fd < 3; fd++) {
+        int source = slots[SLOT_STDIN + fd];
+        if (source < 0) {
+            source = open("/dev/null", O_RDWR | O_CLOEXEC);
+            if (source < 0) return failed();
+        }
+        if (dup2(source, fd) < 0) return failed();
+    }
+    for (int fd = 0; fd < 3; fd++) {
+        if (slots[SLOT_STDIN + fd] >= 0) close(slots[SLOT_STDIN + fd]);
+    }
+    for (size_t i = 0; i < passed_count; i++) {
+        int wanted = atoi(spec[env_at + envc + i]);
+        if (dup2(passed[i], wanted) < 0) return failed(); /* open across the exec */
+        close(passed[i]);
+    }
+    if (slots[SLOT_CWD] >= 0) {
+        if (fchdir(slots[SLOT_CWD]) != 0) return failed();
+        close(slots[SLOT_CWD]);
+    }
+    close(slots[SLOT_SPEC]);
+    /* The command's environment: the exec uses it, and the search of the executable. */
+    char **env = calloc(envc + 1, sizeof *env);
+    if (!env) return failed();
+    for (size_t i = 0; i < envc; i++) env[i] = spec[env_at + i];
+    environ = env;
+    char numbers[3][24];
+    char *argv[8 + argc_ + 1];
+    size_t k = 0;
+    argv[k++] = "fastgate-launcher";
+    if (slots[SLOT_PLAN] >= 0) {
+        snprintf(numbers[0], sizeof numbers[0], "%d", slots[SLOT_PLAN]);
+        argv[k++] = "--plan";
+        argv[k++] = numbers[0];
+    }
+    snprintf(numbers[1], sizeof numbers[1], "%d", slots[SLOT_CONTROL]);
+    snprintf(numbers[2], sizeof numbers[2], "%d", slots[SLOT_REPORT]);
+    argv[k++] = spec[0];
+    argv[k++] = numbers[1];
+    argv[k++] = numbers[2];
+    argv[k++] = spec[1];
+    for (size_t i = 0; i < argc_; i++) argv[k++] = spec[3 + i];
+    argv[k] = NULL;
+    return run_launcher((int)k, argv);
+}
+
+/* One request: its descriptors received, a launcher forked for it, and the reply (its pid
+ * and a pidfd, or an errno). Returns -1 when the server is gone. */
+static int serve_one(int sock, int signals, const sigset_t *original) {
+    char header[8];
+    struct iovec iov = {header, sizeof header};
+    union {
+        char buffer[CMSG_SPACE(sizeof(int) * (SLOT_COUNT + MAX_PASSED))];
+        struct cmsghdr align;
+    } control;
+    struct msghdr message = {.msg_iov = &iov, .msg_iovlen = 1};
+    message.msg_control = control.buffer;
+    message.msg_controllen = sizeof control.buffer;
+    ssize_t n = recvmsg(sock, &message, MSG_CMSG_CLOEXEC);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return 0;
+    if (n <= 0) return -1;
+    int fds[SLOT_COUNT + MAX_PASSED];
+    size_t fd_count = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&message); c; c = CMSG_NXTHDR(&message, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k && fd_count < sizeof fds / sizeof *fds; i++) {
+            memcpy(&fds[fd_count++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        }
+    }
+    /* header: 'R', then a bit per slot present (the first three always are). */
+    uint32_t present = 0;
+    memcpy(&present, header + 4, sizeof present);
+    int slots[SLOT_COUNT];
+    size_t used = 0;
+    int error = (n == (ssize_t)sizeof header && header[0] == 'R') ? 0 : EPROTO;
+    for (int i = 0; i < SLOT_COUNT; i++) {
+        slots[i] = -1;
+        if ((present & (1u << i)) && used < fd_count) slots[i] = fds[used++];
+        else if (present & (1u << i)) error = EPROTO;
+    }
+    pid_t child = -1;
+    int pidfd = -1;
+    if (!error) {
+        child = fork();
+        if (child == 0) {
+            close(sock);
+            close(signals);
+            sigprocmask(SIG_SETMASK, original, NULL);
+            signal(SIGPIPE, SIG_DFL);
+            setsid();
+            _exit(become_launcher(slots, fds + used, fd_count - used));
+        }
+        if (child < 0) error = errno;
+        else pidfd = (int)syscall(SYS_pidfd_open, child, 0);
+        if (child > 0 && pidfd < 0) error = errno;
+    }
+    for (size_t i = 0; i < fd_count; i++) close(fds[i]);
+    struct {
+        int32_t pid, error;
+    } reply = {child > 0 ? child : 0, error};
+    struct iovec out = {&reply, sizeof reply};
+    struct msghdr answer = {.msg_iov = &out, .msg_iovlen = 1};
+    union {
+        char buffer[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } rights;
+    if (pidfd >= 0) {
+        answer.msg_control = rights.buffer;
+        answer.msg_controllen = sizeof rights.buffer;
+        struct cmsghdr *c = CMSG_FIRSTHDR(&answer);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &pidfd, sizeof(int));
+    } else if (child > 0) {
+        kill(child, SIGKILL); /* no way to watch it: it must not run unwatched */
+    }
+    ssize_t sent = sendmsg(sock, &answer, MSG_NOSIGNAL);
+    if (pidfd >= 0) close(pidfd);
+    return sent < 0 ? -1 : 0;
+}
+
+/* fastgate-launcher --serve SOCKET_FD: forks a launcher per request received on the socket
+ * (the server's end of a socketpair) until the server closes it; reaps every launcher. Not
+ * dumpable: no process of the user may read its memory or take its descriptors. */
+static int serve(int sock) {
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    fcntl(sock, F_SETFD, FD_CLOEXEC);
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t child, original;
+    sigemptyset(&child);
+    sigaddset(&child, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &child, &original);
+    int signals = signalfd(-1, &child, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (signals < 0) return 1;
+    for (;;) {
+        struct pollfd watched[2] = {{sock, POLLIN, 0}, {signals, POLLIN, 0}};
+        if (poll(watched, 2, -1) < 0 && errno != EINTR) return 1;
+        if (watched[1].revents) {
+            struct signalfd_siginfo info;
+            while (read(signals, &info, sizeof info) == (ssize_t)sizeof info) {
+            }
+        }
+        while (waitpid(-1, NULL, WNOHANG) > 0) {
+        }
+        if (watched[0].revents && serve_one(sock, signals, &original) < 0) return 0;
+    }
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--serve") == 0) return serve(atoi(argv[2]));
+    return run_launcher(argc, argv);
 }

@@ -2,9 +2,11 @@
 
 On Linux each command is started by a launcher (``_launcher.py``; its compiled twin
 ``fastgate-launcher`` where the build made it) that is its parent: a child subreaper, so
-whatever the command starts stays the launcher's descendant however it detaches. The
-launcher's environment is the command's, so ``/proc/$PPID/environ`` seen from the command
-shows nothing the command could not see itself.
+whatever the command starts stays the launcher's descendant however it detaches. The compiled
+launcher is forked by this process's resident one (``_resident.py``: no program start of its
+own per command; its environment is empty), the pure one is started per command with the
+command's environment: ``/proc/$PPID/environ`` seen from the command shows nothing the command
+could not see itself.
 
 Elsewhere (no subreapers) the command is started directly in a session of its own and its
 process group is what is ended: a process that leaves the group is out of reach there.
@@ -24,6 +26,7 @@ from typing import IO, NamedTuple
 
 from fastgate._core import REQUIRE_EXTENSIONS
 from fastgate.processes._plan import Plan, Step
+from fastgate.processes._resident import ResidentGone, encode_spec, resident
 
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
@@ -121,18 +124,23 @@ def spawn(
     if launcher is None:
         if plan is not None:
             raise OSError(errno.ENOSYS, "a plan needs the launcher (Linux)")
-        popen = std.popen(args, executable=program)
-        return Process(popen, -1, -1, grace, program, direct=True)
+        return Process(std.popen(args, executable=program), -1, -1, grace, program, direct=True)
     if plan is not None and not isinstance(plan, Plan):
         plan = Plan(plan)
     plan_fd = _plan_descriptor(plan.data) if plan is not None else -1
     control_r, control_w = os.pipe()
     report_r, report_w = os.pipe()
     extra = (plan_fd, *pass_fds) if plan_fd >= 0 else ()
+    launched: subprocess.Popen[bytes] | _Forked
     try:
-        popen = _start_launcher(
-            launcher, [program, *args], grace, control_r, report_w, std, plan_fd, extra
-        )
+        if len(launcher) == 1 and not _compiled_failed:
+            launched = _fork_launcher(
+                launcher, program, args, grace, control_r, report_w, std, plan_fd, pass_fds
+            )
+        else:
+            launched = _start_launcher(
+                launcher, [program, *args], grace, control_r, report_w, std, plan_fd, extra
+            )
     except BaseException:
         os.close(control_w)
         os.close(report_r)
@@ -142,7 +150,7 @@ def spawn(
         os.close(report_w)
         if plan_fd >= 0:
             os.close(plan_fd)
-    process = Process(popen, control_w, report_r, grace, program, direct=False)
+    process = Process(launched, control_w, report_r, grace, program, direct=False)
     process.plan = plan.steps if plan is not None else None
     return process
 
@@ -224,6 +232,125 @@ def _start_launcher(
     return _start_launcher(pure, command, grace, control, report, std, plan_fd, extra)
 
 
+class _Forked:
+    """A launcher the resident forked: not this process's child, so watched through the
+    pidfd the resident sent, and its exit status is not known here (its reports say it)."""
+
+    def __init__(self, pid: int, pidfd: int, stdio: list[IO[bytes] | None]) -> None:
+        self.pid = pid
+        self.pidfd = pidfd
+        self.stdin, self.stdout, self.stderr = stdio
+
+    def wait(self) -> int | None:
+        return None
+
+
+def _fork_launcher(
+    launcher: list[str],
+    program: str,
+    args: list[str],
+    grace: float,
+    control: int,
+    report: int,
+    std: _Setup,
+    plan_fd: int,
+    pass_fds: Sequence[int],
+) -> _Forked | subprocess.Popen[bytes]:
+    """The command's launcher, forked by this process's resident launcher (started on first
+    use; a new one when it has died); ``_start_launcher`` where the compiled one cannot run."""
+    global _compiled_failed
+    spec = encode_spec(round(grace * 1000), program, args, _environment(std.env), pass_fds)
+    cwd = None
+    if std.cwd is not None:
+        cwd = os.open(std.cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    slots, files, ours = _stdio(std)
+    try:
+        slots = [control, report, *slots, cwd, plan_fd if plan_fd >= 0 else None]
+        for attempt in (1, 2):
+            try:
+                pid, pidfd = resident(launcher[0]).fork(spec, slots, pass_fds)
+                break
+            except ResidentGone:
+                if attempt == 2:
+                    raise
+            except OSError as exc:
+                if exc.filename != launcher[0] or exc.errno not in _CANNOT_EXECUTE:
+                    raise
+                _compiled_failed = True  # e.g. installed on a noexec mount
+                for file in files:
+                    if file is not None:
+                        file.close()
+                pure = launcher_command()
+                assert pure is not None
+                extra = (plan_fd, *pass_fds) if plan_fd >= 0 else ()
+                return _start_launcher(
+                    pure, [program, *args], grace, control, report, std, plan_fd, extra
+                )
+    except BaseException:
+        for file in files:
+            if file is not None:
+                file.close()
+        raise
+    finally:
+        for fd in ours:
+            os.close(fd)
+        if cwd is not None:
+            os.close(cwd)
+    return _Forked(pid, pidfd, files)
+
+
+def _environment(env: Environment | None) -> list[tuple[bytes, bytes]]:
+    if env is None:
+        return list(os.environb.items())
+    return [(os.fsencode(name), os.fsencode(value)) for name, value in env.items()]
+
+
+def _stdio(std: _Setup) -> tuple[list[int | None], list[IO[bytes] | None], list[int]]:
+    """The command's stdin, stdout and stderr as descriptors to send (``None``: /dev/null),
+    this side's ends of the pipes asked (as ``Popen`` gives them), and the descriptors made
+    here to close once sent."""
+    slots: list[int | None] = []
+    files: list[IO[bytes] | None] = []
+    ours: list[int] = []
+    try:
+        for number, asked in enumerate((std.stdin, std.stdout, std.stderr)):
+            file: IO[bytes] | None = None
+            slot: int | None
+            if asked == PIPE:
+                read_end, write_end = os.pipe()
+                if number == 0:
+                    slot, file = read_end, open(write_end, "wb")
+                else:
+                    slot, file = write_end, open(read_end, "rb")
+                ours.append(slot)
+            elif asked == DEVNULL:
+                slot = None
+            elif asked == STDOUT and number == 2:
+                slot = slots[1]
+            elif asked is None:
+                slot = number if _is_open(number) else None
+            else:
+                slot = asked
+            slots.append(slot)
+            files.append(file)
+    except BaseException:
+        for fd in ours:
+            os.close(fd)
+        for file in files:
+            if file is not None:
+                file.close()
+        raise
+    return slots, files, ours
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
 class Process:
     """One started command and everything it started.
 
@@ -264,7 +391,7 @@ class Process:
 
     def __init__(
         self,
-        popen: subprocess.Popen[bytes],
+        popen: subprocess.Popen[bytes] | _Forked,
         control: int,
         report: int,
         grace: float,
@@ -369,12 +496,22 @@ class Process:
             os.write(self._control, f"T {round(grace * 1000)}\n".encode())
         except OSError:
             pass  # the launcher is ending already
-        launcher = self._popen.pid  # not reaped yet: the pid is still the launcher's
-        _signal(launcher, signal.SIGCONT)
+        self._signal_launcher(signal.SIGCONT)
         if self._deadline is None:
             self._deadline = self._loop.call_later(
-                grace + _LAUNCHER_BOUND, _signal, launcher, signal.SIGKILL
+                grace + _LAUNCHER_BOUND, self._signal_launcher, signal.SIGKILL
             )
+
+    def _signal_launcher(self, sig: int) -> None:
+        """Through its pidfd while it is watched (a launcher the resident forked is not this
+        process's child: once reaped there, its pid may be another process's)."""
+        try:
+            if self._pidfd >= 0:
+                signal.pidfd_send_signal(self._pidfd, sig)
+            elif not self._ended.done():
+                os.kill(self._popen.pid, sig)  # our child, not reaped yet
+        except OSError:
+            pass  # it has exited
 
     # -- the launcher's reports ---------------------------------------------------------------
 
@@ -437,6 +574,10 @@ class Process:
     def _watch_end(self) -> None:
         """The launcher's exit (the command's, without one): a pidfd where the OS has them,
         else a thread waiting."""
+        if isinstance(self._popen, _Forked):
+            self._pidfd = self._popen.pidfd
+            self._loop.add_reader(self._pidfd, self._on_end)
+            return
         try:
             self._pidfd = os.pidfd_open(self._popen.pid)
         except (AttributeError, OSError):
@@ -450,7 +591,7 @@ class Process:
             self._loop.remove_reader(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = -1
-        status = self._popen.wait()  # it has exited: this only collects it
+        status = self._popen.wait()  # it has exited: this only collects it (None: forked)
         for timer in (self._ending, self._deadline):
             if timer is not None:
                 timer.cancel()
@@ -464,7 +605,8 @@ class Process:
             os.close(self._control)
             self._report = self._control = -1
             group = self.pid or self._group  # the command's, else its first process's
-            if status != 0 and not self._exited.done() and group:
+            killed = status != 0 and self.start_error is None  # None: not known here
+            if killed and not self._exited.done() and group:
                 # The launcher itself was killed (SIGKILL from outside), maybe before it could
                 # report the start: its command died with it; what is left of the command's
                 # group is ended here.
@@ -498,10 +640,3 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
     except OSError:
         pass  # the group is empty
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except OSError:
-        pass  # it has exited

@@ -1,0 +1,219 @@
+"""The resident launcher: one compiled launcher per server process that forks the launcher of
+each command, so a command costs one program start (its own), not two.
+
+``fastgate-launcher --serve FD`` runs beside the server from the first command on, with an
+empty environment, not dumpable, in a session of its own. Each request is one message on a
+``SOCK_SEQPACKET`` pair: a header saying which descriptors follow, and the descriptors (a
+memfd holding the spec: grace, executable, arguments, environment, the numbers the passed
+descriptors had here; the launcher's control and report pipes; stdin, stdout, stderr; the
+working directory; the plan). The resident forks, the child becomes the command's launcher
+(the same code as a launcher started on its own, with the same reports), and the reply is
+its pid and a pidfd, the only safe handle on a process that is not this one's child. The
+resident reaps its children and exits when the server closes its end (or dies).
+"""
+
+from __future__ import annotations
+
+import array
+import atexit
+import errno
+import os
+import socket
+import struct
+import subprocess
+import threading
+from collections.abc import Iterable, Sequence
+
+_HEADER = struct.Struct("=c3xI")
+_REPLY = struct.Struct("=ii")
+# The request's descriptor slots, in the order they are sent (see _launcher.c).
+SPEC, CONTROL, REPORT, STDIN, STDOUT, STDERR, CWD, PLAN = range(8)
+SLOTS = 8
+_GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN})
+
+
+class ResidentGone(OSError):
+    """The resident ended before it took the request: a new one may be asked."""
+
+
+class Resident:
+    """A running ``fastgate-launcher --serve``; ``fork`` starts one command's launcher."""
+
+    def __init__(self, program: str) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._popen = subprocess.Popen(
+                [program, "--serve", str(theirs.fileno())],
+                env={},
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                close_fds=True,
+                start_new_session=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.program = program
+        self.pid = self._popen.pid
+        self._socket = ours
+        self._lock = threading.Lock()
+        self.alive = True
+
+    def fork(
+        self, spec: bytes, slots: Sequence[int | None], passed: Sequence[int]
+    ) -> tuple[int, int]:
+        """Fork a launcher for ``spec`` with the descriptors of ``slots`` (``None``: absent)
+        and ``passed``; its pid and a pidfd (the caller's to close). ``ResidentGone`` when the
+        resident could not take the request (nothing was started); another ``OSError`` when
+        it took it and could not fork."""
+        spec_fd = _memfd(spec)
+        try:
+            present = 0
+            fds: list[int] = []
+            for index, fd in enumerate((spec_fd, *slots)):
+                if fd is not None:
+                    present |= 1 << index
+                    fds.append(fd)
+            fds.extend(passed)
+            header = _HEADER.pack(b"R", present)
+            rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+            with self._lock:
+                try:
+                    self._socket.sendmsg([header], rights, socket.MSG_NOSIGNAL)
+                except OSError as exc:
+                    if exc.errno not in _GONE:
+                        raise  # a descriptor of the request (EBADF), not the resident
+                    self._lost()
+                    raise ResidentGone(exc.errno, "the resident launcher is gone") from exc
+                data, ancillary, _, _ = self._socket.recvmsg(
+                    _REPLY.size, socket.CMSG_SPACE(array.array("i").itemsize)
+                )
+        finally:
+            os.close(spec_fd)
+        pidfds = list(_received(ancillary))
+        if len(data) != _REPLY.size:
+            for fd in pidfds:
+                os.close(fd)
+            self._lost()
+            # It took the request and died: whatever it forked sees its control pipe close.
+            raise OSError(errno.EIO, "the resident launcher ended while starting a command")
+        pid, error = _REPLY.unpack(data)
+        if error or not pidfds:
+            for fd in pidfds:
+                os.close(fd)
+            code = error or errno.EIO
+            raise OSError(code, f"the resident launcher could not start one: {os.strerror(code)}")
+        return pid, pidfds[0]
+
+    def _lost(self) -> None:
+        self.close(wait=1.0)  # its end of the socket is closed: it has exited, or is exiting
+
+    def close(self, wait: float = 0.0) -> None:
+        """Let it go: it exits once it sees the end of the socket; reaped here if it has
+        within ``wait`` seconds (killed after them)."""
+        self.alive = False
+        self._socket.close()
+        try:
+            self._popen.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            if wait:
+                self._popen.kill()
+                self._popen.wait()
+
+
+def _received(ancillary: Iterable[tuple[int, int, bytes]]) -> Iterable[int]:
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds = array.array("i")
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+            yield from fds
+
+
+def _memfd(data: bytes) -> int:
+    fd = os.memfd_create("fastgate-spawn", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def encode_spec(
+    grace_ms: int,
+    executable: str,
+    argv: Sequence[str],
+    environment: Iterable[tuple[bytes, bytes]],
+    passed: Sequence[int],
+) -> bytes:
+    """The spec the resident's child reads: NUL-terminated strings (see ``_launcher.c``).
+    ``ValueError`` for a NUL inside one, or a variable name that is empty or holds ``=``."""
+    items: list[bytes] = [str(grace_ms).encode(), os.fsencode(executable), str(len(argv)).encode()]
+    items.extend(os.fsencode(arg) for arg in argv)
+    variables = [_variable(name, value) for name, value in environment]
+    items.append(str(len(variables)).encode())
+    items.extend(variables)
+    items.extend(str(fd).encode() for fd in passed)
+    for item in items:
+        if b"\0" in item:
+            raise ValueError("embedded null byte")
+    return b"\0".join(items) + b"\0"
+
+
+def _variable(name: bytes, value: bytes) -> bytes:
+    if not name or b"=" in name:
+        raise ValueError(f"illegal environment variable name: {name!r}")
+    return name + b"=" + value
+
+
+_residents: dict[str, Resident] = {}
+_residents_lock = threading.Lock()
+
+
+def resident(program: str) -> Resident:
+    """This process's resident launcher for ``program`` (started on first use, and again
+    should it have died)."""
+    with _residents_lock:
+        found = _residents.get(program)
+        if found is None or not found.alive:
+            found = _residents[program] = Resident(program)
+        return found
+
+
+def running() -> frozenset[int]:
+    """The pids of this process's residents: they serve every command, not one."""
+    with _residents_lock:
+        return frozenset(found.pid for found in _residents.values() if found.alive)
+
+
+_inherited: list[Resident] = []
+
+
+def _forget_after_fork() -> None:
+    # A forked child must not use the parent's socket (requests would interleave) nor keep
+    # it open (the resident would outlive the parent); its own resident is started on its
+    # first command. The parent's stays referenced: it is not this process's to reap.
+    global _residents_lock
+    _residents_lock = threading.Lock()
+    for found in _residents.values():
+        found.alive = False
+        found._socket.close()
+        _inherited.append(found)
+    _residents.clear()
+
+
+def _close_all() -> None:
+    with _residents_lock:
+        for found in _residents.values():
+            found.close(wait=2.0)
+        _residents.clear()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
+atexit.register(_close_all)
