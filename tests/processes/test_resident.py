@@ -183,3 +183,17 @@ def test_a_forked_server_starts_its_own_resident(compiled_launcher: str) -> None
     assert sockets_after_fork == 0  # the parent's socket closed in the child at once
     assert len(own) == 1 and own != inherited  # its own resident
     assert json.loads(parent_line) == inherited  # the parent's still serves the parent
+
+
+async def test_a_stopped_resident_is_replaced_after_its_bound(compiled: str) -> None:
+    # A process of the server's user may stop the resident: the server must not wait forever
+    # behind it, and the next command gets a new one.
+    stopped = _resident.resident(compiled)
+    stopped._socket.settimeout(0.5)  # the bound, shortened for the test
+    os.kill(stopped.pid, signal.SIGSTOP)
+    with pytest.raises(OSError, match="did not answer"):
+        spawn(["true"])
+    await until_dead([stopped.pid])
+    process = spawn(["true"])
+    assert await process.wait() == 0
+    assert _resident.resident(compiled).pid != stopped.pid

@@ -30,6 +30,9 @@ _REPLY = struct.Struct("=ii")
 SPEC, CONTROL, REPORT, STDIN, STDOUT, STDERR, CWD, PLAN = range(8)
 SLOTS = 8
 _GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN})
+# A fork takes a millisecond; a resident silent this long is stopped or starved, and every
+# command of the server would wait behind it.
+_ANSWER_WITHIN = 5.0
 
 
 class ResidentGone(OSError):
@@ -57,6 +60,7 @@ class Resident:
             raise
         finally:
             theirs.close()
+        ours.settimeout(_ANSWER_WITHIN)
         self.program = program
         self.pid = self._popen.pid
         self._socket = ours
@@ -89,9 +93,16 @@ class Resident:
                         raise  # a descriptor of the request (EBADF), not the resident
                     self._lost()
                     raise ResidentGone(exc.errno, "the resident launcher is gone") from exc
-                data, ancillary, _, _ = self._socket.recvmsg(
-                    _REPLY.size, socket.CMSG_SPACE(array.array("i").itemsize)
-                )
+                try:
+                    data, ancillary, _, _ = self._socket.recvmsg(
+                        _REPLY.size, socket.CMSG_SPACE(array.array("i").itemsize)
+                    )
+                except TimeoutError:
+                    # Stopped (a process of its user may signal it) or starved: not waited for
+                    # any longer; what it forked, if anything, sees its control pipe close.
+                    self._popen.kill()
+                    self._lost()
+                    raise OSError(errno.ETIMEDOUT, "the resident launcher did not answer") from None
         finally:
             os.close(spec_fd)
         pidfds = list(_received(ancillary))
