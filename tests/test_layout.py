@@ -172,6 +172,7 @@ def _import_alone(name: str) -> str | None:
 
 
 @pytest.mark.slow  # a fresh interpreter per module: run once in CI, on the compiled build
+@pytest.mark.timeout(600)  # about 400 interpreters: 60-130 s on two busy cores
 def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
     names = [m for m, p in _modules() if p.stem != "__main__"]
     with ThreadPoolExecutor(max_workers=4) as pool:
