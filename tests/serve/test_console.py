@@ -25,7 +25,8 @@ from tests.serve.kit import (
     tokens_file,
 )
 
-pytestmark = pytest.mark.slow  # a real browser: run once in CI, on the compiled build
+# A real browser: run once in CI, on the compiled build and its production loop.
+pytestmark = [pytest.mark.slow, pytest.mark.one_loop]
 
 
 @pytest.fixture

@@ -17,7 +17,8 @@ from tests.serve.browser import browsers, sign_in
 from tests.serve.console_kit import ADMIN, PAID, console_gateway, origin_of
 from tests.serve.kit import LEGACY, MODERN, client, fastgate_meta, serving
 
-pytestmark = pytest.mark.slow  # a real browser: run once in CI, on the compiled build
+# A real browser: run once in CI, on the compiled build and its production loop.
+pytestmark = [pytest.mark.slow, pytest.mark.one_loop]
 
 _POST = """async ([action, fields, headers]) => {
     const response = await fetch(action, {method: "POST", headers: headers,

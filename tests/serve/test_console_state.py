@@ -20,7 +20,8 @@ from tests.serve.browser import browsers, screenshot, sign_in
 from tests.serve.console_kit import ADMIN, admins, origin_of
 from tests.serve.kit import MODERN, client, executor, registry, serving, tokens_file
 
-pytestmark = pytest.mark.slow  # a real browser: run once in CI, on the compiled build
+# A real browser: run once in CI, on the compiled build and its production loop.
+pytestmark = [pytest.mark.slow, pytest.mark.one_loop]
 
 FLOOD = 40  # alice's calls: two run, the rest queue
 STEADY = 4  # bob's calls: all queue behind alice's running ones
