@@ -34,6 +34,10 @@ from fastgate.mcp import (
 )
 from tests.mcp.servers import alive, records, running
 
+# A server process per test and the protocol's flows, none of it the core's: run once in CI,
+# on the compiled build.
+pytestmark = pytest.mark.slow
+
 SERVER = Path(__file__).parent / "oauth_server.py"
 CTX = ExecutionContext(session_id="s1")
 SECRET = "s3cret-of-the-client"
