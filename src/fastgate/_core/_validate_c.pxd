@@ -5,6 +5,7 @@ cdef int C_STR, C_NUM, C_ENUM, C_CONST, C_OBJ, C_ARR, C_APPLY, C_FALSE, C_COND, 
 cdef int S_ANY, S_ONE, S_NOT, S_IF
 cdef object _HERE
 cdef list _NO_BRANCHES
+cdef tuple _PLAIN_KINDS
 cdef int INLINE_DEPTH
 
 
@@ -23,10 +24,12 @@ cdef class Node:
     cdef public str expected
     cdef public int checks
     cdef public bint leaf
+    cdef public object plain_type
     cdef public Py_ssize_t min_length
     cdef public Py_ssize_t max_length
     cdef public object pattern
     cdef public str pattern_source
+    cdef public tuple pattern_runs
     cdef public object minimum
     cdef public object maximum
     cdef public object exclusive_minimum
@@ -41,6 +44,7 @@ cdef class Node:
     cdef public dict prop_table
     cdef public tuple prop_names
     cdef public tuple prop_slots
+    cdef public tuple prop_nodes
     cdef public tuple required_declared
     cdef public tuple required_undeclared
     cdef public Node additional
@@ -146,6 +150,8 @@ cdef int _fail(Sink sink, object parent, object key, str keyword, Node node, obj
 cdef str _explain(str keyword, Node node, object value)
 @cython.locals(checks=int, length=Py_ssize_t)
 cdef bint check_local(Node node, object value, int kind, object parent, object key, Sink sink) except -1
+@cython.locals(runs=tuple, end=Py_ssize_t, pos=Py_ssize_t, run_=tuple, table=bytes, least=Py_ssize_t, most=Py_ssize_t, stop=Py_ssize_t, start=Py_ssize_t, code=Py_UCS4)
+cdef bint _matches(Node node, str text) except -1
 @cython.locals(sink=Sink, stack=list, node=Node, current=Sink, step=Step, branch=Node)
 cpdef Sink run(Node root, object value, Py_ssize_t limit, bint silent)
 @cython.locals(kind=int, checks=int)
@@ -181,3 +187,23 @@ cdef Node _advance(Step step, list stack)
 cdef Node _advance_if(Step step, list stack)
 @cython.locals(sink=Sink)
 cdef Sink _new_sink(Py_ssize_t limit, bint silent)
+@cython.locals(kind=int, checks=int)
+cdef bint _valid(Node node, object value, int depth) except -1
+@cython.locals(checks=int, length=Py_ssize_t)
+cdef bint _local_ok(Node node, object value, int kind) except -1
+@cython.locals(kind=int)
+cdef inline bint _valid_member(Node child, object item, int depth) except -1
+@cython.locals(size=Py_ssize_t, names=tuple, children=tuple, n_names=Py_ssize_t, matched=Py_ssize_t, index=Py_ssize_t, additional=Node, table=dict)
+cdef bint _valid_object(Node node, object value, int depth) except -1
+@cython.locals(length=Py_ssize_t, prefix=list, n_prefix=Py_ssize_t, items=Node, index=Py_ssize_t, child=Node)
+cdef bint _valid_array(Node node, object value, int depth) except -1
+@cython.locals(seen=set)
+cdef bint _all_unique(object value) except -1
+@cython.locals(sub=Node, verdict=int, branch=Node, needed=tuple)
+cdef bint _valid_applied(Node node, object value, int depth) except -1
+@cython.locals(branch=Node)
+cdef int _valid_by_discriminator(Node node, object value, int depth) except -2
+@cython.locals(passed=Py_ssize_t, branch=Node)
+cdef bint _exactly_one(list branches, object value, int depth) except -1
+@cython.locals(branch=Node)
+cdef bint _any_one(list branches, object value, int depth) except -1

@@ -8,7 +8,8 @@ tool call pushes no frame at all.
 
 Issues go to a ``Sink``: the top-level sink collects up to ``limit`` issues with messages; the
 sinks of ``anyOf``/``oneOf``/``not`` branches and of an ``if`` are silent and stop at the first
-failure.
+failure. ``is_valid`` needs no issues: its own walk (``_valid``) answers yes or no with plain
+bounded recursion, and hands anything deeper to ``run``.
 """
 
 from __future__ import annotations
@@ -145,10 +146,16 @@ class Node:
         self.expected = ""  # "an integer or null": the words for the type keyword
         self.checks = 0
         self.leaf = True
+        # For a leaf that checks only the type: one exact type it accepts (``str`` for a string),
+        # so ``is_valid`` accepts its usual members without working out their kind.
+        self.plain_type: Any = None
         self.min_length = -1
         self.max_length = -1
         self.pattern: Any = None
         self.pattern_source = ""
+        # The pattern as runs of character classes (``_pattern.char_runs``) when a plain scan
+        # decides it, else None and ``pattern.search`` does.
+        self.pattern_runs: tuple[tuple[bytes, int, int], ...] | None = None
         self.minimum: Any = None
         self.maximum: Any = None
         self.exclusive_minimum: Any = None
@@ -165,6 +172,7 @@ class Node:
         self.prop_table: dict[str, tuple[Node, bool, int]] = {}
         self.prop_names: tuple[str, ...] = ()
         self.prop_slots: tuple[tuple[Node, bool, int], ...] = ()
+        self.prop_nodes: tuple[Node, ...] = ()  # the children alone, for ``is_valid``
         self.required_declared: tuple[str, ...] = ()
         self.required_undeclared: tuple[str, ...] = ()
         self.additional: Node | None = None
@@ -194,6 +202,11 @@ class Node:
         self.disc_required = False
 
 
+# The exact types whose kind needs no more than the type (a float may be NaN or integral), in
+# the order ``plain_type`` is chosen.
+_PLAIN_KINDS = ((str, K_STR), (int, K_INT), (bool, K_BOOL), (dict, K_OBJ), (list, K_ARR))
+
+
 def finish_node(node: Node, structural: int) -> None:
     """Derive the run-time tables of a node once all its keywords are compiled."""
     if node.if_ is not None and (node.then_ is not None or node.else_ is not None):
@@ -201,6 +214,11 @@ def finish_node(node: Node, structural: int) -> None:
     else:
         node.if_ = None  # ``if`` alone (or then/else alone) cannot change validity
     node.leaf = not node.checks & structural
+    if node.leaf and not node.checks:
+        for plain, kind in _PLAIN_KINDS:
+            if node.types & kind:
+                node.plain_type = plain
+                break
     node.expected = _expected_types(node) if node.type_names else "any value"
     node.prop_table = {
         name: (child, name in node.required, index)
@@ -208,6 +226,7 @@ def finish_node(node: Node, structural: int) -> None:
     }
     node.prop_names = tuple(node.properties)
     node.prop_slots = tuple(node.prop_table.values())
+    node.prop_nodes = tuple(node.properties.values())
     node.required_declared = tuple([n for n in node.required if n in node.properties])
     node.required_undeclared = tuple([n for n in node.required if n not in node.properties])
 
@@ -622,7 +641,7 @@ def check_local(node: Node, value: Any, kind: int, parent: Any, key: Any, sink: 
                 _fail(sink, parent, key, "minLength", node, value)
             if 0 <= node.max_length < length:
                 _fail(sink, parent, key, "maxLength", node, value)
-        if node.pattern is not None and node.pattern.search(value) is None:
+        if node.pattern is not None and not _matches(node, value):
             _fail(sink, parent, key, "pattern", node, value)
     if checks & C_NUM and kind & (K_INT | K_INTFLOAT | K_FLOAT):
         if node.minimum is not None and value < node.minimum:
@@ -643,6 +662,30 @@ def check_local(node: Node, value: Any, kind: int, parent: Any, key: Any, sink: 
         if checks & C_CONST and probe != node.const_key:
             _fail(sink, parent, key, "const", node, value)
     return True
+
+
+def _matches(node: Node, text: str) -> bool:
+    """``pattern``: a scan of the runs when there are some (no regex state to set up, which
+    costs more than the scan of a typical short string), else ``re``."""
+    runs = node.pattern_runs
+    if runs is None:
+        return node.pattern.search(text) is not None
+    end = len(text)
+    pos = 0
+    for run_ in runs:
+        table: bytes = run_[0]
+        least: int = run_[1]
+        most: int = run_[2]
+        stop = end if most < 0 or most > end - pos else pos + most
+        start = pos
+        while pos < stop:
+            code = ord(text[pos])
+            if not table[code if code < 128 else 128]:
+                break
+            pos += 1
+        if pos - start < least:
+            return False
+    return pos == end
 
 
 def run(root: Node, value: Any, limit: int, silent: bool) -> Sink:
@@ -1026,6 +1069,214 @@ def _advance_if(step: Step, stack: list[Any]) -> Node | None:
     return branch
 
 
+# -- is_valid: one yes/no walk ---------------------------------------------------------------------
+
+
+def _valid(node: Node, value: Any, depth: int) -> bool:
+    """``is_valid``'s walk: the checks of a silent ``run``, as one boolean per (node, value).
+
+    No sink, no locations and no steps: the first failure returns False all the way up, and a
+    combinator's branches are plain calls. Recursion is bounded: past ``INLINE_DEPTH`` levels
+    (and for a mapping that is no dict) the rest goes to ``run``, whose stack is explicit.
+    """
+    kind = _kind(value)
+    checks = node.checks
+    if (checks & _LOCAL_CHECKS or not kind & node.types) and not _local_ok(node, value, kind):
+        return False
+    if node.leaf:
+        return True
+    if depth >= INLINE_DEPTH:
+        return run(node, value, 1, True).count == 0
+    if kind == K_OBJ and checks & C_OBJ:
+        if not isinstance(value, dict):
+            return run(node, value, 1, True).count == 0
+        if not _valid_object(node, value, depth):
+            return False
+    elif kind == K_ARR and checks & C_ARR and not _valid_array(node, value, depth):
+        return False
+    return not checks & C_APPLY or _valid_applied(node, value, depth + 1)
+
+
+def _local_ok(node: Node, value: Any, kind: int) -> bool:
+    """``check_local``'s verdict alone: False as soon as one keyword fails."""
+    checks = node.checks
+    if checks & C_FALSE or not kind & node.types:
+        return False
+    if checks & C_STR and kind == K_STR:
+        if node.min_length >= 0 or node.max_length >= 0:
+            length = len(value)
+            if length < node.min_length or 0 <= node.max_length < length:
+                return False
+        if node.pattern is not None and not _matches(node, value):
+            return False
+    if checks & C_NUM and kind & (K_INT | K_INTFLOAT | K_FLOAT):
+        if node.minimum is not None and value < node.minimum:
+            return False
+        if node.maximum is not None and value > node.maximum:
+            return False
+        if node.exclusive_minimum is not None and value <= node.exclusive_minimum:
+            return False
+        if node.exclusive_maximum is not None and value >= node.exclusive_maximum:
+            return False
+        if node.multiple_of is not None and not _is_multiple(value, node.multiple_of):
+            return False
+    if checks & (C_ENUM | C_CONST):
+        probe = value if kind & (K_STR | K_INT | K_INTFLOAT | K_FLOAT) else canonical(value)
+        if checks & C_ENUM and probe not in node.enum_keys:
+            return False
+        if checks & C_CONST and probe != node.const_key:
+            return False
+    return True
+
+
+def _valid_member(child: Node, item: Any, depth: int) -> bool:
+    """One member of an object or array: a leaf is checked here, without a call."""
+    if child.leaf:
+        if type(item) is child.plain_type:
+            return True
+        kind = _kind(item)
+        return not (child.checks or not kind & child.types) or _local_ok(child, item, kind)
+    return _valid(child, item, depth + 1)
+
+
+def _valid_object(node: Node, value: Any, depth: int) -> bool:
+    """A dict: each declared property looked up (one probe), the keys walked only when some
+    are not declared, and not at all when ``additionalProperties`` is false (one is enough)."""
+    size = len(value)
+    if (node.min_properties >= 0 and size < node.min_properties) or (
+        0 <= node.max_properties < size
+    ):
+        return False
+    names = node.prop_names
+    children = node.prop_nodes
+    n_names = len(names)
+    matched = 0
+    index = 0
+    while index < n_names:
+        item = dict.get(value, names[index], _HERE)
+        if item is _HERE:
+            if node.prop_slots[index][1]:  # a required property is missing
+                return False
+        else:
+            matched += 1
+            if not _valid_member(children[index], item, depth):
+                return False
+        index += 1
+    for name in node.required_undeclared:
+        if name not in value:
+            return False
+    if matched == size:
+        return True
+    if node.additional_false:
+        return False
+    additional = node.additional
+    if additional is None:
+        return True
+    table = node.prop_table
+    for name, item in value.items():
+        if (not n_names or name not in table) and not _valid_member(additional, item, depth):
+            return False
+    return True
+
+
+def _valid_array(node: Node, value: Any, depth: int) -> bool:
+    length = len(value)
+    if (node.min_items >= 0 and length < node.min_items) or 0 <= node.max_items < length:
+        return False
+    prefix = node.prefix
+    n_prefix = len(prefix)
+    if node.items_false and length > n_prefix:
+        return False
+    if node.unique and length > 1 and not _all_unique(value):
+        return False
+    items = node.items
+    index = 0
+    while index < length:
+        child = prefix[index] if index < n_prefix else items
+        if child is None:  # past the prefix, with no ``items``: the rest is free
+            break
+        if not _valid_member(child, value[index], depth):
+            return False
+        index += 1
+    return True
+
+
+def _all_unique(value: Any) -> bool:
+    seen: set[Any] = set()
+    for item in value:
+        probe = canonical(item)
+        if probe in seen:
+            return False
+        seen.add(probe)
+    return True
+
+
+def _valid_applied(node: Node, value: Any, depth: int) -> bool:
+    """allOf, $ref, not, oneOf/anyOf (through the discriminator when it decides), if/then/else
+    and the dependent keywords; ``depth`` is already the branches' own."""
+    if node.all_of:
+        for sub in node.all_of:
+            if not _valid(sub, value, depth):
+                return False
+    if node.ref is not None and not _valid(node.ref, value, depth):
+        return False
+    if node.not_ is not None and _valid(node.not_, value, depth):
+        return False
+    if node.one_of or node.any_of:
+        verdict = _valid_by_discriminator(node, value, depth) if node.disc_key is not None else -1
+        if verdict == 0:
+            return False
+        if verdict < 0:
+            if node.one_of and not _exactly_one(node.one_of, value, depth):
+                return False
+            if node.any_of and not _any_one(node.any_of, value, depth):
+                return False
+    if node.checks & C_COND:
+        if node.if_ is not None:
+            branch = node.then_ if _valid(node.if_, value, depth) else node.else_
+            if branch is not None and not _valid(branch, value, depth):
+                return False
+        if (node.dependent_required or node.dependent_schemas) and _kind(value) == K_OBJ:
+            for name, needed in node.dependent_required:
+                if name in value:
+                    for other in needed:
+                        if other not in value:
+                            return False
+            for name, sub in node.dependent_schemas:
+                if name in value and not _valid(sub, value, depth):
+                    return False
+    return True
+
+
+def _valid_by_discriminator(node: Node, value: Any, depth: int) -> int:
+    """As ``_discriminate``: 1 or 0 when the tag decides (every other branch's const differs
+    from it, so only its own branch can hold), -1 when it cannot (the general path)."""
+    if type(value) is not dict:
+        return -1
+    tag = dict.get(value, node.disc_key, _HERE)
+    if tag is _HERE:
+        return 0 if node.disc_required else -1
+    branch = node.disc_map.get(tag) if type(tag) is str else None
+    return 1 if branch is not None and _valid(branch, value, depth) else 0
+
+
+def _exactly_one(branches: list[Node], value: Any, depth: int) -> bool:
+    passed = 0
+    for branch in branches:
+        if _valid(branch, value, depth):
+            passed += 1
+            if passed > 1:
+                return False
+    return passed == 1
+
+
+def _any_one(branches: list[Node], value: Any, depth: int) -> bool:
+    for branch in branches:
+        if _valid(branch, value, depth):
+            return True
+    return False
+
+
 class Validator:
     """A compiled schema: ``validate(value)`` returns every issue (up to ``max_issues``)."""
 
@@ -1040,4 +1291,4 @@ class Validator:
 
     def is_valid(self, value: Any) -> bool:
         """True when ``value`` is valid; stops at the first failure and builds no message."""
-        return run(self.root, value, 1, True).count == 0
+        return _valid(self.root, value, 0)

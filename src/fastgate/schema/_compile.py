@@ -23,7 +23,7 @@ from urllib.parse import unquote
 
 from fastgate._core import validate as core
 from fastgate.errors import SchemaError
-from fastgate.schema._pattern import compile_pattern
+from fastgate.schema._pattern import char_runs, compile_pattern
 
 #: Issues reported by ``Validator.validate`` before it stops (the rest are not computed).
 DEFAULT_MAX_ISSUES = 50
@@ -273,6 +273,7 @@ def _pattern(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     except (ValueError, re.error) as exc:
         raise c.bad(node, keyword, f"pattern {value!r} cannot be used: {exc}") from None
     node.pattern_source = value
+    node.pattern_runs = char_runs(value)
     node.checks |= C_STR
 
 
