@@ -27,9 +27,9 @@ SCENARIO = "validators"
 CASES = ("bash", "edit", "deploy")
 _MSGSPEC_TARGET = Target("<=", 1.0, ci_bound=1.3)
 _FASTJSONSCHEMA_TARGET = Target(">=", 3.0, ci_bound=2.5)
-# The Rust validator on valid instances: a target not met yet; CI (where it is installed) guards
-# against regression from where it stands.
-_RUST_TARGET = Target(">=", 1.0, ci_bound=0.4)
+# The Rust validator on valid instances (1.2-1.4x on a quiet machine): CI, where the bench
+# extra installed it, allows for a busy one.
+_RUST_TARGET = Target(">=", 1.0, ci_bound=0.7)
 _COMPILE_TARGET = Target("<=", 100.0, ci_bound=150.0)
 
 
