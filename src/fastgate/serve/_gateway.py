@@ -36,7 +36,6 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -76,14 +75,7 @@ from fastgate.serve._console import PATH as CONSOLE_PATH
 from fastgate.serve._console import Console
 from fastgate.serve._console_auth import AdminTokens
 from fastgate.serve._console_calls import CallRecorder, rule_source
-from fastgate.serve._http import (
-    BodyDeadline,
-    LoopbackBackend,
-    LoopbackOnly,
-    RateLimit,
-    bearer_backend,
-    caller_of,
-)
+from fastgate.serve._http import Authenticate, BodyDeadline, LoopbackOnly, RateLimit, caller_of
 from fastgate.serve._listing import fingerprint, listing, output_schema, policy_generation
 from fastgate.serve._metrics import CONTENT_TYPE, GatewayMetrics
 from fastgate.serve._results import call_result
@@ -910,9 +902,6 @@ class Gateway:
         if self.tokens is None:
             mcp_app = LoopbackOnly(mcp_app, reject)
             metrics_app = LoopbackOnly(metrics_app, reject)
-            backend: Any = LoopbackBackend()
-        else:
-            backend = bearer_backend(self.tokens)
 
         @contextlib.asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -930,7 +919,7 @@ class Gateway:
                 Route("/metrics", endpoint=metrics_app, methods=["GET"]),
                 *(self._console.routes() if self._console is not None else ()),
             ],
-            middleware=[Middleware(AuthenticationMiddleware, backend=backend)],
+            middleware=[Middleware(Authenticate, tokens=self.tokens)],
             lifespan=lifespan,
         )
 
@@ -995,7 +984,9 @@ def _idempotency_key(
         return f"client:{given}"
     if modern or client_session is None or request_id is None:
         return None
-    return f"rpc:{client_session}/{json.dumps(request_id)}"
+    # The id as JSON: an integer id (the usual kind) is its own digits, without the encoder.
+    spelled = str(request_id) if type(request_id) is int else json.dumps(request_id)
+    return f"rpc:{client_session}/{spelled}"
 
 
 def _answer_in(responses: Mapping[str, Any] | None) -> ApprovalResponse:
@@ -1076,15 +1067,19 @@ class _StateRefusals:
 
 
 class _require_caller:
-    """The SDK's ``RequireAuthMiddleware`` (401 with ``WWW-Authenticate``), counted."""
+    """The SDK's ``RequireAuthMiddleware`` (401 with ``WWW-Authenticate``), counted. A request
+    with a caller goes straight on: the SDK's middleware, asking for no scopes, would pass it."""
 
     def __init__(self, app: Any, on_reject: Callable[[int], None]) -> None:
+        self._app = app
         self._required = RequireAuthMiddleware(app, required_scopes=[])
         self._on_reject = on_reject
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if caller_of(scope) is None:
-            self._on_reject(401)
+        if caller_of(scope) is not None:
+            await self._app(scope, receive, send)
+            return
+        self._on_reject(401)
         await self._required(scope, receive, send)
 
 

@@ -1,11 +1,12 @@
 """What stands in front of ``/mcp``: who is calling, how fast, and how slowly it sends.
 
-Authentication is Starlette's ``AuthenticationMiddleware`` with the MCP SDK's
-``BearerAuthBackend`` over the gateway's token table (or, without tokens, a backend that
-admits loopback connections as ``local``), and the SDK's ``RequireAuthMiddleware`` answering
-401. Then a per-principal request rate (429 beyond it) and a deadline for the request body
-(408 for a client that sends too slowly). The SDK's session manager sets the body size limit
-(413) and answers everything MCP.
+Authentication is ``Authenticate``: a bearer token from the gateway's token table (or, without
+tokens, a loopback connection as ``local``) makes the request's user the SDK's
+``AuthenticatedUser``, as the SDK's ``BearerAuthBackend`` under Starlette's
+``AuthenticationMiddleware`` would; the SDK's ``RequireAuthMiddleware`` answers 401. Then a
+per-principal request rate (429 beyond it) and a deadline for the request body (408 for a client
+that sends too slowly). The SDK's session manager sets the body size limit (413) and answers
+everything MCP.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, Final
 
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, BearerAuthBackend
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
-from starlette.authentication import AuthCredentials, AuthenticationBackend
-from starlette.requests import HTTPConnection
+from starlette.authentication import AuthCredentials, UnauthenticatedUser
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fastgate.serve._callers import LOCAL_CALLER, Caller, TokenTable
@@ -40,38 +40,54 @@ def caller_of(scope: Scope) -> Caller | None:
     return None
 
 
-class _TokenVerifier:
-    """The SDK's ``TokenVerifier`` over a ``TokenTable`` (digests only; the token is not kept).
-    Each caller's ``AccessToken`` is made once: a request costs no model construction."""
-
-    def __init__(self, table: TokenTable) -> None:
-        self._table = table
-        self._access = {caller: _access(caller) for caller in table.callers()}
-
-    async def verify_token(self, token: str) -> AccessToken | None:
-        caller = self._table.verify(token)
-        return None if caller is None else self._access[caller]
-
-
 def _access(caller: Caller) -> AccessToken:
     # client_id is the principal: the SDK binds a session to the credential that opened it,
     # by these components, so one principal never uses another's session.
     return AccessToken(token="", client_id=caller.principal, scopes=[], claims={CALLER_KEY: caller})
 
 
-def bearer_backend(table: TokenTable) -> AuthenticationBackend:
-    return BearerAuthBackend(_TokenVerifier(table))
+_Authenticated = tuple[AuthCredentials, AuthenticatedUser]
 
 
-class LoopbackBackend(AuthenticationBackend):
-    """Without tokens: a connection from this machine is the caller ``local``; others are no
-    one (and get 403 from ``LoopbackOnly``)."""
+def _authenticated(caller: Caller) -> _Authenticated:
+    access = _access(caller)
+    return AuthCredentials(access.scopes), AuthenticatedUser(access)
 
-    _user: Final = AuthenticatedUser(_access(LOCAL_CALLER))
 
-    async def authenticate(self, conn: HTTPConnection) -> tuple[AuthCredentials, Any] | None:
-        if is_loopback(conn.scope):
-            return AuthCredentials([]), self._user
+class Authenticate:
+    """Sets ``scope["auth"]`` and ``scope["user"]`` of every HTTP and WebSocket request, as
+    Starlette's ``AuthenticationMiddleware`` does with the SDK's ``BearerAuthBackend``: the
+    caller of the first ``Authorization: Bearer`` header's token (``tokens``), or with no tokens
+    ``local`` for a connection from this machine; anyone else is Starlette's unauthenticated
+    user. Each caller's credentials and user are made once, and the header is read straight
+    from the request: a known caller's request costs the token's digest and no new objects."""
+
+    def __init__(self, app: ASGIApp, tokens: TokenTable | None) -> None:
+        self.app = app
+        self._tokens = tokens
+        callers = tokens.callers() if tokens is not None else [LOCAL_CALLER]
+        self._known = {caller: _authenticated(caller) for caller in callers}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            known = self._authenticate(scope)
+            if known is None:
+                scope["auth"], scope["user"] = AuthCredentials(), UnauthenticatedUser()
+            else:
+                scope["auth"], scope["user"] = known
+        await self.app(scope, receive, send)
+
+    def _authenticate(self, scope: Scope) -> _Authenticated | None:
+        tokens = self._tokens
+        if tokens is None:
+            return self._known[LOCAL_CALLER] if is_loopback(scope) else None
+        for name, value in scope["headers"]:
+            if name == b"authorization":  # ASGI names are lower case; the first one counts
+                header = value.decode("latin-1")
+                if not header.lower().startswith("bearer "):
+                    return None
+                caller = tokens.verify(header[7:])
+                return None if caller is None else self._known[caller]
         return None
 
 
