@@ -2,11 +2,16 @@
  * fastgate-launcher: the parent of one command, and the reaper of every process it starts.
  *
  *     fastgate-launcher [--plan FD] GRACE_MS CONTROL_FD REPORT_FD EXECUTABLE ARG0 [ARG...]
+ *     fastgate-launcher --serve SOCKET_FD
  *
- * The same program as _launcher.py (which states the protocol and the plan's steps); this one
- * starts in about a millisecond where the Python one needs an interpreter. It makes itself a
- * child subreaper, so every process the command starts stays its descendant however it
- * detaches (setsid, double fork, nohup ... &): an orphan is re-parented here, never to init.
+ * The second form is the resident (see serve() below and _resident.py): one per server, it
+ * forks the first form's launcher for each command the server asks for.
+ *
+ * The first form is the same program as _launcher.py (which states the protocol and the plan's
+ * steps); this one starts in about a millisecond where the Python one needs an interpreter.
+ * It makes itself a child subreaper, so every process the command starts stays its
+ * descendant however it detaches (setsid, double fork, nohup ... &): an orphan is re-parented
+ * here, never to init.
  * When the command exits, or the parent asks (a line "T <grace_ms>" on CONTROL_FD, or the end
  * of that pipe: the parent is gone), every descendant gets SIGTERM, then SIGKILL after the
  * grace, and is reaped before this process exits. Descendants are found through each
@@ -1243,16 +1248,16 @@ static char **split_spec(char *data, size_t size, size_t *count) {
     return items;
 }
 
-/* In the forked child: from the request's descriptors and spec to a launcher's argv, stdio,
- * directory and environment; then the launcher itself. Spec: GRACE_MS, EXECUTABLE, the
- * count of arguments and the arguments, the count of variables and the variables, then the
- * number each passed descriptor had in the server (the plan names them by it). */
 /* A failure before the launcher runs: told as the command's start error. */
 static int failed(void) {
     report('E', errno);
     return 0;
 }
 
+/* In the forked child: from the request's descriptors and spec to a launcher's argv, stdio,
+ * directory and environment; then the launcher itself. Spec: GRACE_MS, EXECUTABLE, the
+ * count of arguments and the arguments, the count of variables and the variables, then the
+ * number each passed descriptor had in the server (the plan names them by it). */
 static int become_launcher(int *slots, int *passed, size_t passed_count) {
     report_fd = slots[SLOT_REPORT]; /* a failure below is reported as the command's ('E') */
     size_t size, count;
