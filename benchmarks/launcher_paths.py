@@ -25,18 +25,10 @@ COMMAND = ["bash", "-c", "true"]
 ROUNDS = 200
 
 
-def _per_command_launcher(
-    launcher: list[str],
-    program: str,
-    args: list[str],
-    grace: float,
-    control: int,
-    report: int,
-    std: Any,
-    plan_fd: int,
-    pass_fds: Any,
-) -> Any:
-    return _spawn._start_launcher(launcher, [program, *args], grace, control, report, std)
+def _per_command_launcher(launcher: str, program: str, args: list[str], *rest: Any) -> Any:
+    """In place of ``_fork_launcher`` (the same arguments): the launcher as a program."""
+    grace, control, report, std = rest[:4]
+    return _spawn._start_launcher([launcher], [program, *args], grace, control, report, std)
 
 
 async def main() -> None:

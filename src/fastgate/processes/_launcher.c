@@ -418,6 +418,27 @@ static int landlock_port(const step_t *step) {
     return (int)syscall(NR_LANDLOCK_ADD_RULE, plan.ruleset, LANDLOCK_RULE_NET_PORT_, &rule, 0);
 }
 
+/* Sends `size` bytes of `data` on `channel`, with descriptor `fd` attached (none if < 0). */
+static ssize_t send_with_descriptor(int channel, const void *data, size_t size, int fd) {
+    struct iovec iov = {(void *)data, size};
+    union {
+        char buffer[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } control;
+    memset(&control, 0, sizeof control);
+    struct msghdr message = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (fd >= 0) {
+        message.msg_control = control.buffer;
+        message.msg_controllen = sizeof control.buffer;
+        struct cmsghdr *header = CMSG_FIRSTHDR(&message);
+        header->cmsg_level = SOL_SOCKET;
+        header->cmsg_type = SCM_RIGHTS;
+        header->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(header), &fd, sizeof fd);
+    }
+    return sendmsg(channel, &message, MSG_NOSIGNAL);
+}
+
 static int listen_for_proxy(const step_t *step) {
     int channel = (int)num(step, 1);
     int sock = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -431,21 +452,7 @@ static int listen_for_proxy(const step_t *step) {
         return -1;
     }
     char byte = 'L';
-    struct iovec iov = {&byte, 1};
-    union {
-        char buffer[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } control;
-    memset(&control, 0, sizeof control);
-    struct msghdr message = {.msg_iov = &iov, .msg_iovlen = 1};
-    message.msg_control = control.buffer;
-    message.msg_controllen = sizeof control.buffer;
-    struct cmsghdr *header = CMSG_FIRSTHDR(&message);
-    header->cmsg_level = SOL_SOCKET;
-    header->cmsg_type = SCM_RIGHTS;
-    header->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(header), &sock, sizeof sock);
-    ssize_t sent = sendmsg(channel, &message, MSG_NOSIGNAL);
+    ssize_t sent = send_with_descriptor(channel, &byte, 1, sock);
     int error = errno;
     close(sock);
     close(channel);
@@ -1392,24 +1399,10 @@ static int serve_one(int sock, int signals, const sigset_t *original) {
     struct {
         int32_t pid, error;
     } reply = {child > 0 ? child : 0, error};
-    struct iovec out = {&reply, sizeof reply};
-    struct msghdr answer = {.msg_iov = &out, .msg_iovlen = 1};
-    union {
-        char buffer[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } rights;
-    if (pidfd >= 0) {
-        answer.msg_control = rights.buffer;
-        answer.msg_controllen = sizeof rights.buffer;
-        struct cmsghdr *c = CMSG_FIRSTHDR(&answer);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &pidfd, sizeof(int));
-    } else if (child > 0) {
+    if (pidfd < 0 && child > 0) {
         kill(child, SIGKILL); /* no way to watch it: it must not run unwatched */
     }
-    ssize_t sent = sendmsg(sock, &answer, MSG_NOSIGNAL);
+    ssize_t sent = send_with_descriptor(sock, &reply, sizeof reply, pidfd);
     if (pidfd >= 0) close(pidfd);
     return sent < 0 ? -1 : 0;
 }

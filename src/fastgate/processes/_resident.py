@@ -26,9 +26,6 @@ from collections.abc import Iterable, Sequence
 
 _HEADER = struct.Struct("=c3xI")
 _REPLY = struct.Struct("=ii")
-# The request's descriptor slots, in the order they are sent (see _launcher.c).
-SPEC, CONTROL, REPORT, STDIN, STDOUT, STDERR, CWD, PLAN = range(8)
-SLOTS = 8
 _GONE = frozenset({errno.EPIPE, errno.ECONNRESET, errno.ENOTCONN})
 # A fork takes a millisecond; a resident silent this long is stopped or starved, and every
 # command of the server would wait behind it.
@@ -61,7 +58,6 @@ class Resident:
         finally:
             theirs.close()
         ours.settimeout(_ANSWER_WITHIN)
-        self.program = program
         self.pid = self._popen.pid
         self._socket = ours
         self._lock = threading.Lock()
@@ -74,7 +70,7 @@ class Resident:
         and ``passed``; its pid and a pidfd (the caller's to close). ``ResidentGone`` when the
         resident could not take the request (nothing was started); another ``OSError`` when
         it took it and could not fork."""
-        spec_fd = _memfd(spec)
+        spec_fd = memfd("fastgate-spawn", spec)
         try:
             present = 0
             fds: list[int] = []
@@ -144,12 +140,14 @@ def _received(ancillary: Iterable[tuple[int, int, bytes]]) -> Iterable[int]:
             yield from fds
 
 
-def _memfd(data: bytes) -> int:
-    fd = os.memfd_create("fastgate-spawn", os.MFD_CLOEXEC)
+def memfd(name: str, data: bytes) -> int:
+    """``data`` in a new memory file (close-on-exec), positioned at its start."""
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
     except BaseException:
         os.close(fd)
         raise

@@ -26,7 +26,7 @@ from typing import IO, NamedTuple
 
 from fastgate._core import REQUIRE_EXTENSIONS
 from fastgate.processes._plan import Plan, Step
-from fastgate.processes._resident import ResidentGone, encode_spec, resident
+from fastgate.processes._resident import ResidentGone, encode_spec, memfd, resident
 
 PIPE = subprocess.PIPE
 DEVNULL = subprocess.DEVNULL
@@ -127,17 +127,21 @@ def spawn(
         return Process(std.popen(args, executable=program), -1, -1, grace, program, direct=True)
     if plan is not None and not isinstance(plan, Plan):
         plan = Plan(plan)
-    plan_fd = _plan_descriptor(plan.data) if plan is not None else -1
+    # The encoded plan in a descriptor the launcher reads to its end.
+    plan_fd = memfd("fastgate-plan", plan.data) if plan is not None else -1
     control_r, control_w = os.pipe()
     report_r, report_w = os.pipe()
     extra = (plan_fd, *pass_fds) if plan_fd >= 0 else ()
-    launched: subprocess.Popen[bytes] | _Forked
+    launched: subprocess.Popen[bytes] | _Forked | None = None
     try:
         if len(launcher) == 1 and not _compiled_failed:
             launched = _fork_launcher(
-                launcher, program, args, grace, control_r, report_w, std, plan_fd, pass_fds
+                launcher[0], program, args, grace, control_r, report_w, std, plan_fd, pass_fds
             )
-        else:
+            if launched is None:  # the compiled launcher cannot run here: the pure one
+                launcher = launcher_command()
+                assert launcher is not None
+        if launched is None:
             launched = _start_launcher(
                 launcher, [program, *args], grace, control_r, report_w, std, plan_fd, extra
             )
@@ -153,20 +157,6 @@ def spawn(
     process = Process(launched, control_w, report_r, grace, program, direct=False)
     process.plan = plan.steps if plan is not None else None
     return process
-
-
-def _plan_descriptor(data: bytes) -> int:
-    """The encoded plan in a descriptor the launcher reads to its end."""
-    fd = os.memfd_create("fastgate-plan", os.MFD_CLOEXEC)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.lseek(fd, 0, os.SEEK_SET)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 class PlanFailed(OSError):
@@ -246,7 +236,7 @@ class _Forked:
 
 
 def _fork_launcher(
-    launcher: list[str],
+    program_of_launcher: str,
     program: str,
     args: list[str],
     grace: float,
@@ -255,9 +245,10 @@ def _fork_launcher(
     std: _Setup,
     plan_fd: int,
     pass_fds: Sequence[int],
-) -> _Forked | subprocess.Popen[bytes]:
+) -> _Forked | None:
     """The command's launcher, forked by this process's resident launcher (started on first
-    use; a new one when it has died); ``_start_launcher`` where the compiled one cannot run."""
+    use; a new one when it has died); ``None`` when the compiled launcher cannot be executed
+    here at all (the caller then starts the pure one)."""
     global _compiled_failed
     spec = encode_spec(round(grace * 1000), program, args, _environment(std.env), pass_fds)
     cwd = None
@@ -268,28 +259,19 @@ def _fork_launcher(
         slots = [control, report, *slots, cwd, plan_fd if plan_fd >= 0 else None]
         for attempt in (1, 2):
             try:
-                pid, pidfd = resident(launcher[0]).fork(spec, slots, pass_fds)
+                pid, pidfd = resident(program_of_launcher).fork(spec, slots, pass_fds)
                 break
             except ResidentGone:
                 if attempt == 2:
                     raise
-            except OSError as exc:
-                if exc.filename != launcher[0] or exc.errno not in _CANNOT_EXECUTE:
-                    raise
-                _compiled_failed = True  # e.g. installed on a noexec mount
-                for file in files:
-                    if file is not None:
-                        file.close()
-                pure = launcher_command()
-                assert pure is not None
-                extra = (plan_fd, *pass_fds) if plan_fd >= 0 else ()
-                return _start_launcher(
-                    pure, [program, *args], grace, control, report, std, plan_fd, extra
-                )
-    except BaseException:
+    except BaseException as exc:
         for file in files:
             if file is not None:
                 file.close()
+        cannot_execute = isinstance(exc, OSError) and exc.errno in _CANNOT_EXECUTE
+        if cannot_execute and getattr(exc, "filename", None) == program_of_launcher:
+            _compiled_failed = True  # e.g. installed on a noexec mount
+            return None
         raise
     finally:
         for fd in ours:
