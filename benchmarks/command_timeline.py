@@ -1,67 +1,121 @@
-"""Where a command's time goes, from its launcher's own reports: ``LocalShell.run("true")``
-against ``SandboxedShell.run("true")``, 40 commands each; prints the median time from the
-call's start until the server read each report: P (the command's first process exists), S
-(its exec succeeded), X (it exited), Z (every process of it is gone), the launcher's end, and
-the call's return.
+"""Where a command's time goes: ``LocalShell.run("true")`` against ``SandboxedShell.run("true")``.
 
-    .venv/bin/python benchmarks/command_timeline.py
+Builds a copy of the launcher that marks each of its stages (``-DFASTGATE_STAGE_MARKS``: the
+resident receiving the request and forking the launcher, the launcher's own steps, the
+namespaces' first process and its mounts, the command confined and exec'd, its exit, every
+process gone, the clean-up), runs the shells with it, and prints the median time of each mark
+from the call's start, beside the moments the server read the launcher's reports (P: first
+process, S: exec seen, X: exit, Z: every process gone), saw the launcher end, and returned.
+All marks are ``CLOCK_MONOTONIC``, so the server's and the launcher's line up.
+
+    .venv/bin/python benchmarks/command_timeline.py [LOOP] [COMMANDS]
+
+Needs gcc; without it, only the server's marks are printed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
+import os
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from typing import Any
 
 from fastgate.builtin import LocalShell
 from fastgate.processes import _spawn
+from fastgate.runtime import loop_factory
 from fastgate.sandbox import SandboxedShell, sandbox_support
 
-MARKS = (b"P", b"S", b"X", b"Z", "end")
-seen: dict[object, float] = {}
-_on_line = _spawn.Process._on_line
-_on_end = _spawn.Process._on_end
+SOURCE = os.path.join(os.path.dirname(_spawn.__file__), "_launcher.c")
+marks: list[tuple[float, str]] = []  # the server's own, in this process
 
 
-def _noting_line(self: _spawn.Process, line: bytes) -> None:
-    seen.setdefault(line[:1], time.perf_counter())
-    _on_line(self, line)
+def _mark(label: str) -> None:
+    marks.append((time.monotonic(), label))
 
 
-def _noting_end(self: _spawn.Process) -> None:
-    seen["end"] = time.perf_counter()
-    _on_end(self)
+def _instrument_server() -> None:
+    on_line, on_end = _spawn.Process._on_line, _spawn.Process._on_end
+
+    def noting_line(self: _spawn.Process, line: bytes) -> None:
+        _mark(f"server: report {line[:1].decode()} read")
+        on_line(self, line)
+
+    def noting_end(self: _spawn.Process) -> None:
+        _mark("server: launcher's end seen")
+        on_end(self)
+
+    _spawn.Process._on_line = noting_line  # type: ignore[method-assign]
+    _spawn.Process._on_end = noting_end  # type: ignore[method-assign]
 
 
-async def timeline(shell: Any, workspace: str) -> list[float]:
-    await shell.run("true", cwd=workspace, timeout=60)  # warm: the plan made and cached
-    rows = []
-    for _ in range(40):
-        seen.clear()
-        start = time.perf_counter()
+def _marked_launcher(directory: str, log: str) -> bool:
+    """Compile the marking launcher and make it the one ``spawn`` uses; False without gcc."""
+    if shutil.which("gcc") is None:
+        return False
+    program = os.path.join(directory, "fastgate-launcher")
+    subprocess.run(
+        ["gcc", "-O2", "-static", f'-DFASTGATE_STAGE_MARKS="{log}"', "-o", program, SOURCE],
+        check=True,
+    )
+    _spawn.COMPILED_LAUNCHER = program
+    return True
+
+
+def _launcher_marks(log: str) -> list[tuple[float, str]]:
+    if not os.path.exists(log):
+        return []
+    with open(log) as lines:
+        fields = (line.rstrip("\n").split(" ", 2) for line in lines)
+        return [(float(seconds), label) for _, seconds, label in fields]
+
+
+async def timeline(shell: Any, workspace: str, log: str, commands: int) -> dict[str, float]:
+    for _ in range(5):  # warm: the resident started, the plan made and cached
         await shell.run("true", cwd=workspace, timeout=60)
-        done = time.perf_counter()
-        rows.append(
-            [(seen.get(mark, done) - start) * 1e3 for mark in MARKS] + [(done - start) * 1e3]
-        )
-    return [statistics.median(column) for column in zip(*rows, strict=True)]
+    marks.clear()
+    with contextlib.suppress(FileNotFoundError):  # (none without gcc)
+        os.truncate(log, 0)  # not replaced: the resident holds it open
+    for _ in range(commands):
+        _mark("call")
+        await shell.run("true", cwd=workspace, timeout=60)
+        _mark("server: returned")
+    every = sorted(marks + _launcher_marks(log))
+    since: dict[str, list[float]] = collections.defaultdict(list)
+    start = 0.0
+    seen: set[str] = set()
+    for moment, label in every:
+        if label == "call":
+            start, seen = moment, set()
+        elif label not in seen:
+            seen.add(label)
+            since[label].append((moment - start) * 1e3)
+    return {label: statistics.median(times) for label, times in since.items()}
 
 
 def main() -> None:
-    _spawn.Process._on_line = _noting_line  # type: ignore[method-assign]
-    _spawn.Process._on_end = _noting_end  # type: ignore[method-assign]
+    loop = sys.argv[1] if len(sys.argv) > 1 else "uvloop"
+    commands = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+    _instrument_server()
     shells: list[tuple[str, Any]] = [("LocalShell", LocalShell())]
     if sandbox_support().available:
         shells.append(("SandboxedShell", SandboxedShell()))
-    with tempfile.TemporaryDirectory() as workspace:
+    with tempfile.TemporaryDirectory() as workspace, tempfile.TemporaryDirectory() as build:
+        log = os.path.join(build, "stages.log")
+        if not _marked_launcher(build, log):
+            print("gcc not found: the server's marks only")
         for name, shell in shells:
-            medians = asyncio.run(timeline(shell, workspace))
-            labels = ["P", "S", "X", "Z", "end", "return"]
-            pairs = zip(labels, medians, strict=True)
-            text = ", ".join(f"{label} {value:.2f}" for label, value in pairs)
-            print(f"{name:15s} ms from the call's start: {text}")
+            with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
+                medians = runner.run(timeline(shell, workspace, log, commands))
+            print(f"{name} ({loop}, median of {commands} commands), ms from the call's start:")
+            for label, value in sorted(medians.items(), key=lambda item: item[1]):
+                print(f"  {value:6.2f}  {label}")
 
 
 if __name__ == "__main__":

@@ -160,6 +160,30 @@ static long long now_ms(void) {
     return (long long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
+/* Benchmark builds only (benchmarks/command_timeline.py compiles them with
+ * -DFASTGATE_STAGE_MARKS='"FILE"'): each stage of a command appends a line "pid seconds label"
+ * (CLOCK_MONOTONIC, the server's time.monotonic) to FILE. The descriptor is opened once, by the
+ * first process that marks, and inherited: a sandbox's own /tmp does not hide it. */
+#ifdef FASTGATE_STAGE_MARKS
+static int stage_fd = -1;
+static void stage(const char *label) {
+    if (stage_fd < 0) {
+        stage_fd = open(FASTGATE_STAGE_MARKS, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+    }
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    char line[96];
+    int n = snprintf(line, sizeof line, "%d %lld.%09ld %s\n", (int)getpid(), (long long)t.tv_sec,
+                     t.tv_nsec, label);
+    if (write(stage_fd, line, (size_t)n) < 0) {
+        /* a lost mark only makes the timeline shorter */
+    }
+}
+#define STAGE(label) stage(label)
+#else
+#define STAGE(label) ((void)0)
+#endif
+
 /* -- the plan ------------------------------------------------------------------------------ */
 
 static int read_plan(int fd) {
@@ -796,6 +820,7 @@ static int reap(pid_t command, int *command_done) {
         if (pid == command) {
             *command_done = 1;
             if (!plan.namespaces) {
+                STAGE("launcher: command exited");
                 report('X', WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status));
             }
         }
@@ -858,6 +883,7 @@ static void become_command(int channel, const char *executable, char **argv,
                            const sigset_t *original, pid_t parent) {
     setsid();
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0); /* should its parent be killed */
+    STAGE("command: running");
     if (getppid() != parent) _exit(127);
     signal(SIGPIPE, SIG_DFL);
     sigprocmask(SIG_SETMASK, original, NULL);
@@ -866,6 +892,7 @@ static void become_command(int channel, const char *executable, char **argv,
         tell(channel, 'f', failed, errno);
         _exit(127);
     }
+    STAGE("command: confined, exec");
     tell(channel, 'h', 0, 0);
     if (strchr(executable, '/')) {
         execv(executable, argv);
@@ -905,6 +932,7 @@ static void be_init(int channel, int signals, long long grace, const char *execu
                     char **argv, const sigset_t *original, uid_t uid, gid_t gid) {
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     if (getpid() != 1) _exit(127); /* kill(-1, ...) below must reach this namespace only */
+    STAGE("init: running");
     long failed = -1;
     for (size_t i = 0; i < step_count; i++) {
         if (steps[i].op == OP_UNSHARE) failed = (long)i;
@@ -913,11 +941,13 @@ static void be_init(int channel, int signals, long long grace, const char *execu
         tell(channel, 'f', failed, errno);
         _exit(127);
     }
+    STAGE("init: user mapped");
     if (run_steps(10, 30, &failed) != 0) {
         tell(channel, 'f', failed, errno);
         _exit(127);
     }
     remove_mask_sources();
+    STAGE("init: mounts made");
     pid_t command = fork();
     if (command == 0) become_command(channel, executable, argv, original, 1);
     if (command < 0) {
@@ -933,6 +963,7 @@ static void be_init(int channel, int signals, long long grace, const char *execu
         pid_t pid;
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
             if (pid == command) {
+                STAGE("init: command exited");
                 report('X', WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status));
                 if (!ending) {
                     ending = 1;
@@ -943,6 +974,7 @@ static void be_init(int channel, int signals, long long grace, const char *execu
             }
         }
         if (pid < 0 && errno == ECHILD) {
+            STAGE("init: every process gone");
             /* Every process is gone: the launcher may clean up and exit while the kernel tears
              * the namespaces down (which takes milliseconds, more on a busy machine). */
             if (write(gone_fd, "Z", 1) < 0) _exit(0);
@@ -1045,6 +1077,7 @@ static int run_launcher(int argc, char **argv) {
     int control_fd = atoi(argv[2]);
     report_fd = atoi(argv[3]);
     const char *executable = argv[4];
+    STAGE("launcher: running");
     /* Neither descriptor is the command's: it must not read the parent's requests. */
     fcntl(control_fd, F_SETFD, FD_CLOEXEC);
     fcntl(report_fd, F_SETFD, FD_CLOEXEC);
@@ -1101,6 +1134,7 @@ static int run_launcher(int argc, char **argv) {
     if (uid == 0 && plan.namespaces) setgroups(0, NULL); /* no supplementary group goes along */
     /* With namespaces, the child is the first process of them all (clone, as fork does,
      * continues on a copy of this stack); this launcher stays outside them. */
+    STAGE("launcher: its steps made");
     pid_t command = plan.namespaces
                         ? (pid_t)syscall(SYS_clone, (unsigned long)plan.namespaces | SIGCHLD, 0,
                                          0, 0, 0)
@@ -1121,6 +1155,7 @@ static int run_launcher(int argc, char **argv) {
     }
     /* Reported before the exec is: a command killing this launcher at once still leaves the
      * parent the group to end. */
+    STAGE("launcher: first process made");
     report('P', command);
     close(started[1]);
     if (gone[1] >= 0) close(gone[1]);
@@ -1133,6 +1168,7 @@ static int run_launcher(int argc, char **argv) {
         cleanup();
         return 0;
     }
+    STAGE("launcher: the exec seen");
     report('S', shown ? shown : command);
 
     int command_done = 0, phase = 0; /* 0 running, 1 TERM sent, 2 KILL */
@@ -1211,8 +1247,10 @@ static int run_launcher(int argc, char **argv) {
             if (stop_grace < 0 || asked < stop_grace) stop_grace = asked;
         }
     }
+    STAGE("launcher: every process gone");
     if (all_gone) report('Z', 0); /* every process of the command has ended: then cleanup */
     cleanup();
+    STAGE("launcher: cleaned up");
     return 0;
 }
 
@@ -1357,6 +1395,7 @@ static int serve_one(int sock, int signals, const sigset_t *original) {
     message.msg_control = control.buffer;
     message.msg_controllen = sizeof control.buffer;
     ssize_t n = recvmsg(sock, &message, MSG_CMSG_CLOEXEC);
+    if (n > 0) STAGE("resident: request received");
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) return 0;
     if (n <= 0) return -1;
     int fds[SLOT_COUNT + MAX_PASSED];
@@ -1393,6 +1432,7 @@ static int serve_one(int sock, int signals, const sigset_t *original) {
         }
         if (child < 0) error = errno;
         else pidfd = (int)syscall(SYS_pidfd_open, child, 0);
+        STAGE("resident: launcher forked");
         if (child > 0 && pidfd < 0) error = errno;
     }
     for (size_t i = 0; i < fd_count; i++) close(fds[i]);
