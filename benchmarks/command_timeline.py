@@ -6,7 +6,8 @@ namespaces' first process and its mounts, the command confined and exec'd, its e
 process gone, the clean-up), runs the shells with it, and prints the median time of each mark
 from the call's start, beside the moments the server read the launcher's reports (P: first
 process, S: exec seen, X: exit, Z: every process gone), saw the launcher end, and returned.
-All marks are ``CLOCK_MONOTONIC``, so the server's and the launcher's line up.
+All marks are ``CLOCK_MONOTONIC``, so the server's and the launcher's line up. Last, the
+server's own CPU time per command (user and system, this process only).
 
     .venv/bin/python benchmarks/command_timeline.py [LOOP] [COMMANDS]
 
@@ -19,6 +20,7 @@ import asyncio
 import collections
 import contextlib
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -76,16 +78,22 @@ def _launcher_marks(log: str) -> list[tuple[float, str]]:
         return [(float(seconds), label) for _, seconds, label in fields]
 
 
-async def timeline(shell: Any, workspace: str, log: str, commands: int) -> dict[str, float]:
+async def timeline(
+    shell: Any, workspace: str, log: str, commands: int
+) -> tuple[dict[str, float], float]:
+    """The median of each mark, in ms from the call's start; the server's CPU ms a command."""
     for _ in range(5):  # warm: the resident started, the plan made and cached
         await shell.run("true", cwd=workspace, timeout=60)
     marks.clear()
     with contextlib.suppress(FileNotFoundError):  # (none without gcc)
         os.truncate(log, 0)  # not replaced: the resident holds it open
+    before = resource.getrusage(resource.RUSAGE_SELF)
     for _ in range(commands):
         _mark("call")
         await shell.run("true", cwd=workspace, timeout=60)
         _mark("server: returned")
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
     every = sorted(marks + _launcher_marks(log))
     since: dict[str, list[float]] = collections.defaultdict(list)
     start = 0.0
@@ -96,7 +104,8 @@ async def timeline(shell: Any, workspace: str, log: str, commands: int) -> dict[
         elif label not in seen:
             seen.add(label)
             since[label].append((moment - start) * 1e3)
-    return {label: statistics.median(times) for label, times in since.items()}
+    medians = {label: statistics.median(times) for label, times in since.items()}
+    return medians, cpu / commands * 1e3
 
 
 def main() -> None:
@@ -112,10 +121,11 @@ def main() -> None:
             print("gcc not found: the server's marks only")
         for name, shell in shells:
             with asyncio.Runner(loop_factory=loop_factory(loop)) as runner:
-                medians = runner.run(timeline(shell, workspace, log, commands))
+                medians, cpu = runner.run(timeline(shell, workspace, log, commands))
             print(f"{name} ({loop}, median of {commands} commands), ms from the call's start:")
             for label, value in sorted(medians.items(), key=lambda item: item[1]):
                 print(f"  {value:6.2f}  {label}")
+            print(f"  the server's own CPU (user + system): {cpu:.2f} ms a command")
 
 
 if __name__ == "__main__":
