@@ -1132,9 +1132,9 @@ static int run_launcher(int argc, char **argv) {
         return 0;
     }
     if (uid == 0 && plan.namespaces) setgroups(0, NULL); /* no supplementary group goes along */
+    STAGE("launcher: its steps made");
     /* With namespaces, the child is the first process of them all (clone, as fork does,
      * continues on a copy of this stack); this launcher stays outside them. */
-    STAGE("launcher: its steps made");
     pid_t command = plan.namespaces
                         ? (pid_t)syscall(SYS_clone, (unsigned long)plan.namespaces | SIGCHLD, 0,
                                          0, 0, 0)
@@ -1153,9 +1153,9 @@ static int run_launcher(int argc, char **argv) {
         cleanup();
         return 0;
     }
+    STAGE("launcher: first process made");
     /* Reported before the exec is: a command killing this launcher at once still leaves the
      * parent the group to end. */
-    STAGE("launcher: first process made");
     report('P', command);
     close(started[1]);
     if (gone[1] >= 0) close(gone[1]);
@@ -1247,8 +1247,10 @@ static int run_launcher(int argc, char **argv) {
             if (stop_grace < 0 || asked < stop_grace) stop_grace = asked;
         }
     }
-    STAGE("launcher: every process gone");
-    if (all_gone) report('Z', 0); /* every process of the command has ended: then cleanup */
+    if (all_gone) {
+        STAGE("launcher: every process gone");
+        report('Z', 0); /* every process of the command has ended: then cleanup */
+    }
     cleanup();
     STAGE("launcher: cleaned up");
     return 0;
