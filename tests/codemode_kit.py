@@ -205,9 +205,10 @@ async def within(event: Coroutine[Any, Any, Any], program: asyncio.Future[ToolRe
 
 def children(pid: int | None = None) -> dict[int, str]:
     """The processes whose parent is ``pid`` (default: this one, whose resident launchers'
-    running children count as its own, the residents themselves not), with their state letter
-    (a zombie, ``Z``, is one nobody has reaped; a resident reaps its own as it sees them)."""
-    residents = _resident.running() if pid is None else frozenset()
+    running children count as its own, the residents and their idle spares not), with their
+    state letter (a zombie, ``Z``, is one nobody has reaped; a resident reaps its own as it
+    sees them)."""
+    residents = _resident.standing() if pid is None else frozenset()
     parents = {os.getpid(), *residents} if pid is None else {pid}
     found: dict[int, str] = {}
     for entry in os.listdir("/proc"):

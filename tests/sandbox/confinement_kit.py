@@ -154,7 +154,7 @@ def descendants(root: int | None = None) -> set[int]:
             if child not in found:
                 found.add(child)
                 todo.append(child)
-    return found - _resident.running()
+    return found - _resident.standing()
 
 
 def with_marker(marker: str) -> list[int]:

@@ -186,17 +186,20 @@ class LocalShell:
             os.close(write_fd)
         if on_start is not None:
             on_start(process)
-        run = _Run(asyncio.get_running_loop(), max_output, read_fd)
+        run = _Run(asyncio.get_running_loop(), max_output, read_fd, process)
         return await run.supervise(process, timeout, signal, self), process
 
 
 class _Run:
     """One command, from its start to the end of every process it started."""
 
-    __slots__ = ("eof", "loop", "max_output", "output", "read_fd", "wake")
+    __slots__ = ("eof", "loop", "max_output", "output", "process", "read_fd", "wake")
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, max_output: int, read_fd: int) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, max_output: int, read_fd: int, process: Process
+    ) -> None:
         self.loop = loop
+        self.process = process
         self.max_output = max_output
         self.read_fd = read_fd
         self.output = OutputBuffer(max(max_output, 1))
@@ -213,8 +216,9 @@ class _Run:
         loop = self.loop
         timer: asyncio.TimerHandle | None = None
         link = None
-        exit_watch = loop.create_task(process.exited())
-        exit_watch.add_done_callback(self._on_exit)
+        # Woken once every process is gone: after the command's exit the launcher ends what it
+        # left running (TERM, then KILL after the grace) by itself.
+        process.add_end_callback(self._on_end)
         try:
             os.set_blocking(self.read_fd, False)
             loop.add_reader(self.read_fd, self._readable)
@@ -230,13 +234,12 @@ class _Run:
                 timer.cancel()
             if link is not None:
                 link.remove()
-            exit_watch.cancel()
             try:
-                # After an exit the launcher is already ending what the command left running;
-                # after a timeout or a cancel, this ends the command too: TERM, then KILL.
-                await process.terminate_all(shell.kill_grace)
+                if not process.done():  # a timeout or a cancel: TERM, then KILL
+                    await process.terminate_all(shell.kill_grace)
             finally:
-                await _uninterrupted(self._drain(shell.read_grace))
+                if not self.eof.done():
+                    await _uninterrupted(self._drain(shell.read_grace))
                 self._close()
         if process.start_error is not None:
             raise process.start_error  # bash itself could not be started
@@ -246,12 +249,12 @@ class _Run:
         return ShellResult(None, output, truncated, reason == "timeout")
 
     def _wake(self, reason: str) -> None:
-        if not self.wake.done():
+        # A command that has exited is not timed out or cancelled while what it left running
+        # is ended (within the grace).
+        if not self.wake.done() and not (reason != "exited" and self.process.has_exited()):
             self.wake.set_result(reason)
 
-    def _on_exit(self, watch: asyncio.Task[int | None]) -> None:
-        if not watch.cancelled():
-            watch.exception()  # a command that could not start: raised by supervise itself
+    def _on_end(self) -> None:
         self._wake("exited")
 
     def _on_signal(self, _: CancelToken) -> None:

@@ -1134,11 +1134,13 @@ static int run_launcher(int argc, char **argv) {
     if (uid == 0 && plan.namespaces) setgroups(0, NULL); /* no supplementary group goes along */
     STAGE("launcher: its steps made");
     /* With namespaces, the child is the first process of them all (clone, as fork does,
-     * continues on a copy of this stack); this launcher stays outside them. */
+     * continues on a copy of this stack); this launcher stays outside them. Without, the
+     * command is vforked: it borrows this process's memory until its exec (it only makes
+     * system calls, then execs or exits), which spares the copy a fork makes. */
     pid_t command = plan.namespaces
                         ? (pid_t)syscall(SYS_clone, (unsigned long)plan.namespaces | SIGCHLD, 0,
                                          0, 0, 0)
-                        : fork();
+                        : vfork();
     if (command == 0) {
         close(started[0]);
         if (plan.namespaces) {
@@ -1384,9 +1386,17 @@ static int become_launcher(int *slots, int *passed, size_t passed_count) {
     return run_launcher((int)k, argv);
 }
 
-/* One request: its descriptors received, a launcher forked for it, and the reply (its pid
- * and a pidfd, or an errno). Returns -1 when the server is gone. */
-static int serve_one(int sock, int signals, const sigset_t *original) {
+/* One request as received: its descriptors, by slot and then the passed ones. */
+typedef struct {
+    int slots[SLOT_COUNT];
+    int fds[SLOT_COUNT + MAX_PASSED];
+    size_t fd_count, used; /* fds[used..fd_count): the descriptors the plan names */
+    int error;             /* EPROTO: a malformed request */
+} request_t;
+
+/* Takes the next request off the socket: 1 (its `error` says whether it is well formed), 0
+ * when interrupted, -1 when the server is gone. */
+static int receive_request(int sock, request_t *request) {
     char header[8];
     struct iovec iov = {header, sizeof header};
     union {
@@ -1397,61 +1407,127 @@ static int serve_one(int sock, int signals, const sigset_t *original) {
     message.msg_control = control.buffer;
     message.msg_controllen = sizeof control.buffer;
     ssize_t n = recvmsg(sock, &message, MSG_CMSG_CLOEXEC);
-    if (n > 0) STAGE("resident: request received");
     if (n < 0 && (errno == EINTR || errno == EAGAIN)) return 0;
     if (n <= 0) return -1;
-    int fds[SLOT_COUNT + MAX_PASSED];
-    size_t fd_count = 0;
+    request->fd_count = 0;
     for (struct cmsghdr *c = CMSG_FIRSTHDR(&message); c; c = CMSG_NXTHDR(&message, c)) {
         if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
         size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < k && fd_count < sizeof fds / sizeof *fds; i++) {
-            memcpy(&fds[fd_count++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        for (size_t i = 0; i < k && request->fd_count < SLOT_COUNT + MAX_PASSED; i++) {
+            memcpy(&request->fds[request->fd_count++], CMSG_DATA(c) + i * sizeof(int),
+                   sizeof(int));
         }
     }
     /* header: 'R', then a bit per slot present (the first three always are). */
     uint32_t present = 0;
     memcpy(&present, header + 4, sizeof present);
-    int slots[SLOT_COUNT];
-    size_t used = 0;
-    int error = (n == (ssize_t)sizeof header && header[0] == 'R') ? 0 : EPROTO;
+    request->used = 0;
+    request->error = (n == (ssize_t)sizeof header && header[0] == 'R') ? 0 : EPROTO;
     for (int i = 0; i < SLOT_COUNT; i++) {
-        slots[i] = -1;
-        if ((present & (1u << i)) && used < fd_count) slots[i] = fds[used++];
-        else if (present & (1u << i)) error = EPROTO;
+        request->slots[i] = -1;
+        if (!(present & (1u << i))) continue;
+        if (request->used < request->fd_count) request->slots[i] = request->fds[request->used++];
+        else request->error = EPROTO;
     }
-    pid_t child = -1;
-    int pidfd = -1;
-    if (!error) {
-        child = fork();
-        if (child == 0) {
-            close(sock);
-            close(signals);
-            sigprocmask(SIG_SETMASK, original, NULL);
-            signal(SIGPIPE, SIG_DFL);
-            setsid();
-            _exit(become_launcher(slots, fds + used, fd_count - used));
-        }
-        if (child < 0) error = errno;
-        else pidfd = (int)syscall(SYS_pidfd_open, child, 0);
-        STAGE("resident: launcher forked");
-        if (child > 0 && pidfd < 0) error = errno;
-    }
-    for (size_t i = 0; i < fd_count; i++) close(fds[i]);
-    struct {
-        int32_t pid, error;
-    } reply = {child > 0 ? child : 0, error};
-    if (pidfd < 0 && child > 0) {
-        kill(child, SIGKILL); /* no way to watch it: it must not run unwatched */
-    }
-    ssize_t sent = send_with_descriptor(sock, &reply, sizeof reply, pidfd);
-    if (pidfd >= 0) close(pidfd);
-    return sent < 0 ? -1 : 0;
+    return 1;
 }
 
-/* fastgate-launcher --serve SOCKET_FD: forks a launcher per request received on the socket
- * (the server's end of a socketpair) until the server closes it; reaps every launcher. Not
- * dumpable: no process of the user may read its memory or take its descriptors. */
+static void drop_request(request_t *request) {
+    for (size_t i = 0; i < request->fd_count; i++) close(request->fds[i]);
+}
+
+/* The reply to a request: the launcher's pid and a pidfd of it, or an errno. */
+static int send_reply(int sock, pid_t pid, int error, int pidfd) {
+    struct {
+        int32_t pid, error;
+    } reply = {pid, error};
+    return send_with_descriptor(sock, &reply, sizeof reply, pidfd) < 0 ? -1 : 0;
+}
+
+/* In the process that is to be the request's launcher: it replies itself (its pid and a pidfd
+ * of itself) before anything of the command starts, so a server that gets no reply knows that
+ * nothing started; then it lets go of the socket and becomes the launcher. */
+static int launch(int sock, request_t *request) {
+    if (request->error) {
+        send_reply(sock, 0, request->error, -1);
+        drop_request(request);
+        return 0;
+    }
+    int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+    int error = pidfd < 0 ? errno : 0;
+    int sent = send_reply(sock, error ? 0 : getpid(), error, pidfd);
+    close(sock);
+    if (pidfd >= 0) close(pidfd);
+    if (sent < 0 || error) { /* unwatched, it must not run */
+        drop_request(request);
+        return 0;
+    }
+    return become_launcher(request->slots, request->fds + request->used,
+                           request->fd_count - request->used);
+}
+
+/* A forked child's state before it takes a request: the signals as a launcher starts with
+ * them, a session of its own, none of the resident's other descriptors. */
+static void leave_resident(int signals, int taken[2], const sigset_t *original) {
+    close(signals);
+    if (taken[0] >= 0) close(taken[0]);
+    sigprocmask(SIG_SETMASK, original, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    setsid();
+}
+
+/* Without a spare: the resident takes the request and forks its launcher. Returns -1 when the
+ * server is gone. */
+static int serve_one(int sock, int signals, int taken[2], const sigset_t *original) {
+    request_t request;
+    int got = receive_request(sock, &request);
+    if (got <= 0) return got;
+    STAGE("resident: request received");
+    pid_t child = request.error ? -1 : fork();
+    if (child == 0) {
+        leave_resident(signals, taken, original);
+        if (taken[1] >= 0) close(taken[1]);
+        _exit(launch(sock, &request));
+    }
+    int error = request.error ? request.error : errno;
+    drop_request(&request);
+    if (child > 0) return 0; /* the launcher replies */
+    return send_reply(sock, 0, error, -1);
+}
+
+#define SERVER_GONE 3 /* a spare's exit status: the server closed the socket */
+
+/* A launcher forked ahead of its request (the resident keeps one): it takes the next request
+ * off the socket itself, so a command waits for no fork. It tells the resident on `taken`
+ * (then another spare is forked); an idle one dies with the resident. */
+static pid_t fork_spare(int sock, int signals, int taken[2], const sigset_t *original) {
+    pid_t resident = getpid();
+    pid_t child = fork();
+    if (child != 0) return child;
+    prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != resident) _exit(0);
+    leave_resident(signals, taken, original);
+    prctl(PR_SET_NAME, "fastgate-spare", 0, 0, 0); /* how the server tells it from a launcher */
+    request_t request;
+    int got;
+    while ((got = receive_request(sock, &request)) == 0) {
+    }
+    if (got < 0) _exit(SERVER_GONE);
+    STAGE("spare: request received");
+    if (write(taken[1], "T", 1) < 0) {
+        /* the resident is gone: this request is still served */
+    }
+    close(taken[1]);
+    prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0); /* a launcher outlives the resident, as forked ones do */
+    prctl(PR_SET_NAME, "fastgate-launch", 0, 0, 0);
+    _exit(launch(sock, &request));
+}
+
+/* fastgate-launcher --serve SOCKET_FD: serves each request received on the socket (the
+ * server's end of a socketpair) until the server closes it, through a spare launcher forked
+ * ahead of it (or, when the spare could not be forked, by forking one on the request); reaps
+ * every launcher. Not dumpable: no process of the user may read its memory or take its
+ * descriptors. */
 static int serve(int sock) {
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     fcntl(sock, F_SETFD, FD_CLOEXEC);
@@ -1462,17 +1538,31 @@ static int serve(int sock) {
     sigprocmask(SIG_BLOCK, &child, &original);
     int signals = signalfd(-1, &child, SFD_CLOEXEC | SFD_NONBLOCK);
     if (signals < 0) return 1;
+    int taken[2] = {-1, -1}; /* a spare writes a byte when it has taken a request */
+    if (pipe2(taken, O_CLOEXEC | O_NONBLOCK) != 0) taken[0] = taken[1] = -1;
+    pid_t spare = 0; /* < 0: it could not be forked; the resident takes the requests itself */
     for (;;) {
-        struct pollfd watched[2] = {{sock, POLLIN, 0}, {signals, POLLIN, 0}};
-        if (poll(watched, 2, -1) < 0 && errno != EINTR) return 1;
+        if (spare <= 0 && taken[0] >= 0) spare = fork_spare(sock, signals, taken, &original);
+        /* The socket is the spare's to read while there is one: a request goes to one reader. */
+        struct pollfd watched[3] = {
+            {spare > 0 ? -1 : sock, POLLIN, 0}, {signals, POLLIN, 0}, {taken[0], POLLIN, 0}};
+        if (poll(watched, 3, -1) < 0 && errno != EINTR) return 1;
         if (watched[1].revents) {
             struct signalfd_siginfo info;
             while (read(signals, &info, sizeof info) == (ssize_t)sizeof info) {
             }
         }
-        while (waitpid(-1, NULL, WNOHANG) > 0) {
+        /* Read before reaping: a spare writes its byte before it can exit as a launcher. */
+        char bytes[16];
+        if (taken[0] >= 0 && read(taken[0], bytes, sizeof bytes) > 0) spare = 0;
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            if (pid != spare) continue;
+            spare = 0; /* died idle (killed): replaced above */
+            if (WIFEXITED(status) && WEXITSTATUS(status) == SERVER_GONE) return 0;
         }
-        if (watched[0].revents && serve_one(sock, signals, &original) < 0) return 0;
+        if (watched[0].revents && serve_one(sock, signals, taken, &original) < 0) return 0;
     }
 }
 

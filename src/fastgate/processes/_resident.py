@@ -6,10 +6,14 @@ empty environment, not dumpable, in a session of its own. Each request is one me
 ``SOCK_SEQPACKET`` pair: a header saying which descriptors follow, and the descriptors (a
 memfd holding the spec: grace, executable, arguments, environment, the numbers the passed
 descriptors had here; the launcher's control and report pipes; stdin, stdout, stderr; the
-working directory; the plan). The resident forks, the child becomes the command's launcher
-(the same code as a launcher started on its own, with the same reports), and the reply is
-its pid and a pidfd, the only safe handle on a process that is not this one's child. The
-resident reaps its children and exits when the server closes its end (or dies).
+working directory; the plan). The resident keeps one launcher forked ahead (a spare, named
+``fastgate-spare``) that takes the next request off the socket itself, so a command waits for
+no fork; the resident then forks the next spare (or, when it cannot, forks a launcher per
+request itself). The launcher (the same code as one started on its own, with the same
+reports) replies with its pid and a pidfd, the only safe handle on a process that is not this
+one's child, before anything of the command starts: no reply means nothing started. The
+resident reaps its children and exits when the server closes its end (or dies); an idle spare
+dies with the resident.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import socket
 import struct
 import subprocess
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 _HEADER = struct.Struct("=c3xI")
 _REPLY = struct.Struct("=ii")
@@ -95,10 +99,17 @@ class Resident:
                     )
                 except TimeoutError:
                     # Stopped (a process of its user may signal it) or starved: not waited for
-                    # any longer; what it forked, if anything, sees its control pipe close.
+                    # any longer. A launcher answering after this finds its control pipe closed
+                    # and ends at once whatever it started.
                     self._popen.kill()
                     self._lost()
                     raise OSError(errno.ETIMEDOUT, "the resident launcher did not answer") from None
+                except OSError as exc:
+                    if exc.errno not in _GONE:
+                        raise
+                    # Ended with the request unread (a spare killed as it waited for it).
+                    self._lost()
+                    raise ResidentGone(exc.errno, "the resident launcher is gone") from exc
         finally:
             os.close(spec_fd)
         pidfds = list(_received(ancillary))
@@ -106,8 +117,9 @@ class Resident:
             for fd in pidfds:
                 os.close(fd)
             self._lost()
-            # It took the request and died: whatever it forked sees its control pipe close.
-            raise OSError(errno.EIO, "the resident launcher ended while starting a command")
+            # Every launcher replies before anything of its command starts: none did, and a
+            # new resident may be asked.
+            raise ResidentGone(errno.EIO, "the resident launcher ended before it answered")
         pid, error = _REPLY.unpack(data)
         if error or not pidfds:
             for fd in pidfds:
@@ -158,27 +170,26 @@ def encode_spec(
     grace_ms: int,
     executable: str,
     argv: Sequence[str],
-    environment: Iterable[tuple[bytes, bytes]],
+    environment: Mapping[str, str] | Mapping[bytes, bytes],
     passed: Sequence[int],
 ) -> bytes:
     """The spec the resident's child reads: NUL-terminated strings (see ``_launcher.c``).
     ``ValueError`` for a NUL inside one, or a variable name that is empty or holds ``=``."""
+    names = [name if type(name) is bytes else os.fsencode(name) for name in environment]
+    values = [text if type(text) is bytes else os.fsencode(text) for text in environment.values()]
     items: list[bytes] = [str(grace_ms).encode(), os.fsencode(executable), str(len(argv)).encode()]
     items.extend(os.fsencode(arg) for arg in argv)
-    variables = [_variable(name, value) for name, value in environment]
-    items.append(str(len(variables)).encode())
-    items.extend(variables)
+    items.append(str(len(names)).encode())
+    items += [name + b"=" + value for name, value in zip(names, values, strict=True)]
     items.extend(str(fd).encode() for fd in passed)
-    for item in items:
-        if b"\0" in item:
-            raise ValueError("embedded null byte")
-    return b"\0".join(items) + b"\0"
-
-
-def _variable(name: bytes, value: bytes) -> bytes:
-    if not name or b"=" in name:
-        raise ValueError(f"illegal environment variable name: {name!r}")
-    return name + b"=" + value
+    # Checked on the whole, in one pass each: this runs before every command.
+    if not all(names) or b"=" in b"\0".join(names):
+        bad = next(name for name in names if not name or b"=" in name)
+        raise ValueError(f"illegal environment variable name: {bad!r}")
+    spec = b"\0".join(items) + b"\0"
+    if spec.count(b"\0") != len(items):
+        raise ValueError("embedded null byte")
+    return spec
 
 
 _residents: dict[str, Resident] = {}
@@ -196,9 +207,34 @@ def resident(program: str) -> Resident:
 
 
 def running() -> frozenset[int]:
-    """The pids of this process's residents: they serve every command, not one."""
+    """The pids of this process's residents."""
     with _residents_lock:
         return frozenset(found.pid for found in _residents.values() if found.alive)
+
+
+def standing() -> frozenset[int]:
+    """The pids of this process's residents and of their idle spares: the processes that
+    serve every command, not one."""
+    residents = running()
+    return residents.union(*(_spares(pid) for pid in residents))
+
+
+def _spares(resident_pid: int) -> set[int]:
+    """The resident's children still waiting for a request (named so until they take one)."""
+    try:
+        with open(f"/proc/{resident_pid}/task/{resident_pid}/children") as file:
+            children = [int(pid) for pid in file.read().split()]
+    except OSError:
+        return set()
+    spares = set()
+    for pid in children:
+        try:
+            with open(f"/proc/{pid}/comm") as file:
+                if file.read().strip() == "fastgate-spare":
+                    spares.add(pid)
+        except OSError:
+            continue  # gone meanwhile
+    return spares
 
 
 _inherited: list[Resident] = []

@@ -21,7 +21,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO, NamedTuple
 
 from fastgate._core import REQUIRE_EXTENSIONS
@@ -281,10 +281,8 @@ def _fork_launcher(
     return _Forked(pid, pidfd, files)
 
 
-def _environment(env: Environment | None) -> list[tuple[bytes, bytes]]:
-    if env is None:
-        return list(os.environb.items())
-    return [(os.fsencode(name), os.fsencode(value)) for name, value in env.items()]
+def _environment(env: Environment | None) -> Environment:
+    return os.environb if env is None else env
 
 
 def _stdio(std: _Setup) -> tuple[list[int | None], list[IO[bytes] | None], list[int]]:
@@ -349,6 +347,7 @@ class Process:
         "_control",
         "_deadline",
         "_direct",
+        "_end_callbacks",
         "_ended",
         "_ending",
         "_exited",
@@ -396,6 +395,7 @@ class Process:
         self._started: asyncio.Future[None] = loop.create_future()
         self._exited: asyncio.Future[None] = loop.create_future()  # the command itself
         self._ended: asyncio.Future[None] = loop.create_future()  # and all it started
+        self._end_callbacks: list[Callable[[], object]] = []
         self.pid = popen.pid if direct else 0
         self._group = 0  # the command's first process, reported before its exec
         self.returncode: int | None = None
@@ -422,6 +422,18 @@ class Process:
     def done(self) -> bool:
         """Whether every process is gone and reaped."""
         return self._ended.done()
+
+    def has_exited(self) -> bool:
+        """Whether the command itself has ended (or could not start)."""
+        return self._exited.done()
+
+    def add_end_callback(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` in the loop's thread as soon as every process is gone (at once
+        when they are): the moment ``wait()`` returns, without its hops through the loop."""
+        if self._ended.done():
+            callback()
+        else:
+            self._end_callbacks.append(callback)
 
     async def started(self) -> int:
         """Wait until the command runs; its pid. ``OSError`` when it could not be started."""
@@ -600,6 +612,9 @@ class Process:
         _resolve(self._started)
         _resolve(self._exited)
         _resolve(self._ended)
+        callbacks, self._end_callbacks = self._end_callbacks, []
+        for callback in callbacks:
+            callback()
 
     def _end_group(self, grace: float) -> None:
         """Without a launcher: the command's process group, TERM then KILL after ``grace``
