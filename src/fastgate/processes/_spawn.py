@@ -354,16 +354,17 @@ class Process:
         "_grace",
         "_group",
         "_loop",
+        "_pid",
         "_pidfd",
         "_popen",
         "_program",
+        "_reading",
         "_report",
+        "_returncode",
         "_started",
         "bound",
         "left",
-        "pid",
         "plan",
-        "returncode",
         "start_error",
         "stderr",
         "stdin",
@@ -396,9 +397,10 @@ class Process:
         self._exited: asyncio.Future[None] = loop.create_future()  # the command itself
         self._ended: asyncio.Future[None] = loop.create_future()  # and all it started
         self._end_callbacks: list[Callable[[], object]] = []
-        self.pid = popen.pid if direct else 0
+        self._pid = popen.pid if direct else 0
         self._group = 0  # the command's first process, reported before its exec
-        self.returncode: int | None = None
+        self._returncode: int | None = None
+        self._reading = False  # the reports are read as they come (else when asked, and at the end)
         self.start_error: OSError | None = None
         self.left = 0
         self.bound: str | None = None
@@ -411,8 +413,29 @@ class Process:
         else:
             os.set_blocking(control, False)
             os.set_blocking(report, False)
-            loop.add_reader(report, self._read_report)
         self._watch_end()
+
+    # The launcher's reports are read as they come only once someone waits for the start or
+    # the exit; otherwise when the pid or the status is asked, and at the end. A command
+    # supervised to its end then costs the loop one wake-up (the end), not one per report.
+    @property
+    def pid(self) -> int:
+        self._catch_up()
+        return self._pid
+
+    @property
+    def returncode(self) -> int | None:
+        self._catch_up()
+        return self._returncode
+
+    def _catch_up(self) -> None:
+        if not self._reading and self._report >= 0:
+            self._read_report()
+
+    def _watch_reports(self) -> None:
+        if not self._reading and self._report >= 0:
+            self._reading = True
+            self._loop.add_reader(self._report, self._read_report)
 
     @property
     def supervisor_pid(self) -> int:
@@ -425,6 +448,7 @@ class Process:
 
     def has_exited(self) -> bool:
         """Whether the command itself has ended (or could not start)."""
+        self._catch_up()
         return self._exited.done()
 
     def add_end_callback(self, callback: Callable[[], object]) -> None:
@@ -437,23 +461,25 @@ class Process:
 
     async def started(self) -> int:
         """Wait until the command runs; its pid. ``OSError`` when it could not be started."""
+        self._watch_reports()
         await asyncio.shield(self._started)
         self._raise_start_error()
-        return self.pid
+        return self._pid
 
     async def exited(self) -> int | None:
         """Wait until the command itself ended (what it started may still be ending); its
         status. ``OSError`` when it could not be started."""
+        self._watch_reports()
         await asyncio.shield(self._exited)
         self._raise_start_error()
-        return self.returncode
+        return self._returncode
 
     async def wait(self) -> int | None:
         """Wait until the command and everything it started are gone; its status. ``OSError``
         when it could not be started."""
         await asyncio.shield(self._ended)
         self._raise_start_error()
-        return self.returncode
+        return self._returncode
 
     def _raise_start_error(self) -> None:
         if self.start_error is not None:
@@ -540,13 +566,13 @@ class Process:
         if kind == b"P":
             self._group = number
         elif kind == b"S":
-            self.pid = number
+            self._pid = number
             _resolve(self._started)
         elif kind == b"E" and self.start_error is None:
             self.start_error = OSError(number, os.strerror(number), self._program)
             _resolve(self._started)
         elif kind == b"X":
-            self.returncode = number
+            self._returncode = number
             _resolve(self._exited)
 
         elif kind == b"L":
@@ -590,15 +616,15 @@ class Process:
             if timer is not None:
                 timer.cancel()
         if self._direct:
-            self.returncode = status
-            _signal_group(self.pid, signal.SIGKILL)  # what is left of its group
+            self._returncode = status
+            _signal_group(self._pid, signal.SIGKILL)  # what is left of its group
         else:
             self._read_report()  # what it wrote before it exited
             self._loop.remove_reader(self._report)
             os.close(self._report)
             os.close(self._control)
             self._report = self._control = -1
-            group = self.pid or self._group  # the command's, else its first process's
+            group = self._pid or self._group  # the command's, else its first process's
             killed = status != 0 and self.start_error is None  # None: not known here
             if killed and not self._exited.done() and group:
                 # The launcher itself was killed (SIGKILL from outside), maybe before it could
