@@ -1444,18 +1444,31 @@ static int send_reply(int sock, pid_t pid, int error, int pidfd) {
     return send_with_descriptor(sock, &reply, sizeof reply, pidfd) < 0 ? -1 : 0;
 }
 
+/* A byte to the resident on `taken` (unless -1): the spare has taken its request. */
+static void tell_taken(int taken) {
+    if (taken < 0) return;
+    if (write(taken, "T", 1) < 0) {
+        /* the resident is gone: this request is still served */
+    }
+    close(taken);
+}
+
 /* In the process that is to be the request's launcher: it replies itself (its pid and a pidfd
  * of itself) before anything of the command starts, so a server that gets no reply knows that
- * nothing started; then it lets go of the socket and becomes the launcher. */
-static int launch(int sock, request_t *request) {
+ * nothing started; then it tells the resident (a spare: after the reply, so the server is not
+ * kept waiting behind the resident's fork of the next one), lets go of the socket and becomes
+ * the launcher. */
+static int launch(int sock, request_t *request, int taken) {
     if (request->error) {
         send_reply(sock, 0, request->error, -1);
+        tell_taken(taken);
         drop_request(request);
         return 0;
     }
     int pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
     int error = pidfd < 0 ? errno : 0;
     int sent = send_reply(sock, error ? 0 : getpid(), error, pidfd);
+    tell_taken(taken);
     close(sock);
     if (pidfd >= 0) close(pidfd);
     if (sent < 0 || error) { /* unwatched, it must not run */
@@ -1487,7 +1500,7 @@ static int serve_one(int sock, int signals, int taken[2], const sigset_t *origin
     if (child == 0) {
         leave_resident(signals, taken, original);
         if (taken[1] >= 0) close(taken[1]);
-        _exit(launch(sock, &request));
+        _exit(launch(sock, &request, -1));
     }
     int error = request.error ? request.error : errno;
     drop_request(&request);
@@ -1514,13 +1527,9 @@ static pid_t fork_spare(int sock, int signals, int taken[2], const sigset_t *ori
     }
     if (got < 0) _exit(SERVER_GONE);
     STAGE("spare: request received");
-    if (write(taken[1], "T", 1) < 0) {
-        /* the resident is gone: this request is still served */
-    }
-    close(taken[1]);
     prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0); /* a launcher outlives the resident, as forked ones do */
     prctl(PR_SET_NAME, "fastgate-launch", 0, 0, 0);
-    _exit(launch(sock, &request));
+    _exit(launch(sock, &request, taken[1]));
 }
 
 /* fastgate-launcher --serve SOCKET_FD: serves each request received on the socket (the
