@@ -1,7 +1,7 @@
 """Where a command's time goes: ``LocalShell.run("true")`` against ``SandboxedShell.run("true")``.
 
 Builds a copy of the launcher that marks each of its stages (``-DFASTGATE_STAGE_MARKS``: the
-resident receiving the request and forking the launcher, the launcher's own steps, the
+spare launcher the resident forked ahead receiving the request, the launcher's own steps, the
 namespaces' first process and its mounts, the command confined and exec'd, its exit, every
 process gone, the clean-up), runs the shells with it, and prints the median time of each mark
 from the call's start, beside the moments the server read the launcher's reports (P: first

@@ -13,11 +13,11 @@ makes itself a child subreaper before it forks the command, so a daemon that det
 (``setsid``, a double fork, ``nohup ... &``) is re-parented to it rather than to init, and is
 found among its descendants; it ends them all, reaps them, and only then exits. The compiled
 launcher is forked by a resident copy of itself (``_resident.py``: one per server process,
-started with an empty environment), the pure one is started for each command with the
-command's environment: either way ``/proc/$PPID/environ`` read by the command shows nothing it
-could not already see. The launcher is not dumpable (a process of its user may not ptrace it or read
-its ``/proc`` files: its environment, memory, descriptors). Elsewhere the command's process
-group is what is ended.
+started with an empty environment, keeping the next command's launcher forked ahead), the pure
+one is started for each command with the command's environment: either way
+``/proc/$PPID/environ`` read by the command shows nothing it could not already see. The launcher
+is not dumpable (a process of its user may not ptrace it or read its ``/proc`` files: its
+environment, memory, descriptors). Elsewhere the command's process group is what is ended.
 
 With a plan (``spawn(..., plan=...)``, made by ``fastgate.sandbox``), the launcher also confines
 the command before its exec: new namespaces whose first process is the command's init (every

@@ -1134,13 +1134,15 @@ static int run_launcher(int argc, char **argv) {
     if (uid == 0 && plan.namespaces) setgroups(0, NULL); /* no supplementary group goes along */
     STAGE("launcher: its steps made");
     /* With namespaces, the child is the first process of them all (clone, as fork does,
-     * continues on a copy of this stack); this launcher stays outside them. Without, the
-     * command is vforked: it borrows this process's memory until its exec (it only makes
-     * system calls, then execs or exits), which spares the copy a fork makes. */
+     * continues on a copy of this stack); this launcher stays outside them. Without a plan,
+     * the command is vforked: it borrows this process's memory until its exec (it only makes
+     * system calls, then execs or exits), which spares the copy a fork makes. A plan's steps
+     * keep state in this process's memory (the Landlock ruleset), so they get a fork. */
     pid_t command = plan.namespaces
                         ? (pid_t)syscall(SYS_clone, (unsigned long)plan.namespaces | SIGCHLD, 0,
                                          0, 0, 0)
-                        : vfork();
+                    : step_count == 0 ? vfork()
+                                      : fork();
     if (command == 0) {
         close(started[0]);
         if (plan.namespaces) {

@@ -3,10 +3,10 @@
 On Linux each command is started by a launcher (``_launcher.py``; its compiled twin
 ``fastgate-launcher`` where the build made it) that is its parent: a child subreaper, so
 whatever the command starts stays the launcher's descendant however it detaches. The compiled
-launcher is forked by this process's resident one (``_resident.py``: no program start of its
-own per command; its environment is empty), the pure one is started per command with the
-command's environment: ``/proc/$PPID/environ`` seen from the command shows nothing the command
-could not see itself.
+launcher is forked ahead by this process's resident one (``_resident.py``: no program start of
+its own per command, no fork while the command waits; its environment is empty), the pure one is
+started per command with the command's environment: ``/proc/$PPID/environ`` seen from the
+command shows nothing the command could not see itself.
 
 Elsewhere (no subreapers) the command is started directly in a session of its own and its
 process group is what is ended: a process that leaves the group is out of reach there.
