@@ -187,7 +187,7 @@ class LocalShell:
         if on_start is not None:
             on_start(process)
         run = _Run(asyncio.get_running_loop(), max_output, read_fd, process)
-        return await run.supervise(process, timeout, signal, self), process
+        return await run.supervise(timeout, signal, self), process
 
 
 class _Run:
@@ -208,12 +208,11 @@ class _Run:
 
     async def supervise(
         self,
-        process: Process,
         seconds: float | None,
         signal: CancelToken | None,
         shell: LocalShell,
     ) -> ShellResult:
-        loop = self.loop
+        loop, process = self.loop, self.process
         timer: asyncio.TimerHandle | None = None
         link = None
         # Woken once every process is gone: after the command's exit the launcher ends what it
@@ -235,10 +234,10 @@ class _Run:
             if link is not None:
                 link.remove()
             try:
-                if not process.done():  # a timeout or a cancel: TERM, then KILL
-                    await process.terminate_all(shell.kill_grace)
+                # At once after the end; after a timeout or a cancel: TERM, then KILL.
+                await process.terminate_all(shell.kill_grace)
             finally:
-                if not self.eof.done():
+                if not self.eof.done():  # else no task is made for it
                     await _uninterrupted(self._drain(shell.read_grace))
                 self._close()
         if process.start_error is not None:
@@ -277,8 +276,6 @@ class _Run:
     async def _drain(self, grace: float) -> None:
         """Read what is left, for at most ``grace`` seconds: every process the command started
         is gone by now, unless one could not be ended (and holds the pipe)."""
-        if self.eof.done():
-            return
         try:
             await asyncio.wait_for(asyncio.shield(self.eof), grace)
         except TimeoutError:

@@ -250,7 +250,8 @@ def _fork_launcher(
     use; a new one when it has died); ``None`` when the compiled launcher cannot be executed
     here at all (the caller then starts the pure one)."""
     global _compiled_failed
-    spec = encode_spec(round(grace * 1000), program, args, _environment(std.env), pass_fds)
+    env = os.environb if std.env is None else std.env
+    spec = encode_spec(round(grace * 1000), program, args, env, pass_fds)
     cwd = None
     if std.cwd is not None:
         cwd = os.open(std.cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -279,10 +280,6 @@ def _fork_launcher(
         if cwd is not None:
             os.close(cwd)
     return _Forked(pid, pidfd, files)
-
-
-def _environment(env: Environment | None) -> Environment:
-    return os.environb if env is None else env
 
 
 def _stdio(std: _Setup) -> tuple[list[int | None], list[IO[bytes] | None], list[int]]:
