@@ -300,7 +300,7 @@ class RedisCluster:
                     pass  # Redis is away: the refresher says so; try again later
                 finally:
                     with contextlib.suppress(RedisError, OSError, asyncio.TimeoutError):
-                        await pubsub.aclose()  # type: ignore[no-untyped-call]
+                        await pubsub.aclose()  # type: ignore[no-untyped-call, unused-ignore]
                 await asyncio.sleep(self.refresh_interval)
         finally:
             await client.aclose()
