@@ -1,7 +1,10 @@
 """``SqliteToolUseStore``: the embedded default ``ToolUseStore`` (SPEC §12), on stdlib ``sqlite3``.
 
-One file in WAL mode with ``synchronous=FULL``: a commit returns only once its WAL frames are
-fsynced, so an acknowledged record survives a killed process and a power cut. One row per
+One file in WAL mode. A record written before a side effect (a tool-use, a claim, a resolution)
+returns only once its WAL frames are synced (``synchronous=FULL``): it survives a killed process
+and a power cut. A result returns once committed (it survives a killed process) and is synced
+with the next such record, or within ``SYNC_WITHIN`` seconds when none comes: a power cut in
+between can only turn a completed call back into an interrupted one, never run. One row per
 tool-use, one per result; arguments and results are msgpack (msgspec). A dedicated writer thread
 owns the connection and does every blocking call; the event loop only encodes and awaits.
 
@@ -52,6 +55,9 @@ from fastgate.model.results import DurableResult, ToolResult
 SCHEMA_VERSION: Final = 2  # 2: the journal of keyed calls
 APPLICATION_ID: Final = 0x46475453  # "FGTS" in the SQLite header: this file is a fastgate store
 MAX_BATCH: Final = 1024  # records per group transaction: bounds the latency of the last one
+# Results are synced with the next record written before a side effect, or this many seconds
+# after their commit when none comes (see _Writer.commit).
+SYNC_WITHIN: Final = 0.01
 
 # Results are keyed by their tool-use's row id, which grows in write order: a group transaction
 # then appends to the end of the result table instead of touching one page per record.
@@ -241,6 +247,9 @@ def _migrate_to_journal(conn: sqlite3.Connection) -> None:
 
 _TOOL_USE, _RESULT, _LOAD, _STOP, _CLAIM, _RENEW_LEASE, _RESOLVE = range(7)
 _WRITES: Final = frozenset({_TOOL_USE, _RESULT, _CLAIM, _RENEW_LEASE, _RESOLVE})
+# Written after the side effect: lost to a power cut, such a record leaves the call "interrupted"
+# (its tool-use record says it may have run), never runnable twice; see ``_Writer.commit``.
+_AFTER_EFFECT: Final = frozenset({_RESULT, _RENEW_LEASE})
 # (kind, parameters, future or None, loop or None)
 _Job = tuple[int, Any, "asyncio.Future[Any] | None", "asyncio.AbstractEventLoop | None"]
 _Outcome = tuple["asyncio.Future[Any]", "asyncio.AbstractEventLoop", Any, "BaseException | None"]
@@ -265,12 +274,15 @@ class _Writer:
         self.group_commit = group_commit
         self.jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self.transactions = self.records = self.largest_batch = 0
+        self.synchronous = "FULL"  # the connection's setting (see commit)
+        self.unsynced = False  # a commit since the WAL was last synced was made without a sync
+        self.wal_fd = -2  # the WAL, to sync after commits made without it; -2 not yet open
         self.thread = threading.Thread(target=self.run, name="fastgate-store-writer", daemon=True)
 
     def run(self) -> None:
         stop: _Job | None = None
         while stop is None:
-            batch = [self.jobs.get()]
+            batch = [self.next_job()]
             if self.group_commit:
                 while len(batch) < MAX_BATCH:
                     try:
@@ -286,6 +298,16 @@ class _Writer:
                     if future is not None and loop is not None
                 )
         self.shut_down(stop)
+
+    def next_job(self) -> _Job:
+        """The next request; the WAL is synced meanwhile if none comes within ``SYNC_WITHIN``
+        of a commit that did not sync it (the next commit that syncs it covers it otherwise)."""
+        if self.unsynced:
+            try:
+                return self.jobs.get(timeout=SYNC_WITHIN)
+            except queue.Empty:
+                self.sync_wal()
+        return self.jobs.get()
 
     def process(self, batch: list[_Job]) -> _Job | None:
         """Writes in order, grouped into transactions; a load or stop ends the group before it."""
@@ -308,10 +330,21 @@ class _Writer:
         return None
 
     def commit(self, writes: list[_Job]) -> None:
+        """One transaction for ``writes``; each caller is released after its ``COMMIT``.
+
+        A transaction holding a record written before a side effect (a tool-use, a claim, a
+        resolution) syncs the WAL before its callers go on, and with it every commit before.
+        One holding only results and lease renewals does not: the next such transaction, or
+        ``next_job`` within ``SYNC_WITHIN``, syncs it. A process killed meanwhile loses nothing
+        (the frames are in the OS); a power cut meanwhile may revert those results to
+        "interrupted", a call that is never run twice."""
         conn = self.conn
         values: list[Any] = [None] * len(writes)
         errors: list[BaseException | None] = [None] * len(writes)
+        deferred = self.wal_fd != -1 and all(job[0] in _AFTER_EFFECT for job in writes)
         try:
+            self.set_synchronous("NORMAL" if deferred else "FULL")
+            changes = conn.total_changes
             conn.execute("BEGIN IMMEDIATE")
             now = time.time()  # the journal's clock: the host's, shared by its processes
             for i, (kind, params, _, _) in enumerate(writes):
@@ -329,11 +362,41 @@ class _Writer:
             self.transactions += 1
             self.records += len(writes)
             self.largest_batch = max(self.largest_batch, len(writes))
+            if conn.total_changes != changes:  # (a commit that wrote nothing syncs nothing)
+                self.unsynced = deferred
         self.deliver(
             (future, loop, value, error)
             for (_, _, future, loop), value, error in zip(writes, values, errors, strict=True)
             if future is not None and loop is not None
         )
+
+    def set_synchronous(self, level: str) -> None:
+        if level != self.synchronous:
+            self.conn.execute(f"PRAGMA synchronous = {level}")
+            self.synchronous = level
+
+    def sync_wal(self) -> None:
+        """Sync the WAL after commits made without it. Where the WAL cannot be opened or
+        synced, every later commit syncs it itself (``synchronous=FULL``)."""
+        self.unsynced = False
+        try:
+            if self.wal_fd == -2:
+                # Where SQLite keeps it: beside the database file, symbolic links resolved.
+                wal = os.path.realpath(self.path) + "-wal"
+                self.wal_fd = os.open(wal, os.O_RDONLY | os.O_CLOEXEC)
+            os.fdatasync(self.wal_fd)  # as SQLite syncs it
+        except OSError:
+            self.close_wal()
+            self.wal_fd = -1
+            try:  # what the last commits left in the OS is made durable the way SQLite does it
+                self.set_synchronous("FULL")
+                self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+            except sqlite3.Error:
+                pass  # the next commit (FULL) syncs the WAL, or fails its callers
+
+    def close_wal(self) -> None:
+        if self.wal_fd >= 0:
+            os.close(self.wal_fd)
 
     def write(self, kind: int, params: Any, now: float) -> Any:
         """One record's statements, inside the open transaction; its answer, if any."""
@@ -444,10 +507,13 @@ class _Writer:
         self.deliver([(future, loop, value, error)])
 
     def shut_down(self, stop: _Job) -> None:
+        if self.unsynced:
+            self.sync_wal()
         try:
             self.conn.close()  # the last connection checkpoints the WAL into the file
         except sqlite3.Error:
             pass
+        self.close_wal()
         closed = StoreError(self.path, "the store is closed")
         late: list[_Outcome] = []
         while True:  # anything queued after the stop is refused, never left hanging
@@ -483,7 +549,8 @@ def _load_session(conn: sqlite3.Connection, path: str, session_id: str | None) -
 
 
 class SqliteToolUseStore:
-    """The default durable ``ToolUseStore``: one SQLite file, WAL, ``synchronous=FULL``.
+    """The default durable ``ToolUseStore``: one SQLite file, WAL, synced before every side
+    effect (results are synced with the next record or within ``SYNC_WITHIN``: module docstring).
 
     The constructor opens and checks the file (blocking, once; in a coroutine prefer
     ``await SqliteToolUseStore.open(path)``) and raises ``StoreError`` for a file it cannot use:

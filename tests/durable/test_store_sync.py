@@ -1,0 +1,148 @@
+"""SqliteToolUseStore: when the WAL reaches the disk.
+
+A record written before a side effect (tool-use, claim) is synced before its caller goes on; a
+result is committed (visible, safe from a killed process) before its caller goes on and synced
+with the next record of the first kind, or by the writer once it has been idle for
+``SYNC_WITHIN``, or at close. The store's own syncs go through ``os.fdatasync`` (SQLite's are
+made in C), which these tests watch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import fastgate.durable.sqlite as sqlite_store
+from fastgate.durable.sqlite import SqliteToolUseStore
+from tests.durable.test_store import done, use
+
+
+class Syncs:
+    """The descriptors the store synced itself, and an event set at each."""
+
+    def __init__(self) -> None:
+        self.inodes: list[int] = []
+        self.synced = threading.Event()
+
+
+@pytest.fixture
+def syncs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Syncs]:
+    seen = Syncs()
+    real = os.fdatasync
+
+    def watched(fd: int) -> None:
+        real(fd)
+        seen.inodes.append(os.fstat(fd).st_ino)
+        seen.synced.set()
+
+    monkeypatch.setattr(os, "fdatasync", watched)
+    yield seen
+
+
+def wal_inode(db: Path) -> int:
+    return os.stat(f"{db}-wal").st_ino
+
+
+def committed_results(db: Path) -> int:
+    with sqlite3.connect(db) as other:
+        return int(other.execute("SELECT count(*) FROM tool_result").fetchone()[0])
+
+
+async def test_a_result_is_committed_at_once_and_synced_once_the_writer_is_idle(
+    tmp_path: Path, syncs: Syncs
+) -> None:
+    db = tmp_path / "calls.db"
+    store = await SqliteToolUseStore.open(db)
+    try:
+        await store.record_tool_use(use("e1"))
+        assert syncs.inodes == []  # a tool-use is synced by SQLite's own commit
+        await store.record_result("e1", done("e1").durable())
+        assert committed_results(db) == 1  # released after COMMIT: another reader sees it
+        assert await asyncio.to_thread(syncs.synced.wait, 10)
+        assert syncs.inodes == [wal_inode(db)]
+    finally:
+        await store.close()
+    assert len(syncs.inodes) == 1  # nothing was left to sync at close
+
+
+async def test_the_next_record_before_a_side_effect_syncs_the_results_before_it(
+    tmp_path: Path, syncs: Syncs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "SYNC_WITHIN", 3600.0)  # the idle sync never comes
+    db = tmp_path / "calls.db"
+    store = await SqliteToolUseStore.open(db)
+    try:
+        await store.record_tool_use(use("e1"))
+        await store.record_result("e1", done("e1").durable())
+        await store.record_tool_use(use("e2", 1))  # its commit syncs the WAL, e1's result too
+    finally:
+        await store.close()
+    assert syncs.inodes == []
+
+
+async def test_a_result_left_unsynced_is_synced_at_close(
+    tmp_path: Path, syncs: Syncs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "SYNC_WITHIN", 3600.0)
+    db = tmp_path / "calls.db"
+    store = await SqliteToolUseStore.open(db)
+    try:
+        await store.record_tool_use(use("e1"))
+        await store.record_result("e1", done("e1").durable())
+        assert syncs.inodes == []
+        inode = wal_inode(db)
+    finally:
+        await store.close()
+    assert syncs.inodes == [inode]
+
+
+async def test_a_commit_that_wrote_nothing_does_not_count_as_a_sync(
+    tmp_path: Path, syncs: Syncs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "SYNC_WITHIN", 3600.0)
+    db = tmp_path / "calls.db"
+    store = await SqliteToolUseStore.open(db)
+    try:
+        await store.record_tool_use(use("e1"))
+        await store.record_result("e1", done("e1").durable())
+        with pytest.raises(sqlite_store.StoreError, match="already exists"):
+            await store.record_tool_use(use("e1"))  # refused: its transaction wrote nothing
+    finally:
+        await store.close()
+    assert len(syncs.inodes) == 1  # e1's result was still unsynced at close
+
+
+async def test_where_the_wal_cannot_be_opened_every_commit_syncs_itself(
+    tmp_path: Path, syncs: Syncs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_open = os.open
+    refused = threading.Event()
+
+    def no_wal(path: str, flags: int, *args: int) -> int:
+        if str(path).endswith("-wal"):
+            refused.set()
+            raise PermissionError(13, "denied", path)
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", no_wal)
+    db = tmp_path / "calls.db"
+    store = await SqliteToolUseStore.open(db)
+    try:
+        await store.record_tool_use(use("e1"))
+        await store.record_result("e1", done("e1").durable())
+        assert await asyncio.to_thread(refused.wait, 10)  # the idle sync could not open it
+        # The writer handles the next request after that sync: from then on it syncs itself.
+        await store.record_tool_use(use("e2", 1))
+        await store.record_result("e2", done("e2").durable())
+        assert store._writer.synchronous == "FULL"
+        assert store._writer.unsynced is False
+    finally:
+        await store.close()
+    assert syncs.inodes == []
+    assert committed_results(db) == 2
