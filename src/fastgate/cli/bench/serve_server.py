@@ -107,7 +107,8 @@ async def _gateway(directory: str, upstream: str | None) -> AsyncIterator[Any]:
     permissions = PermissionConfig(
         allow=["noop", "mcp__up"], deny=["noop(secret*)", "mcp__up__delete"], ask=["bash"]
     )
-    # FASTGATE_BENCH_SERVE_OFF=journal,audit: a diagnostic run without them (what each costs).
+    # FASTGATE_BENCH_SERVE_OFF=journal,audit,telemetry: a diagnostic run without them (what each
+    # costs).
     off = set(os.environ.get("FASTGATE_BENCH_SERVE_OFF", "").split(","))
     store = None
     if "journal" not in off:
@@ -125,10 +126,11 @@ async def _gateway(directory: str, upstream: str | None) -> AsyncIterator[Any]:
         store=store,
         audit=audit,
     )
-    with contextlib.suppress(ImportError):  # as fastgate serve does, where OpenTelemetry is
-        from fastgate.telemetry import instrument
+    if "telemetry" not in off:
+        with contextlib.suppress(ImportError):  # as fastgate serve does, where OpenTelemetry is
+            from fastgate.telemetry import instrument
 
-        instrument(executor)
+            instrument(executor)
     tokens = {token_digest(TOKEN): {"principal": "bench", "mode": None, "scope": None}}
     bridge = None
     if upstream is not None:
