@@ -28,6 +28,7 @@ import msgspec
 import redis.asyncio as aioredis
 
 from fastgate import ConcurrencyScheduler, SchedulerLimits, ToolKind
+from fastgate.cli.bench.children import child_environment
 from fastgate.cluster import RedisCluster
 
 #: KEYS: counter, max, counter, max, ...; ARGV: +1 or -1, the worker's pid, when the call
@@ -259,6 +260,9 @@ async def run(spec: dict[str, Any]) -> dict[str, Any]:
 def main() -> None:
     import faulthandler
 
+    from fastgate.cli.bench.children import die_with_parent
+
+    die_with_parent()
     faulthandler.register(signal.SIGUSR1)  # a stuck worker shows where: kill -USR1 PID
     spec = json.loads(sys.argv[1])
     if spec.get("loop") == "uvloop":
@@ -288,6 +292,7 @@ class Workers:
         self.processes = [
             subprocess.Popen(
                 [sys.executable, "-m", "fastgate.cli.bench.cluster_worker", json.dumps(spec)],
+                env=child_environment(),
                 stdout=out,
                 text=True,
             )

@@ -29,6 +29,7 @@ from fastgate import (
     ToolExecutor,
     ToolRegistry,
 )
+from fastgate.cli.bench.children import child_environment
 from fastgate.cli.bench.model import BenchConfig, Measurement, Target
 from fastgate.cli.bench.timing import paired_rounds
 from fastgate.runtime import loop_factory
@@ -53,7 +54,9 @@ def _http_server() -> Iterator[str]:
     comparison, adding the same large cost to each and hiding the bridge's own cost behind it
     (the ratio drifting toward 1); and no agent server runs its MCP servers on its own loop.
     """
-    process = subprocess.Popen([*SERVER, "http"], stdout=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [*SERVER, "http"], stdout=subprocess.PIPE, text=True, env=child_environment()
+    )
     try:
         assert process.stdout is not None
         with selectors.DefaultSelector() as selector:

@@ -39,6 +39,9 @@ async def serve_http() -> None:
 
 
 if __name__ == "__main__":
+    from fastgate.cli.bench.children import die_with_parent
+
+    die_with_parent()
     if sys.argv[1:] == ["http"]:
         import anyio
 

@@ -25,6 +25,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
+from fastgate.cli.bench.children import child_environment
 from fastgate.cli.bench.model import BenchConfig, Measurement, Target
 from fastgate.cli.bench.timing import paired_rounds
 from fastgate.runtime import loop_factory
@@ -45,6 +46,7 @@ class _ServerProcess:
     def __init__(self, *argv: str) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", SERVER_MODULE, *argv],
+            env=child_environment(),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -175,6 +175,8 @@ async def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    from fastgate.cli.bench.children import die_with_parent
     from fastgate.runtime import run
 
+    die_with_parent()
     run(main(sys.argv[1:]))
