@@ -188,23 +188,36 @@ async def test_a_flood_beyond_the_request_rate_is_429_for_that_principal_only(
     gateway.executor.dispose()
 
 
+_release: asyncio.Event | None = None  # set by the test once the refusals are in
+
+
 @fastgate.tool(kind=ToolKind.READ_ONLY, parallelism="shared", is_concurrency_safe=True)
-async def hold(seconds: float) -> str:
-    """Hold a slot.
+async def hold(label: str) -> str:
+    """Hold a slot until the test lets go.
 
     Args:
-        seconds: how long.
+        label: which call this is.
     """
-    await asyncio.sleep(seconds)
+    assert _release is not None
+    await _release.wait()
     return "held"
 
 
 @pytest.mark.parametrize("era", ["legacy", MODERN])
 async def test_a_full_scheduler_queue_is_resource_exhausted_as_a_result(era: str) -> None:
+    global _release
+    _release = asyncio.Event()
     served = executor(registry(hold), limits=SchedulerLimits(global_limit=1, max_queue=2))
     gateway = Gateway(served, approvals="deny", rate_limit=None)
     async with serving(gateway) as url, client(url, era) as mcp:
-        results = await asyncio.gather(*(mcp.call_tool("hold", {"seconds": 0.3}) for _ in range(6)))
+        calls = [asyncio.ensure_future(mcp.call_tool("hold", {"label": str(i)})) for i in range(6)]
+        # One holds the slot and two wait in the queue until released: the three others can
+        # only be refused, however slowly the calls arrive.
+        pending: set[asyncio.Future[Any]] = set(calls)
+        while len(pending) > 3:
+            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        _release.set()
+        results = await asyncio.gather(*calls)
     codes = sorted(((r.meta or {})["fastgate"]["code"] or "ok") for r in results)
     assert codes.count("ok") == 3 and codes.count("RESOURCE_EXHAUSTED") == 3
     refused = next(r for r in results if r.is_error)
