@@ -879,12 +879,16 @@ static void tell(int channel, char kind, long a, long b) {
     }
 }
 
+/* ``tells_group``: this process was vforked, so its launcher resumes only after the exec and
+ * would report the group too late to be sure of it (a command may kill its launcher at once);
+ * it reports it here instead, as the group's leader, before the exec. */
 static void become_command(int channel, const char *executable, char **argv,
-                           const sigset_t *original, pid_t parent) {
+                           const sigset_t *original, pid_t parent, int tells_group) {
     setsid();
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0); /* should its parent be killed */
     STAGE("command: running");
     if (getppid() != parent) _exit(127);
+    if (tells_group) report('P', (long)syscall(SYS_getpid));
     signal(SIGPIPE, SIG_DFL);
     sigprocmask(SIG_SETMASK, original, NULL);
     long failed;
@@ -949,7 +953,7 @@ static void be_init(int channel, int signals, long long grace, const char *execu
     remove_mask_sources();
     STAGE("init: mounts made");
     pid_t command = fork();
-    if (command == 0) become_command(channel, executable, argv, original, 1);
+    if (command == 0) become_command(channel, executable, argv, original, 1, 0);
     if (command < 0) {
         tell(channel, 'e', errno, 0);
         _exit(127);
@@ -1138,11 +1142,12 @@ static int run_launcher(int argc, char **argv) {
      * the command is vforked: it borrows this process's memory until its exec (it only makes
      * system calls, then execs or exits), which spares the copy a fork makes. A plan's steps
      * keep state in this process's memory (the Landlock ruleset), so they get a fork. */
-    pid_t command = plan.namespaces
-                        ? (pid_t)syscall(SYS_clone, (unsigned long)plan.namespaces | SIGCHLD, 0,
-                                         0, 0, 0)
-                    : step_count == 0 ? vfork()
-                                      : fork();
+    int vforked = !plan.namespaces && step_count == 0;
+    pid_t command = plan.namespaces ? (pid_t)syscall(SYS_clone,
+                                                     (unsigned long)plan.namespaces | SIGCHLD,
+                                                     0, 0, 0, 0)
+                    : vforked       ? vfork()
+                                    : fork();
     if (command == 0) {
         close(started[0]);
         if (plan.namespaces) {
@@ -1150,7 +1155,7 @@ static int run_launcher(int argc, char **argv) {
             gone_fd = gone[1];
             be_init(started[1], signals, grace, executable, argv + 5, &original, uid, gid);
         }
-        become_command(started[1], executable, argv + 5, &original, self);
+        become_command(started[1], executable, argv + 5, &original, self, vforked);
     }
     if (command < 0) {
         report('E', errno);
@@ -1158,9 +1163,9 @@ static int run_launcher(int argc, char **argv) {
         return 0;
     }
     STAGE("launcher: first process made");
-    /* Reported before the exec is: a command killing this launcher at once still leaves the
-     * parent the group to end. */
-    report('P', command);
+    /* Reported before the exec is (a vforked command reported itself): a command killing this
+     * launcher at once still leaves the parent the group to end. */
+    if (!vforked) report('P', command);
     close(started[1]);
     if (gone[1] >= 0) close(gone[1]);
     for (size_t i = 0; i < step_count; i++) {
