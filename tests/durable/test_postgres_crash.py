@@ -71,7 +71,9 @@ async def test_a_killed_server_fails_calls_before_their_side_effect_then_recover
         await asyncio.sleep(0)
         return f"did {args['n']}"
 
-    store = PostgresToolUseStore(own_postgres.dsn, namespace=new_namespace(), timeout=0.5)
+    # A restarted server checkpoints its recovery in the background, so its first commits can
+    # be slow under a loaded machine: 2 s keeps the outage short and the recovery unhurried.
+    store = PostgresToolUseStore(own_postgres.dsn, namespace=new_namespace(), timeout=2.0)
     ex = executor(
         tool("effect", body, ARGS, parallelism="shared"),
         store=store,
@@ -115,7 +117,8 @@ async def test_a_killed_server_fails_calls_before_their_side_effect_then_recover
         persisted = require_persistence or n % 2
         assert (code_of(result) is ErrorCode.PERSISTENCE_FAILED) == bool(persisted), n
         assert result.ok == (n in ran_while_down)
-    assert recovered.ok and all(r.ok for _, r in after)
+    assert recovered.ok
+    assert [(n, r.error) for n, r in after if not r.ok] == []
     stored = {c.execution_id: c for c in calls}
     for _, result in [*after, (0, recovered)]:
         entry = stored[result.meta.execution_id]
