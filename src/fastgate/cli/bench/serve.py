@@ -31,10 +31,10 @@ from fastgate.cli.bench.timing import paired_rounds
 from fastgate.runtime import loop_factory
 
 CLIENTS = 64
-# The targets are not met yet (docs/performance.md: a lone journaled call waits for two fsyncs,
-# the upstream row makes two hops): CI's bounds guard against a regression from where the
-# figures stand on a loaded two-core machine (per call 1.6-2.3x, 64 clients 0.40-0.75x,
-# upstream 2.7-3.4x), not the targets.
+# The targets are not met yet (docs/performance.md: the gateway is the SDK's server with fastgate's
+# work added, and the upstream row makes two hops): CI's bounds guard against a regression from
+# where the figures stand on a loaded two-core machine (per call 1.5-2.3x, 64 clients
+# 0.40-0.75x, upstream 2.5-3.4x), not the targets.
 CI_PER_CALL = 3.0
 CI_CLIENTS = 0.25
 CI_UPSTREAM = 5.0

@@ -1,0 +1,178 @@
+"""The gateway's own cost per ``tools/call``, without HTTP: the bench's bare SDK server and its
+gateway (``fastgate.cli.bench.serve_server``) driven as ASGI apps in this process, 64 callers
+at a time posting 2026-era calls, as the 64-client row of ``fastgate bench --scenario serve``
+does over TCP. Prints the CPU time per call of each side (alternated rounds, medians).
+
+    .venv/bin/python benchmarks/gateway_in_process.py
+    FASTGATE_BENCH_SERVE_OFF=journal,audit,telemetry \
+        .venv/bin/python benchmarks/gateway_in_process.py
+
+``--only bare|gateway --calls N`` runs one side once, for an instruction count: the difference
+between two runs under ``valgrind --tool=callgrind`` (say 128 and 640 calls) divided by the
+difference in calls is what one call costs, start-up excluded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastgate.cli.bench import serve_server
+from fastgate.runtime import loop_factory
+
+CALLERS = 64
+WARM_UP = 200
+App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
+
+
+def _request(n: int) -> tuple[dict[str, Any], bytes]:
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": n,
+            "method": "tools/call",
+            "params": {
+                "name": "noop",
+                "arguments": {"text": "hello from the bench"},
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        },
+        separators=(",", ":"),
+    ).encode()
+    headers = [
+        (b"host", b"127.0.0.1:8000"),
+        (b"content-type", b"application/json"),
+        (b"accept", b"application/json, text/event-stream"),
+        (b"mcp-protocol-version", b"2026-07-28"),
+        (b"mcp-method", b"tools/call"),
+        (b"mcp-name", b"noop"),
+        (b"idempotency-key", f"in-process-{n}".encode()),
+        (b"authorization", f"Bearer {serve_server.TOKEN}".encode()),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8000),
+    }
+    return scope, body
+
+
+async def _call(app: App, n: int, closed: asyncio.Event) -> None:
+    scope, body = _request(n)
+    delivered = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await closed.wait()  # the connection stays open: the server's disconnect watch waits
+        return {"type": "http.disconnect"}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    answer = b"".join(m.get("body", b"") for m in sent[1:])
+    if sent[0].get("status") != 200 or b'"isError":false' not in answer:
+        raise RuntimeError(f"the call failed: {sent[0]} {answer[:300]!r}")
+
+
+@contextlib.asynccontextmanager
+async def _running(app: App) -> AsyncIterator[None]:
+    """The app's lifespan (the SDK's session manager runs inside it)."""
+    inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    outbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    await inbox.put({"type": "lifespan.startup"})
+
+    async def lifespan() -> None:
+        scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": {}}
+        await app(scope, inbox.get, outbox.put)
+
+    task = asyncio.create_task(lifespan())
+    started = await outbox.get()
+    if started["type"] != "lifespan.startup.complete":
+        raise RuntimeError(f"the app did not start: {started}")
+    try:
+        yield
+    finally:
+        await inbox.put({"type": "lifespan.shutdown"})
+        await task
+
+
+async def _cpu_per_call(app: App, calls: int, first: int, closed: asyncio.Event) -> float:
+    """CPU microseconds per call, ``CALLERS`` callers at a time."""
+
+    async def caller(k: int) -> None:
+        for i in range(calls // CALLERS):
+            await _call(app, first + k * calls + i, closed)
+
+    start = time.process_time()
+    await asyncio.gather(*(caller(k) for k in range(CALLERS)))
+    return (time.process_time() - start) / (calls // CALLERS * CALLERS) * 1e6
+
+
+@contextlib.asynccontextmanager
+async def _apps(directory: str, only: str | None) -> AsyncIterator[dict[str, App]]:
+    apps: dict[str, App] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        if only in (None, "bare"):
+            apps["bare"] = serve_server._bare()
+        if only in (None, "gateway"):
+            apps["gateway"] = await stack.enter_async_context(
+                serve_server._gateway(directory, None)
+            )
+        for app in apps.values():
+            await stack.enter_async_context(_running(app))
+        yield apps
+
+
+async def main(only: str | None, calls: int, rounds: int) -> None:
+    closed = asyncio.Event()
+    with tempfile.TemporaryDirectory() as directory:
+        async with _apps(directory, only) as apps:
+            for name, app in apps.items():
+                await _cpu_per_call(app, WARM_UP, 10_000_000 * (1 + len(name)), closed)
+            times: dict[str, list[float]] = {name: [] for name in apps}
+            for r in range(rounds):
+                for name, app in apps.items():
+                    times[name].append(await _cpu_per_call(app, calls, r * 1_000_000, closed))
+            closed.set()
+    medians = {name: statistics.median(each) for name, each in times.items()}
+    for name, value in medians.items():
+        print(f"{name}: {value:.0f} us of CPU per call (median of {rounds} rounds of {calls})")
+    if len(medians) == 2:
+        print(f"gateway / bare: {medians['gateway'] / medians['bare']:.2f}x")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=("bare", "gateway"))
+    parser.add_argument("--calls", type=int, default=2048)
+    parser.add_argument("--rounds", type=int, default=5)
+    options = parser.parse_args()
+    rounds = 1 if options.only else options.rounds
+    with asyncio.Runner(loop_factory=loop_factory("uvloop")) as runner:
+        runner.run(main(options.only, options.calls, rounds))
