@@ -10,6 +10,11 @@ does over TCP. Prints the CPU time per call of each side (alternated rounds, med
 ``--only bare|gateway --calls N`` runs one side once, for an instruction count: the difference
 between two runs under ``valgrind --tool=callgrind`` (say 128 and 640 calls) divided by the
 difference in calls is what one call costs, start-up excluded.
+
+``--variant`` takes a part away from the gateway, to see what it costs: ``saved`` answers every
+call with the result its first call got instead of running ``execute`` (``saved-in-task``: the
+same, returned through a task of its own, as ``execute`` runs a body), ``json-response`` has the
+SDK answer every 2026-era request with one JSON body, never a stream.
 """
 
 from __future__ import annotations
@@ -149,6 +154,39 @@ async def _apps(directory: str, only: str | None) -> AsyncIterator[dict[str, App
         yield apps
 
 
+def _take_away(variant: str) -> None:
+    """Patch the part ``variant`` names out of the gateway (before it is built)."""
+    if variant == "json-response":
+        from mcp.server import streamable_http_manager
+
+        manager = streamable_http_manager.StreamableHTTPSessionManager
+        original_init = manager.__init__
+
+        def json_only(self: Any, *args: Any, **kwargs: Any) -> None:
+            kwargs["json_response"] = True
+            original_init(self, *args, **kwargs)
+
+        manager.__init__ = json_only  # type: ignore[method-assign]
+        return
+    from fastgate import ToolExecutor, ToolResult
+
+    original_execute = ToolExecutor.execute
+    saved: dict[str, ToolResult] = {}
+
+    async def returned(result: ToolResult) -> ToolResult:
+        return result
+
+    async def replay(self: ToolExecutor, name: str, *args: Any, **kwargs: Any) -> ToolResult:
+        result = saved.get(name)
+        if result is None:
+            result = saved[name] = await original_execute(self, name, *args, **kwargs)
+        if variant == "saved-in-task":
+            return await asyncio.get_running_loop().create_task(returned(result))
+        return result
+
+    ToolExecutor.execute = replay  # type: ignore[method-assign]
+
+
 async def main(only: str | None, calls: int, rounds: int) -> None:
     closed = asyncio.Event()
     with tempfile.TemporaryDirectory() as directory:
@@ -172,7 +210,10 @@ if __name__ == "__main__":
     parser.add_argument("--only", choices=("bare", "gateway"))
     parser.add_argument("--calls", type=int, default=2048)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--variant", choices=("saved", "saved-in-task", "json-response"))
     options = parser.parse_args()
+    if options.variant is not None:
+        _take_away(options.variant)
     rounds = 1 if options.only else options.rounds
     with asyncio.Runner(loop_factory=loop_factory("uvloop")) as runner:
         runner.run(main(options.only, options.calls, rounds))
