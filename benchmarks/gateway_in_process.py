@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import statistics
 import tempfile
 import time
@@ -30,6 +29,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from fastgate.cli.bench import serve_server
+from fastgate.cli.bench.serve import call_request
 from fastgate.runtime import loop_factory
 
 CALLERS = 64
@@ -38,33 +38,10 @@ App = Callable[[dict[str, Any], Any, Any], Awaitable[None]]
 
 
 def _request(n: int) -> tuple[dict[str, Any], bytes]:
-    body = json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": n,
-            "method": "tools/call",
-            "params": {
-                "name": "noop",
-                "arguments": {"text": "hello from the bench"},
-                "_meta": {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {},
-                },
-            },
-        },
-        separators=(",", ":"),
-    ).encode()
-    headers = [
-        (b"host", b"127.0.0.1:8000"),
-        (b"content-type", b"application/json"),
-        (b"accept", b"application/json, text/event-stream"),
-        (b"mcp-protocol-version", b"2026-07-28"),
-        (b"mcp-method", b"tools/call"),
-        (b"mcp-name", b"noop"),
-        (b"idempotency-key", f"in-process-{n}".encode()),
-        (b"authorization", f"Bearer {serve_server.TOKEN}".encode()),
-        (b"content-length", str(len(body)).encode()),
-    ]
+    body, named = call_request("noop", n, f"in-process-{n}")
+    headers = [(b"host", b"127.0.0.1:8000")]
+    headers += [(name.encode(), value.encode()) for name, value in named]
+    headers.append((b"content-length", str(len(body)).encode()))
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},

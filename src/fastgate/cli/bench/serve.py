@@ -119,17 +119,48 @@ def _caller(client: Any, tool: str) -> Callable[[int], Awaitable[None]]:
     return call
 
 
+def call_request(tool: str, request_id: int, key: str) -> tuple[bytes, list[tuple[str, str]]]:
+    """The body and headers (host and length aside) of the 2026-era ``tools/call`` that the
+    64-client row posts, with an idempotency key; ``benchmarks/gateway_in_process.py`` sends
+    the same."""
+    from fastgate.cli.bench.serve_server import TOKEN
+
+    body = json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": request_id,
+            "method": "tools/call",
+            "params": {
+                "name": tool,
+                "arguments": ARGS,
+                "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                },
+            },
+        },
+        separators=(",", ":"),
+    ).encode()
+    headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", tool),
+        ("idempotency-key", key),
+        ("authorization", f"Bearer {TOKEN}"),
+    ]
+    return body, headers
+
+
 class _Connection:
     """One keep-alive HTTP/1.1 connection posting 2026-era ``tools/call`` requests, built once:
     a load generator light enough that the server, not the client, sets the pace."""
 
     def __init__(self, url: str, tool: str) -> None:
-        from fastgate.cli.bench.serve_server import TOKEN
-
         host, port = url.removeprefix("http://").split("/", 1)[0].split(":")
         self.host, self.port = host, int(port)
         self.tool = tool
-        self.token = TOKEN
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.sent = 0
@@ -139,29 +170,11 @@ class _Connection:
 
     def _request(self) -> bytes:
         self.sent += 1
-        body = json.dumps(
-            {
-                "jsonrpc": "2.0",
-                "id": self.sent,
-                "method": "tools/call",
-                "params": {
-                    "name": self.tool,
-                    "arguments": ARGS,
-                    "_meta": {
-                        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                        "io.modelcontextprotocol/clientCapabilities": {},
-                    },
-                },
-            },
-            separators=(",", ":"),
-        ).encode()
+        body, headers = call_request(self.tool, self.sent, f"bench-{id(self)}-{self.sent}")
+        lines = "".join(f"{name}: {value}\r\n" for name, value in headers)
         head = (
-            f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{self.port}\r\n"
-            "content-type: application/json\r\naccept: application/json, text/event-stream\r\n"
-            "mcp-protocol-version: 2026-07-28\r\nmcp-method: tools/call\r\n"
-            f"mcp-name: {self.tool}\r\n"
-            f"idempotency-key: bench-{id(self)}-{self.sent}\r\n"
-            f"authorization: Bearer {self.token}\r\ncontent-length: {len(body)}\r\n\r\n"
+            f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{self.port}\r\n{lines}"
+            f"content-length: {len(body)}\r\n\r\n"
         )
         return head.encode() + body
 
