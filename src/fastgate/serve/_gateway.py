@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import quote
@@ -54,6 +55,7 @@ from fastgate.model import (
 from fastgate.permissions import ApprovalStore, PermissionResolver
 from fastgate.pipeline import ToolExecutor
 from fastgate.serve import _state
+from fastgate.serve._answers import QuickAnswers, current_answer
 from fastgate.serve._approvals import (
     APPROVAL_FORM,
     APPROVALS_MODES,
@@ -808,7 +810,11 @@ class Gateway:
             routes = self._progress[id(executor)] = _ProgressRoutes()
         if routes.task is None or routes.task.done():
             routes.task = asyncio.get_running_loop().create_task(_route_progress(executor, routes))
-        return _ProgressForwarder(routes, execution_id, ctx.session)
+        answer = current_answer()
+        report: _Report = ctx.session.report_progress
+        if answer is not None:  # a 2026-era call on the quick path: its own stream
+            report = functools.partial(answer.progress, meta["progressToken"])
+        return _ProgressForwarder(routes, execution_id, report)
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -893,7 +899,7 @@ class Gateway:
             session_idle_timeout=self.session_idle_timeout,
         )
         reject = self._count_rejection
-        mcp_app: Any = StreamableHTTPASGIApp(manager)
+        mcp_app: Any = QuickAnswers(manager, StreamableHTTPASGIApp(manager))
         mcp_app = BodyDeadline(mcp_app, self.read_timeout, reject)
         if self.rate_limit is not None:
             mcp_app = RateLimit(mcp_app, self.rate_limit[0], self.rate_limit[1], reject)
@@ -1003,18 +1009,22 @@ def _stopped_to_ask(result: ToolResult) -> bool:
     return error is not None and error.code is ErrorCode.ABORTED_BEFORE_DISPATCH
 
 
+_Report = Callable[[float, float | None, str | None], Awaitable[None]]
+"""Sends one progress report to a call's client: progress, total, message."""
+
+
 class _ProgressForwarder:
     """Sends one call's progress reports to its client, in order, until the call ends."""
 
-    def __init__(self, routes: _ProgressRoutes, execution_id: str, session: Any) -> None:
+    def __init__(self, routes: _ProgressRoutes, execution_id: str, report: _Report) -> None:
         self._routes = routes
         self._execution_id = execution_id
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=256)
         routes.routes[execution_id] = queue
-        self._task = asyncio.get_running_loop().create_task(self._send(queue, session))
+        self._task = asyncio.get_running_loop().create_task(self._send(queue, report))
 
     @staticmethod
-    async def _send(queue: asyncio.Queue[Any], session: Any) -> None:
+    async def _send(queue: asyncio.Queue[Any], report: _Report) -> None:
         step = 0.0
         while True:
             data = await queue.get()
@@ -1028,7 +1038,7 @@ class _ProgressForwarder:
             elif data is not None:
                 message = data if isinstance(data, str) else json.dumps(data, default=str)[:500]
             try:
-                await session.report_progress(progress, total, message)
+                await report(progress, total, message)
             except Exception:
                 return
 
