@@ -13,8 +13,8 @@ difference in calls is what one call costs, start-up excluded.
 
 ``--variant`` takes a part away from the gateway, to see what it costs: ``saved`` answers every
 call with the result its first call got instead of running ``execute`` (``saved-in-task``: the
-same, returned through a task of its own, as ``execute`` runs a body), ``json-response`` has the
-SDK answer every 2026-era request with one JSON body, never a stream.
+same, returned through a task of its own, as ``execute`` runs a body), ``sdk-answer`` sends
+2026-era calls through the SDK's own streamed answer instead of the gateway's answer path.
 """
 
 from __future__ import annotations
@@ -133,17 +133,13 @@ async def _apps(directory: str, only: str | None) -> AsyncIterator[dict[str, App
 
 def _take_away(variant: str) -> None:
     """Patch the part ``variant`` names out of the gateway (before it is built)."""
-    if variant == "json-response":
-        from mcp.server import streamable_http_manager
+    if variant == "sdk-answer":
+        from fastgate.serve._answers import QuickAnswers
 
-        manager = streamable_http_manager.StreamableHTTPSessionManager
-        original_init = manager.__init__
+        async def through_the_sdk(self: QuickAnswers, scope: Any, receive: Any, send: Any) -> None:
+            await self.fallback(scope, receive, send)
 
-        def json_only(self: Any, *args: Any, **kwargs: Any) -> None:
-            kwargs["json_response"] = True
-            original_init(self, *args, **kwargs)
-
-        manager.__init__ = json_only  # type: ignore[method-assign]
+        QuickAnswers.__call__ = through_the_sdk  # type: ignore[method-assign]
         return
     from fastgate import ToolExecutor, ToolResult
 
@@ -187,7 +183,7 @@ if __name__ == "__main__":
     parser.add_argument("--only", choices=("bare", "gateway"))
     parser.add_argument("--calls", type=int, default=2048)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--variant", choices=("saved", "saved-in-task", "json-response"))
+    parser.add_argument("--variant", choices=("saved", "saved-in-task", "sdk-answer"))
     options = parser.parse_args()
     if options.variant is not None:
         _take_away(options.variant)
