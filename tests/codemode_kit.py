@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -245,13 +244,6 @@ def no_process_left() -> Iterator[None]:
     before = set(children())
     yield
     left = {pid: state for pid, state in children().items() if pid not in before}
-    # A spare the resident forked near the end may be listed before it takes its name (just
-    # after its fork; no event tells when): look again for a moment before calling it left.
-    deadline = time.monotonic() + 2.0
-    while left and time.monotonic() < deadline:
-        time.sleep(0.01)
-        standing = _resident.standing()
-        left = {pid: state for pid, state in left.items() if pid not in standing}
     assert not left, f"processes left behind (pid: state): {left}"
 
 

@@ -99,6 +99,41 @@ async def test_a_spare_takes_the_request_and_a_killed_one_is_replaced(
     assert (tmp_path / "runs").read_text() == "once\n" * 6
 
 
+def _name(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None  # gone meanwhile
+
+
+def _children_names(pid: int) -> set[str | None]:
+    children = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    return {_name(int(child)) for child in children.split()}
+
+
+async def test_a_spare_is_named_a_spare_from_its_fork(compiled: str, tmp_path: Path) -> None:
+    """How ``standing()`` tells an idle spare from a launcher running a command: its name,
+    which a spare must have from the moment it exists (a process check made just after the
+    resident forked one must not take it for a command's launcher)."""
+    resident = _resident.resident(compiled)
+    seen: set[str | None] = set()
+    for _ in range(50):
+        process = spawn(["true"], cwd=str(tmp_path))
+        # Look at the resident's children while it forks the next spare.
+        while not process.done():
+            seen.update(_children_names(resident.pid))
+            await asyncio.sleep(0)
+        assert await process.wait() == 0
+    seen.discard(None)
+    # A launcher is "fastgate-launch" once it has taken its request; a child under the
+    # resident's own name would be a spare not yet named.
+    assert seen <= {"fastgate-spare", "fastgate-launch"}, seen
+    assert "fastgate-spare" in seen
+    assert (await idle_spare(resident.pid)) in _resident.standing()
+    # Named once it serves (a moment after its start it still has its program's name).
+    assert _name(resident.pid) == "fastgate-forker"
+
+
 async def test_starting_leaves_no_descriptor_behind(compiled: str, tmp_path: Path) -> None:
     _resident.resident(compiled)  # its socket is kept: started before the count
     before = open_descriptors()

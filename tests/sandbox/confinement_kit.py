@@ -219,9 +219,5 @@ def no_process_outlives_the_test() -> Iterator[None]:
     before = descendants()
     yield
     left = wait_gone(descendants() - before)
-    # A spare the resident forked near the end may have been listed before it took its name
-    # (it names itself just after its fork): it serves the next test, it is not this one's.
-    standing = _resident.standing()
-    left = [pid for pid in left if pid not in standing]
     kill(left)
     assert left == [], f"processes outlived the test: {left}"

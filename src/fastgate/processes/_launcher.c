@@ -1496,6 +1496,11 @@ static void leave_resident(int signals, int taken[2], const sigset_t *original) 
     setsid();
 }
 
+/* Process names (at most 15 characters), as /proc/PID/comm and ps show them. */
+#define RESIDENT_NAME "fastgate-forker"
+#define SPARE_NAME "fastgate-spare"
+#define LAUNCHER_NAME "fastgate-launch"
+
 /* Without a spare: the resident takes the request and forks its launcher. Returns -1 when the
  * server is gone. */
 static int serve_one(int sock, int signals, int taken[2], const sigset_t *original) {
@@ -1505,6 +1510,7 @@ static int serve_one(int sock, int signals, int taken[2], const sigset_t *origin
     STAGE("resident: request received");
     pid_t child = request.error ? -1 : fork();
     if (child == 0) {
+        prctl(PR_SET_NAME, LAUNCHER_NAME, 0, 0, 0);
         leave_resident(signals, taken, original);
         if (taken[1] >= 0) close(taken[1]);
         _exit(launch(sock, &request, -1));
@@ -1522,12 +1528,17 @@ static int serve_one(int sock, int signals, int taken[2], const sigset_t *origin
  * (then another spare is forked); an idle one dies with the resident. */
 static pid_t fork_spare(int sock, int signals, int taken[2], const sigset_t *original) {
     pid_t resident = getpid();
+    /* Born with its name (how the server tells a spare from a launcher): the resident wears it
+     * for the fork, so no moment shows a spare under another name. */
+    prctl(PR_SET_NAME, SPARE_NAME, 0, 0, 0);
     pid_t child = fork();
-    if (child != 0) return child;
+    if (child != 0) {
+        prctl(PR_SET_NAME, RESIDENT_NAME, 0, 0, 0);
+        return child;
+    }
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
     if (getppid() != resident) _exit(0);
     leave_resident(signals, taken, original);
-    prctl(PR_SET_NAME, "fastgate-spare", 0, 0, 0); /* how the server tells it from a launcher */
     request_t request;
     int got;
     while ((got = receive_request(sock, &request)) == 0) {
@@ -1535,7 +1546,7 @@ static pid_t fork_spare(int sock, int signals, int taken[2], const sigset_t *ori
     if (got < 0) _exit(SERVER_GONE);
     STAGE("spare: request received");
     prctl(PR_SET_PDEATHSIG, 0, 0, 0, 0); /* a launcher outlives the resident, as forked ones do */
-    prctl(PR_SET_NAME, "fastgate-launch", 0, 0, 0);
+    prctl(PR_SET_NAME, LAUNCHER_NAME, 0, 0, 0);
     _exit(launch(sock, &request, taken[1]));
 }
 
@@ -1545,6 +1556,7 @@ static pid_t fork_spare(int sock, int signals, int taken[2], const sigset_t *ori
  * every launcher. Not dumpable: no process of the user may read its memory or take its
  * descriptors. */
 static int serve(int sock) {
+    prctl(PR_SET_NAME, RESIDENT_NAME, 0, 0, 0); /* its launchers are born under this name */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     fcntl(sock, F_SETFD, FD_CLOEXEC);
     signal(SIGPIPE, SIG_IGN);
