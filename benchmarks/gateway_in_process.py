@@ -14,7 +14,8 @@ difference in calls is what one call costs, start-up excluded.
 ``--variant`` takes a part away from the gateway, to see what it costs: ``saved`` answers every
 call with the result its first call got instead of running ``execute`` (``saved-in-task``: the
 same, returned through a task of its own, as ``execute`` runs a body), ``sdk-answer`` sends
-2026-era calls through the SDK's own streamed answer instead of the gateway's answer path.
+2026-era calls through the SDK's own streamed answer instead of the gateway's answer path; the
+flag may be given more than once (``--variant sdk-answer --variant saved``).
 """
 
 from __future__ import annotations
@@ -183,10 +184,12 @@ if __name__ == "__main__":
     parser.add_argument("--only", choices=("bare", "gateway"))
     parser.add_argument("--calls", type=int, default=2048)
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--variant", choices=("saved", "saved-in-task", "sdk-answer"))
+    parser.add_argument(
+        "--variant", action="append", default=[], choices=("saved", "saved-in-task", "sdk-answer")
+    )
     options = parser.parse_args()
-    if options.variant is not None:
-        _take_away(options.variant)
+    for variant in options.variant:
+        _take_away(variant)
     rounds = 1 if options.only else options.rounds
     with asyncio.Runner(loop_factory=loop_factory("uvloop")) as runner:
         runner.run(main(options.only, options.calls, rounds))
