@@ -20,7 +20,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import fastgate
 from fastgate import (
     ConcurrencyScheduler,
     ExecutionContext,
@@ -29,25 +28,15 @@ from fastgate import (
     SchedulerLimits,
     SqliteToolUseStore,
     ToolExecutor,
-    ToolKind,
     ToolRegistry,
 )
+from fastgate.cli.bench.serve_server import noop_tool
 from fastgate.runtime import loop_factory
-
-
-@fastgate.tool(kind=ToolKind.READ_ONLY, parallelism="shared", is_concurrency_safe=True)
-async def noop(text: str) -> str:
-    """Return the text.
-
-    Args:
-        text: returned as it came.
-    """
-    return text
 
 
 def _executor(store: SqliteToolUseStore | None) -> ToolExecutor:
     registry = ToolRegistry()
-    registry.register(noop)
+    registry.register(noop_tool())
     return ToolExecutor(
         registry,
         permissions=PermissionConfig(allow=["noop"]),

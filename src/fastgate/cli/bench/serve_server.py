@@ -78,20 +78,11 @@ def _bare() -> Any:
     return server.streamable_http_app(host="127.0.0.1")
 
 
-@contextlib.asynccontextmanager
-async def _gateway(directory: str, upstream: str | None) -> AsyncIterator[Any]:
+def noop_tool() -> Any:
+    """The gateway's no-op tool, ``noop(text)`` (``benchmarks/journal_latency.py`` times it
+    too)."""
     import fastgate
-    from fastgate import (
-        ConcurrencyScheduler,
-        FileLockManager,
-        PermissionConfig,
-        SchedulerLimits,
-        SqliteToolUseStore,
-        ToolExecutor,
-        ToolKind,
-        ToolRegistry,
-    )
-    from fastgate.serve import Gateway, GatewayAudit, token_digest
+    from fastgate import ToolKind
 
     @fastgate.tool(kind=ToolKind.READ_ONLY, parallelism="shared", is_concurrency_safe=True)
     async def noop(text: str) -> str:
@@ -102,8 +93,24 @@ async def _gateway(directory: str, upstream: str | None) -> AsyncIterator[Any]:
         """
         return text
 
+    return noop
+
+
+@contextlib.asynccontextmanager
+async def _gateway(directory: str, upstream: str | None) -> AsyncIterator[Any]:
+    from fastgate import (
+        ConcurrencyScheduler,
+        FileLockManager,
+        PermissionConfig,
+        SchedulerLimits,
+        SqliteToolUseStore,
+        ToolExecutor,
+        ToolRegistry,
+    )
+    from fastgate.serve import Gateway, GatewayAudit, token_digest
+
     registry = ToolRegistry()
-    registry.register(noop)
+    registry.register(noop_tool())
     permissions = PermissionConfig(
         allow=["noop", "mcp__up"], deny=["noop(secret*)", "mcp__up__delete"], ask=["bash"]
     )
