@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -220,3 +221,36 @@ async def test_closing_the_connection_cancels_the_call(
                 )
         assert rpc_result(answer)["content"][0]["text"] == "released"
     assert await _answer_tasks_left() == []
+
+
+@pytest.mark.parametrize("window", ["within", "past"])
+async def test_a_finished_answer_is_freed_without_the_garbage_collector(
+    monkeypatch: pytest.MonkeyPatch, window: str
+) -> None:
+    """An answer's timers and helper tasks hold a context that holds the answer: if it kept
+    them after the call, every call would leave a cycle for the collector (under load such
+    cycles reach the oldest generation and make full collections frequent)."""
+    monkeypatch.setattr(_answers, "WATCH_AFTER", 0.0)  # the disconnect watch starts at once
+    if window == "past":
+        monkeypatch.setattr(_answers, "KEEPALIVE", 0.05)
+    gate = _Gate()
+    gc.collect()
+    gc.disable()  # from here on only reference counts free the answers
+    try:
+        async with _served(gate) as url, httpx.AsyncClient(timeout=30) as http:
+            if window == "past":
+                async with http.stream("POST", url, json=_call_body(0), headers=_HEADERS) as r:
+                    async for item in _events(r):
+                        if item == "ping":
+                            gate.release.set()  # the answer is a stream with a pinger now
+            else:
+                gate.release.set()
+                answer = await post_modern(
+                    http, url, "tools/call", {"name": "held", "arguments": {"steps": 0}}
+                )
+                assert rpc_result(answer)["content"][0]["text"] == "released"
+        # The server has shut down: its request tasks have ended.
+        left = [o for o in gc.get_objects() if isinstance(o, _answers._Answer)]
+    finally:
+        gc.enable()
+    assert left == []

@@ -136,6 +136,10 @@ class _Answer:
         for task in (self._pinger, self._watcher):
             if task is not None:
                 task.cancel()
+        # Each timer and helper task holds a copy of the context, which holds this answer: let
+        # go of them, so the call's objects are freed when it ends, not by a garbage collection.
+        self._timers.clear()
+        self._pinger = self._watcher = None
 
     # -- the stream -----------------------------------------------------------------------------
 
