@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import sqlite3
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +196,29 @@ async def test_group_commit_releases_each_caller_only_once_committed(db: Path) -
     assert stats.records == 200
     assert stats.transactions < stats.records  # concurrent records shared transactions
     assert stats.largest_batch > 1
+
+
+async def test_requests_made_in_one_loop_iteration_share_one_transaction(db: Path) -> None:
+    """A busy server lets go of the interpreter's lock between its requests (a system call, a
+    lock): the writer must not take the first request alone and wake again for each next one
+    (a thread switch per record, measured as the journal's largest cost under load)."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1.0)  # no forced switch: only the releases below hand the lock over
+    try:
+        async with SqliteToolUseStore(db) as store:
+            await store.record_tool_use(use("first"))  # the writer has started and idles
+            before = store.statistics().transactions
+
+            async def release_then_record(i: int) -> None:
+                time.sleep(0.002)  # noqa: ASYNC251 -- the point: it lets go of the GIL, as work does
+                await store.record_tool_use(use(f"e{i}", i))
+
+            await asyncio.gather(*(release_then_record(i) for i in range(20)))
+            stats = store.statistics()
+    finally:
+        sys.setswitchinterval(interval)
+    assert stats.records == 21
+    assert stats.transactions == before + 1
 
 
 async def test_without_group_commit_each_record_is_a_transaction(db: Path) -> None:

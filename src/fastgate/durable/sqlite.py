@@ -9,7 +9,9 @@ tool-use, one per result; arguments and results are msgpack (msgspec). A dedicat
 owns the connection and does every blocking call; the event loop only encodes and awaits.
 
 Group commit: the writer takes every request queued while it was busy into one transaction, and
-releases each caller only after the transaction holding its record committed. A record that fails
+releases each caller only after the transaction holding its record committed. A loop's requests
+are handed to the writer at the end of the loop iteration that made them, all at once, so that a
+busy server wakes the writer once per iteration, not once per record. A record that fails
 on its own (duplicate id, result without tool-use) fails alone; a transaction that fails (disk
 full, locked, I/O error) is rolled back and fails every record in it: nothing is half-written.
 
@@ -580,6 +582,10 @@ class SqliteToolUseStore:
         self._writer = _Writer(_connect(self.path, busy_timeout), self.path, group_commit)
         self._closing = False
         self._lock = threading.Lock()  # makes "not closing, then enqueue" atomic across threads
+        # The requests one loop makes in one iteration, handed to the writer together at its end:
+        # under load the writer then wakes once for many, not once for each.
+        self._held: list[_Job] = []
+        self._held_by: asyncio.AbstractEventLoop | None = None
         self._closed: asyncio.Future[Any] | None = None
         self._writer.thread.start()
         # A store dropped without close() still stops its thread (and checkpoints).
@@ -673,6 +679,7 @@ class SqliteToolUseStore:
                 self._closing = True
                 self._closed = asyncio.get_running_loop().create_future()
                 self._finalizer.detach()
+                self._hand_over_held()
                 self._writer.jobs.put((_STOP, None, self._closed, self._closed.get_loop()))
             closed = self._closed
         if closed.get_loop() is asyncio.get_running_loop():
@@ -704,5 +711,24 @@ class SqliteToolUseStore:
         with self._lock:
             if self._closing:
                 raise StoreError(self.path, "the store is closed")
-            self._writer.jobs.put((kind, params, future, loop))
+            if self._held_by is loop:
+                self._held.append((kind, params, future, loop))
+            elif self._held_by is None:
+                self._held.append((kind, params, future, loop))
+                self._held_by = loop
+                loop.call_soon(self._hand_over)
+            else:  # another loop's requests are held: this one goes at once
+                self._writer.jobs.put((kind, params, future, loop))
         return await future
+
+    def _hand_over(self) -> None:
+        with self._lock:
+            self._hand_over_held()
+
+    def _hand_over_held(self) -> None:
+        """Queue the held requests, in order (called holding the lock). The writer wakes at
+        the first and finds the rest queued when it takes the interpreter's lock."""
+        held, self._held, self._held_by = self._held, [], None
+        put = self._writer.jobs.put
+        for job in held:
+            put(job)
