@@ -16,6 +16,10 @@ call with the result its first call got instead of running ``execute`` (``saved-
 same, returned through a task of its own, as ``execute`` runs a body), ``sdk-answer`` sends
 2026-era calls through the SDK's own streamed answer instead of the gateway's answer path; the
 flag may be given more than once (``--variant sdk-answer --variant saved``).
+
+``--threads`` also prints, for each thread of this process, how often it gave up its CPU to
+wait (voluntary context switches: a thread waiting for work or for the interpreter's lock) and
+the CPU it used, read from ``/proc`` (Linux) before the apps shut down.
 """
 
 from __future__ import annotations
@@ -23,8 +27,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -161,7 +167,27 @@ def _take_away(variant: str) -> None:
     ToolExecutor.execute = replay  # type: ignore[method-assign]
 
 
-async def main(only: str | None, calls: int, rounds: int) -> None:
+def _threads() -> list[tuple[str, int, float]]:
+    """(name, voluntary context switches, CPU seconds) of each thread of this process."""
+    names = {str(thread.native_id): thread.name for thread in threading.enumerate()}
+    ticks = os.sysconf("SC_CLK_TCK")
+    found = []
+    for tid in sorted(os.listdir("/proc/self/task"), key=int):
+        try:
+            with open(f"/proc/self/task/{tid}/status") as status:
+                switches = next(
+                    int(line.split(":")[1]) for line in status if line.startswith("voluntary_ctxt")
+                )
+            with open(f"/proc/self/task/{tid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except (OSError, StopIteration):
+            continue  # the thread ended meanwhile
+        cpu = (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
+        found.append((names.get(tid, f"thread {tid}"), switches, cpu))
+    return found
+
+
+async def main(only: str | None, calls: int, rounds: int, threads: bool) -> None:
     closed = asyncio.Event()
     with tempfile.TemporaryDirectory() as directory:
         async with _apps(directory, only) as apps:
@@ -172,6 +198,9 @@ async def main(only: str | None, calls: int, rounds: int) -> None:
                 for name, app in apps.items():
                     times[name].append(await _cpu_per_call(app, calls, r * 1_000_000, closed))
             closed.set()
+            if threads:
+                for name, switches, cpu in _threads():
+                    print(f"thread {name}: {switches:,} voluntary switches, {cpu:.2f} s of CPU")
     medians = {name: statistics.median(each) for name, each in times.items()}
     for name, value in medians.items():
         print(f"{name}: {value:.0f} us of CPU per call (median of {rounds} rounds of {calls})")
@@ -187,9 +216,10 @@ if __name__ == "__main__":
     parser.add_argument(
         "--variant", action="append", default=[], choices=("saved", "saved-in-task", "sdk-answer")
     )
+    parser.add_argument("--threads", action="store_true")
     options = parser.parse_args()
     for variant in options.variant:
         _take_away(variant)
     rounds = 1 if options.only else options.rounds
     with asyncio.Runner(loop_factory=loop_factory("uvloop")) as runner:
-        runner.run(main(options.only, options.calls, rounds))
+        runner.run(main(options.only, options.calls, rounds, options.threads))
