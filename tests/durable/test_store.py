@@ -201,7 +201,7 @@ async def test_group_commit_releases_each_caller_only_once_committed(db: Path) -
 async def test_requests_made_in_one_loop_iteration_share_one_transaction(db: Path) -> None:
     """A busy server lets go of the interpreter's lock between its requests (a system call, a
     lock): the writer must not take the first request alone and wake again for each next one
-    (a thread switch per record, measured as the journal's largest cost under load)."""
+    (thread switches are a large part of what the journal costs a loaded server)."""
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1.0)  # no forced switch: only the releases below hand the lock over
     try:
