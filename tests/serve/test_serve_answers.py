@@ -229,7 +229,7 @@ async def test_a_finished_answer_is_freed_without_the_garbage_collector(
 ) -> None:
     """An answer's timers and helper tasks hold a context that holds the answer: if it kept
     them after the call, every call would leave a cycle for the collector (under load such
-    cycles reach the oldest generation and make full collections frequent)."""
+    cycles reach the oldest generation, which only a full collection clears)."""
     monkeypatch.setattr(_answers, "WATCH_AFTER", 0.0)  # the disconnect watch starts at once
     if window == "past":
         monkeypatch.setattr(_answers, "KEEPALIVE", 0.05)

@@ -711,12 +711,11 @@ class SqliteToolUseStore:
         with self._lock:
             if self._closing:
                 raise StoreError(self.path, "the store is closed")
-            if self._held_by is loop:
-                self._held.append((kind, params, future, loop))
-            elif self._held_by is None:
-                self._held.append((kind, params, future, loop))
+            if self._held_by is None:
                 self._held_by = loop
                 loop.call_soon(self._hand_over)
+            if self._held_by is loop:
+                self._held.append((kind, params, future, loop))
             else:  # another loop's requests are held: this one goes at once
                 self._writer.jobs.put((kind, params, future, loop))
         return await future
