@@ -190,3 +190,29 @@ async def test_the_gateway_s_connections_send_small_writes_at_once() -> None:
         server.close()
         await server.wait_closed()
     assert nodelay != 0
+
+
+async def test_the_heap_left_by_startup_is_frozen_once_the_gateway_is_up(
+    workspace: Path, home: Path, tmp_path: Path
+) -> None:
+    """What startup leaves alive (modules, classes, schemas) is out of the collector's reach,
+    so a full collection under load walks only what calls made since."""
+    probe = tmp_path / "probe"
+    probe.mkdir()
+    report = tmp_path / "frozen.txt"
+    (probe / "sitecustomize.py").write_text(
+        "import atexit, gc, os\n"
+        "atexit.register(lambda: open(os.environ['FROZEN_REPORT'], 'w')"
+        ".write(str(gc.get_freeze_count())))\n"
+    )
+    env = {
+        "HOME": str(home),
+        "PYTHONPATH": f"{probe}{os.pathsep}{ROOT / 'src'}",
+        "FROZEN_REPORT": str(report),
+    }
+    with gateway_process("--builtin", "read", cwd=workspace, env=env) as gw:
+        async with client(gw.url, MODERN) as mcp:
+            read = await mcp.call_tool("read", {"file_path": "src/a.txt"})
+            assert not read.is_error, text_of(read)
+        assert gw.stop(signal.SIGTERM) == 0, gw.stderr()
+    assert int(report.read_text()) > 20_000  # about 100,000 on this build

@@ -14,6 +14,7 @@ httptools), printing ``PORT <n>`` once it listens:
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import socket
 import sys
@@ -169,15 +170,21 @@ async def _gateway(directory: str, upstream: str | None) -> AsyncIterator[Any]:
 
 async def main(argv: list[str]) -> None:
     sock = _listen()
-    if argv[0] != "bare":
-        from fastgate.cli.serve import SWITCH_INTERVAL
-
-        sys.setswitchinterval(SWITCH_INTERVAL)  # as fastgate serve runs
     if argv[0] == "bare":
-        await _serve(_bare(), sock)
+        app = _bare()
+        # FASTGATE_BENCH_SERVE_FREEZE_BARE=1: a diagnostic run with the reference's startup heap
+        # frozen as the gateway's is (what that tuning alone is worth to it).
+        if os.environ.get("FASTGATE_BENCH_SERVE_FREEZE_BARE") == "1":
+            gc.collect()
+            gc.freeze()
+        await _serve(app, sock)
         return
+    from fastgate.cli.serve import SWITCH_INTERVAL, freeze_startup_heap
+
+    sys.setswitchinterval(SWITCH_INTERVAL)  # as fastgate serve runs
     upstream = argv[1] if argv[0] == "proxy" else None
     async with _gateway(argv[-1], upstream) as app:
+        freeze_startup_heap()  # as fastgate serve does once it is up
         await _serve(app, sock)
 
 
