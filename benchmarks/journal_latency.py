@@ -1,12 +1,14 @@
 """What the journal adds to one call at a time: a no-op tool through ``execute()`` without a
 store, with a SQLite store, and with a store and an idempotency key, each call after a pause
 (as calls from a client arrive: its round trip between them), with the store's own operations
-timed as the executor awaits them (the claim before the tool runs, the result after).
+timed as the executor awaits them (the claim before the tool runs, the result after). Two
+no-op tools: ``noop``, ``READ_ONLY`` (the gateway bench's), and ``touch``, ``WRITE``.
 
     .venv/bin/python benchmarks/journal_latency.py [LOOP] [CALLS] [PAUSE_MS]
 
-Medians in microseconds. The claim is committed and its WAL synced before the tool runs (what
-keeps "never twice" through a power cut); the result is committed without a sync.
+Medians in microseconds. A write's tool-use record or claim is committed and its WAL synced
+before the tool runs (what keeps "never twice" through a power cut); a read's is committed
+without a sync, as every result is.
 """
 
 from __future__ import annotations
@@ -28,18 +30,34 @@ from fastgate import (
     SchedulerLimits,
     SqliteToolUseStore,
     ToolExecutor,
+    ToolKind,
     ToolRegistry,
+    define_tool,
 )
 from fastgate.cli.bench.serve_server import noop_tool
 from fastgate.runtime import loop_factory
 
 
+async def _touch(args: Any, ctx: Any) -> str:
+    return str(args["text"])
+
+
 def _executor(store: SqliteToolUseStore | None) -> ToolExecutor:
     registry = ToolRegistry()
     registry.register(noop_tool())
+    registry.register(
+        define_tool(
+            "touch",
+            "A no-op with a side effect declared.",
+            {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            _touch,
+            kind=ToolKind.WRITE,
+            parallelism="shared",
+        )
+    )
     return ToolExecutor(
         registry,
-        permissions=PermissionConfig(allow=["noop"]),
+        permissions=PermissionConfig(allow=["noop", "touch"]),
         scheduler=ConcurrencyScheduler(SchedulerLimits()),
         locks=FileLockManager(),
         store=store,
@@ -57,14 +75,16 @@ def _timed(spent: list[float], operation: Callable[..., Awaitable[Any]]) -> Any:
     return timed
 
 
-async def _calls(executor: ToolExecutor, calls: int, pause: float, keyed: str | None) -> float:
-    """The median microseconds of ``calls`` calls, one at a time."""
+async def _calls(
+    executor: ToolExecutor, tool: str, calls: int, pause: float, keyed: str | None
+) -> float:
+    """The median microseconds of ``calls`` calls of ``tool``, one at a time."""
     times = []
     for i in range(calls):
         key = f"{keyed}-{i}" if keyed is not None else None
         context = ExecutionContext(session_id="bench", idempotency_key=key)
         start = time.perf_counter()
-        result = await executor.execute("noop", {"text": "x"}, context)
+        result = await executor.execute(tool, {"text": "x"}, context)
         times.append(time.perf_counter() - start)
         if not result.ok:
             raise RuntimeError(f"the call failed: {result.error}")
@@ -74,20 +94,23 @@ async def _calls(executor: ToolExecutor, calls: int, pause: float, keyed: str | 
 
 async def main(calls: int, pause: float) -> None:
     bare = _executor(None)
-    print(f"no store: {await _calls(bare, calls, pause, None):,.0f} us")
+    print(f"no store: {await _calls(bare, 'noop', calls, pause, None):,.0f} us")
     bare.dispose()
-    with tempfile.TemporaryDirectory() as directory:
-        store = await SqliteToolUseStore.open(f"{directory}/journal.db")
-        spent: dict[str, list[float]] = collections.defaultdict(list)
-        for name in ("claim", "record_tool_use", "record_result"):
-            setattr(store, name, _timed(spent[name], getattr(store, name)))
-        executor = _executor(store)
-        print(f"store: {await _calls(executor, calls, pause, None):,.0f} us")
-        print(f"store, keyed: {await _calls(executor, calls, pause, str(time.time())):,.0f} us")
-        for name, each in spent.items():
-            print(f"  {name}: {statistics.median(each) * 1e6:,.0f} us ({len(each)} awaited)")
-        executor.dispose()
-        await store.close()
+    for tool in ("noop", "touch"):
+        with tempfile.TemporaryDirectory() as directory:
+            store = await SqliteToolUseStore.open(f"{directory}/journal.db")
+            spent: dict[str, list[float]] = collections.defaultdict(list)
+            for name in ("claim", "record_tool_use", "record_result"):
+                setattr(store, name, _timed(spent[name], getattr(store, name)))
+            executor = _executor(store)
+            unkeyed = await _calls(executor, tool, calls, pause, None)
+            keyed = await _calls(executor, tool, calls, pause, str(time.time()))
+            print(f"{tool}, store: {unkeyed:,.0f} us")
+            print(f"{tool}, store, keyed: {keyed:,.0f} us")
+            for name, each in spent.items():
+                print(f"  {name}: {statistics.median(each) * 1e6:,.0f} us ({len(each)} awaited)")
+            executor.dispose()
+            await store.close()
 
 
 if __name__ == "__main__":

@@ -27,9 +27,12 @@ def use(
     turn: str | None = "turn-1",
     epoch: int = 0,
     args: Any = None,
+    read_only: bool = False,
 ) -> ToolUseRecord:
     args = {"n": seq} if args is None else args
-    return ToolUseRecord(execution_id, f"call-{execution_id}", session, turn, epoch, seq, "t", args)
+    return ToolUseRecord(
+        execution_id, f"call-{execution_id}", session, turn, epoch, seq, "t", args, read_only
+    )
 
 
 def done(execution_id: str, content: Any = "ok", *, value: Any = None) -> ToolResult:

@@ -49,6 +49,11 @@ def wal_inode(db: Path) -> int:
     return os.stat(f"{db}-wal").st_ino
 
 
+def left_unsynced(store: SqliteToolUseStore) -> bool:
+    """Whether the last commit left the WAL for the store to sync later."""
+    return store._writer.unsynced
+
+
 def committed_results(db: Path) -> int:
     with sqlite3.connect(db) as other:
         return int(other.execute("SELECT count(*) FROM tool_result").fetchone()[0])
@@ -146,3 +151,49 @@ async def test_where_the_wal_cannot_be_opened_every_commit_syncs_itself(
         await store.close()
     assert syncs.inodes == []
     assert committed_results(db) == 2
+
+
+async def test_the_records_of_a_read_are_committed_at_once_and_synced_like_results(
+    tmp_path: Path, syncs: Syncs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read changes nothing, so its tool-use record and its claim are not synced before it
+    runs: committed (another connection sees them), then synced by the writer with the next
+    record that needs a sync, or at close."""
+    monkeypatch.setattr(sqlite_store, "SYNC_WITHIN", 3600.0)
+    db = tmp_path / "calls.db"
+    store = await SqliteToolUseStore.open(db)
+    try:
+        await store.record_tool_use(use("r1", read_only=True))
+        claimed = await store.claim(use("r2", 1, read_only=True), "key", b"digest", take_over=False)
+        assert claimed.status == "claimed"
+        with sqlite3.connect(db) as other:
+            assert other.execute("SELECT count(*) FROM tool_use").fetchone()[0] == 2
+        assert left_unsynced(store)  # both commits left the WAL to be synced
+        await store.record_tool_use(use("w1", 2))  # a record with a side effect behind it
+        assert not left_unsynced(store)  # its commit synced the WAL, the reads' too
+        await store.record_tool_use(use("r3", 3, read_only=True))
+        inode = wal_inode(db)
+    finally:
+        await store.close()
+    assert syncs.inodes == [inode]  # r3's commit, synced by the store at close
+
+
+async def test_a_record_with_a_side_effect_behind_it_is_never_left_unsynced(
+    tmp_path: Path, syncs: Syncs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Whatever else its transaction holds: a write's tool-use or claim in a group with reads
+    and results syncs the whole group."""
+    monkeypatch.setattr(sqlite_store, "SYNC_WITHIN", 3600.0)
+    store = await SqliteToolUseStore.open(tmp_path / "calls.db")
+    try:
+        await store.record_tool_use(use("r0", read_only=True))
+        await asyncio.gather(  # one loop iteration: one transaction
+            store.record_tool_use(use("r1", 1, read_only=True)),
+            store.record_result("r0", done("r0").durable()),
+            store.claim(use("w1", 2), "key", b"digest", take_over=False),
+        )
+        assert not left_unsynced(store)
+        assert store.statistics().transactions == 2
+    finally:
+        await store.close()
+    assert syncs.inodes == []  # nothing was left for the store to sync itself

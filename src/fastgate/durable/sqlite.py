@@ -4,7 +4,9 @@ One file in WAL mode. A record written before a side effect (a tool-use, a claim
 returns only once its WAL frames are synced (``synchronous=FULL``): it survives a killed process
 and a power cut. A result returns once committed (it survives a killed process) and is synced
 with the next such record, or within ``SYNC_WITHIN`` seconds when none comes: a power cut in
-between can only turn a completed call back into an interrupted one, never run. One row per
+between can only turn a completed call back into an interrupted one, never run. The records of
+a read (a ``ToolUseRecord`` with ``read_only``) are committed before it runs and synced like a
+result: a power cut can lose the read with them, and a read made again changes nothing. One row per
 tool-use, one per result; arguments and results are msgpack (msgspec). A dedicated writer thread
 owns the connection and does every blocking call; the event loop only encodes and awaits.
 
@@ -33,7 +35,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Any, Final, Self
 
 import msgspec
 
@@ -248,10 +250,16 @@ def _migrate_to_journal(conn: sqlite3.Connection) -> None:
 # -- the writer thread -----------------------------------------------------------------------------
 
 _TOOL_USE, _RESULT, _LOAD, _STOP, _CLAIM, _RENEW_LEASE, _RESOLVE = range(7)
-_WRITES: Final = frozenset({_TOOL_USE, _RESULT, _CLAIM, _RENEW_LEASE, _RESOLVE})
-# Written after the side effect: lost to a power cut, such a record leaves the call "interrupted"
-# (its tool-use record says it may have run), never runnable twice; see ``_Writer.commit``.
-_AFTER_EFFECT: Final = frozenset({_RESULT, _RENEW_LEASE})
+# A tool-use record and a claim of a call whose tool declares no side effect (READ_ONLY).
+_READ_USE, _READ_CLAIM = 7, 8
+_WRITES: Final = frozenset(
+    {_TOOL_USE, _RESULT, _CLAIM, _RENEW_LEASE, _RESOLVE, _READ_USE, _READ_CLAIM}
+)
+# Records no side effect waits on: a result or a renewal (written after it; lost to a power
+# cut, it leaves the call "interrupted", never runnable twice) and the records of a read (lost
+# to a power cut with its result, the read may be made again, which changes nothing). Their
+# commits are synced later; see ``_Writer.commit``.
+_UNSYNCED: Final = frozenset({_RESULT, _RENEW_LEASE, _READ_USE, _READ_CLAIM})
 # (kind, parameters, future or None, loop or None)
 _Job = tuple[int, Any, "asyncio.Future[Any] | None", "asyncio.AbstractEventLoop | None"]
 _Outcome = tuple["asyncio.Future[Any]", "asyncio.AbstractEventLoop", Any, "BaseException | None"]
@@ -336,14 +344,15 @@ class _Writer:
 
         A transaction holding a record written before a side effect (a tool-use, a claim, a
         resolution) syncs the WAL before its callers go on, and with it every commit before.
-        One holding only results and lease renewals does not: the next such transaction, or
-        ``next_job`` within ``SYNC_WITHIN``, syncs it. A process killed meanwhile loses nothing
-        (the frames are in the OS); a power cut meanwhile may revert those results to
-        "interrupted", a call that is never run twice."""
+        One holding only results, lease renewals and the records of reads does not: the next
+        such transaction, or ``next_job`` within ``SYNC_WITHIN``, syncs it. A process killed
+        meanwhile loses nothing (the frames are in the OS); a power cut meanwhile may revert
+        those results to "interrupted", a call that is never run twice, or lose a read, which
+        may then be made again."""
         conn = self.conn
         values: list[Any] = [None] * len(writes)
         errors: list[BaseException | None] = [None] * len(writes)
-        deferred = self.wal_fd != -1 and all(job[0] in _AFTER_EFFECT for job in writes)
+        deferred = self.wal_fd != -1 and all(job[0] in _UNSYNCED for job in writes)
         try:
             self.set_synchronous("NORMAL" if deferred else "FULL")
             changes = conn.total_changes
@@ -403,7 +412,7 @@ class _Writer:
     def write(self, kind: int, params: Any, now: float) -> Any:
         """One record's statements, inside the open transaction; its answer, if any."""
         conn = self.conn
-        if kind == _TOOL_USE:
+        if kind == _TOOL_USE or kind == _READ_USE:
             conn.execute(_INSERT_TOOL_USE, params)
         elif kind == _RESULT:
             blob, recorded_at, execution_id, outcome = params
@@ -412,7 +421,7 @@ class _Writer:
                 == 0
             ):
                 raise StoreError(self.path, f"no tool-use record for execution id {execution_id!r}")
-        elif kind == _CLAIM:
+        elif kind == _CLAIM or kind == _READ_CLAIM:
             return self.claim(params, now)
         elif kind == _RENEW_LEASE:
             session, key, execution_id, owner, lease_ttl = params
@@ -425,7 +434,7 @@ class _Writer:
     def duplicate(self, kind: int, params: Any) -> StoreError:
         if kind == _RESULT or kind == _RESOLVE:
             return StoreError(self.path, f"a result for execution id {params[2]!r} already exists")
-        use = params if kind == _TOOL_USE else params[0]
+        use = params if kind == _TOOL_USE or kind == _READ_USE else params[0]
         return StoreError(
             self.path, f"a tool-use record for execution id {use[0]!r} already exists"
         )
@@ -600,7 +609,7 @@ class SqliteToolUseStore:
         group_commit: bool = True,
         busy_timeout: float = 5.0,
         lease_ttl: float = 10.0,
-    ) -> SqliteToolUseStore:
+    ) -> Self:
         """Construct the store in a worker thread, keeping the event loop free while it opens."""
         return await asyncio.to_thread(
             cls, path, group_commit=group_commit, busy_timeout=busy_timeout, lease_ttl=lease_ttl
@@ -614,7 +623,8 @@ class SqliteToolUseStore:
         """Returns once the record is committed (durable); raises ``StoreError`` if it is not."""
         if not isinstance(record, ToolUseRecord):
             raise TypeError(f"record: expected a ToolUseRecord, got {type(record).__name__}")
-        await self._submit(_TOOL_USE, self._tool_use_params(record))
+        kind = _READ_USE if record.read_only else _TOOL_USE
+        await self._submit(kind, self._tool_use_params(record))
 
     def _tool_use_params(self, record: ToolUseRecord) -> tuple[Any, ...]:
         args = encode(record.args, self.path, f"the arguments of {record.execution_id!r}")
@@ -647,7 +657,8 @@ class SqliteToolUseStore:
         committed before it returns; a claim writes ``record`` and starts its lease."""
         use = self._tool_use_params(record)
         params = (use, session_key(record.session_id), key, digest, self._owner)
-        entry: JournalEntry = await self._submit(_CLAIM, (*params, self._lease_ttl, take_over))
+        kind = _READ_CLAIM if record.read_only else _CLAIM
+        entry: JournalEntry = await self._submit(kind, (*params, self._lease_ttl, take_over))
         return entry
 
     async def renew(self, session_id: str | None, key: str, execution_id: str) -> bool:

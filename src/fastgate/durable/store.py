@@ -35,6 +35,10 @@ class StoreError(FastgateError):
 
 
 class ToolUseRecord(msgspec.Struct, frozen=True):
+    """One tool use, recorded before it runs. ``read_only``: its tool declares no side effect
+    (``ToolKind.READ_ONLY``), so a store need not sync the record to disk before the call runs
+    (a read lost to a power cut may be made again; it changed nothing)."""
+
     execution_id: str
     call_id: str | None
     session_id: str | None
@@ -43,6 +47,7 @@ class ToolUseRecord(msgspec.Struct, frozen=True):
     seq: int
     tool_name: str
     args: Any
+    read_only: bool = False
 
 
 class StoredCall(msgspec.Struct, frozen=True):

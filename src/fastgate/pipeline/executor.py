@@ -38,6 +38,7 @@ from fastgate.model.approvals import ApprovalRequest
 from fastgate.model.context import ExecutionContext, ToolCall, with_idempotency_key
 from fastgate.model.decision import Decision, DecisionSource, PermissionMode
 from fastgate.model.freeze import SCALAR_TYPES, FrozenDict, NotJSON, freeze
+from fastgate.model.kinds import ToolKind
 from fastgate.model.rendering import DEFAULT_MAX_CONTENT_CHARS, RenderError, render
 from fastgate.model.results import ErrorCode, ResultMeta, ToolError, ToolResult
 from fastgate.paths.canonical import (
@@ -1033,6 +1034,7 @@ class ToolExecutor:
             next(self._store_seq),
             tool.name,
             args,
+            tool.kind == ToolKind.READ_ONLY,
         )
         try:
             await self.store.record_tool_use(record)

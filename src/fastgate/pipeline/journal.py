@@ -31,6 +31,7 @@ import msgspec
 from fastgate import _core
 from fastgate.admission.holds import Holds, until_cancelled
 from fastgate.durable.store import JournalEntry, JournalStore, ToolUseRecord, args_digest
+from fastgate.model.kinds import ToolKind
 from fastgate.model.results import DurableResult, ErrorCode, ToolResult
 
 if TYPE_CHECKING:
@@ -68,7 +69,15 @@ async def claim_key(
     ctx = call.ctx
     seq = next(executor._store_seq)
     record = ToolUseRecord(
-        call.execution_id, call.call_id, ctx.session_id, ctx.turn_id, 0, seq, tool.name, args
+        call.execution_id,
+        call.call_id,
+        ctx.session_id,
+        ctx.turn_id,
+        0,
+        seq,
+        tool.name,
+        args,
+        tool.kind == ToolKind.READ_ONLY,
     )
     digest = args_digest((tool.name, args))  # the key names one call: this tool, these args
     loop = asyncio.get_running_loop()

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 from fastgate.durable.store import ToolUseRecord, ToolUseStore
 from fastgate.model.cancel import CancelToken
 from fastgate.model.context import ExecutionContext, ToolCall, with_idempotency_key
+from fastgate.model.kinds import ToolKind
 from fastgate.model.results import ErrorCode, ToolResult
 from fastgate.pipeline.executor import ToolExecutor
 
@@ -184,6 +185,13 @@ class StreamingToolExecutor:
         )
         return dataclasses.replace(self._ctx, cancel=cancel)
 
+    def _reads_only(self, name: str) -> bool:
+        try:
+            tool = self.executor.registry.resolve(name, self._ctx.agent_scope)
+        except KeyError:  # an unknown scope: the call will be refused, its record kept synced
+            return False
+        return tool is not None and tool.kind == ToolKind.READ_ONLY
+
     def _may_prelaunch(self, call: ToolCall) -> bool:
         if call.name not in self.prelaunch:
             return False
@@ -222,6 +230,7 @@ class StreamingToolExecutor:
             entry.seq,
             call.name,
             call.args,
+            self._reads_only(call.name),
         )
         try:
             await self.store.record_tool_use(record)
