@@ -6,7 +6,9 @@ bare server's tool through the bridge. Measured in the same run, alternating:
 
 - one call at a time, gateway / bare, and the upstream tool through the gateway / the same tool
   called directly: the official Python SDK's client, streamable HTTP, the older protocol era
-  (sessions: each call journaled under its session and request id);
+  (sessions: each call journaled under its session and request id); the no-op is ``READ_ONLY``,
+  so its journal records are committed but not synced before it runs, and a context row calls
+  ``touch``, the same no-op declared ``WRITE``, whose records are;
 - calls/s with 64 concurrent clients, gateway / bare, and the gateway's absolute calls/s: 64
   keep-alive connections posting 2026-era ``tools/call`` requests (each with an idempotency
   key), a load generator light enough that the servers, not the client, set the pace.
@@ -210,6 +212,9 @@ async def _measure(config: BenchConfig) -> list[Measurement]:
             ratio, ours_ns, ref_ns = await paired_rounds(
                 _caller(ours, "noop"), _caller(reference, "noop"), calls, config.rounds
             )
+            write_ratio, write_ns, write_ref_ns = await paired_rounds(
+                _caller(ours, "touch"), _caller(reference, "noop"), calls, config.rounds
+            )
         async with _client(proxy.url) as proxied, _client(bare.url) as direct:
             up_ratio, up_ns, direct_ns = await paired_rounds(
                 _caller(proxied, "mcp__up__noop"), _caller(direct, "noop"), calls, config.rounds
@@ -225,6 +230,14 @@ async def _measure(config: BenchConfig) -> list[Measurement]:
             target=Target("<=", 1.25, ci_bound=CI_PER_CALL),
             detail=f"{ours_ns / 1000:,.0f} vs {ref_ns / 1000:,.0f} us per call "
             "(policy, journal, audit on)",
+        ),
+        Measurement(
+            "serve",
+            "tools/call of a WRITE no-op through the gateway / bare SDK server",
+            write_ratio,
+            reference="the bare server's no-op, same transport and client",
+            detail=f"{write_ns / 1000:,.0f} vs {write_ref_ns / 1000:,.0f} us per call "
+            "(its journal records synced before it runs)",
         ),
         Measurement(
             "serve",

@@ -4,7 +4,8 @@ httptools), printing ``PORT <n>`` once it listens:
 - ``bare``: the official SDK's low-level ``Server`` with one no-op tool, ``noop(text)``, on the
   SDK's own streamable HTTP app: the reference;
 - ``gateway``: ``fastgate.serve.Gateway`` serving the same tool with policy (rules), the journal
-  (a SQLite store), the audit (a JSONL file) and a bearer token on;
+  (a SQLite store), the audit (a JSONL file) and a bearer token on, and ``touch``, the same
+  no-op declared ``WRITE``;
 - ``proxy URL``: a ``Gateway`` serving the tools of the MCP server at ``URL`` (the bare one)
   through the bridge, as ``mcp__up__noop``, with the same policy, journal and audit.
 
@@ -97,6 +98,23 @@ def noop_tool() -> Any:
     return noop
 
 
+def touch_tool() -> Any:
+    """``noop`` declared ``WRITE``: its journal records are synced before it runs."""
+    import fastgate
+    from fastgate import ToolKind
+
+    @fastgate.tool(kind=ToolKind.WRITE, parallelism="shared", is_concurrency_safe=True)
+    async def touch(text: str) -> str:
+        """Return the text, as a tool with a side effect would.
+
+        Args:
+            text: returned as it came.
+        """
+        return text
+
+    return touch
+
+
 @contextlib.asynccontextmanager
 async def _gateway(directory: str, upstream: str | None) -> AsyncIterator[Any]:
     from fastgate import (
@@ -112,8 +130,9 @@ async def _gateway(directory: str, upstream: str | None) -> AsyncIterator[Any]:
 
     registry = ToolRegistry()
     registry.register(noop_tool())
+    registry.register(touch_tool())
     permissions = PermissionConfig(
-        allow=["noop", "mcp__up"], deny=["noop(secret*)", "mcp__up__delete"], ask=["bash"]
+        allow=["noop", "touch", "mcp__up"], deny=["noop(secret*)", "mcp__up__delete"], ask=["bash"]
     )
     # FASTGATE_BENCH_SERVE_OFF=journal,audit,telemetry: a diagnostic run without them (what each
     # costs).
