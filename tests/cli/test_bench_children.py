@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from fastgate.cli.bench.children import PARENT_VARIABLE, child_environment
+from fastgate.cli.bench.postgres_server import postgres_bindir
+from fastgate.cli.bench.redis_server import redis_server_binary
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux only")
 
@@ -116,3 +119,74 @@ def test_the_parents_signal_is_sigkill_in_the_child() -> None:
     )
     assert finished.returncode == 0, finished.stderr
     assert int(finished.stdout) == signal.SIGKILL
+
+
+# A bench or test process stand-in for the servers that are not ours: starts one, prints its
+# pid (and, for PostgreSQL, its backends' too), and waits to be killed.
+_STARTER = """
+import sys, tempfile
+from pathlib import Path
+if sys.argv[1] == "redis":
+    from fastgate.cli.bench.redis_server import RedisServer
+    server = RedisServer(Path(tempfile.mkdtemp(dir=sys.argv[2])))
+else:
+    from fastgate.cli.bench.postgres_server import PostgresServer
+    server = PostgresServer()
+server.start()
+print(server.pid, server.directory, flush=True)
+sys.stdin.read()
+"""
+
+
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    parent = int(stat.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            if parent == pid:
+                found.append(int(entry))
+    return found
+
+
+@pytest.mark.parametrize("program", ["redis", "postgres"])
+def test_a_server_that_is_not_ours_dies_with_its_killed_starter(
+    tmp_path: Path, program: str
+) -> None:
+    if program == "redis" and redis_server_binary() is None:
+        pytest.skip("redis-server is not installed (scripts/setup-redis)")
+    if program == "postgres" and postgres_bindir() is None:
+        pytest.skip("PostgreSQL is not installed (scripts/setup-postgres)")
+    starter = subprocess.Popen(
+        [sys.executable, "-c", _STARTER, program, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert starter.stdout is not None and starter.stdin is not None
+    pids: list[int] = []
+    directory = None
+    try:
+        first, directory = starter.stdout.readline().split(maxsplit=1)
+        server = int(first)
+        pids = [server, *_descendants(server)]  # postgres: its background workers too
+        assert not _ended_within(server, 0)
+        with open(f"/proc/{server}/comm") as comm:
+            assert comm.read().strip() in ("redis-server", "postgres")  # the program itself
+        starter.kill()  # no clean-up of its own runs
+        starter.wait(30)
+        assert all(_ended_within(each, 30) for each in pids)
+    finally:
+        if starter.poll() is None:
+            starter.kill()
+            starter.wait(30)
+        for each in pids:
+            if not _ended_within(each, 0):
+                os.kill(each, signal.SIGKILL)  # the test failed: still leave nothing behind
+        starter.stdin.close()
+        starter.stdout.close()
+        if directory is not None:
+            shutil.rmtree(directory.strip(), ignore_errors=True)  # the killed starter's files

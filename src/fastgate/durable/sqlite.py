@@ -6,9 +6,9 @@ and a power cut. A result returns once committed (it survives a killed process) 
 with the next such record, or within ``SYNC_WITHIN`` seconds when none comes: a power cut in
 between can only turn a completed call back into an interrupted one, never run. The records of
 a read (a ``ToolUseRecord`` with ``read_only``) are committed before it runs and synced like a
-result: a power cut can lose the read with them, and a read made again changes nothing. One row per
-tool-use, one per result; arguments and results are msgpack (msgspec). A dedicated writer thread
-owns the connection and does every blocking call; the event loop only encodes and awaits.
+result: a power cut can lose the read with them, and a read made again changes nothing. One row
+per tool-use, one per result; arguments and results are msgpack (msgspec). A dedicated writer
+thread owns the connection and does every blocking call; the event loop only encodes and awaits.
 
 Group commit: the writer takes every request queued while it was busy into one transaction, and
 releases each caller only after the transaction holding its record committed. A loop's requests
@@ -620,7 +620,8 @@ class SqliteToolUseStore:
         return self._lease_ttl
 
     async def record_tool_use(self, record: ToolUseRecord) -> None:
-        """Returns once the record is committed (durable); raises ``StoreError`` if it is not."""
+        """Returns once the record is committed, and synced unless it is a read's (see the
+        module's docstring); raises ``StoreError`` if it is not committed."""
         if not isinstance(record, ToolUseRecord):
             raise TypeError(f"record: expected a ToolUseRecord, got {type(record).__name__}")
         kind = _READ_USE if record.read_only else _TOOL_USE

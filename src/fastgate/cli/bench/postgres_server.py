@@ -21,6 +21,8 @@ import tempfile
 import threading
 from pathlib import Path
 
+from fastgate.cli.bench.children import dying_with_this_process
+
 READY_LINE = "database system is ready to accept connections"
 
 
@@ -119,17 +121,16 @@ class PostgresServer:
             "-c", "max_connections=100",
             "-c", "logging_collector=off",
         ]  # fmt: skip
+        # Never outlives its starter, even one killed; the step that sees to it runs as us
+        # (our interpreter may not be the server user's to run) and then becomes that user.
         process = subprocess.Popen(
-            args,
+            dying_with_this_process(args, uid=self._uid, gid=self._gid),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             cwd=self.directory,
             start_new_session=True,  # its own process group: kill() takes every backend
-            user=self._uid,
-            group=self._gid,
-            extra_groups=self._groups,
         )
         self.process = process
         ready = threading.Event()

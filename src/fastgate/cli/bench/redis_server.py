@@ -14,6 +14,8 @@ import subprocess
 import threading
 from pathlib import Path
 
+from fastgate.cli.bench.children import dying_with_this_process
+
 READY_LINE = "ready to accept connections"  # 7.x: "The server is now ready to ..."
 
 
@@ -72,7 +74,7 @@ class RedisServer:
             "--maxclients", "1000",
         ]  # fmt: skip
         process = subprocess.Popen(
-            args,
+            dying_with_this_process(args),  # never outlives its starter, even one killed
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
