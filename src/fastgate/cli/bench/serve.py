@@ -33,13 +33,13 @@ from fastgate.cli.bench.timing import paired_rounds
 from fastgate.runtime import loop_factory
 
 CLIENTS = 64
-# The targets are not met yet (docs/performance.md: the gateway is the SDK's server with fastgate's
-# work added, and the upstream row makes two hops): CI's bounds guard against a regression from
-# where the figures stand on a loaded two-core machine (per call 1.5-2.3x, 64 clients
-# 0.40-0.75x, upstream 2.5-3.4x), not the targets.
-CI_PER_CALL = 3.0
-CI_CLIENTS = 0.25
-CI_UPSTREAM = 5.0
+# CI's bounds guard against a regression from where the figures stand in CI's smoke run on a
+# loaded two-core machine (per call 1.3x, 64 clients 0.72-0.83x, upstream 2.0-2.6x, against
+# targets of 1.25, 0.8 and 1.3; docs/performance.md says why the upstream row makes two hops),
+# with room for that machine's noise.
+CI_PER_CALL = 2.0
+CI_CLIENTS = 0.45
+CI_UPSTREAM = 4.0
 ARGS = {"text": "hello from the bench"}
 SERVER_MODULE = "fastgate.cli.bench.serve_server"
 
