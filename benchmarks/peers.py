@@ -562,17 +562,21 @@ def report(paths: list[Path], notes: list[str], loop_name: str) -> dict[str, Any
     }
 
 
+# A fastgate row's time over the fastest peer's: the bar for a compiled core sold as faster.
+PEER_BOUND = 0.67
+
+
 def _targets(medians: dict[str, float], fg: float | None) -> list[str]:
-    """The peer targets, read off this run: every fastgate row at least as fast as the fastest
-    peer and at least 20x faster than LangGraph."""
+    """The peer targets, read off this run: every fastgate row at most ``PEER_BOUND`` of the
+    fastest peer's time and at least 20x faster than LangGraph."""
     peers = {n: m for n, m in medians.items() if not n.startswith("fastgate") and n != "direct"}
     ours = {n: m for n, m in medians.items() if n.startswith("fastgate")}
     if fg is None or not peers:
         return []
     fastest = min(peers, key=peers.__getitem__)
     lines = [
-        f"target: {name} <= fastest peer ({fastest}): "
-        f"{'met' if time <= peers[fastest] else 'NOT met'} ({time * 1e6:.2f} vs "
+        f"target: {name} <= {PEER_BOUND}x the fastest peer ({fastest}): "
+        f"{'met' if time <= PEER_BOUND * peers[fastest] else 'NOT met'} ({time * 1e6:.2f} vs "
         f"{peers[fastest] * 1e6:.2f} us, {time / peers[fastest]:.2f}x)"
         for name, time in ours.items()
     ]
