@@ -30,31 +30,16 @@ from fastgate import (
     SchedulerLimits,
     SqliteToolUseStore,
     ToolExecutor,
-    ToolKind,
     ToolRegistry,
-    define_tool,
 )
 from fastgate.cli.bench.serve_server import noop_tool
 from fastgate.runtime import loop_factory
 
 
-async def _touch(args: Any, ctx: Any) -> str:
-    return str(args["text"])
-
-
 def _executor(store: SqliteToolUseStore | None) -> ToolExecutor:
     registry = ToolRegistry()
     registry.register(noop_tool())
-    registry.register(
-        define_tool(
-            "touch",
-            "A no-op with a side effect declared.",
-            {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
-            _touch,
-            kind=ToolKind.WRITE,
-            parallelism="shared",
-        )
-    )
+    registry.register(noop_tool("touch", "WRITE"))
     return ToolExecutor(
         registry,
         permissions=PermissionConfig(allow=["noop", "touch"]),

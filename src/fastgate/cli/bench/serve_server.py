@@ -80,13 +80,13 @@ def _bare() -> Any:
     return server.streamable_http_app(host="127.0.0.1")
 
 
-def noop_tool() -> Any:
-    """The gateway's no-op tool, ``noop(text)`` (``benchmarks/journal_latency.py`` times it
-    too)."""
+def noop_tool(name: str = "noop", kind: str = "READ_ONLY") -> Any:
+    """The gateway's no-op tool, ``noop(text)``; given ``kind="WRITE"``, the same no-op with a
+    side effect declared, whose journal records are synced before it runs
+    (``benchmarks/journal_latency.py`` times both)."""
     import fastgate
-    from fastgate import ToolKind
 
-    @fastgate.tool(kind=ToolKind.READ_ONLY, parallelism="shared", is_concurrency_safe=True)
+    @fastgate.tool(name=name, kind=kind, parallelism="shared", is_concurrency_safe=True)
     async def noop(text: str) -> str:
         """Return the text.
 
@@ -96,23 +96,6 @@ def noop_tool() -> Any:
         return text
 
     return noop
-
-
-def touch_tool() -> Any:
-    """``noop`` declared ``WRITE``: its journal records are synced before it runs."""
-    import fastgate
-    from fastgate import ToolKind
-
-    @fastgate.tool(kind=ToolKind.WRITE, parallelism="shared", is_concurrency_safe=True)
-    async def touch(text: str) -> str:
-        """Return the text, as a tool with a side effect would.
-
-        Args:
-            text: returned as it came.
-        """
-        return text
-
-    return touch
 
 
 @contextlib.asynccontextmanager
@@ -130,7 +113,7 @@ async def _gateway(directory: str, upstream: str | None) -> AsyncIterator[Any]:
 
     registry = ToolRegistry()
     registry.register(noop_tool())
-    registry.register(touch_tool())
+    registry.register(noop_tool("touch", "WRITE"))
     permissions = PermissionConfig(
         allow=["noop", "touch", "mcp__up"], deny=["noop(secret*)", "mcp__up__delete"], ask=["bash"]
     )
