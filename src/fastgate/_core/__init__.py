@@ -155,7 +155,7 @@ else:
 
 #: The completed awaitable the admission fast paths return (see _wait_py).
 READY: Awaitable[None] = cast(
-    "Awaitable[None]", wait.Ready() if _loaded["_wait"][1] else wait.InterpretedReady()
+    "Awaitable[None]", wait.Ready() if _loaded["_wait"][1] else wait.interpreted_ready()
 )
 #: The awaitable type of queued requests (see _wait_py).
 WAIT: Callable[..., Awaitable[None]] = wait.Wait if _loaded["_wait"][1] else wait.InterpretedWait

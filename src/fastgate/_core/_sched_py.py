@@ -818,12 +818,30 @@ class Slot(SlotWaiter):
         core = self.core
         if self.phase != NEW:
             raise RuntimeError("a scheduler slot can be entered only once")
-        # A slot in no pool (pool 0) goes straight to try_acquire: it pays nothing for pools.
-        if (
-            core.try_acquire_in_pool(self.session_id, self.kind, self.pool)
-            if self.pool
-            else core.try_acquire(self.session_id, self.kind)
-        ):
+        if self.pool:
+            admitted = core.try_acquire_in_pool(self.session_id, self.kind, self.pool)
+        else:
+            # core.try_acquire, written out: a slot in no pool is every call's first step, and
+            # interpreted, a call costs as much as the check (the state machine tests hold both
+            # routes to the same model).
+            admitted = False
+            kind = self.kind
+            if (
+                core.in_flight < core.global_limit
+                and core.kind_in_flight[kind] < core.kind_limits[kind]
+            ):
+                sessions = core.session_in_flight
+                session_id = self.session_id
+                held = sessions.get(session_id, 0)
+                if held < core.session_limit and (
+                    core.session_caps is None or core._leased_room(session_id, held)
+                ):
+                    sessions[session_id] = held + 1
+                    core.in_flight += 1
+                    core.kind_in_flight[kind] += 1
+                    core.admitted += 1
+                    admitted = True
+        if admitted:
             self.phase = HELD
             return core.ready
         self.phase = DONE
@@ -834,13 +852,29 @@ class Slot(SlotWaiter):
             raise RuntimeError("scheduler slot released without being held")
         self.phase = DONE
         core = self.core
-        if self.queue is None:  # admitted at once: never queued
-            if self.pool:
-                granted = core.release_in_pool(self.session_id, self.kind, self.pool)
-            else:
-                granted = core.release(self.session_id, self.kind)
-        else:
+        if self.queue is not None:  # admitted after a wait
             granted = core.finish(self)
+        elif self.pool:
+            granted = core.release_in_pool(self.session_id, self.kind, self.pool)
+        else:
+            # core.release, written out for the same reason as in __aenter__.
+            sessions = core.session_in_flight
+            session_id = self.session_id
+            kind = self.kind
+            held = sessions.get(session_id, 0)
+            if held <= 0 or core.kind_in_flight[kind] <= 0:
+                raise RuntimeError("scheduler slot released twice")
+            if held == 1:
+                del sessions[session_id]
+                if core.queues:
+                    core._forget_if_idle(session_id)
+            else:
+                sessions[session_id] = held - 1
+            core.in_flight -= 1
+            core.kind_in_flight[kind] -= 1
+            if not core.queued:
+                return core.ready
+            granted = core._grant()
         if granted:
             core.wake(granted)
         return core.ready

