@@ -32,6 +32,8 @@ PIPELINE_MODULES = (
     "pipeline.invocation",
     "pipeline.body",
     "pipeline.history",
+    "pipeline.journal",
+    "pipeline.tracing",
     "pipeline.progress",
     "pipeline.refusals",
     "admission.holds",
