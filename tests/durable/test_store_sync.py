@@ -50,8 +50,9 @@ def wal_inode(db: Path) -> int:
 
 
 def left_unsynced(store: SqliteToolUseStore) -> bool:
-    """Whether the last commit left the WAL for the store to sync later."""
-    return store._writer.unsynced
+    """Whether the last commit left the WAL for the store to sync later (a commit made on the
+    caller's thread has asked the writer to, which it may not have read yet)."""
+    return store._writer.unsynced or store._writer.inline_unsynced
 
 
 def committed_results(db: Path) -> int:
@@ -184,6 +185,7 @@ async def test_a_record_with_a_side_effect_behind_it_is_never_left_unsynced(
     """Whatever else its transaction holds: a write's tool-use or claim in a group with reads
     and results syncs the whole group."""
     monkeypatch.setattr(sqlite_store, "SYNC_WITHIN", 3600.0)
+    monkeypatch.setattr(sqlite_store, "INLINE_COMMITS", False)  # the writer's group, alone
     store = await SqliteToolUseStore.open(tmp_path / "calls.db")
     try:
         await store.record_tool_use(use("r0", read_only=True))

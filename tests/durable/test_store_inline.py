@@ -1,0 +1,147 @@
+"""SqliteToolUseStore: a call alone commits its unsynced records on the caller's thread.
+
+A record that needs no sync (a read's tool-use or claim, a result, a lease renewal) of a call
+that is the only one under way is committed on a connection of the caller's own, without a
+round trip to the writer thread; anything else, or that connection finding the write lock
+taken, goes to the writer as before, so a busy server keeps its group commit and the loop never
+waits for a lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+import fastgate.durable.sqlite as sqlite_store
+from fastgate.durable.sqlite import SqliteToolUseStore, StoreError
+from tests.durable.test_store import done, use
+
+
+def through_writer(store: SqliteToolUseStore) -> int:
+    return store._writer.records
+
+
+def on_callers_thread(store: SqliteToolUseStore) -> int:
+    assert store._inline is not None
+    return store._inline.transactions
+
+
+async def test_a_call_alone_commits_its_unsynced_records_without_the_writer(tmp_path: Path) -> None:
+    db = tmp_path / "calls.db"
+    async with await SqliteToolUseStore.open(db) as store:
+        await store.record_tool_use(use("r1", read_only=True))
+        await store.record_result("r1", done("r1").durable())
+        entry = await store.claim(use("r2", 1, read_only=True), "k", b"d", take_over=False)
+        assert entry.status == "claimed"
+        assert await store.renew("s1", "k", "r2")
+        await store.record_result("r2", done("r2").durable())
+        assert (through_writer(store), on_callers_thread(store)) == (0, 5)
+        with sqlite3.connect(db) as other:  # committed: another connection sees every row
+            assert other.execute("SELECT count(*) FROM tool_result").fetchone()[0] == 2
+        # A record written before a side effect is synced by the writer, as always.
+        await store.record_tool_use(use("w1", 2))
+        assert (through_writer(store), on_callers_thread(store)) == (1, 5)
+        calls = await store.load("s1")
+    assert [(c.execution_id, c.status) for c in calls] == [
+        ("r1", "completed"),
+        ("r2", "completed"),
+        ("w1", "interrupted"),
+    ]
+
+
+async def test_with_other_calls_under_way_records_go_to_the_writer_together(
+    tmp_path: Path,
+) -> None:
+    async with await SqliteToolUseStore.open(tmp_path / "calls.db") as store:
+        await asyncio.gather(
+            *(store.record_tool_use(use(f"r{i}", i, read_only=True)) for i in range(8))
+        )
+        assert on_callers_thread(store) == 1  # the first one, alone in its loop iteration
+        before = store.statistics().transactions
+        await asyncio.gather(
+            *(store.record_result(f"r{i}", done(f"r{i}").durable()) for i in range(8))
+        )
+        assert on_callers_thread(store) == 1
+        assert store.statistics().transactions == before + 1  # one group for the eight
+
+
+async def test_a_lock_held_elsewhere_sends_the_record_to_the_writer_and_never_blocks_the_loop(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "calls.db"
+    async with await SqliteToolUseStore.open(db) as store:
+        other = sqlite3.connect(db, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # another process's write transaction
+            recording = asyncio.ensure_future(store.record_tool_use(use("r1", read_only=True)))
+            for _ in range(20):  # the loop keeps turning while the record waits for the lock
+                await asyncio.sleep(0)
+            assert not recording.done()
+            other.execute("ROLLBACK")
+            await recording
+        finally:
+            other.close()
+        assert (through_writer(store), on_callers_thread(store)) == (1, 0)
+
+
+@pytest.mark.parametrize("spelling", ["read twice", "result twice", "result of nobody"])
+async def test_a_record_that_fails_alone_fails_on_the_callers_thread_too(
+    tmp_path: Path, spelling: str
+) -> None:
+    async with await SqliteToolUseStore.open(tmp_path / "calls.db") as store:
+        await store.record_tool_use(use("r1", read_only=True))
+        await store.record_result("r1", done("r1").durable())  # no call under way any more
+        with pytest.raises(StoreError, match=r"already exists|no tool-use record"):
+            if spelling == "read twice":
+                await store.record_tool_use(use("r1", read_only=True))
+            elif spelling == "result twice":
+                await store.record_result("r1", done("r1").durable())
+            else:
+                await store.record_result("nobody", done("nobody").durable())
+        assert through_writer(store) == 0
+        calls = await store.load("s1")
+    assert [c.execution_id for c in calls] == ["r1"]
+
+
+async def test_the_wal_is_synced_and_checkpointed_by_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The caller's connection never syncs and never checkpoints: the writer syncs the WAL
+    soon after, and checkpoints it every ``CHECKPOINT_EVERY`` commits, so it stays bounded."""
+    synced = threading.Event()
+    real_sync = os.fdatasync
+
+    def watched(fd: int) -> None:
+        real_sync(fd)
+        synced.set()
+
+    monkeypatch.setattr(os, "fdatasync", watched)
+    db = tmp_path / "calls.db"
+    async with await SqliteToolUseStore.open(db) as store:
+        await store.record_tool_use(use("r0", read_only=True))
+        await store.record_result("r0", done("r0").durable())
+        assert await asyncio.to_thread(synced.wait, 10)
+        for i in range(1, 3000):
+            await store.record_tool_use(use(f"r{i}", i, read_only=True))
+            await store.record_result(f"r{i}", done(f"r{i}").durable())
+        # (A record meeting the checkpoint's lock went to the writer instead.)
+        assert on_callers_thread(store) > 5000 and through_writer(store) < 100
+        wal = os.stat(f"{db}-wal").st_size
+    # Unchecked, 6,000 commits of two to four pages each would leave a WAL of about 50 MB.
+    assert wal < 8_000_000, wal
+
+
+async def test_switched_off_every_record_goes_to_the_writer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_store, "INLINE_COMMITS", False)
+    async with await SqliteToolUseStore.open(tmp_path / "calls.db") as store:
+        assert store._inline is None
+        await store.record_tool_use(use("r1", read_only=True))
+        await store.record_result("r1", done("r1").durable())
+        assert through_writer(store) == 2
