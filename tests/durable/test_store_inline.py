@@ -61,7 +61,7 @@ async def test_with_other_calls_under_way_records_go_to_the_writer_together(
         await asyncio.gather(
             *(store.record_tool_use(use(f"r{i}", i, read_only=True)) for i in range(8))
         )
-        assert on_callers_thread(store) == 1  # the first one, alone in its loop iteration
+        assert on_callers_thread(store) == 1  # the first: no other call was under way yet
         before = store.statistics().transactions
         await asyncio.gather(
             *(store.record_result(f"r{i}", done(f"r{i}").durable()) for i in range(8))
