@@ -61,7 +61,7 @@ class SlotRouteMachine(RuleBasedStateMachine):
 
     @rule(session=st.sampled_from(SESSIONS), kind=st.integers(0, 2))
     def enter(self, session: str, kind: int) -> None:
-        slots = []
+        slots, decisions = [], []
         for by_core, by_slot in self.pairs:
             expected = bool(by_core.try_acquire(session, kind))
             slot = by_slot.slot(session, kind)
@@ -74,9 +74,9 @@ class SlotRouteMachine(RuleBasedStateMachine):
                 admitted = True
             assert admitted == expected, (session, kind)
             slots.append(slot)
-        admitted_any = [s.phase == 1 for s in slots]
-        assert len(set(admitted_any)) == 1  # every implementation decided alike
-        if admitted_any[0]:
+            decisions.append(admitted)
+        assert len(set(decisions)) == 1  # every implementation decided alike
+        if decisions[0]:
             self.held.append((session, kind, slots))
 
     @precondition(lambda self: self.held)

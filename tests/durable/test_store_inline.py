@@ -79,8 +79,12 @@ async def test_a_lock_held_elsewhere_sends_the_record_to_the_writer_and_never_bl
         try:
             other.execute("BEGIN IMMEDIATE")  # another process's write transaction
             recording = asyncio.ensure_future(store.record_tool_use(use("r1", read_only=True)))
+            loop = asyncio.get_running_loop()
+            started = loop.time()
             for _ in range(20):  # the loop keeps turning while the record waits for the lock
                 await asyncio.sleep(0)
+            # Waiting for the lock on the loop would have taken the store's busy_timeout (5 s).
+            assert loop.time() - started < 2.0
             assert not recording.done()
             other.execute("ROLLBACK")
             await recording
