@@ -106,6 +106,7 @@ _perf_clock: Final = time.perf_counter
 _DENY: Final = Decision.DENY
 _ASK: Final = Decision.ASK
 _YOLO: Final = PermissionMode.YOLO
+_READ_ONLY: Final = ToolKind.READ_ONLY
 _RESULT_META: Final = ResultMeta
 _TOOL_RESULT: Final = ToolResult
 _FROZEN_DICT: Final = FrozenDict
@@ -1034,7 +1035,7 @@ class ToolExecutor:
             next(self._store_seq),
             tool.name,
             args,
-            tool.kind == ToolKind.READ_ONLY,
+            tool.kind is _READ_ONLY,
         )
         try:
             await self.store.record_tool_use(record)

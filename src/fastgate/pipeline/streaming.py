@@ -190,7 +190,7 @@ class StreamingToolExecutor:
             tool = self.executor.registry.resolve(name, self._ctx.agent_scope)
         except KeyError:  # an unknown scope: the call will be refused, its record kept synced
             return False
-        return tool is not None and tool.kind == ToolKind.READ_ONLY
+        return tool is not None and tool.kind is ToolKind.READ_ONLY
 
     def _may_prelaunch(self, call: ToolCall) -> bool:
         if call.name not in self.prelaunch:
