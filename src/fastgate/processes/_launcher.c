@@ -121,6 +121,9 @@ typedef struct {
     char kind;
 } placeholder_t;
 
+#define COMMONDIR_TEXT ".\n"
+#define COMMONDIR_MODE 0444
+
 /* What the plan set up that outlives its step. */
 static struct {
     int locks[64];
@@ -523,6 +526,23 @@ static int run_step(const step_t *step) {
         const char *name = text(step, 2);
         if (kind == 'd') {
             if (mkdirat(dirfd, name, 0) != 0 && errno != EEXIST) return -1;
+        } else if (kind == 'c') {
+            /* A git directory's absent commondir: one that names the directory itself, which
+             * git reads as it reads none, and which nobody can replace while it is mounted. */
+            int fd = openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW,
+                            COMMONDIR_MODE);
+            if (fd < 0 && errno != EEXIST) return -1;
+            if (fd >= 0) {
+                ssize_t written = write(fd, COMMONDIR_TEXT, sizeof COMMONDIR_TEXT - 1);
+                if (fchmod(fd, COMMONDIR_MODE) != 0) written = -1; /* whatever the umask */
+                int error = errno;
+                close(fd);
+                errno = error;
+                if (written != (ssize_t)(sizeof COMMONDIR_TEXT - 1)) {
+                    if (written >= 0) errno = EIO;
+                    return -1;
+                }
+            }
         } else {
             int fd = openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0);
             if (fd < 0 && errno != EEXIST) return -1;
@@ -677,6 +697,21 @@ static int run_steps(uint32_t low, uint32_t high, long *failed) {
     return 0;
 }
 
+/* Still the commondir placeholder: a regular file of that mode holding exactly its text. */
+static int is_commondir_placeholder(int dirfd, const char *name) {
+    int fd = openat(dirfd, name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return 0;
+    struct stat st;
+    char text[sizeof COMMONDIR_TEXT];
+    int same = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) &&
+               (st.st_mode & 07777) == COMMONDIR_MODE &&
+               st.st_size == (off_t)(sizeof COMMONDIR_TEXT - 1) &&
+               read(fd, text, sizeof text) == (ssize_t)(sizeof COMMONDIR_TEXT - 1) &&
+               memcmp(text, COMMONDIR_TEXT, sizeof COMMONDIR_TEXT - 1) == 0;
+    close(fd);
+    return same;
+}
+
 static void cleanup(void) {
     for (size_t i = 0; i < plan.placeholder_count; i++) {
         /* Only the last launcher holding the directory removes what was made for it, and only
@@ -689,6 +724,8 @@ static void cleanup(void) {
             if (p->kind == 'f' && S_ISREG(st.st_mode) && st.st_size == 0) {
                 unlinkat(p->fd, p->name, 0);
             }
+        } else if (p->kind == 'c' && is_commondir_placeholder(p->fd, p->name)) {
+            unlinkat(p->fd, p->name, 0);
         }
         flock(p->fd, LOCK_SH);
     }

@@ -247,6 +247,8 @@ class _Plan:
                         os.rmdir(name, dir_fd=fd)
                     elif kind == "f" and st.st_mode & 0o170000 == 0o100000 and not st.st_size:
                         os.unlink(name, dir_fd=fd)
+                elif kind == "c" and is_commondir_placeholder(fd, name):
+                    os.unlink(name, dir_fd=fd)
             except OSError:
                 pass
             fcntl.flock(fd, fcntl.LOCK_SH)
@@ -316,11 +318,48 @@ def _lock(plan: _Plan, args: list[bytes]) -> None:
     plan.locks.append(fd)
 
 
+#: A git directory's absent ``commondir`` is covered by one naming the directory itself (git
+#: reads it as it reads none; mounted read-only, nobody can replace it).
+COMMONDIR_TEXT = b".\n"
+COMMONDIR_MODE = 0o444
+
+
+def is_commondir_placeholder(dir_fd: int | None, name: str) -> bool:
+    """Still the ``commondir`` placeholder: a regular file of that mode holding exactly its
+    text."""
+    try:
+        fd = os.open(
+            name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd
+        )
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        return (
+            st.st_mode & 0o170000 == 0o100000
+            and st.st_mode & 0o7777 == COMMONDIR_MODE
+            and st.st_size == len(COMMONDIR_TEXT)
+            and os.read(fd, 16) == COMMONDIR_TEXT
+        )
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
 def _placeholder(plan: _Plan, args: list[bytes]) -> None:
     kind, fd, name = args[0].decode(), plan.locks[_num(args, 1)], os.fsdecode(args[2])
     try:
         if kind == "d":
             os.mkdir(name, 0, dir_fd=fd)
+        elif kind == "c":
+            flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+            made = os.open(name, flags, COMMONDIR_MODE, dir_fd=fd)
+            try:
+                os.write(made, COMMONDIR_TEXT)
+                os.fchmod(made, COMMONDIR_MODE)  # whatever the umask
+            finally:
+                os.close(made)
         else:
             flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW
             os.close(os.open(name, flags, 0, dir_fd=fd))

@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 class Op(IntEnum):
     LOCK = 1  # path: a directory, held with a shared flock until the launcher exits
-    PLACEHOLDER = 2  # kind ("f"/"d"), lock index, name: made (mode 0) in that directory
+    PLACEHOLDER = 2  # kind ("f"/"d": mode 0; "c": commondir naming "."), lock index, name
     REMOVE_AFTER = 3  # path: a tree removed when everything has ended
     NAMESPACES = 4  # CLONE_NEW* flags of the command's init
     WATCH_TASKS = 5  # n: more descendants than n at once ends the command ("processes")

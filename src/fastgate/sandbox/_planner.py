@@ -20,6 +20,7 @@ program); the launcher only makes the system calls.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import stat
@@ -49,6 +50,8 @@ PROXY_PORT = 3128  # the proxy's port inside a network namespace of the command'
 RLIMIT_NPROC = 6
 #: Device files a command may use (read and write); every other device stays closed.
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+#: What stays read-only in the command's /proc (as the kernel's settings are outside).
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs")
 #: Directories the walk for hidden and protected paths does not enter (their own copies of
 #: such files are a package's, not the user's; ``.git`` is looked into one level).
 SKIPPED = frozenset(
@@ -57,6 +60,7 @@ SKIPPED = frozenset(
 )  # fmt: skip
 WALK_BUDGET = 20_000  # entries per root: past it, the rest of a huge tree is not searched
 _GLOB = re.compile(r"[*?\[\\]")
+log = logging.getLogger("fastgate.sandbox")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +142,9 @@ Watched = dict[str, tuple[int, frozenset[str] | None]]  # directory -> (mtime_ns
 # Where placeholders come and go (a root, its .git), a changed mtime may be only theirs: such a
 # directory is kept with its entries, and is unchanged while they are, but for the names a
 # placeholder may take.
-_PLACEHOLDER_NAMES = frozenset({".claude", ".fastgate", ".mcp.json", ".git", "hooks", "config"})
+_PLACEHOLDER_NAMES = frozenset(
+    {".claude", ".fastgate", ".mcp.json", ".git", "hooks", "config", "commondir", "config.worktree"}
+)
 
 
 def _watch(watched: Watched, directory: str, listed: bool = False) -> None:
@@ -204,19 +210,35 @@ def _layout(
     for directory in {os.path.dirname(p) for p in [cwd, *asked, *read_only]}:
         _watch(watched, directory)
     for root in writable:
-        found_hidden, found_protected, walked = _search(root, policy)
-        hidden.update(found_hidden)
-        protected.update(found_protected)
-        for directory, state in walked.items():
+        found = _search(root, policy)
+        hidden.update(found.hidden)
+        protected.update(found.protected)
+        for directory, state in found.directories.items():
             watched.setdefault(directory, state)
         for pattern, text in zip(policy.protected_patterns, policy.protected, strict=True):
             for target in _literal_targets(pattern, root):
                 _protect(target, _names_directory(pattern, text), root, protected, placeholders)
                 _watch_along(watched, root, target)
-        for target in _git_dirs(root):
-            for name, is_dir in (("hooks", True), ("config", False)):
-                _protect(os.path.join(target, name), is_dir, root, protected, placeholders)
-                _watch_along(watched, target, os.path.join(target, name))
+        # git takes its configuration and hooks from whatever its control files name: a ``.git``
+        # file, ``commondir``, a submodule's or worktree's own git directory. Each is protected
+        # as its configuration is, so that no command can point the user's git elsewhere.
+        protected.update(p for p in found.git_files if _within(p, root))
+        for git_dir in found.git_dirs:
+            home = next((w for w in writable if _within(git_dir, w)), None)
+            if home is None:
+                continue  # outside every root: read-only as it is
+            for name, is_dir, cover in _GIT_CONTROL:
+                path = os.path.join(git_dir, name)
+                if is_dir or cover is not None or os.path.lexists(path):
+                    _protect(path, is_dir, home, protected, placeholders, cover)
+                _watch_along(watched, home, path)
+    for root in _outermost(r for r in asked if os.path.isdir(r) and r not in writable):
+        if any(_within(root, w) for w in writable):
+            continue  # searched with its writable root
+        found = _search(root, policy)  # a read-only root hides the same secrets
+        hidden.update(found.hidden)
+        for directory, state in found.directories.items():
+            watched.setdefault(directory, state)
     protected.update(p for p in read_only if any(_within(p, w) and p != w for w in writable))
     hidden_outside = set()
     for pattern in policy.hidden_patterns:
@@ -228,7 +250,13 @@ def _layout(
         path = _canonical(path)
         if os.path.lexists(path) and not any(_within(path, w) for w in writable):
             hidden_outside.add(path)
-    guarded = [*protected, *(os.path.join(d, n) for d, n, _ in placeholders.values())]
+    # Pinned: every directory between a root and a guarded path, so that none can be renamed
+    # (a protected path moved away, a hidden one moved where the search does not look).
+    guarded = [
+        *protected,
+        *(os.path.join(d, n) for d, n, _ in placeholders.values()),
+        *hidden,
+    ]
     pins = {
         ancestor
         for path in guarded
@@ -280,16 +308,18 @@ def _protect(
     root: str,
     protected: set[str],
     placeholders: dict[str, tuple[str, str, str]],
+    leaf: str | None = None,
 ) -> None:
     """``path`` read-only if it exists; else its first missing component becomes a placeholder
-    (a directory when it is not the last one). Another call's placeholder counts as missing:
-    its launcher removes it when its command ends."""
+    (a directory when it is not the last one; the last one of kind ``leaf`` when given).
+    Another call's placeholder counts as missing: its launcher removes it when its command
+    ends."""
     if os.path.lexists(path) and not _is_placeholder(path):
         protected.add(_canonical(path))
         return
     for component in [*_between(root, path), path]:
         if not os.path.lexists(component) or _is_placeholder(component):
-            kind = "d" if is_dir or component != path else "f"
+            kind = "d" if is_dir or component != path else (leaf or "f")
             directory, name = os.path.split(component)
             placeholders.setdefault(component, (directory, name, kind))
             return
@@ -298,11 +328,14 @@ def _protect(
 
 
 def _is_placeholder(path: str) -> bool:
-    """Made by a launcher for an absent protected path: empty, and nobody's (mode 0)."""
+    """Made by a launcher for an absent protected path: empty, and nobody's (mode 0); or a git
+    directory's ``commondir`` naming the directory itself."""
     try:
         st = os.lstat(path)
     except OSError:
         return False
+    if os.path.basename(path) == "commondir" and stat.S_IMODE(st.st_mode) == _COMMONDIR_MODE:
+        return stat.S_ISREG(st.st_mode) and st.st_size == 2 and _read_pointer(path) == "."
     if stat.S_IMODE(st.st_mode) != 0:
         return False
     if stat.S_ISREG(st.st_mode):
@@ -315,26 +348,82 @@ def _is_placeholder(path: str) -> bool:
     return False
 
 
-def _git_dirs(root: str) -> list[str]:
-    """The repository directories a ``.git`` file points to (a worktree, a submodule), and
-    their common directory: their hooks and configuration are protected too."""
-    pointer = os.path.join(root, ".git")
-    if not os.path.isfile(pointer):
-        return []
+# git's control files in a git directory, what it reads its configuration and hooks from, and
+# what covers each while it is absent: an empty directory for hooks, an unreadable file for the
+# configuration, and a commondir naming the directory itself (git cannot read an empty or
+# unreadable one). ``config.worktree`` is read only where the configuration enables it, and
+# then exists: it is protected when it does.
+_GIT_CONTROL: tuple[tuple[str, bool, str | None], ...] = (
+    ("hooks", True, None),
+    ("config", False, "f"),
+    ("commondir", False, "c"),
+    ("config.worktree", False, None),
+)
+_COMMONDIR_MODE = 0o444  # the launcher's commondir placeholder (it holds ".\n")
+_GIT_NESTED_LIMIT = 256  # submodule and worktree git directories looked at per repository
+
+
+def _read_pointer(path: str) -> str | None:
+    """The first line of a small regular file (a ``.git`` file, ``commondir``), or None. Never
+    blocks: a FIFO or a device planted under that name is not opened for a blocking read."""
     try:
-        with open(pointer, encoding="utf-8", errors="replace") as file:
-            first = file.readline().strip()
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
-        return []
-    if not first.startswith("gitdir:"):
-        return []
-    gitdir = _canonical(os.path.join(root, first[len("gitdir:") :].strip()))
-    found = [gitdir]
+        return None
     try:
-        with open(os.path.join(gitdir, "commondir"), encoding="utf-8") as file:
-            found.append(_canonical(os.path.join(gitdir, file.read().strip())))
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, 4096)
     except OSError:
-        pass
+        return None
+    finally:
+        os.close(fd)
+    return data.decode("utf-8", "replace").split("\n", 1)[0].strip()
+
+
+def _gitfile_target(path: str) -> str | None:
+    """The git directory a ``.git`` file names (``gitdir: <path>``)."""
+    first = _read_pointer(path)
+    if first is None or not first.startswith("gitdir:"):
+        return None
+    target = first[len("gitdir:") :].strip()
+    return _canonical(os.path.join(os.path.dirname(path), target)) if target else None
+
+
+def _repository_dirs(git_dir: str, found: list[str]) -> None:
+    """``git_dir``, the common directory it names, and the git directories of its submodules
+    (``modules/**``) and worktrees (``worktrees/*``), into ``found``."""
+    pending = [git_dir]
+    while pending and len(found) < _GIT_NESTED_LIMIT:
+        current = pending.pop()
+        if current in found or not os.path.isdir(current):
+            continue
+        found.append(current)
+        common = _read_pointer(os.path.join(current, "commondir"))
+        if common:
+            pending.append(_canonical(os.path.join(current, common)))
+        for nested in ("modules", "worktrees"):
+            pending += _git_dirs_below(os.path.join(current, nested))
+
+
+def _git_dirs_below(directory: str) -> list[str]:
+    """The git directories (they hold ``HEAD``) under ``directory``: a submodule's name may hold
+    slashes, so its git directory may lie several levels down."""
+    found: list[str] = []
+    todo = [directory]
+    while todo and len(found) < _GIT_NESTED_LIMIT:
+        current = todo.pop()
+        try:
+            entries = [e for e in os.scandir(current) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            continue
+        for entry in entries:
+            if os.path.lexists(os.path.join(entry.path, "HEAD")):
+                found.append(entry.path)
+            else:
+                todo.append(entry.path)
     return found
 
 
@@ -347,24 +436,32 @@ class _Walked:
     directories: Watched
     hidden: tuple[str, ...]
     protected: tuple[str, ...]
+    git_dirs: tuple[str, ...]  # git directories whose control files are protected
+    git_files: tuple[str, ...]  # ``.git`` files (a worktree's or submodule's checkout)
+    complete: bool  # the walk saw the whole tree within its budget
 
 
 _WALKED: dict[str, _Walked] = {}
+# The latest search of each root, settled or not: what a search cut short still holds to.
+_LAST_FOUND: dict[str, _Walked] = {}
+_CUT_SHORT_TOLD: set[str] = set()
 
 
-def _search(root: str, policy: SandboxPolicy) -> tuple[tuple[str, ...], tuple[str, ...], Watched]:
+def _search(root: str, policy: SandboxPolicy) -> _Walked:
     """The existing paths inside ``root`` that match ``policy``'s hidden and protected
-    patterns, and the directories walked (with their mtimes); reused while none has
-    changed."""
+    patterns, its git directories and ``.git`` files, and the directories walked (with their
+    mtimes); reused while none has changed."""
     key = (*policy.hidden, "\0", *policy.protected)
     cached = _WALKED.get(root)
     if cached is not None and cached.key == key and _unchanged(cached.directories):
-        return cached.hidden, cached.protected, cached.directories
+        return cached
     hide = _union(policy.hidden_patterns, root)
     protect = _union(policy.protected_patterns, root)
     directories: Watched = {}
     hidden: list[str] = []
     protected: list[str] = []
+    git_dirs: list[str] = []
+    git_files: list[str] = []
     budget = WALK_BUDGET
     todo = [(root, 0)]
     while todo and budget > 0:
@@ -385,19 +482,75 @@ def _search(root: str, policy: SandboxPolicy) -> tuple[tuple[str, ...], tuple[st
                 continue
             try:
                 is_dir = entry.is_dir(follow_symlinks=False)
+                is_file = not is_dir and entry.is_file(follow_symlinks=False)
             except OSError:
                 continue
+            if entry.name == ".git" and is_file:
+                git_files.append(path)
+                target = _gitfile_target(path)
+                if target is not None:
+                    git_dirs.append(target)
             if not is_dir or entry.name in SKIPPED:
                 continue
             if entry.name == ".git":
+                git_dirs.append(path)
                 todo.append((path, -1))  # one level: its config and hooks
             elif depth >= 0:
                 todo.append((path, depth + 1))
+    repositories: list[str] = []
+    for git_dir in git_dirs:
+        _repository_dirs(git_dir, repositories)
+    for git_dir in repositories:
+        for nested in ("", "modules", "worktrees"):
+            _watch(directories, os.path.join(git_dir, nested) if nested else git_dir)
+    found = _Walked(
+        key,
+        directories,
+        tuple(hidden),
+        tuple(protected),
+        tuple(repositories),
+        tuple(git_files),
+        complete=not todo,
+    )
+    earlier = _LAST_FOUND.get(root)
+    if not found.complete and earlier is not None and earlier.key == key:
+        found = _keep_earlier(found, earlier)
+    if not found.complete:
+        if root not in _CUT_SHORT_TOLD:
+            _CUT_SHORT_TOLD.add(root)
+            log.warning(
+                "the sandbox's search of %s stopped after %d entries: hidden and protected "
+                "paths below the part searched are found only where an earlier search saw them",
+                root,
+                WALK_BUDGET,
+            )
+    if len(_LAST_FOUND) >= 64 and root not in _LAST_FOUND:
+        _LAST_FOUND.pop(next(iter(_LAST_FOUND)))
+    _LAST_FOUND[root] = found
     if _settled(directories):
         if len(_WALKED) >= 64:
             _WALKED.clear()
-        _WALKED[root] = _Walked(key, directories, tuple(hidden), tuple(protected))
-    return tuple(hidden), tuple(protected), directories
+        _WALKED[root] = found
+    return found
+
+
+def _keep_earlier(found: _Walked, earlier: _Walked) -> _Walked:
+    """A search cut short by its budget keeps what an earlier search of the root found and
+    still exists: filling the tree with entries does not uncover them."""
+
+    def union(now: tuple[str, ...], before: tuple[str, ...]) -> tuple[str, ...]:
+        kept = set(now)
+        return now + tuple(p for p in before if p not in kept and os.path.lexists(p))
+
+    return _Walked(
+        found.key,
+        found.directories,
+        union(found.hidden, earlier.hidden),
+        union(found.protected, earlier.protected),
+        union(found.git_dirs, earlier.git_dirs),
+        union(found.git_files, earlier.git_files),
+        complete=False,
+    )
 
 
 def _union(patterns: Sequence[PathPattern], root: str) -> re.Pattern[str] | None:
@@ -425,6 +578,10 @@ def namespace_steps(
     steps = [*_placeholder_steps(where), Step(Op.NAMESPACES, (flags,))]
     steps += _mount_steps(where, policy)
     steps.append(Step(Op.PROC, ("/proc",)))
+    # The kernel's settings under the fresh /proc check the writer's uid, not its capabilities:
+    # a server running as root maps the command to root, so they are bound read-only.
+    read_only = BIND_READONLY | BIND_RECURSIVE | BIND_OPTIONAL
+    steps += [Step(Op.BIND, (path, path, read_only)) for path in PROC_READ_ONLY]
     if proxy_channel is not None:
         steps += [Step(Op.LOOPBACK), Step(Op.LISTEN, (PROXY_PORT, proxy_channel))]
     steps.append(Step(Op.WATCH, (policy.max_processes, "/tmp")))
