@@ -17,7 +17,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +122,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=30.0,
         metavar="SECONDS",
-        help="a request body must arrive within this (default 30)",
+        help="a request's head (from the connection or its first byte) and its body must "
+        "each arrive within this (default 30)",
+    )
+    parser.add_argument(
+        "--forwarded-allow-ips",
+        metavar="ADDRESSES",
+        help="trust X-Forwarded-For/-Proto only from these proxy addresses (a comma list, "
+        "or *); default: trust no forwarding header",
     )
     parser.add_argument(
         "--state-key-file",
@@ -522,14 +529,24 @@ async def _serve_http(gateway: Any, setup: _Setup) -> None:
     except OSError as exc:
         raise UsageError(f"--listen {setup.args.listen}: {exc.strerror or exc}") from None
     port = sock.getsockname()[1]
+    implementation = "httptools" if importlib.util.find_spec("httptools") else "h11"
+    forwarded = setup.args.forwarded_allow_ips
     config = uvicorn.Config(
         gateway.asgi(),
-        http="httptools" if importlib.util.find_spec("httptools") else "h11",
+        http=http_protocol(
+            implementation,
+            setup.args.read_timeout,
+            lambda status: gateway.metrics.http_rejections.labels(str(status)).inc(),
+        ),
         lifespan="on",
         log_level="warning",
         access_log=False,
         timeout_graceful_shutdown=5,
         server_header=False,
+        # A client's address is the connection's unless the operator names the proxies whose
+        # X-Forwarded-For is true (uvicorn would trust any from 127.0.0.1 by default).
+        proxy_headers=bool(forwarded),
+        forwarded_allow_ips=forwarded or "",
     )
     server = _server(config, gateway)
     shown = f"[{setup.host}]" if ":" in setup.host else setup.host
@@ -551,6 +568,113 @@ async def _serve_http(gateway: Any, setup: _Setup) -> None:
         sock.close()
         for sig, handler in quiet.items():
             signal.signal(sig, handler)
+
+
+def http_protocol(
+    implementation: str, timeout: float, on_reject: Callable[[int], None] | None = None
+) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol (``httptools`` or ``h11``) with a deadline on each request's
+    head: it must be complete ``timeout`` seconds after the connection opened or, on a kept-alive
+    connection, after its first byte came (uvicorn's keep-alive timeout covers the wait before
+    it). A client still sending its head then gets 408 and the connection is closed (one that
+    sent nothing is closed); the body's deadline is the gateway's (``BodyDeadline``).
+    Without it a client trickling header bytes holds a connection for as long as it likes."""
+    if not timeout > 0:
+        raise ValueError(f"read timeout: expected seconds > 0, got {timeout!r}")
+    if implementation == "httptools":
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+        class HttpToolsWithHeadDeadline(HttpToolsProtocol):
+            _head = _HeadDeadline(timeout, on_reject)
+
+            def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+                super().connection_made(transport)
+                self._head.begin(self, seen=False)
+
+            def on_message_begin(self) -> None:
+                self._head.begin(self, seen=True)
+                super().on_message_begin()
+
+            def on_headers_complete(self) -> None:
+                self._head.end(self)
+                super().on_headers_complete()
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                self._head.end(self)
+                super().connection_lost(exc)
+
+        return HttpToolsWithHeadDeadline
+    if implementation == "h11":
+        import h11
+        from uvicorn.protocols.http.h11_impl import H11Protocol
+
+        class H11WithHeadDeadline(H11Protocol):
+            _head = _HeadDeadline(timeout, on_reject)
+
+            def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+                super().connection_made(transport)
+                self._head.begin(self, seen=False)
+
+            def data_received(self, data: bytes) -> None:
+                if self.conn.their_state is h11.IDLE:  # waiting for a request's head
+                    self._head.begin(self, seen=bool(data))
+                super().data_received(data)
+                if self.conn.their_state is not h11.IDLE:
+                    self._head.end(self)
+
+            def connection_lost(self, exc: Exception | None) -> None:
+                self._head.end(self)
+                super().connection_lost(exc)
+
+        return H11WithHeadDeadline
+    raise ValueError(f"expected httptools or h11, got {implementation!r}")
+
+
+class _HeadDeadline:
+    """The head timers of one protocol class's connections (kept on each connection)."""
+
+    def __init__(self, timeout: float, on_reject: Callable[[int], None] | None) -> None:
+        self.timeout = timeout
+        self._on_reject = on_reject
+        body = (
+            '{"error":"request_timeout","error_description":"the request head did not arrive '
+            f'within {timeout:g} s"}}'
+        ).encode()
+        self._answer = (
+            b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n"
+        ) + body
+
+    def begin(self, protocol: Any, *, seen: bool) -> None:
+        """A head is awaited (from now, unless its timer already runs)."""
+        if seen:
+            protocol._head_seen = True
+        if getattr(protocol, "_head_timer", None) is None:
+            protocol._head_seen = seen
+            protocol._head_timer = protocol.loop.call_later(self.timeout, self._expired, protocol)
+
+    def end(self, protocol: Any) -> None:
+        timer = getattr(protocol, "_head_timer", None)
+        if timer is not None:
+            timer.cancel()
+            protocol._head_timer = None
+
+    def _expired(self, protocol: Any) -> None:
+        protocol._head_timer = None
+        transport = protocol.transport
+        if transport is None or transport.is_closing():
+            return
+        cycle = protocol.cycle
+        if cycle is not None and not cycle.response_complete:
+            # A response is still going out (the late head was pipelined behind it): let it
+            # end, then close instead of reading the next request.
+            cycle.keep_alive = False
+            return
+        if protocol._head_seen:
+            if self._on_reject is not None:
+                self._on_reject(408)
+            transport.write(self._answer)
+        transport.close()
 
 
 def _server(config: Any, gateway: Any) -> Any:

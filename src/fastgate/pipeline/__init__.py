@@ -5,6 +5,7 @@ interceptor seam (code mode's), progress and history."""
 from fastgate.pipeline.autoverify import AutoVerify as AutoVerify
 from fastgate.pipeline.executor import ToolExecutor as ToolExecutor
 from fastgate.pipeline.interceptor import CallInterceptor as CallInterceptor
+from fastgate.pipeline.refusals import unknown_tool as unknown_tool
 from fastgate.pipeline.run_context import RunContext as RunContext
 from fastgate.pipeline.streaming import StreamingToolExecutor as StreamingToolExecutor
 from fastgate.pipeline.tracing import STAGES as STAGES

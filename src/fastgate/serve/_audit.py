@@ -113,9 +113,13 @@ class GatewayAudit:
         )
         self._write(line)
 
-    def result(self, result: ToolResult, reason: str | None = None) -> None:
+    def result(
+        self, result: ToolResult, reason: str | None = None, execution_id: str | None = None
+    ) -> None:
+        """The result line of a call. ``execution_id``: the id the call was begun under, when
+        the result carries another (a repeat the journal answered carries the first call's)."""
         meta = result.meta
-        known = self._calls.pop(meta.execution_id, None)
+        known = self._calls.pop(execution_id or meta.execution_id, None)
         principal, digest = known if known is not None else (_principal(meta.session_id), None)
         error = result.error
         if reason is None and error is not None:

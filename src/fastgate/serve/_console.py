@@ -10,7 +10,8 @@ URL-mode elicitation points at.
 The console's requests are not tool calls: they never pass the scheduler, the rate limit or
 the MCP session manager, and a page is rendered from counters read in memory, so a flood of
 calls does not slow them down. Live updates are pushed by the server as things change; the
-browser never polls.
+browser never polls. An event's data is one line of JSON (``\r`` and ``\n`` escaped, ASCII
+only), so nothing a caller sends (a tool's name, an argument) can end a line of the stream.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ PATH: Final = "/console"
 _FORM_LIMIT: Final = 65_536  # bytes of a console form
 _REASON_LIMIT: Final = 2_000
 _ID: Final = re.compile(r"[A-Za-z0-9._-]{1,160}")
+_EVENT_NAME: Final = re.compile(r"[a-z]{1,32}")
 _HEARTBEAT: Final = 15.0  # seconds between keep-alive comments on a quiet stream
 _STATE_PERIOD: Final = 1.0  # how often the live state is compared and, if changed, pushed
 _DECISIONS_SHOWN: Final = 50
@@ -270,7 +272,7 @@ class Console:
 
     async def _pending_stream(
         self, scope: Scope, session: ConsoleSession
-    ) -> AsyncGenerator[tuple[str, str], None]:
+    ) -> AsyncGenerator[tuple[str, Any], None]:
         base = _base(Request(scope))
         following = self.pending.events()  # listening before the snapshot: nothing is missed
         try:
@@ -353,7 +355,7 @@ class Console:
 
     async def _state_stream(
         self, scope: Scope, session: ConsoleSession
-    ) -> AsyncGenerator[tuple[str, str], None]:
+    ) -> AsyncGenerator[tuple[str, Any], None]:
         request = Request(scope)
         base, filters = _base(request), self._filters(request.query_params)
         shown, quiet = "", 0.0
@@ -382,13 +384,13 @@ class Console:
 
 class _Stream:
     """A server-sent event stream for signed-in admins: ``source(scope, session)`` yields
-    ``(event, data)`` pairs (an empty event is a keep-alive comment). It ends when the browser
-    goes away or the console closes."""
+    ``(event, data)`` pairs, data anything JSON can hold (an empty event is a keep-alive
+    comment). It ends when the browser goes away or the console closes."""
 
     def __init__(
         self,
         console: Console,
-        source: Callable[[Scope, ConsoleSession], AsyncGenerator[tuple[str, str], None]],
+        source: Callable[[Scope, ConsoleSession], AsyncGenerator[tuple[str, Any], None]],
     ) -> None:
         self._console = console
         self._source = source
@@ -426,7 +428,7 @@ class _Stream:
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     @staticmethod
-    async def _pump(events: AsyncGenerator[tuple[str, str], None], send: Send) -> None:
+    async def _pump(events: AsyncGenerator[tuple[str, Any], None], send: Send) -> None:
         async for name, data in events:
             await send(
                 {"type": "http.response.body", "body": _event(name, data), "more_body": True}
@@ -438,14 +440,19 @@ async def _disconnected(receive: Receive) -> None:
         pass
 
 
-def _event(name: str, data: str) -> bytes:
+def _event(name: str, data: Any) -> bytes:
+    """One server-sent event: its name (one of ours) and its data as one line of JSON. JSON
+    escapes every control character and, ASCII only, every other character a parser could
+    take for a line end: the event's lines are exactly the two written here, whatever a caller
+    put in the data (EventSource ends a line at CR, LF and CRLF alike)."""
     if not name:
         return b": keep-alive\n\n"
-    lines = "".join(f"data: {line}\n" for line in data.split("\n"))
-    return f"event: {name}\n{lines}\n".encode()
+    if not _EVENT_NAME.fullmatch(name):
+        raise ValueError(f"not an event name of the console: {name!r}")
+    return b"event: " + name.encode() + b"\ndata: " + json.dumps(data).encode() + b"\n\n"
 
 
-def _pending_event(event: ApprovalEvent, base: str, csrf: str) -> tuple[str, str]:
+def _pending_event(event: ApprovalEvent, base: str, csrf: str) -> tuple[str, Any]:
     approval = event.approval
     if event.kind == "added":
         return "added", pages.approval_card(approval, base, csrf)
@@ -459,7 +466,7 @@ def _pending_event(event: ApprovalEvent, base: str, csrf: str) -> tuple[str, str
         message = f"{label} was answered: {verdict}."
     else:
         message = f"{label} is no longer waiting: it timed out or its call was cancelled."
-    return "gone", json.dumps({"id": approval.id, "message": message})
+    return "gone", {"id": approval.id, "message": message}
 
 
 def _base(request: Request) -> str:

@@ -163,7 +163,8 @@ SCRIPT: Final = """\
   function follow(path, handlers) {
     var source = new EventSource(path);
     Object.keys(handlers).forEach(function (name) {
-      source.addEventListener(name, function (event) { handlers[name](event.data); });
+      // every event's data is one line of JSON
+      source.addEventListener(name, function (event) { handlers[name](JSON.parse(event.data)); });
     });
     window.addEventListener("pagehide", function () { source.close(); });
     return source;
@@ -191,8 +192,7 @@ SCRIPT: Final = """\
         }
         showEmpty();
       },
-      gone: function (data) {
-        var event = JSON.parse(data);
+      gone: function (event) {
         var card = cardOf(event.id);
         if (card && card.hasAttribute("data-answering")) { return; }  // its answer will say
         if (card || (single && single.getAttribute("data-approval") === event.id)) {

@@ -77,10 +77,23 @@ from fastgate.serve._console import PATH as CONSOLE_PATH
 from fastgate.serve._console import Console
 from fastgate.serve._console_auth import AdminTokens
 from fastgate.serve._console_calls import CallRecorder, rule_source
-from fastgate.serve._http import Authenticate, BodyDeadline, LoopbackOnly, RateLimit, caller_of
-from fastgate.serve._listing import fingerprint, listing, output_schema, policy_generation
+from fastgate.serve._http import (
+    AllowedHosts,
+    Authenticate,
+    BodyDeadline,
+    LoopbackOnly,
+    RateLimit,
+    caller_of,
+)
+from fastgate.serve._listing import (
+    fingerprint,
+    listing,
+    output_schema,
+    policy_generation,
+    shown_names,
+)
 from fastgate.serve._metrics import CONTENT_TYPE, GatewayMetrics
-from fastgate.serve._results import call_result
+from fastgate.serve._results import call_result, unknown_tool_result
 
 log = logging.getLogger("fastgate.serve")
 
@@ -221,7 +234,7 @@ class Gateway:
             )
         self._resolvers: dict[int, PermissionResolver] = {}
         for each in {id(e): e for e in self._executors.values()}.values():
-            each.set_tracer(self.metrics.tracer(each.tracer))
+            each.set_tracer(self.metrics.tracer(each.tracer, each.registry))
             if self.calls is not None:
                 each.set_tracer(self.calls.tracer(each, each.tracer))
         self._scopes = self._caller_scopes()
@@ -449,9 +462,13 @@ class Gateway:
         asking = _Asking(execution_id)
         answered: ApprovalResponse | None = None
         if modern and params.request_state is not None:
-            problem = self._check_state(caller, executor, name, digest, params.request_state, key)
-            if problem is not None:
-                return self._refused(executor, name, session, scope, execution_id, problem, modern)
+            claims = self._check_state(
+                caller, executor, name, digest, params.request_state, session, key
+            )
+            if isinstance(claims, _Problem):
+                return self._refused(executor, name, session, scope, execution_id, claims, modern)
+            if key is None and _state.keeps_journal(executor.store):
+                key = _state.approval_key(claims)  # one journal entry per state, on any replica
             answered = _answer_in(params.input_responses)
         approver, cancel = self._approver(ctx, caller, modern, asking, answered)
         context = ExecutionContext(
@@ -475,8 +492,10 @@ class Gateway:
             if progress is not None:
                 progress.stop()
         if asking.request is not None and _stopped_to_ask(result):
-            return self._input_required(caller, executor, name, digest, asking.request)
-        return self._answer(result, executor, scope, modern)
+            return self._input_required(
+                caller, executor, name, digest, asking.request, session, key
+            )
+        return self._answer(result, executor, scope, modern, call_id=execution_id)
 
     def _answer(
         self,
@@ -485,11 +504,15 @@ class Gateway:
         scope: str | None,
         modern: bool,
         reason: str | None = None,
+        call_id: str | None = None,
     ) -> dict[str, Any]:
         name = result.meta.tool_name
+        if result.error is not None and result.error.code is ErrorCode.UNKNOWN_TOOL:
+            shown = shown_names(executor.registry, scope, executor.permissions, executor.mode)
+            result = unknown_tool_result(result, shown)  # names only what the caller sees
         self.metrics.count(name, result)
         if self.audit is not None:
-            self.audit.result(result, reason)
+            self.audit.result(result, reason, call_id)
         tool = executor.registry.resolve(name, scope) if result.ok else None
         structured = tool is not None and output_schema(tool) is not None
         return call_result(result, structured=structured, object_only=not modern, modern=modern)
@@ -515,7 +538,7 @@ class Gateway:
             details={"reason": problem.reason},
             execution_id=execution_id,
         )
-        return self._answer(result, executor, scope, modern)
+        return self._answer(result, executor, scope, modern, call_id=execution_id)
 
     def refuse_state(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         """The answer to a call whose ``requestState`` the SDK's boundary did not verify."""
@@ -530,12 +553,17 @@ class Gateway:
             "invalid_request_state",
         )
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        execution_id = executor.new_execution_id()
+        if self.audit is not None:
+            arguments = raw.get("arguments")
+            digest = _state.arguments_digest(arguments if arguments is not None else {})
+            self.audit.begin(execution_id, caller.principal, digest)
         return self._refused(
             executor,
             name if isinstance(name, str) else "",
             caller.principal,
             self._scope_of(caller),
-            executor.new_execution_id(),
+            execution_id,
             problem,
             modern,
         )
@@ -711,8 +739,9 @@ class Gateway:
         name: str,
         digest: str,
         state: str,
+        session: str,
         key: str | None,
-    ) -> _Problem | None:
+    ) -> _Problem | _state.ApprovalClaims:
         tool = executor.registry.resolve(name, self._scope_of(caller))
         generation = policy_generation(tool, executor.permissions, executor.mode)
         try:
@@ -722,19 +751,23 @@ class Gateway:
                 tool=name,
                 arguments=digest,
                 generation=generation,
+                session=session,
+                key=key,
             )
         except _state.StateProblem as exc:
             return _Problem(
                 ErrorCode.PERMISSION_DENIED, f"Not permitted: {exc.message}.", exc.reason
             )
-        if not self._nonces.take(claims.nonce, claims.expires, key):
+        # Taken again only for the journal entry that answers a repeat of the first use.
+        entry = (session, key) if key is not None and _state.keeps_journal(executor.store) else None
+        if not self._nonces.take(claims.nonce, claims.expires, entry):
             return _Problem(
                 ErrorCode.PERMISSION_DENIED,
                 "Not permitted: this approval was already used; call the tool again to be asked "
                 "afresh.",
                 "invalid_request_state",
             )
-        return None
+        return claims
 
     def _input_required(
         self,
@@ -743,12 +776,16 @@ class Gateway:
         name: str,
         digest: str,
         request: ApprovalRequest,
+        session: str,
+        key: str | None,
     ) -> HandlerResult:
         if self.audit is not None:
             self.audit.forget(request.execution_id or "")
         tool = executor.registry.resolve(name, self._scope_of(caller))
         generation = policy_generation(tool, executor.permissions, executor.mode)
-        state = _state.mint(caller.principal, name, digest, generation, self.state_ttl)
+        state = _state.mint(
+            caller.principal, name, digest, generation, self.state_ttl, session=session, key=key
+        )
         ask = types.ElicitRequest(
             params=types.ElicitRequestFormParams(
                 message=approval_message(request, caller.principal),
@@ -925,7 +962,10 @@ class Gateway:
                 Route("/metrics", endpoint=metrics_app, methods=["GET"]),
                 *(self._console.routes() if self._console is not None else ()),
             ],
-            middleware=[Middleware(Authenticate, tokens=self.tokens)],
+            middleware=[
+                Middleware(AllowedHosts, hosts=self.allowed_hosts),
+                Middleware(Authenticate, tokens=self.tokens),
+            ],
             lifespan=lifespan,
         )
 

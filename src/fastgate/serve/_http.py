@@ -7,6 +7,11 @@ tokens, a loopback connection as ``local``) makes the request's user the SDK's
 per-principal request rate (429 beyond it) and a deadline for the request body (408 for a client
 that sends too slowly). The SDK's session manager sets the body size limit (413) and answers
 everything MCP.
+
+In front of every route, ``AllowedHosts`` checks the ``Host`` and ``Origin`` headers
+(DNS-rebinding protection) as the SDK checks ``/mcp``'s: a page a browser loaded from another
+site, under a name that resolves to this machine, reads nothing (``/healthz``, which answers
+only "ok", stays open to load balancers' probes).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import json
 import math
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -29,6 +34,76 @@ from fastgate.serve._callers import LOCAL_CALLER, Caller, TokenTable
 
 CALLER_KEY: Final = "fastgate.caller"  # the scope key holding the request's Caller
 _RATE_TABLE_LIMIT: Final = 100_000  # principals whose buckets are kept (the idle go first)
+
+
+OPEN_PATHS: Final = frozenset({"/healthz"})  # answered whatever the Host: they return no data
+
+
+class AllowedHosts:
+    """Every HTTP request but ``open_paths`` must name an allowed ``Host`` (421 otherwise) and,
+    when it carries an ``Origin``, an allowed origin (403): the same rules as the SDK's
+    ``TransportSecurityMiddleware`` (exact values, or ``host:*`` for any port). ``hosts`` None
+    checks nothing; the allowed origins are ``http://`` and ``https://`` of each host."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        hosts: Iterable[str] | None,
+        open_paths: Iterable[str] = OPEN_PATHS,
+    ) -> None:
+        self.app = app
+        self._hosts = None if hosts is None else _Allowed(hosts)
+        self._origins = (
+            None
+            if hosts is None
+            else _Allowed(f"{scheme}://{host}" for scheme in ("http", "https") for host in hosts)
+        )
+        self._open = frozenset(open_paths)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            self._hosts is None
+            or self._origins is None
+            or scope["type"] not in ("http", "websocket")
+            or scope.get("path") in self._open
+        ):
+            await self.app(scope, receive, send)
+            return
+        host = origin = None
+        for name, value in scope["headers"]:
+            if name == b"host" and host is None:
+                host = value.decode("latin-1")
+            elif name == b"origin" and origin is None:
+                origin = value.decode("latin-1")
+        if not host or not self._hosts.admits(host):
+            await _plain(send, 421, "Invalid Host header")
+            return
+        if origin and not self._origins.admits(origin):
+            await _plain(send, 403, "Invalid Origin header")
+            return
+        await self.app(scope, receive, send)
+
+
+class _Allowed:
+    __slots__ = ("exact", "prefixes")
+
+    def __init__(self, values: Iterable[str]) -> None:
+        listed = list(values)
+        self.exact = frozenset(listed)
+        self.prefixes = tuple(v[:-1] for v in listed if v.endswith(":*"))  # "host:" any port
+
+    def admits(self, value: str) -> bool:
+        return value in self.exact or (bool(self.prefixes) and value.startswith(self.prefixes))
+
+
+async def _plain(send: Send, status: int, text: str) -> None:
+    body = text.encode()
+    headers = [
+        (b"content-type", b"text/plain; charset=utf-8"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def caller_of(scope: Scope) -> Caller | None:

@@ -4,7 +4,8 @@ A tool is left out when a deny rule names it outright (no specifier, or ``*``, o
 one of its rule names such as ``mcp__<server>``), or when the caller's mode refuses its kind and
 no allow rule (nor, outside ``dont_ask``, an ask rule) names it. Hooks and guards decide per call
 and cannot be known ahead: a tool they refuse is listed and refused when called. With code mode
-on, only ``run_code`` can be called directly, so only it is listed.
+on, only ``run_code`` can be called directly, so only it is listed. A refusal of an unknown name
+suggests only tools of the caller's listing (``shown_names``).
 
 Listings are computed per request, never cached across callers.
 """
@@ -69,6 +70,16 @@ def listing(
             entry["outputSchema"] = output
         out.append(entry)
     return out
+
+
+def shown_names(
+    registry: ToolRegistry, scope: str | None, permissions: PermissionConfig, mode: PermissionMode
+) -> list[str]:
+    """The names ``listing`` shows a caller (sorted): all a refusal may name to it."""
+    visible = registry.visible(scope)
+    if RUN_CODE in visible:
+        visible = {RUN_CODE: visible[RUN_CODE]}
+    return sorted(n for n, tool in visible.items() if runnable(tool, permissions, mode))
 
 
 def output_schema(tool: ToolDefinition) -> dict[str, Any] | None:

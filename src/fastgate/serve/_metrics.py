@@ -3,6 +3,11 @@
 Counted as calls end: calls by tool and outcome, refusals by code, the admission wait and the
 run time (histograms, from the executor's call tracer). Read at each scrape: queue depth and
 calls running per scheduler pool, and the state of every upstream MCP server.
+
+No label value is a caller's text: a series is made only for a tool name some registry of the
+gateway holds (anything else a caller names is counted as ``(unknown)``), an outcome of
+``ErrorCode`` and an HTTP status the gateway itself answers; pools and upstream servers are the
+operator's. A caller cannot grow ``/metrics`` by naming tools.
 """
 
 from __future__ import annotations
@@ -14,8 +19,9 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from fastgate.model import ExecutionContext, ToolResult
+from fastgate.model import ErrorCode, ExecutionContext, ToolResult
 from fastgate.pipeline import CallTrace, CallTracer
+from fastgate.tools import ToolRegistry
 
 CONTENT_TYPE: Final = CONTENT_TYPE_LATEST
 _TIME_BUCKETS: Final = (
@@ -23,6 +29,9 @@ _TIME_BUCKETS: Final = (
 )  # fmt: skip
 _UPSTREAM_STATES: Final = ("starting", "ready", "restarting", "closed")
 _CACHED_LABELS: Final = 4096  # (tool, outcome) pairs whose counters are kept at hand
+UNKNOWN: Final = "(unknown)"  # the label of every tool name no registry of the gateway holds
+_OUTCOMES: Final = frozenset({"ok", "ABORTED", *(str(code) for code in ErrorCode)})
+_STATUSES: Final = frozenset({"401", "403", "408", "413", "429"})
 
 
 class GatewayMetrics:
@@ -31,7 +40,7 @@ class GatewayMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.calls = Counter(
+        self._calls = Counter(
             "fastgate_calls",
             "Tool calls answered by the gateway, by tool and outcome (ok or the error code).",
             ["tool", "outcome"],
@@ -43,7 +52,7 @@ class GatewayMetrics:
             ["code"],
             registry=self.registry,
         )
-        self.http_rejections = Counter(
+        self._http_rejections = Counter(
             "fastgate_http_rejections",
             "HTTP requests answered before MCP: 401, 403, 408, 413, 429.",
             ["status"],
@@ -62,8 +71,28 @@ class GatewayMetrics:
             registry=self.registry,
         )
         self._counters: dict[tuple[str, str], tuple[Any, ...]] = {}
+        self._registries: list[ToolRegistry] = []
+        self.calls = _ToolCounter(self._calls, self.tool_label)
+        self.http_rejections = _StatusCounter(self._http_rejections)
         self._live = _LiveCollector()
         self.registry.register(self._live)
+
+    def know(self, registry: ToolRegistry) -> None:
+        """Label calls of the tools ``registry`` holds by their names (see ``tool_label``)."""
+        if all(known is not registry for known in self._registries):
+            self._registries.append(registry)
+
+    def tool_label(self, tool: object) -> str:
+        """``tool`` when some registry of the gateway holds a tool of that name (in any layer),
+        else ``UNKNOWN``: a caller's made-up names never become series."""
+        if type(tool) is not str or not tool:
+            return UNKNOWN
+        for registry in self._registries:
+            if registry.resolve(tool) is not None or any(
+                defn.name == tool for defn in registry.definitions()
+            ):
+                return tool
+        return UNKNOWN
 
     def watch(
         self,
@@ -85,20 +114,60 @@ class GatewayMetrics:
 
     def _counters_for(self, tool: str, outcome: str) -> tuple[Any, ...]:
         """The labelled counters of one (tool, outcome), looked up once: a call then costs one
-        dictionary lookup, not a labels() call per counter."""
-        found: tuple[Any, ...] = (self.calls.labels(tool, outcome),)
+        dictionary lookup, not a labels() call per counter. Only known tools' pairs are kept
+        (the label of an unknown name is ``UNKNOWN``, and its name is not remembered)."""
+        label = self.tool_label(tool)
+        found: tuple[Any, ...] = (self.calls.labels(label, outcome),)
         if outcome != "ok":
-            found += (self.refusals.labels(outcome),)
-        if len(self._counters) < _CACHED_LABELS:
+            found += (self.refusals.labels(_outcome(outcome)),)
+        if label == tool and len(self._counters) < _CACHED_LABELS:
             self._counters[(tool, outcome)] = found
         return found
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
-    def tracer(self, chained: CallTracer | None) -> CallTracer:
-        """A call tracer feeding the histograms (and telling ``chained``, if any)."""
+    def tracer(
+        self, chained: CallTracer | None, registry: ToolRegistry | None = None
+    ) -> CallTracer:
+        """A call tracer feeding the histograms (and telling ``chained``, if any); the tools of
+        ``registry`` (the executor's) are known from then on."""
+        if registry is not None:
+            self.know(registry)
         return _TimingTracer(self, chained)
+
+
+def _outcome(value: object) -> str:
+    text = str(value)
+    return text if text in _OUTCOMES else "(other)"
+
+
+class _ToolCounter:
+    """``fastgate_calls_total`` whose ``labels(tool, outcome)`` folds a tool name the gateway
+    does not hold into ``UNKNOWN`` and an outcome it does not know into ``(other)``, whoever
+    calls it."""
+
+    __slots__ = ("_counter", "_label")
+
+    def __init__(self, counter: Counter, label: Callable[[object], str]) -> None:
+        self._counter = counter
+        self._label = label
+
+    def labels(self, tool: object, outcome: object) -> Any:
+        return self._counter.labels(self._label(tool), _outcome(outcome))
+
+
+class _StatusCounter:
+    """``fastgate_http_rejections_total``: only the statuses the gateway answers itself."""
+
+    __slots__ = ("_counter",)
+
+    def __init__(self, counter: Counter) -> None:
+        self._counter = counter
+
+    def labels(self, status: object) -> Any:
+        text = str(status)
+        return self._counter.labels(text if text in _STATUSES else "(other)")
 
 
 class _TimingTracer:

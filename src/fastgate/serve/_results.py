@@ -4,15 +4,18 @@ Ok: the content blocks, and ``structuredContent`` when the tool declares an outp
 refusal or a failure: ``isError: true`` with fastgate's message, never a JSON-RPC error. Every
 result carries ``_meta.fastgate``: the execution id, the decision's source, the error code and
 ``details.reason`` (both null on success) and whether the journal answered it (``replayed``).
+An ``UNKNOWN_TOOL`` refusal names only tools the caller is shown (``unknown_tool_result``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Final
 
 import msgspec
 
 from fastgate.model import ToolResult
+from fastgate.pipeline import unknown_tool
 
 _COMPACT: Final = msgspec.json.Encoder()
 
@@ -43,6 +46,19 @@ def call_result(
     if modern:
         out["resultType"] = "complete"
     return out
+
+
+def unknown_tool_result(result: ToolResult, shown: Sequence[str]) -> ToolResult:
+    """``result``, an ``UNKNOWN_TOOL`` refusal, whose message and suggestions name only tools
+    of ``shown`` (the caller's listing): the pipeline suggests from every tool of the scope,
+    tools policy hides from this caller included."""
+    error = result.error
+    if error is None:
+        return result
+    message, details = unknown_tool(result.meta.tool_name, shown)
+    error = msgspec.structs.replace(error, message=message, details={**error.details, **details})
+    # Its content too is the new message: the pipeline's may name the hidden tools.
+    return msgspec.structs.replace(result, error=error, content=message)
 
 
 def content_blocks(result: ToolResult) -> list[dict[str, Any]]:

@@ -4,7 +4,14 @@ The MCP SDK's ``RequestStateBoundary`` seals every ``requestState`` the gateway 
 verifies every one that comes back (expiry, method, tool, a digest of the arguments, the
 principal); this module gives it the codec, HMAC-SHA-256 under the gateway's key, and the
 gateway's own claims inside: principal, tool, the SHA-256 of the canonical arguments, the policy
-generation and a single-use nonce, checked again when the answer comes back.
+generation, a single-use nonce, and where the journal keys the call (its session and idempotency
+key), checked again when the answer comes back.
+
+One state approves one run of one call. The retry must come in the session and under the
+idempotency key of the call that asked; a process takes each nonce once, or again only for that
+same journal entry (the journal then answers the repeat, nothing runs twice); and a retry whose
+asking call had no key is journaled under a key derived from the nonce, so replicas sharing the
+journal run it once too.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from typing import Any, Final
 
 import msgspec
 from mcp.server.request_state import InvalidRequestState
+
+from fastgate.durable import JournalStore
 
 STATE_TTL: Final = 600.0  # ten minutes to answer
 _PREFIX: Final = "fg1."
@@ -100,6 +109,8 @@ class ApprovalClaims(msgspec.Struct, frozen=True):
     generation: str  # the policy the question was asked under
     nonce: str
     expires: float
+    session: str  # the session of the call that asked ("<principal>/<client session>")
+    key: str | None  # its idempotency key (the gateway's spelling), None without one
 
 
 _ENCODER: Final = msgspec.json.Encoder(order="sorted")
@@ -112,11 +123,39 @@ def arguments_digest(arguments: Any) -> str:
     return hashlib.sha256(_ENCODER.encode(arguments)).hexdigest()
 
 
-def mint(principal: str, tool: str, arguments: str, generation: str, ttl: float = STATE_TTL) -> str:
+def mint(
+    principal: str,
+    tool: str,
+    arguments: str,
+    generation: str,
+    ttl: float = STATE_TTL,
+    *,
+    session: str,
+    key: str | None,
+) -> str:
+    """The claims of a new state, for the call ``(session, key)`` that asked."""
     claims = ApprovalClaims(
-        principal, tool, arguments, generation, secrets.token_urlsafe(16), time.time() + ttl
+        principal,
+        tool,
+        arguments,
+        generation,
+        secrets.token_urlsafe(16),
+        time.time() + ttl,
+        session,
+        key,
     )
     return _ENCODER.encode(claims).decode()
+
+
+def approval_key(claims: ApprovalClaims) -> str:
+    """The journal key of the approved run of a call that asked without an idempotency key:
+    every retry carrying the state is one journal entry, on every replica sharing the journal."""
+    return "state:" + claims.nonce
+
+
+def keeps_journal(store: Any) -> bool:
+    """Whether an executor's store answers keyed repeats (a ``JournalStore``)."""
+    return store is not None and isinstance(store, JournalStore)
 
 
 class StateProblem(Exception):
@@ -129,29 +168,41 @@ class StateProblem(Exception):
 
 
 class UsedNonces:
-    """The nonces already answered: one approval state approves one call. The same call
-    re-sent under the same idempotency key passes again (the journal then answers it with the
-    recorded result, nothing runs twice)."""
+    """The nonces already answered: one approval state approves one run of one call.
+
+    ``take`` binds a nonce to the journal entry its first use is keyed under, ``(session,
+    key)``; the state passes again only for that same entry (a re-sent retry, which the journal
+    answers with the recorded result), never for another session or key, and never when the
+    first use had no entry (``scope`` None: no key, or no journal to answer)."""
 
     def __init__(self) -> None:
-        self._used: OrderedDict[str, tuple[float, str | None]] = OrderedDict()
+        self._used: OrderedDict[str, tuple[float, tuple[str, str] | None]] = OrderedDict()
 
-    def take(self, nonce: str, expires: float, key: str | None) -> bool:
+    def take(self, nonce: str, expires: float, scope: tuple[str, str] | None) -> bool:
         now = time.time()
         used = self._used
         while used and (next(iter(used.values()))[0] < now or len(used) >= _USED_LIMIT):
             used.popitem(last=False)
         known = used.get(nonce)
         if known is not None:
-            return key is not None and known[1] == key
-        used[nonce] = (expires, key)
+            return scope is not None and known[1] == scope
+        used[nonce] = (expires, scope)
         return True
 
 
 def check(
-    plaintext: str, *, principal: str, tool: str, arguments: str, generation: str
+    plaintext: str,
+    *,
+    principal: str,
+    tool: str,
+    arguments: str,
+    generation: str,
+    session: str,
+    key: str | None,
 ) -> ApprovalClaims:
-    """The claims of a verified state, checked against this call (``StateProblem`` if not)."""
+    """The claims of a verified state, checked against this call (``StateProblem`` if not):
+    the same principal, tool and arguments, in the session and under the idempotency key of
+    the call that asked, not expired, under the same policy."""
     try:
         claims = _CLAIMS.decode(plaintext)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -160,6 +211,12 @@ def check(
         raise StateProblem("invalid_request_state", "the approval state is another caller's")
     if claims.tool != tool or not hmac.compare_digest(claims.arguments, arguments):
         raise StateProblem("invalid_request_state", "the approval state was given for another call")
+    if claims.session != session or claims.key != key:
+        raise StateProblem(
+            "invalid_request_state",
+            "the approval state was given for a call in another session or under another "
+            "idempotency key (retry the call as it was sent)",
+        )
     if claims.expires <= time.time():
         raise StateProblem("invalid_request_state", "the approval state has expired")
     if claims.generation != generation:
