@@ -235,6 +235,50 @@ async def test_keys_are_per_session(backend: Backend) -> None:
     assert different.ok and len(body.runs) == 5
 
 
+async def test_a_scope_shares_its_keys_across_sessions(backend: Backend) -> None:
+    """``idempotency_scope`` names whose keys they are: the same key from another session of the
+    scope is the same call; another scope's key is another call."""
+    body = Counter()
+    async with backend.open() as store:
+        ex = executor(tool("t", body, ANY), store=store)
+        first = await ex.execute("t", {"n": 1}, keyed("k", "alice/a", idempotency_scope="alice"))
+        repeats = [
+            await ex.execute("t", {"n": 1}, keyed("k", session, idempotency_scope="alice"))
+            for session in ("alice/b", "alice", None)
+        ]
+        reused = await ex.execute("t", {"n": 2}, keyed("k", "alice/c", idempotency_scope="alice"))
+        # The scope alone decides: the session "alice" without a scope is that scope.
+        unscoped = await ex.execute("t", {"n": 1}, keyed("k", "alice"))
+        other = await ex.execute("t", {"n": 1}, keyed("k", "alice/a", idempotency_scope="bob"))
+        calls = await store.load("alice/a")
+    assert first.ok and not first.meta.replayed
+    for repeat in (*repeats, unscoped):
+        assert repeat.meta.replayed and repeat.meta.execution_id == first.meta.execution_id
+    assert reused.error is not None and reused.error.details["reason"] == "idempotency_key_reused"
+    assert other.ok and not other.meta.replayed
+    assert len(body.runs) == 2
+    # The records stay in the session that made them.
+    assert [c.execution_id for c in calls] == [first.meta.execution_id, other.meta.execution_id]
+
+
+async def test_a_scoped_lease_is_renewed_and_resolved_in_its_scope(backend: Backend) -> None:
+    body = Counter(held=True)
+    async with backend.open(lease_ttl=0.3) as store, backend.open(lease_ttl=0.3) as other:
+        ex = executor(tool("t", body, ANY), store=store)
+        elsewhere = executor(tool("t", Counter(), ANY, timeout=1.2), store=other)
+        first = asyncio.create_task(ex.execute("t", {}, keyed("k", "a/1", idempotency_scope="a")))
+        await body.started.wait()
+        (call,) = await store.load("a/1")
+        with pytest.raises(StoreError, match="still running"):
+            await store.resolve(call.execution_id, _answer(call.execution_id, "too early"))
+        # Past four lease lifetimes another owner still finds it running: renewed in its scope.
+        repeat = await elsewhere.execute("t", {}, keyed("k", "a/2", idempotency_scope="a"))
+        body.release.set()
+        await first
+    assert repeat.error is not None and repeat.error.details["reason"] == "in_progress"
+    assert len(body.runs) == 1
+
+
 async def test_a_call_cancelled_after_it_started_is_ambiguous(backend: Backend) -> None:
     plain, safe = Counter(held=True), Counter(held=True)
     async with backend.open() as store:

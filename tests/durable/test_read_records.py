@@ -38,10 +38,16 @@ class RecordingStore(SqliteToolUseStore):
         await super().record_tool_use(record)
 
     async def claim(
-        self, record: ToolUseRecord, key: str, digest: bytes, *, take_over: bool
+        self,
+        record: ToolUseRecord,
+        key: str,
+        digest: bytes,
+        *,
+        take_over: bool,
+        scope: str | None = None,
     ) -> JournalEntry:
         self.records.append(record)
-        return await super().claim(record, key, digest, take_over=take_over)
+        return await super().claim(record, key, digest, take_over=take_over, scope=scope)
 
 
 def tools() -> list[Any]:

@@ -43,6 +43,7 @@ VALUES: dict[str, st.SearchStrategy[Any]] = {
     "turn_id": st.sampled_from(["t1", "t2"]),
     "trusted": st.booleans(),
     "metadata": st.sampled_from([MappingProxyType({}), MappingProxyType({"k": 1}), {"j": 2}]),
+    "idempotency_scope": st.sampled_from(["tenant-a", "tenant-b"]),
 }
 
 
@@ -179,6 +180,7 @@ def test_every_field_is_a_constructor_argument_in_field_order() -> None:
         "shell": object(),
         "elicitor": answer,
         "idempotency_key": "key",
+        "idempotency_scope": "tenant",
     }
     names = [field.name for field in dataclasses.fields(ExecutionContext)]
     assert names == list(given)

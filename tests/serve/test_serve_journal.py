@@ -160,6 +160,44 @@ async def test_the_client_s_key_makes_a_modern_retry_recognisable(
     assert _meta_of(unkeyed)["replayed"] is False and _meta_of(again)["replayed"] is False
 
 
+async def test_a_key_is_the_principal_s_across_client_sessions(tmp_path: Path) -> None:
+    """A client that comes back under another client session (a restart, a new connection) and
+    re-sends its call with the same key gets the recorded result; the key stays its
+    principal's."""
+    async with journaled(tmp_path, tokens=tokens_file(tmp_path / "t.json")) as (_, url):
+        async with httpx.AsyncClient() as http:
+
+            async def send(
+                token: str, order: str, request_id: int, session: str | None, by_meta: bool
+            ) -> httpx.Response:
+                params: dict[str, Any] = {"name": "charge", "arguments": {"order": order}}
+                headers = {"idempotency-key": "k-9"}
+                if session is not None and by_meta:
+                    params["_meta"] = {"fastgate/session": session}
+                elif session is not None:
+                    headers["mcp-client-session"] = session
+                return await post_modern(
+                    http, url, "tools/call", params, token=token, request_id=request_id,
+                    headers=headers,
+                )  # fmt: skip
+
+            alice = "alice-secret-token"
+            first = await send(alice, "A", 1, "laptop", by_meta=False)
+            repeats = [
+                await send(alice, "A", 2, "laptop-restarted", by_meta=False),
+                await send(alice, "A", 3, "phone", by_meta=True),
+                await send(alice, "A", 4, None, by_meta=False),
+            ]
+            reused = await send(alice, "B", 5, "tablet", by_meta=False)
+            bobs = await send("bob-secret-token", "A", 6, "laptop", by_meta=False)
+    assert RUNS == ["A", "A"]  # alice's once, bob's once
+    for repeat in repeats:
+        assert _meta_of(repeat)["replayed"] is True
+        assert _meta_of(repeat)["execution_id"] == _meta_of(first)["execution_id"]
+    assert _meta_of(reused)["reason"] == "idempotency_key_reused"
+    assert _meta_of(bobs)["replayed"] is False
+
+
 async def test_an_unusable_key_is_refused_before_anything_runs(tmp_path: Path) -> None:
     async with journaled(tmp_path) as (_, url), httpx.AsyncClient() as http:
         for key in ("x" * 300, "tab\there"):

@@ -141,9 +141,7 @@ class _Sql:
             f"SELECT r.use_id IS NOT NULL, r.outcome, j.lease_expires > now() "
             f"FROM {ns}.tool_use AS u "
             f"LEFT JOIN {ns}.tool_result AS r ON r.use_id = u.id "
-            f"LEFT JOIN {ns}.journal AS j ON j.session_key = "
-            "(CASE WHEN u.session_id IS NULL THEN '' ELSE '=' || u.session_id END) "
-            "AND j.execution_id = u.execution_id "
+            f"LEFT JOIN {ns}.journal AS j ON j.execution_id = u.execution_id "
             "WHERE u.id = %s"
         )
         self.upsert_result = (
@@ -328,12 +326,20 @@ class PostgresToolUseStore:
     # -- the journal ------------------------------------------------------------------------------
 
     async def claim(
-        self, record: ToolUseRecord, key: str, digest: bytes, *, take_over: bool
+        self,
+        record: ToolUseRecord,
+        key: str,
+        digest: bytes,
+        *,
+        take_over: bool,
+        scope: str | None = None,
     ) -> JournalEntry:
-        """The journal's decision for ``key`` in ``record``'s session (see ``JournalEntry``),
-        committed before it returns; a claim writes ``record`` and starts its lease."""
+        """The journal's decision for ``key`` in ``scope`` (default: ``record``'s session; see
+        ``JournalEntry``), committed before it returns; a claim writes ``record`` and starts
+        its lease."""
         use = self._use_params(record)
-        session = _text(session_key(record.session_id), "the session id", self.path)
+        owner_scope = record.session_id if scope is None else scope
+        session = _text(session_key(owner_scope), "the session id", self.path)
         _text(key, "the idempotency key", self.path)
         await self._open()
         sql = self._sql
@@ -377,11 +383,11 @@ class PostgresToolUseStore:
                 self.path, f"a tool-use record for execution id {use[0]!r} already exists"
             )
 
-    async def renew(self, session_id: str | None, key: str, execution_id: str) -> bool:
+    async def renew(self, scope: str | None, key: str, execution_id: str) -> bool:
         await self._open()
         try:
             async with self._pool.connection() as conn:
-                session = session_key(session_id)
+                session = session_key(scope)
                 params = (self._lease_ttl, session, key, execution_id, self._owner)
                 renewed: bool = (await conn.execute(self._sql.renew, params)).rowcount > 0
                 return renewed

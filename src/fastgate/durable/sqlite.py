@@ -137,9 +137,7 @@ _RENEW = (
 _SELECT_OUTCOME = (
     "SELECT u.id, r.use_id IS NOT NULL, r.outcome, j.lease_expires FROM tool_use AS u "
     "LEFT JOIN tool_result AS r ON r.use_id = u.id "
-    "LEFT JOIN journal AS j ON j.session_key = "
-    "(CASE WHEN u.session_id IS NULL THEN '' ELSE '=' || u.session_id END) "
-    "AND j.execution_id = u.execution_id WHERE u.execution_id = ?"
+    "LEFT JOIN journal AS j ON j.execution_id = u.execution_id WHERE u.execution_id = ?"
 )
 _SELECT_SESSION = (
     "SELECT u.execution_id, u.call_id, u.turn_id, u.epoch, u.seq, u.tool_name, u.args, r.result "
@@ -792,20 +790,28 @@ class SqliteToolUseStore:
         self._waiters.wake(execution_id)
 
     async def claim(
-        self, record: ToolUseRecord, key: str, digest: bytes, *, take_over: bool
+        self,
+        record: ToolUseRecord,
+        key: str,
+        digest: bytes,
+        *,
+        take_over: bool,
+        scope: str | None = None,
     ) -> JournalEntry:
-        """The journal's decision for ``key`` in ``record``'s session (see ``JournalEntry``),
-        committed before it returns; a claim writes ``record`` and starts its lease."""
+        """The journal's decision for ``key`` in ``scope`` (default: ``record``'s session; see
+        ``JournalEntry``), committed before it returns; a claim writes ``record`` and starts
+        its lease."""
         use = self._tool_use_params(record)
-        params = (use, session_key(record.session_id), key, digest, self._owner)
+        owner_scope = record.session_id if scope is None else scope
+        params = (use, session_key(owner_scope), key, digest, self._owner)
         kind = _READ_CLAIM if record.read_only else _CLAIM
         entry: JournalEntry = await self._submit(kind, (*params, self._lease_ttl, take_over))
         if entry.status == "claimed":
             self._opened(record.execution_id)
         return entry
 
-    async def renew(self, session_id: str | None, key: str, execution_id: str) -> bool:
-        params = (session_key(session_id), key, execution_id, self._owner, self._lease_ttl)
+    async def renew(self, scope: str | None, key: str, execution_id: str) -> bool:
+        params = (session_key(scope), key, execution_id, self._owner, self._lease_ttl)
         renewed: bool = await self._submit(_RENEW_LEASE, params)
         return renewed
 

@@ -104,15 +104,22 @@ class JournalStore(ToolUseStore, Protocol):
     def lease_ttl(self) -> float: ...
 
     async def claim(
-        self, record: ToolUseRecord, key: str, digest: bytes, *, take_over: bool
+        self,
+        record: ToolUseRecord,
+        key: str,
+        digest: bytes,
+        *,
+        take_over: bool,
+        scope: str | None = None,
     ) -> JournalEntry:
-        """Atomically: a free key (or, with ``take_over``, an interrupted one) becomes
-        ``record``'s (its tool-use record written, its lease started); otherwise say why not."""
+        """Atomically: a free key of ``scope`` (default: ``record``'s session; or, with
+        ``take_over``, an interrupted one) becomes ``record``'s (its tool-use record written,
+        its lease started); otherwise say why not."""
         ...
 
-    async def renew(self, session_id: str | None, key: str, execution_id: str) -> bool:
-        """Extend the lease of our claim ``execution_id`` of ``key``; False when the key is no
-        longer ours."""
+    async def renew(self, scope: str | None, key: str, execution_id: str) -> bool:
+        """Extend the lease of our claim ``execution_id`` of ``key`` in ``scope`` (the scope it
+        was claimed in); False when the key is no longer ours."""
         ...
 
     async def wait_result(self, execution_id: str, within: float) -> None:

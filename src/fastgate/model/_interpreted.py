@@ -23,7 +23,7 @@ def store_context_fields_by_descriptor() -> None:
     if not isinstance(namespace["__init__"], types.FunctionType):
         return
     (session_id_, workspace_root_, cancel_, approver_, agent_scope_, turn_id_, trusted_,
-     metadata_, fs_, shell_, elicitor_, idempotency_key_) = (
+     metadata_, fs_, shell_, elicitor_, idempotency_key_, idempotency_scope_) = (
         namespace[field.name].__set__
         for field in dataclasses.fields(ExecutionContext)
     )  # fmt: skip
@@ -42,6 +42,7 @@ def store_context_fields_by_descriptor() -> None:
         shell: Any = None,
         elicitor: Elicitor | None = None,
         idempotency_key: Any = None,
+        idempotency_scope: str | None = None,
     ) -> None:
         session_id_(self, session_id)
         if workspace_root is not None and (
@@ -59,6 +60,7 @@ def store_context_fields_by_descriptor() -> None:
         shell_(self, shell)
         elicitor_(self, elicitor)
         idempotency_key_(self, idempotency_key)
+        idempotency_scope_(self, idempotency_scope)
 
     init.__name__, init.__qualname__ = "__init__", "ExecutionContext.__init__"
     setattr(ExecutionContext, "__init__", init)  # noqa: B010 -- past mypy's method check

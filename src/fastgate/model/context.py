@@ -36,6 +36,7 @@ _FS: Final = 256
 _SHELL: Final = 512
 _ELICITOR: Final = 1024
 _IDEMPOTENCY_KEY: Final = 2048
+_IDEMPOTENCY_SCOPE: Final = 4096
 _FIELD_BITS: Final = {
     "session_id": _SESSION_ID,
     "workspace_root": _WORKSPACE_ROOT,
@@ -49,6 +50,7 @@ _FIELD_BITS: Final = {
     "shell": _SHELL,
     "elicitor": _ELICITOR,
     "idempotency_key": _IDEMPOTENCY_KEY,
+    "idempotency_scope": _IDEMPOTENCY_SCOPE,
 }
 
 
@@ -69,9 +71,12 @@ class ExecutionContext:
     fs: Any = None  # a fastgate.builtin.FileSystem; None: the local one for the workspace
     shell: Any = None  # a fastgate.builtin.Shell; None: the local one
     elicitor: Elicitor | None = None  # answers an MCP server's questions during a call
-    # The call's journal key (SPEC §24): a repeat with the same key in the session runs nothing
+    # The call's journal key (SPEC §24): a repeat with the same key in its scope runs nothing
     # again; it gets the recorded result, waits for the running call, or is told it is ambiguous.
     idempotency_key: Any = None  # checked by the journal, so a bad key is a refused call
+    # Whose keys they are: the same key in the same scope names the same call. None: the session
+    # (a gateway scopes its callers' keys by principal, across their client sessions).
+    idempotency_scope: str | None = None
 
     def __init__(
         self,
@@ -87,6 +92,7 @@ class ExecutionContext:
         shell: Any = None,
         elicitor: Elicitor | None = None,
         idempotency_key: Any = None,
+        idempotency_scope: str | None = None,
     ) -> None:
         # Compiled, rather than the interpreted one dataclasses would generate. Each field is set
         # past the frozen __setattr__ by object.__setattr__ with the field's name written out:
@@ -107,6 +113,7 @@ class ExecutionContext:
         object.__setattr__(self, "shell", shell)
         object.__setattr__(self, "elicitor", elicitor)
         object.__setattr__(self, "idempotency_key", idempotency_key)
+        object.__setattr__(self, "idempotency_scope", idempotency_scope)
 
     def __copy__(self) -> ExecutionContext:
         # Frozen: a copy would equal it in every way. (Compiled, copying field by field also
@@ -138,6 +145,9 @@ class ExecutionContext:
             self.shell if self.shell is not None else get("shell"),
             self.elicitor if self.elicitor is not None else get("elicitor"),
             self.idempotency_key if self.idempotency_key is not None else get("idempotency_key"),
+            self.idempotency_scope
+            if self.idempotency_scope is not None
+            else get("idempotency_scope"),
         )
 
     def lacks_any(self, fields: int) -> bool:
@@ -167,7 +177,9 @@ class ExecutionContext:
             return True
         if fields & _ELICITOR and self.elicitor is None:
             return True
-        return bool(fields & _IDEMPOTENCY_KEY) and self.idempotency_key is None
+        if fields & _IDEMPOTENCY_KEY and self.idempotency_key is None:
+            return True
+        return bool(fields & _IDEMPOTENCY_SCOPE) and self.idempotency_scope is None
 
     @staticmethod
     def field_mask(names: Iterable[str]) -> int:

@@ -87,15 +87,16 @@ async def claim_key(
     deadline = None if tool.timeout is None else loop.time() + tool.timeout
     pause = _FIRST_PAUSE
     longest = min(_LONGEST_PAUSE, store.lease_ttl / 3)
+    scope = ctx.idempotency_scope if ctx.idempotency_scope is not None else ctx.session_id
     while True:
         try:
-            entry = await store.claim(record, key, digest, take_over=tool.retry_safe)
+            entry = await store.claim(record, key, digest, take_over=tool.retry_safe, scope=scope)
         except Exception as exc:
             message = f"The call was not run: its journal entry could not be saved ({exc})."
             return executor._finalize(call, ErrorCode.PERSISTENCE_FAILED, message, retryable=True)
         if entry.status == "claimed":
             call.recorded = True  # the claim wrote its tool-use record
-            holds.add(_Lease(_renewer(store, loop), (ctx.session_id, key, entry.execution_id)))
+            holds.add(_Lease(_renewer(store, loop), (scope, key, entry.execution_id)))
             return None
         if entry.status != "running":
             return _answer(executor, call, key, entry)

@@ -479,6 +479,9 @@ class Gateway:
             agent_scope=scope,
             elicitor=self._elicitor(ctx, modern),
             idempotency_key=key,
+            # A key is its principal's across client sessions: a client that comes back under
+            # another session and re-sends its call gets the recorded result.
+            idempotency_scope=caller.principal,
         )
         progress = self._progress_route(ctx, executor, execution_id, meta)
         try:
