@@ -733,8 +733,9 @@ def test_the_proxy_refuses_bad_options() -> None:
     policy = open_policy()
     with pytest.raises(TypeError):
         NetworkProxy(("allowed.test",))  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="nothing to listen on"):
-        NetworkProxy(policy, tcp=False)
+    for credential in ("", "user:pass", "with space", "é"):
+        with pytest.raises(ValueError, match="credential"):
+            NetworkProxy(policy, credential=credential)
     with pytest.raises(ValueError, match="header_timeout"):
         NetworkProxy(policy, header_timeout=0)
     with pytest.raises(ValueError, match="max_header_bytes"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 from typing import Any
 
@@ -36,9 +37,10 @@ async def bash(args: Any, ctx: RunContext) -> Any:
         )
     except OSError as exc:
         return _not_started(exc, root)
-    for event in result.network:  # a sandbox's proxy refusals, each to the audit sink (§22)
-        if not event.allowed:
-            ctx.audit_network_refusal(event.host, event.port, event.reason)
+    except asyncio.CancelledError as stopped:  # the refusals made before it count too
+        _audit_refusals(ctx, getattr(stopped, "network", ()))
+        raise
+    _audit_refusals(ctx, result.network)
     if result.timed_out:  # the command's own limit: a TIMEOUT, with what it printed so far
         raise ToolFault(
             _with_last_line(
@@ -60,6 +62,13 @@ async def bash(args: Any, ctx: RunContext) -> Any:
         code="exit_status",
         details={"exit_code": code, "truncated": result.truncated},
     )
+
+
+def _audit_refusals(ctx: RunContext, network: Any) -> None:
+    """A sandbox's proxy refusals, each to the audit sink (SPEC §22)."""
+    for event in network:
+        if not event.allowed:
+            ctx.audit_network_refusal(event.host, event.port, event.reason)
 
 
 def render_bash(value: Any) -> str:

@@ -57,7 +57,8 @@ class Shell(Protocol):
     environment. ``roots``: the directories the command may write (``bash`` passes the
     workspace root and the additional directories; ``None``: ``cwd``), for a shell that
     confines it. ``run`` raises ``OSError`` when the command cannot be started at all; a
-    command that ran and failed is a result."""
+    command that ran and failed is a result. A shell cancelled while its command runs may set
+    the ``CancelledError``'s ``network`` to the decisions its network made so far."""
 
     async def run(
         self,

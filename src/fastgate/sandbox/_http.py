@@ -37,6 +37,7 @@ STATUS: Final = {
     "resolve_failed": (502, "Bad Gateway"),
     "connect_failed": (502, "Bad Gateway"),
     "proxy_error": (502, "Bad Gateway"),
+    "proxy_authentication": (407, "Proxy Authentication Required"),
 }
 
 #: The response header naming why the proxy refused.
@@ -63,6 +64,7 @@ class ProxyRequest:
     host: Host
     port: int
     head: bytes
+    authorization: bytes | None = None  # the Proxy-Authorization header's value, if any
 
 
 def refusal(reason: str) -> bytes:
@@ -70,8 +72,9 @@ def refusal(reason: str) -> bytes:
     ``X-Fastgate-Refusal`` and in a one-line body."""
     status, phrase = STATUS[reason]
     body = f"fastgate network proxy refused: {reason}\n".encode("ascii")
+    challenge = 'Proxy-Authenticate: Basic realm="fastgate"\r\n' if status == 407 else ""
     return (
-        f"HTTP/1.1 {status} {phrase}\r\n{REFUSAL_HEADER}: {reason}\r\n"
+        f"HTTP/1.1 {status} {phrase}\r\n{REFUSAL_HEADER}: {reason}\r\n{challenge}"
         f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode("ascii") + body
 
@@ -88,9 +91,10 @@ def parse_request(head: bytes) -> ProxyRequest:
     for line in headers:
         _check_header_line(line)
     target = target_bytes.decode("utf-8", "surrogateescape")
+    authorization = _proxy_authorization(headers)
     if method == b"CONNECT":
         host, port = _authority(target, default_port=None)
-        return ProxyRequest(True, host, port, b"")
+        return ProxyRequest(True, host, port, b"", authorization)
     if not target[:7].lower() == "http://":
         raise Refused("bad_request")  # origin form (not a proxy request), or another scheme
     rest = target[7:]
@@ -100,7 +104,16 @@ def parse_request(head: bytes) -> ProxyRequest:
     if any(c < 0x21 or c == 0x7F for c in path.encode("utf-8", "surrogateescape")):
         raise Refused("bad_request", host.text, port)
     origin = path if path.startswith("/") else "/" + path
-    return ProxyRequest(False, host, port, _rewrite(method, origin, host, port, headers))
+    head = _rewrite(method, origin, host, port, headers)
+    return ProxyRequest(False, host, port, head, authorization)
+
+
+def _proxy_authorization(headers: list[bytes]) -> bytes | None:
+    for line in headers:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"proxy-authorization":
+            return value.strip()
+    return None
 
 
 def _is_token(value: bytes) -> bool:

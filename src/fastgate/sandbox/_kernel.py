@@ -277,7 +277,8 @@ def command_filter(
     socket (where it may connect is the namespace's or Landlock's to say); typing into a
     terminal (``TIOCSTI``, ``TIOCLINUX``); the priority of every process of a user.
 
-    Without ``namespaced`` (nothing separates the command from the server's processes): System
+    Without ``namespaced`` (nothing separates the command from the server's processes): with
+    ``tcp``, ``listen`` (a listener would take connections from the host's network); System
     V IPC and POSIX message queues; the scheduling, priority and limits of any process but its
     own (pid 0); a descriptor's signal owner; and signals to ``protect_pids`` (the server and
     its process group), to every process (-1), or by thread id, unless Landlock scopes signals
@@ -294,6 +295,10 @@ def command_filter(
         [(LD_ABS_W, 0, 0, arg_lo(0)), (JSET, 0, 1, _CLONE_NAMESPACES), refuse(), ALLOW],
     )
     prog += _socket_rule(numbers["socket"], tcp)
+    if tcp and not namespaced:
+        # Landlock checks bind(2) but not the port listen(2) picks for an unbound socket: a
+        # command sharing the host's network would accept connections bypassing the proxy.
+        prog += [(JEQ, 0, 1, numbers["listen"]), refuse()]
     ioctls = [_TIOCSTI, _TIOCLINUX] + ([] if namespaced else [_FIOSETOWN, _SIOCSPGRP])
     prog += refused_values(numbers["ioctl"], 1, ioctls)
     if namespaced:

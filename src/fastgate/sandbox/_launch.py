@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import shutil
 import socket
 import tempfile
@@ -63,7 +64,12 @@ class Confinement:
         where = _planner.layout(policy, roots, cwd)
         proxy: NetworkProxy | None = None
         if policy.network is not None:
-            proxy = NetworkProxy(policy.network)
+            if support.namespaces:
+                # Its only listener is the one the command's namespace sends back.
+                proxy = NetworkProxy(policy.network, tcp=False)
+            else:
+                # On the host's loopback: only a request carrying this call's secret is served.
+                proxy = NetworkProxy(policy.network, credential=secrets.token_hex(24))
             await proxy.start()
         try:
             if support.namespaces:
@@ -120,7 +126,7 @@ class Confinement:
         port = None
         if proxy is not None and proxy.address is not None:
             port = proxy.address[1]
-            environment.update(_proxy_environment(proxy.url))
+            environment.update(proxy.environment())  # its URL carries the call's secret
         try:
             steps = Plan(
                 _planner.landlock_steps(
@@ -147,6 +153,11 @@ class Confinement:
     @property
     def network(self) -> tuple[NetworkEvent, ...]:
         return self.proxy.events if self.proxy is not None else ()
+
+    @property
+    def refusals_dropped(self) -> int:
+        """Refusals past the proxy's ``max_events``: counted, not kept."""
+        return self.proxy.refusals_dropped if self.proxy is not None else 0
 
     async def close(self) -> None:
         """Once every process has ended: stop the proxy, release what is left."""

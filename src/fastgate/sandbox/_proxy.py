@@ -18,8 +18,10 @@ the network fails closed.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import errno
+import hmac
 import logging
 import os
 import socket
@@ -58,7 +60,12 @@ class NetworkProxy:
     first ``max_events``; ``events_dropped`` counts the rest) and is passed to ``on_event`` as
     it is made. It listens on ``127.0.0.1`` (``tcp``; ``address`` is ``(host, port)``) and/or
     on a Unix socket at ``unix_path`` (made private to the user, removed on close), and on any
-    listener given to ``adopt``. ``resolver``: a seam for tests (see ``Resolver``).
+    listener given to ``adopt`` (with neither, on those alone: a command in a network namespace
+    of its own reaches the proxy through the listener it sends back, and nothing else can).
+    ``credential``: a secret every request must carry (``Proxy-Authorization: Basic`` of
+    ``fastgate:<credential>``; ``environment()`` puts it in the proxy URL): where the listener is
+    on the host's loopback, another process, or another call tunnelling through its own proxy,
+    cannot use this call's policy. ``resolver``: a seam for tests (see ``Resolver``).
     """
 
     # Which relay tunnels use: splice(2) where the OS has it (None), or the portable copy loop
@@ -72,6 +79,7 @@ class NetworkProxy:
         on_event: Callable[[NetworkEvent], object] | None = None,
         tcp: bool = True,
         unix_path: str | os.PathLike[str] | None = None,
+        credential: str | None = None,
         resolver: Resolver | None = None,
         header_timeout: float = 10.0,
         connect_timeout: float = 10.0,
@@ -80,8 +88,8 @@ class NetworkProxy:
     ) -> None:
         if not isinstance(policy, NetworkPolicy):
             raise TypeError(f"policy: expected a NetworkPolicy, got {type(policy).__name__}")
-        if not tcp and unix_path is None:
-            raise ValueError("NetworkProxy: nothing to listen on (tcp=False and no unix_path)")
+        if credential is not None and not (credential.isascii() and credential.isalnum()):
+            raise ValueError("credential: expected letters and digits only")
         for name, value in (
             ("header_timeout", header_timeout),
             ("connect_timeout", connect_timeout),
@@ -97,6 +105,10 @@ class NetworkProxy:
         self.policy = policy
         self._on_event = on_event
         self._tcp = tcp
+        self._credential = (
+            None if credential is None else base64.b64encode(f"fastgate:{credential}".encode())
+        )
+        self._credential_text = credential
         self._unix_path = None if unix_path is None else os.fspath(unix_path)
         self._unix_bound = False
         self._resolver = resolver or system_resolver
@@ -106,6 +118,7 @@ class NetworkProxy:
         self._max_events = max_events
         self._events: list[NetworkEvent] = []
         self._dropped = 0
+        self._dropped_refusals = 0
         self._listeners: list[socket.socket] = []
         self._accepting: list[asyncio.Task[None]] = []
         self._connections: set[asyncio.Task[None]] = set()
@@ -139,6 +152,8 @@ class NetworkProxy:
         """The variables that send a program's HTTP(S) through this proxy, and nothing past it
         (``NO_PROXY`` empty)."""
         url = self.url
+        if self._credential_text is not None:
+            url = url.replace("http://", f"http://fastgate:{self._credential_text}@", 1)
         env = {name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")}
         env.update({name.lower(): url for name in env})
         env["NO_PROXY"] = env["no_proxy"] = ""
@@ -152,6 +167,11 @@ class NetworkProxy:
     def events_dropped(self) -> int:
         """Decisions made beyond ``max_events`` (passed to ``on_event``, not kept)."""
         return self._dropped
+
+    @property
+    def refusals_dropped(self) -> int:
+        """Of ``events_dropped``, the refusals."""
+        return self._dropped_refusals
 
     @property
     def open_connections(self) -> int:
@@ -301,6 +321,10 @@ class NetworkProxy:
         try:
             try:
                 request, rest = await self._read_request(client)
+                if not self._authorized(request.authorization):
+                    # Not this call's program: no event of this call's, nothing judged.
+                    _answer_and_close(client, refusal("proxy_authentication"))
+                    return
                 asked = (request.host.text, request.port)
                 upstream = await self._open(request)
             except Refused as refused:
@@ -330,6 +354,13 @@ class NetworkProxy:
             client.close()
             if upstream is not None:
                 upstream.close()
+
+    def _authorized(self, given: bytes | None) -> bool:
+        expected = self._credential
+        if expected is None:
+            return True
+        scheme, _, token = (given or b"").partition(b" ")
+        return scheme.lower() == b"basic" and hmac.compare_digest(token.strip(), expected)
 
     async def _read_request(self, client: socket.socket) -> tuple[ProxyRequest, bytes]:
         loop = asyncio.get_running_loop()
@@ -397,6 +428,7 @@ class NetworkProxy:
             self._events.append(event)
         else:
             self._dropped += 1
+            self._dropped_refusals += not event.allowed
         if self._on_event is None:
             return True
         try:

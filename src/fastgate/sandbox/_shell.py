@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 
 from fastgate import CancelToken, ErrorCode, ToolFault
@@ -114,13 +115,24 @@ class SandboxedShell(LocalShell):
                 if attempt == 1:
                     continue
                 raise setup_fault(exc) from None
+            except asyncio.CancelledError as stopped:
+                # No result to carry them: the network's decisions so far ride on the error,
+                # so that the call's audit still hears of every refusal (see ``Shell``).
+                stopped.network = confinement.network  # type: ignore[attr-defined]
+                raise
             finally:
                 await confinement.close()
-            return self._result(result, process.bound, confinement.network)
+            return self._result(
+                result, process.bound, confinement.network, confinement.refusals_dropped
+            )
         raise AssertionError("unreachable")
 
     def _result(
-        self, result: ShellResult, bound: str | None, network: tuple[NetworkEvent, ...]
+        self,
+        result: ShellResult,
+        bound: str | None,
+        network: tuple[NetworkEvent, ...],
+        refusals_dropped: int = 0,
     ) -> ShellResult:
         lines = []
         if bound is not None:
@@ -132,8 +144,9 @@ class SandboxedShell(LocalShell):
         for event in refused[:_MAX_NETWORK_LINES]:
             where = f"{event.host}:{event.port}" if event.host else "(no host)"
             lines.append(f"[sandbox] Network refused: {where} ({event.reason})")
-        if len(refused) > _MAX_NETWORK_LINES:
-            lines.append(f"[sandbox] ... and {len(refused) - _MAX_NETWORK_LINES} more refused")
+        more = len(refused) + refusals_dropped - _MAX_NETWORK_LINES
+        if more > 0:
+            lines.append(f"[sandbox] ... and {more} more refused")
         output = result.output
         if lines:
             joined = "\n".join(lines)
