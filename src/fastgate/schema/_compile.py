@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 from urllib.parse import unquote
 
 from fastgate._core import validate as core
@@ -143,6 +143,7 @@ class _Compiler:
             self.engine.finish_node(node, _STRUCTURE)
             _find_discriminator(node)
         _reject_stationary_cycles(root, self.pointer_of)
+        _reject_blowups(root, self.pointer_of)
         return root
 
     # -- one location ---------------------------------------------------------------------------
@@ -550,6 +551,71 @@ def _reject_from(
         if mark == 0:
             state[id(nxt)] = 1
             stack.append((nxt, _stationary_edges(nxt)))
+
+
+# Subschemas one instance location may be checked against, counting each time a shared one
+# (a $ref target) is reached again: `allOf: [$ref a, $ref a]` nested n deep is 2**n checks of
+# every value, however small the schema text (a few KB could hold the loop for hours). Without
+# shared targets a value meets each subschema once per edge leading to it, so the bound grows
+# with the schema (its subschemas and their edges).
+MAX_CHECKS_AT_ONE_PLACE: Final = 100_000
+
+
+def _reject_blowups(root: core.Node, pointer_of: Callable[[core.Node], str]) -> None:
+    """Refuse a schema under which one value would be checked against more subschemas than
+    ``MAX_CHECKS_AT_ONE_PLACE`` or the schema's own subschemas and edges together: the
+    same-location edges form a DAG (cycles were rejected), so each node's count is its own plus
+    its edges' (memoized, saturating)."""
+    nodes = _reachable(root)
+    links = sum(len(_stationary_edges(node)) for node in nodes)
+    limit = max(MAX_CHECKS_AT_ONE_PLACE, len(nodes) + links)
+    count: dict[int, int] = {}
+    for start in nodes:
+        if id(start) in count:
+            continue
+        stack: list[list[Any]] = [[start, _stationary_edges(start), 1]]
+        while stack:
+            frame = stack[-1]
+            edges: list[core.Node] = frame[1]
+            if edges:
+                known = count.get(id(edges[-1]))
+                if known is None:
+                    stack.append([edges[-1], _stationary_edges(edges[-1]), 1])
+                    continue
+                edges.pop()
+                frame[2] = min(frame[2] + known, limit + 1)
+                continue
+            stack.pop()
+            node, total = frame[0], frame[2]
+            if total > limit:
+                raise SchemaError(
+                    f"a value here would be checked against more than {limit:,} subschemas "
+                    "($ref targets reached again and again through allOf/anyOf/oneOf): "
+                    "validation could take hours",
+                    pointer=_where(pointer_of(node)),
+                    keyword="$ref",
+                )
+            count[id(node)] = total
+
+
+def _reachable(root: core.Node) -> list[core.Node]:
+    """Every node reachable from ``root``, each once."""
+    seen = {id(root)}
+    found = [root]
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        for nxt in (
+            *_stationary_edges(node),
+            *node.properties.values(),
+            *node.prefix,
+            *(n for n in (node.items, node.additional) if n is not None),
+        ):
+            if id(nxt) not in seen:
+                seen.add(id(nxt))
+                found.append(nxt)
+                todo.append(nxt)
+    return found
 
 
 def compile_json_schema(

@@ -39,11 +39,22 @@ def _listen() -> socket.socket:
     return sock
 
 
-async def _serve(app: Any, sock: socket.socket) -> None:
+async def _serve(app: Any, sock: socket.socket, *, as_fastgate_serve: bool = False) -> None:
+    """``app`` on uvicorn; ``as_fastgate_serve``: with what ``fastgate serve`` adds to uvicorn
+    (a deadline on each request's head, no forwarding headers believed)."""
     import uvicorn
 
+    from fastgate.cli.serve import http_protocol
+
+    http: Any = http_protocol("httptools", 30.0) if as_fastgate_serve else "httptools"
     config = uvicorn.Config(
-        app, http="httptools", lifespan="on", log_level="warning", access_log=False, backlog=1024
+        app,
+        http=http,
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+        backlog=1024,
+        proxy_headers=not as_fastgate_serve,
     )
     print(f"PORT {sock.getsockname()[1]}", flush=True)
     await uvicorn.Server(config).serve(sockets=[sock])
@@ -187,7 +198,7 @@ async def main(argv: list[str]) -> None:
     upstream = argv[1] if argv[0] == "proxy" else None
     async with _gateway(argv[-1], upstream) as app:
         freeze_startup_heap()  # as fastgate serve does once it is up
-        await _serve(app, sock)
+        await _serve(app, sock, as_fastgate_serve=True)
 
 
 if __name__ == "__main__":
