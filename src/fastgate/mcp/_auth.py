@@ -55,6 +55,8 @@ from mcp.shared.auth import (
 from mcp.shared.exceptions import MCPDeprecationWarning
 from pydantic import AnyUrl, ValidationError
 
+from fastgate.mcp._text import printable
+
 log = logging.getLogger("fastgate.mcp")
 
 Grant = Literal["authorization_code", "client_credentials", "identity_assertion"]
@@ -859,7 +861,8 @@ class ConnectionAuth(httpx2.Auth):
         except StopAsyncIteration:
             return
         except Exception as exc:
-            self.failure = self.redact(_flow_failure(exc))
+            # (the authorization server's words: escaped, they are logged and shown)
+            self.failure = printable(self.redact(_flow_failure(exc)))
             log.warning("MCP authorization failed: %s", self.failure)
             request.headers.pop("Authorization", None)
             request.extensions = {**request.extensions, _MARK: self.failure}

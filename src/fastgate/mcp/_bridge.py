@@ -12,6 +12,7 @@ from fastgate import FastgateError, ToolRegistry
 from fastgate.mcp._config import MCPServerConfig
 from fastgate.mcp._names import pool_name
 from fastgate.mcp._server import CLOSED, READY, ServerLink
+from fastgate.mcp._text import printable
 from fastgate.mcp._tools import Listing
 
 log = logging.getLogger("fastgate.mcp")
@@ -156,6 +157,7 @@ class MCPBridge:
         for definition in listing.definitions:
             registry.register(definition, scope)
         link.tools = new
-        link.quarantined = dict(listing.quarantined)
-        for tool, reason in listing.quarantined.items():
+        # The reasons quote the server (its names, its schemas): escaped for the operator.
+        link.quarantined = {tool: printable(why) for tool, why in listing.quarantined.items()}
+        for tool, reason in link.quarantined.items():
             log.warning("MCP server %s: tool %r not registered: %s", link.config.name, tool, reason)

@@ -33,6 +33,7 @@ from fastgate.mcp._config import MCPServerConfig
 from fastgate.mcp._elicitation import CallInputs, Router, complete_call
 from fastgate.mcp._names import tool_name
 from fastgate.mcp._stdio import StderrTail, StdioTransport
+from fastgate.mcp._text import printable
 from fastgate.mcp._tools import Listing, build_listing, said_by, value_of
 from mcp import Client
 
@@ -150,8 +151,7 @@ class ServerLink:
                     await self._connect_and_serve()
                 except Exception as exc:  # a server that fails is retried; the reason is kept
                     if not self._closing:
-                        self.last_error = _describe(exc, self.stderr.text(), self._noise())
-                        log.warning("MCP server %s: %s", self.config.name, self.last_error)
+                        self._failed(_describe(exc, self.stderr.text(), self._noise()))
                 finally:
                     self._client = None
                     self._serving = False
@@ -271,7 +271,9 @@ class ServerLink:
         try:
             await stack.enter_async_context(client)
         except Exception as exc:  # the SDK's task group may wrap the server's error
-            refused = self._unauthorized_failure(exc) or _refused("the handshake", exc)
+            refused = self._unauthorized_failure(exc) or _refused(
+                "the handshake", exc, self._over_http()
+            )
             if refused is None:
                 raise
             raise refused from None
@@ -291,9 +293,15 @@ class ServerLink:
                     with anyio.fail_after(self.config.startup_timeout):
                         await self._refresh(client)
                 except (MCPError, TimeoutError, ValidationError, ValueError) as exc:
-                    self.last_error = f"refreshing the tool list failed: {exc}"
-                    log.warning("MCP server %s: %s", self.config.name, self.last_error)
+                    self._failed(f"refreshing the tool list failed: {exc}")
                     self._changed()
+
+    def _failed(self, reason: str) -> None:
+        """Keep ``reason`` as ``last_error`` and log it. It quotes the server (its messages,
+        its stderr): its control characters are escaped, so none reaches a terminal or splits
+        the log line."""
+        self.last_error = printable(reason)
+        log.warning("MCP server %s: %s", self.config.name, self.last_error)
 
     async def _listen(self, client: Client) -> None:
         """``tools/list_changed`` on the 2026 protocol comes through a subscription."""
@@ -303,7 +311,11 @@ class ServerLink:
                 async for _ in subscription:
                     self._want_refresh()
         except Exception as exc:
-            log.info("MCP server %s: no list_changed subscription (%s)", self.config.name, exc)
+            log.info(
+                "MCP server %s: no list_changed subscription (%s)",
+                self.config.name,
+                printable(str(exc)),
+            )
 
     def _noise(self) -> str:
         """What a connection that failed before it was ready read that was not JSON-RPC."""
@@ -332,7 +344,7 @@ class ServerLink:
         if isinstance(message, mcp_types.ToolListChangedNotification):
             self._want_refresh()
         elif isinstance(message, Exception):
-            log.debug("MCP server %s: stream: %s", self.config.name, message)
+            log.debug("MCP server %s: stream: %s", self.config.name, printable(str(message)))
 
     # -- tools ---------------------------------------------------------------------------------
 
@@ -367,7 +379,9 @@ class ServerLink:
             try:
                 page = await _raw_request(client, "tools/list", params)
             except MCPError as exc:
-                refused = self._unauthorized_failure(exc) or _refused("tools/list", exc)
+                refused = self._unauthorized_failure(exc) or _refused(
+                    "tools/list", exc, self._over_http()
+                )
                 if refused is None:
                     raise
                 raise refused from None
@@ -452,7 +466,7 @@ class ServerLink:
                 raise
             raise self._timeout(remote, watch.expired) from None
         except MCPError as exc:
-            if exc.code == mcp_types.CONNECTION_CLOSED:
+            if _connection_closed(exc, self._over_http()):
                 raise self._unavailable(
                     "closed the connection during the call", sent=True
                 ) from None
@@ -490,6 +504,9 @@ class ServerLink:
             raise
         finally:
             watch.disarm()
+
+    def _over_http(self) -> bool:
+        return self.config.command is None
 
     def _request_done(self, task: asyncio.Task[Any]) -> None:
         self._requests.discard(task)
@@ -732,12 +749,37 @@ def _is_transport_error(exc: Exception) -> bool:
     return isinstance(exc, httpx2.TransportError)
 
 
-def _refused(request: str, exc: BaseException) -> ProtocolFailure | None:
+# What the SDK's client says, with CONNECTION_CLOSED and no data, when a connection closes
+# under a request (and what the SDK's server answers the requests in flight with as it shuts
+# down), and, over streamable HTTP, when a request's response stream ends unanswered.
+_CLOSED_MESSAGE: Final = "Connection closed"
+_HTTP_STREAM_LOST: Final = (
+    "SSE stream failed: ",
+    "SSE stream ended without a response",
+    "SSE stream ended and reconnection attempts were exhausted",
+)
+
+
+def _connection_closed(exc: MCPError, over_http: bool) -> bool:
+    """Whether ``exc`` is the SDK's own word that the connection (over HTTP: the request's
+    response stream) is gone, not an error the server answered with. Both come with the code
+    CONNECTION_CLOSED, -32000, which JSON-RPC also leaves to servers for errors of their own
+    ("Server error"): the SDK's own are told apart by their fixed message and their lack of
+    data. A server that answers with exactly those words (the SDK's server does, for the
+    requests in flight as it shuts down) is taken at its word."""
+    error = exc.error
+    if error.code != mcp_types.CONNECTION_CLOSED or error.data is not None:
+        return False
+    message = error.message
+    return message == _CLOSED_MESSAGE or (over_http and message.startswith(_HTTP_STREAM_LOST))
+
+
+def _refused(request: str, exc: BaseException, over_http: bool) -> ProtocolFailure | None:
     """The JSON-RPC error the server answered ``request`` with (found inside the groups the SDK
     wraps it in) as a ``ProtocolFailure``; None for anything else, a lost connection included."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
-    if not isinstance(exc, MCPError) or exc.code == mcp_types.CONNECTION_CLOSED:
+    if not isinstance(exc, MCPError) or _connection_closed(exc, over_http):
         return None
     return ProtocolFailure(
         f"the server refused {request}: JSON-RPC error {exc.code}: {exc.error.message}"

@@ -24,6 +24,7 @@ import mcp_types
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
+from fastgate.mcp._text import printable
 from fastgate.processes import PIPE, Process, spawn
 
 log = logging.getLogger("fastgate.mcp")
@@ -40,7 +41,9 @@ INHERITED_ENV = ("HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "LC
 
 
 class StderrTail:
-    """The last lines a server wrote to stderr, each cut to a readable length."""
+    """The last lines a server wrote to stderr, each cut to a readable length, its control
+    characters (terminal escapes, BEL, carriage returns) escaped: the tail is shown to
+    operators, in ``status()``, startup errors and logs."""
 
     def __init__(self, lines: int = STDERR_TAIL_LINES) -> None:
         self._lines: deque[str] = deque(maxlen=lines)
@@ -55,12 +58,12 @@ class StderrTail:
         for line in complete:
             line = line.rstrip("\r")
             if line:
-                self._lines.append(line[:STDERR_LINE_CHARS])
+                self._lines.append(printable(line[:STDERR_LINE_CHARS]))
 
     def text(self) -> str:
         lines = list(self._lines)
         if self._partial:
-            lines.append(self._partial[:STDERR_LINE_CHARS])
+            lines.append(printable(self._partial[:STDERR_LINE_CHARS]))
         return "\n".join(lines)
 
 

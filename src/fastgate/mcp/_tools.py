@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
+from pydantic import TypeAdapter, ValidationError
 
 from fastgate import (
     Failure,
@@ -162,7 +163,7 @@ def value_of(reply: dict[str, Any], server: str, remote: str) -> Any:
         )
     blocks = reply.get("content")
     shown = _shown(blocks if isinstance(blocks, list) else [])
-    if reply.get("isError") is True:
+    if _is_error(reply):
         text = shown if isinstance(shown, str) else _text_of(shown)
         message = text or f"the tool {remote} of MCP server {server} failed and said nothing"
         return Failure(message, details={"server": server, "tool": remote})
@@ -177,6 +178,23 @@ def value_of(reply: dict[str, Any], server: str, remote: str) -> Any:
         value.shown = shown if shown else None
         return value
     return shown if shown is not None else ""
+
+
+_BOOL: TypeAdapter[bool] = TypeAdapter(bool)
+
+
+def _is_error(reply: dict[str, Any]) -> bool:
+    """Whether a reply's ``isError`` says the call failed: whatever the SDK's own validation of
+    a result reads as true (``true``, ``1``, ``"yes"``, ``"true"``, ...) does, and so, failing
+    closed, does a value it cannot read as a boolean at all (``"maybe"``, ``2``, an object).
+    Only an absent or null ``isError``, or one read as false, is a success."""
+    flag = reply.get("isError")
+    if flag is None or flag is False:
+        return False
+    try:
+        return _BOOL.validate_python(flag)
+    except ValidationError:
+        return True
 
 
 def said_by(reply: Any) -> str:
