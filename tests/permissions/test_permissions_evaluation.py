@@ -34,7 +34,7 @@ BASH_TOOL = define_tool(
     kind=ToolKind.EXECUTE,
 )
 BASH = shutil.which("bash")
-REAL = ("bash", "env", "find", "xargs", "base64", "true", "cat")
+REAL = ("bash", "env", "find", "xargs", "base64", "true", "cat", "git")
 CODE = "a[$(rm -rf x)]"  # a value whose arithmetic evaluation runs rm
 
 # Every payload runs ``rm`` in bash 5. ``{bin}`` is the directory holding the stub ``rm``.
@@ -76,11 +76,24 @@ PAYLOADS: dict[str, str] = {
     "xargs -I as a program's name": "echo rm | xargs -I{} env {} -rf x",
     "xargs -I into a shell": "echo 'rm -rf x' | xargs -I{} bash -c {}",
     "compgen -C": "compgen -C 'rm -rf x' w",
+    # git's configuration given in the environment: its file-system monitor is a command
+    "git config in numbered variables": "git init -q r; GIT_CONFIG_COUNT=1 "
+    "GIT_CONFIG_KEY_0=core.fsmonitor GIT_CONFIG_VALUE_0='rm -rf x; false' git -C r status",
+    "git config parameters": "git init -q r; "
+    "GIT_CONFIG_PARAMETERS=\"'core.fsmonitor'='rm -rf x; false'\" git -C r status",
+    "git config through env": "git init -q r; env GIT_CONFIG_COUNT=1 "
+    "GIT_CONFIG_KEY_0=core.fsmonitor GIT_CONFIG_VALUE_0='rm -rf x; false' git -C r status",
+    "git config exported": "git init -q r; export GIT_CONFIG_COUNT=1 "
+    "GIT_CONFIG_KEY_0=core.fsmonitor GIT_CONFIG_VALUE_0='rm -rf x; false'; git -C r status",
+    "a global git config the command wrote": "git init -q r; "
+    "echo '[core] fsmonitor = rm -rf x; false' > c; GIT_CONFIG_GLOBAL=$PWD/c git -C r status",
+    "a home whose .gitconfig the command wrote": "git init -q r; "
+    "echo '[core] fsmonitor = rm -rf x; false' > .gitconfig; HOME=$PWD git -C r status",
 }
 # Rules allowing every program the payloads visibly run.
 VISIBLE = (
     "echo trap find mapfile readarray test [ [[ let declare typeset local printf read unset set "
-    "true env xargs compgen base64 bash export"
+    "true env xargs compgen base64 bash export git"
 ).split()
 ALLOW_VISIBLE = tuple(f"Bash({p}:*)" for p in VISIBLE)
 
@@ -351,3 +364,38 @@ def test_heredoc_body_substitutions_meet_deny_rules(tmp_path: Path) -> None:
     assert decide("npm test <<'EOF'\n$(rm -rf x)\nEOF", tmp_path, deny=deny, mode=yolo) is (
         Decision.ALLOW
     )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "GIT_DIR=/tmp/other git status",
+        "TAR_OPTIONS='--to-command=sh' git status",
+        "GCONV_PATH=. git status",
+        "PYTHONWARNINGS=ignore::evil.Category git status",
+        "MY_TOOL_OPTIONS=--run=x git status",
+        "HOME=. git status",
+        "XDG_CONFIG_HOME=. git status",
+        "env SOMETHING=1 git status",
+    ],
+)
+def test_an_assignment_not_known_harmless_is_not_allowed_by_the_programs_rule(
+    command: str, tmp_path: Path
+) -> None:
+    # Too many variables change what a program runs or reads to list them: only the known
+    # harmless ones may ride an allow rule.
+    assert decide(command, tmp_path, allow=("Bash(git status:*)",)) is not Decision.ALLOW
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "LANG=C git status",
+        "LC_ALL=C.UTF-8 git status",
+        "TZ=UTC NO_COLOR=1 git status",
+        "GIT_AUTHOR_NAME=bot GIT_COMMITTER_NAME=bot git status",
+        "git status",
+    ],
+)
+def test_a_harmless_assignment_keeps_the_programs_rule(command: str, tmp_path: Path) -> None:
+    assert decide(command, tmp_path, allow=("Bash(git status:*)",)) is Decision.ALLOW

@@ -179,6 +179,30 @@ WRITES = [
     "env -C .git/hooks cp /tmp/x pre-commit",
     "sudo tee .mcp.json < /tmp/x",
     "timeout 5 rm -f .git/config",
+    # Programs not known as writers: each of their words may name a file they write.
+    "uniq payload.json .fastgate/settings.local.json",
+    "tar cf .mcp.json payload.json",
+    "tar --one-top-level=.claude -xf x.tar",
+    "openssl enc -in a -out .mcp.json",
+    "iconv -f utf-8 -t utf-8 -o .claude/settings.json a",
+    "split -b 1 a .claude/x",
+    "csplit -f .claude/x a 1",
+    "sqlite3 .mcp.json 'select 1'",
+    "gpg -o .git/hooks/pre-commit -d x.gpg",
+    "script -q .fastgate/settings.json",
+    "strip -o .git/hooks/pre-commit /bin/true",
+    "git diff --no-index --output=.claude/settings.json empty payload.json",
+    "git log --output .mcp.json",
+    "git checkout -- .claude/settings.json",
+    "git restore .mcp.json",
+    "git mv a .claude/settings.json",
+    "git rm .mcp.json",
+    "git archive -o .mcp.json HEAD",
+    "git format-patch -o .claude HEAD~1",
+    "git remote add origin2 https://example.invalid/x",
+    "git push -u origin main",
+    "git branch --set-upstream-to=origin/main",
+    "git submodule add https://example.invalid/x lib",
 ]
 
 
@@ -191,7 +215,8 @@ def test_bash_writes_to_protected_paths_ask(
     (tmp_path / "sub" / ".git").mkdir(parents=True)
     programs = {"echo", "cat", "tee", "cp", "mv", "install", "ln", "rsync", "touch", "rm"}
     programs |= {"rmdir", "mkdir", "chmod", "chown", "truncate", "shred", "sed", "perl", "dd"}
-    programs |= {"curl", "wget", "git", "find", "cd", "env", "sudo", "timeout"}
+    programs |= {"curl", "wget", "git", "find", "cd", "env", "sudo", "timeout", "uniq", "tar"}
+    programs |= {"openssl", "iconv", "split", "csplit", "sqlite3", "gpg", "script", "strip"}
     allow = tuple(f"Bash({p}:*)" for p in sorted(programs))
     decided = ruling(command, tmp_path, mode=mode, allow=allow, sensitive=())
     assert asks_as_guarded(decided), decided
@@ -210,6 +235,14 @@ def test_bash_writes_to_protected_paths_ask(
         "echo .claude/settings.json",
         "tee out.txt < /dev/null",
         "echo x > .gitignore",
+        "cat .claude/settings.json",
+        "grep -r hooks .claude",
+        "git diff .claude/settings.json",
+        "git log -- .mcp.json",
+        "git status",
+        "git add .claude/settings.json",
+        "uniq payload.json out.json",
+        'gh pr create --title t --body "$(cat .claude/notes.md)"',
     ],
 )
 def test_other_writes_and_reads_are_not_protected(command: str, tmp_path: Path) -> None:

@@ -82,29 +82,46 @@ SAME_SHELL_WRAPPERS = frozenset({"command", "builtin", "time"})
 # Builtins that can make a name run something else later in the same script.
 REDEFINERS = frozenset({"alias", "hash", "enable"})
 SCRIPT_RUNNERS = frozenset({"source", "."})
-# Variables that change which program runs or what it loads: an assignment to one of them is
-# never covered by a rule about the command's words.
-DANGEROUS_VARIABLES = frozenset(
+# Variables a command may assign and still be covered by a rule about its words: they change
+# how a program formats or stamps its work, never which program runs, what it loads or which
+# configuration it reads. Any other assignment (``PATH``, ``LD_*``, ``NODE_OPTIONS``, ``HOME``,
+# ``GIT_CONFIG_*``, ``TAR_OPTIONS``, ... : there are too many that change what runs to list them)
+# keeps the command from matching an allow rule.
+HARMLESS_VARIABLES = frozenset(
     {
-        "PATH",
-        "BASH_ENV",
-        "ENV",
-        "IFS",
-        "PS4",
-        "SHELLOPTS",
-        "BASHOPTS",
-        "PROMPT_COMMAND",
-        "CDPATH",
-        "GLOBIGNORE",
-        "PYTHONPATH",
-        "PYTHONSTARTUP",
-        "NODE_OPTIONS",
-        "PERL5OPT",
-        "RUBYOPT",
-        "GIT_SSH_COMMAND",
-        "GIT_EXEC_PATH",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TERM",
+        "COLUMNS",
+        "LINES",
+        "NO_COLOR",
+        "FORCE_COLOR",
+        "CLICOLOR",
+        "CLICOLOR_FORCE",
+        "CI",
+        "DEBUG",
+        "VERBOSE",
+        "SOURCE_DATE_EPOCH",
+        "GIT_AUTHOR_NAME",
+        "GIT_AUTHOR_EMAIL",
+        "GIT_AUTHOR_DATE",
+        "GIT_COMMITTER_NAME",
+        "GIT_COMMITTER_EMAIL",
+        "GIT_COMMITTER_DATE",
+        "GIT_TERMINAL_PROMPT",
+        "GIT_OPTIONAL_LOCKS",
+        "PYTHONUNBUFFERED",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONHASHSEED",
+        "PYTHONIOENCODING",
+        "PYTHONUTF8",
+        "NODE_ENV",
+        "RUST_BACKTRACE",
+        "RUST_LOG",
     }
 )
+HARMLESS_VARIABLE_PREFIXES = ("LC_",)
 # Variables whose value bash or the programs it starts run as code: assigning one (in any way:
 # ``X=...``, ``export``, ``declare``, ``read``, ``env X=...``) makes the command unknown.
 CODE_VARIABLES = frozenset(
@@ -136,9 +153,23 @@ CODE_VARIABLES = frozenset(
         "MANPAGER",
         "LESSOPEN",
         "LESSCLOSE",
+        "LESS",  # ``+!cmd``: a command less runs as it starts
+        # git's configuration from the environment, or from files the command names or wrote
+        # (``core.fsmonitor``, ``core.pager``, aliases and hooks run code):
+        "GIT_CONFIG_PARAMETERS",
+        "GIT_CONFIG_COUNT",
+        "GIT_CONFIG",
+        "GIT_CONFIG_GLOBAL",
+        "GIT_CONFIG_SYSTEM",
+        "GIT_TEMPLATE_DIR",
+        "GIT_PROXY_COMMAND",
+        "GIT_SEQUENCE_EDITOR",
+        "HOME",  # where git, npm, pip, ssh, bash and others read their configuration
+        "XDG_CONFIG_HOME",
     }
 )
-CODE_VARIABLE_PREFIXES = ("BASH_FUNC_",)  # an exported function: ``BASH_FUNC_ls%%=() { ...; }``
+# An exported function (``BASH_FUNC_ls%%=() { ...; }``); git's numbered configuration entries.
+CODE_VARIABLE_PREFIXES = ("BASH_FUNC_", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")
 # Builtins that set the variables named by their arguments.
 DECLARATIONS = frozenset({"declare", "typeset", "local", "export", "readonly"})
 HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdin", "/dev/stdout", "/dev/stderr"})
@@ -792,7 +823,7 @@ def _assignment_blocker(assignments: list[Word]) -> str:
     for word in assignments:
         # The value: quotes and line continuations gone, as the program sees the variable.
         name = word.value.partition("=")[0].rstrip("+")
-        if name in DANGEROUS_VARIABLES or name.startswith(("LD_", "DYLD_")):
+        if name not in HARMLESS_VARIABLES and not name.startswith(HARMLESS_VARIABLE_PREFIXES):
             return f"assigns {name}"
     return ""
 

@@ -3,9 +3,11 @@ mode of: what protected paths are checked against (a redirection target is one t
 analysis adds those).
 
 Programs are known by their basename. Over-reading is safe (a word taken for a path that is
-not one names no protected file); a program missing here writes unseen, which is why the list
-covers every everyday way to write a file from a shell. Code a program runs from its own
-language (``python -c``, ``awk``'s ``print > f``) or from an archive (``tar -x``) is not seen.
+not one names no protected file), so a program not known to write nothing is taken to write
+every file its words may name (its operands, and the values of its options: ``uniq IN OUT``,
+``openssl ... -out F``, ``git diff --output=F``); only the programs of ``_READ_ONLY`` are known
+to write nothing their words name. Code a program runs from its own language (``python -c``,
+``awk``'s ``print > f``) or from an archive (``tar -x``) is not seen.
 """
 
 from __future__ import annotations
@@ -64,11 +66,48 @@ _IN_PLACE = frozenset({"sed", "gsed", "perl", "ruby"})
 _OUTPUT_OPTIONS: dict[str, tuple[str, ...]] = {
     "curl": ("-o", "--output"),
     "wget": ("-O", "--output-document", "-P", "--directory-prefix"),
-    "tar": ("-C", "--directory"),
-    "unzip": ("-d",),
     "sort": ("-o", "--output"),
 }
 _FIND_OUTPUTS = frozenset({"-fprint", "-fprint0", "-fprintf", "-fls"})
+# Programs that write no file their words name (they read them, or print): the only ones whose
+# words are not taken for files written. Anything else is.
+_READ_ONLY = frozenset(
+    {
+        "cat", "tac", "less", "more", "head", "tail", "grep", "egrep", "fgrep", "rg", "ag",
+        "wc", "ls", "dir", "stat", "file", "echo", "printf", "test", "[", "[[", "true", "false",
+        "cd", "pushd", "popd", "pwd", "diff", "cmp", "comm", "cut", "tr", "nl", "od",
+        "hexdump", "strings", "md5sum", "sha1sum", "sha256sum", "sha512sum", "b2sum", "cksum",
+        "base64", "jq", "which", "type", "command", "realpath", "readlink", "basename",
+        "dirname", "tree", "du", "df", "date", "sleep", "id", "whoami", "uname", "hostname",
+        "env", "printenv", "expr", "seq", "yes", "column", "fold", "fmt", "paste", "join",
+        "look", "rev", "expand", "unexpand", "getconf", "locale", "nproc", "uptime", "ps",
+        "pgrep", "lsof", "export", "declare", "typeset", "local", "readonly", "set", "unset",
+        "shift", "exit", "return", "break", "continue", "wait", "jobs", "read", "let", "eval",
+        "source", ".", "exec", "trap", "alias", "unalias", "hash", "builtin", "enable", "help",
+        "history", "getopts", "times", "ulimit", "umask", "shopt", "compgen", "complete",
+        "mapfile", "readarray", "kill", "disown", "bg", "fg", "suspend", "logout", "caller",
+        ":", "xargs", "nice", "nohup", "time", "timeout", "stdbuf", "ionice", "setsid",
+    }
+)  # fmt: skip
+# git commands that write nothing their words name (the others: ``checkout``/``restore`` a
+# path, ``mv``, ``rm``, ``diff --output``, ``archive -o``, ``format-patch -o``, ... do).
+_GIT_READ_ONLY = frozenset(
+    {
+        "status", "log", "show", "grep", "ls-files", "ls-tree", "ls-remote", "rev-parse",
+        "rev-list", "describe", "blame", "annotate", "cat-file", "shortlog", "whatchanged",
+        "reflog", "name-rev", "merge-base", "cherry", "count-objects", "fsck", "help",
+        "version", "var", "check-ignore", "check-attr", "for-each-ref", "show-ref", "show-branch",
+        "verify-commit", "verify-tag", "add", "commit", "fetch", "pull", "push", "merge",
+        "rebase", "stash", "tag", "branch", "switch", "reset", "clean", "cherry-pick", "revert",
+        "bisect", "notes", "gc", "prune", "repack", "apply", "am", "config", "diff",
+    }
+)  # fmt: skip
+# git commands that write the repository's configuration (``.git/config``) on their own, and
+# the options of others that do (an upstream, a tracking branch).
+_GIT_CONFIG_COMMANDS = frozenset({"remote", "submodule", "worktree", "maintenance", "lfs"})
+_GIT_UPSTREAM_OPTIONS = frozenset(
+    {"-u", "--set-upstream", "--set-upstream-to", "--unset-upstream", "--track", "-t"}
+)
 _GIT_READS = frozenset(
     {
         "--get",
@@ -191,8 +230,59 @@ def _written_words(name: str, args: tuple[Word, ...]) -> list[Word]:
     if name == "find":
         return _find_writes(args)
     if name == "git":
-        return _git_config_writes(args)
-    return []
+        return _git_config_writes(args) + _git_writes(args)
+    if name in _READ_ONLY:
+        return []
+    return _every_named(args)
+
+
+def _every_named(args: tuple[Word, ...]) -> list[Word]:
+    """What a program not known to write nothing may write: every literal operand and option
+    value (``-oFILE``, ``--out=FILE``; an option's separate argument is an operand here). A word
+    known only at run time is left out: every ``"$(...)"`` argument of every program would
+    otherwise ask."""
+    out: list[Word] = []
+    for word in args:
+        value = word.value
+        if word.dynamic:
+            continue  # known at run time only: from such a program, not taken for a file
+        if not value.startswith("-") or value == "-":
+            out.append(word)
+        elif value.startswith("--") and "=" in value:
+            out.append(Word(value.split("=", 1)[1], word.raw, word.dynamic))
+        elif not value.startswith("--") and len(value) > 2:
+            out.append(Word(value[2:], word.raw, word.dynamic))
+    return out
+
+
+def _git_writes(args: tuple[Word, ...]) -> list[Word]:
+    """The files a git command's words may name, for a command not known to write none of
+    them; and ``.git/config`` for the commands and options that set an upstream, a remote, a
+    submodule or a worktree."""
+    i = 0
+    directory = ""
+    while i < len(args) and args[i].value.startswith("-"):
+        value = args[i].value
+        if value in _GIT_OPTIONS_WITH_ARGUMENT and i + 1 < len(args):
+            if value == "-C":
+                directory = os.path.join(directory, args[i + 1].value)
+            i += 2
+            continue
+        i += 1
+    if i >= len(args) or args[i].dynamic:
+        return []  # no command, or one known only at run time (unknown to the analysis anyway)
+    command, rest = args[i].value, args[i + 1 :]
+    out: list[Word] = []
+    if command in _GIT_CONFIG_COMMANDS or any(
+        w.value in _GIT_UPSTREAM_OPTIONS or w.value.startswith("--set-upstream-to=") for w in rest
+    ):
+        target = os.path.join(directory, ".git/config")
+        out.append(Word(target, target))
+    if command not in _GIT_READ_ONLY:
+        out += _every_named(rest)
+    else:  # ``git diff --output=F``, ``git log --output F``
+        out += _option_values(rest, ("--output", "--output-directory"))
+    return out
 
 
 def _operands(args: tuple[Word, ...]) -> list[Word]:
