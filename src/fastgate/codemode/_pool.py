@@ -36,6 +36,11 @@ log = logging.getLogger("fastgate.codemode")
 
 WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_worker.py")
 _MAX_FILES = 64
+# One line of the tool channel (a call and its arguments) at most: the server decodes a line
+# whole, at tens of times its size in objects, so one line must stay small; a call's arguments
+# are no larger than a request the gateway takes (its 4 MiB body limit). The worker refuses a
+# larger call (INVALID_ARGS); the server stops a program that writes one anyway.
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 _MAX_FILE_BYTES = 64 * 1024 * 1024  # each file of the scratch directory (RLIMIT_FSIZE)
 # Variables a program sees; nothing of the server's environment but the time zone.
 _ENV_PASSED = ("TZ",)
@@ -71,6 +76,7 @@ class WorkerSpec:
             "max_file_bytes": min(memory, _MAX_FILE_BYTES),
             "landlock": self.landlock_abi,
             "seccomp": self.seccomp_arch,
+            "max_message": MAX_MESSAGE_BYTES,
         }
 
 

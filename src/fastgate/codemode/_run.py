@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from fastgate.codemode._pool import Worker
+from fastgate.codemode._pool import MAX_MESSAGE_BYTES, Worker
 from fastgate.model import CancelToken, ErrorCode, ExecutionContext, Failure, ToolResult
 
 if TYPE_CHECKING:
     from fastgate.pipeline import ToolExecutor
 
-# A line of the channel longer than this is not a tool call but a flood.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+# A line of the channel longer than MAX_MESSAGE_BYTES (4 MiB, from _pool: the worker knows it
+# too) is not a tool call but a flood; it is refused before it is decoded.
 # The arguments of a program's calls in flight the server holds at most; past it, the channel is
 # not read until some settle.
 MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024
@@ -293,16 +293,28 @@ class Run:
             self._take(data)
 
     def _take(self, data: bytes) -> None:
+        # Every line's size is checked before any is decoded: decoding costs tens of times a
+        # line's bytes, so no line past the limit, complete or not, is ever decoded.
         self._inbox += data
-        if b"\n" not in data:
-            if len(self._inbox) > MAX_MESSAGE_BYTES:
-                limit = MAX_MESSAGE_BYTES // (1024 * 1024)
-                self._violate(f"it sent a message larger than {limit} MiB on the tool channel")
+        complete = b"\n" in data
+        if complete:
+            lines = self._inbox.split(b"\n")
+            self._inbox = lines.pop()
+            if any(len(line) > MAX_MESSAGE_BYTES for line in lines):
+                self._too_large()
+                return
+            self._lines.extend(lines)
+        if len(self._inbox) > MAX_MESSAGE_BYTES:
+            self._too_large()
             return
-        lines = self._inbox.split(b"\n")
-        self._inbox = lines.pop()
-        self._lines.extend(lines)
-        self._process()
+        if complete:
+            self._process()
+
+    def _too_large(self) -> None:
+        self._inbox = bytearray()
+        self._lines.clear()
+        limit = MAX_MESSAGE_BYTES // (1024 * 1024)
+        self._violate(f"it sent a message larger than {limit} MiB on the tool channel")
 
     def _process(self) -> None:
         while self._lines and not self._paused:

@@ -3,7 +3,9 @@ a program: hard rlimits, ``no_new_privs``, every capability dropped, Landlock (f
 abstract sockets and signals) and a seccomp filter (no new process, no socket, no exec, no
 ptrace, no signal to another process, no raised limit, nothing the server shares with it:
 System V IPC and POSIX message queues, the scheduling, priority, affinity and I/O priority of
-another process, a descriptor's owner for SIGIO). The filter does not depend on the Landlock
+another process, a descriptor's owner for SIGIO; no file metadata, which Landlock does not
+check: mode, owner, times, extended attributes, flags, file handles, leases, and no watch on a
+directory: inotify, fanotify, dnotify). The filter does not depend on the Landlock
 ABI: what an older Landlock does not scope (signals before ABI 6), seccomp refuses.
 
 Standard library only (``ctypes``): the worker runs ``python -I -S`` and loads this file by its
@@ -102,6 +104,68 @@ _DENIED = """
     mq_open mq_unlink mq_timedsend mq_timedreceive mq_notify mq_getsetattr
     kcmp migrate_pages move_pages process_madvise
 """.split()
+# File metadata and watches, which Landlock does not check (it checks opening, creating,
+# removing, renaming, linking and truncating; not a change of a file's mode, owner, times or
+# extended attributes, nor reading those attributes, nor a watch on a directory): refused
+# everywhere, so a program can neither mark a file beyond its scratch directory (nor its own
+# scratch directory: every file it can reach by a path), nor hand data to a later run through
+# an extended attribute, nor watch /tmp for other runs' scratch directories. ``stat`` stays
+# (the import system needs it). File handles (``name_to_handle_at``) name an inode outside
+# every path rule. Numbers per architecture: x86_64 from asm/unistd_64.h, aarch64 from the
+# generic table (no chmod, chown, lchown, utime, utimes, futimesat nor inotify_init there);
+# from 424 on the same everywhere (fchmodat2 452; the *xattrat calls 463-466, Linux 6.13;
+# file_getattr 468, file_setattr 469, Linux 6.17).
+_METADATA = """
+    chmod fchmod fchmodat fchmodat2 chown fchown lchown fchownat utime utimes futimesat
+    utimensat setxattr lsetxattr fsetxattr getxattr lgetxattr fgetxattr listxattr llistxattr
+    flistxattr removexattr lremovexattr fremovexattr setxattrat getxattrat listxattrat
+    removexattrat file_getattr file_setattr inotify_init inotify_init1 inotify_add_watch
+    inotify_rm_watch fanotify_init fanotify_mark name_to_handle_at open_by_handle_at
+""".split()
+_METADATA_COMMON = """
+    fchmodat2 452 setxattrat 463 getxattrat 464 listxattrat 465 removexattrat 466
+    file_getattr 468 file_setattr 469
+"""
+_METADATA_NUMBERS: dict[str, dict[str, int]] = {
+    "x86_64": _kernel._table(
+        """
+        chmod 90 fchmod 91 chown 92 fchown 93 lchown 94 utime 132 setxattr 188 lsetxattr 189
+        fsetxattr 190 getxattr 191 lgetxattr 192 fgetxattr 193 listxattr 194 llistxattr 195
+        flistxattr 196 removexattr 197 lremovexattr 198 fremovexattr 199 utimes 235
+        inotify_init 253 inotify_add_watch 254 inotify_rm_watch 255 fchownat 260
+        futimesat 261 fchmodat 268 utimensat 280 inotify_init1 294 fanotify_init 300
+        fanotify_mark 301 name_to_handle_at 303 open_by_handle_at 304
+        """
+        + _METADATA_COMMON
+    ),
+    "aarch64": _kernel._table(
+        """
+        setxattr 5 lsetxattr 6 fsetxattr 7 getxattr 8 lgetxattr 9 fgetxattr 10 listxattr 11
+        llistxattr 12 flistxattr 13 removexattr 14 lremovexattr 15 fremovexattr 16
+        inotify_init1 26 inotify_add_watch 27 inotify_rm_watch 28 fchmod 52 fchmodat 53
+        fchownat 54 fchown 55 utimensat 88 fanotify_init 262 fanotify_mark 263
+        name_to_handle_at 264 open_by_handle_at 265
+        """
+        + _METADATA_COMMON
+    ),
+}
+_NOT_ON_AARCH64 = frozenset("chmod chown lchown utime utimes futimesat inotify_init".split())
+# The same through a descriptor: a file's flags (chattr: FS_IOC_GETFLAGS, FS_IOC_SETFLAGS and
+# their 32-bit spellings), its project attributes (FS_IOC_FSGETXATTR, FS_IOC_FSSETXATTR), its
+# generation (FS_IOC_GETVERSION, FS_IOC_SETVERSION), all the same on both architectures; and
+# fcntl's directory watch (F_NOTIFY, dnotify) and lease (F_SETLEASE: it would hold back another
+# process opening the file).
+_FS_IOCTLS = (
+    0x80086601,
+    0x40086602,
+    0x80046601,
+    0x40046602,
+    0x801C581F,
+    0x401C5820,
+    0x80087601,
+    0x40087602,
+)
+_F_SETLEASE, _F_NOTIFY = 1024, 1026
 # Signals only to itself (its first argument is its own pid; kill(0, ...) is its own group).
 _SIGNALS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
 # Scheduling of its own process only (the pid, the first argument, is 0 or its own; a thread's
@@ -270,6 +334,13 @@ def seccomp_filter(arch: str, own_pid: int) -> bytes:
     for name in _DENIED:
         if name in numbers:
             prog += [(_JEQ, 0, 1, numbers[name]), (_RET, 0, 0, deny)]
+    metadata = _METADATA_NUMBERS[arch]
+    for name in _METADATA:
+        if name not in metadata:  # a name missing from the table would pass unseen
+            if arch == "aarch64" and name in _NOT_ON_AARCH64:
+                continue
+            raise KeyError(f"no {arch} number for {name}")
+        prog += [(_JEQ, 0, 1, metadata[name]), (_RET, 0, 0, deny)]
     # clone3 hides its flags behind a pointer: ENOSYS makes the C library fall back to clone.
     prog += [(_JEQ, 0, 1, numbers["clone3"]), (_RET, 0, 0, _RET_ERRNO | errno.ENOSYS)]
     # clone: threads only.
@@ -292,8 +363,10 @@ def seccomp_filter(arch: str, own_pid: int) -> bytes:
     ]
     for name, pid_arg, which in _OWN_SCHEDULING:
         prog += _own_process_only(numbers[name], pid_arg, which, own_pid)
-    prog += _refused_values(numbers["fcntl"], 1, (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX))
-    prog += _refused_values(numbers["ioctl"], 1, (_FIOSETOWN, _SIOCSPGRP))
+    prog += _refused_values(
+        numbers["fcntl"], 1, (_F_SETOWN, _F_SETSIG, _F_SETOWN_EX, _F_SETLEASE, _F_NOTIFY)
+    )
+    prog += _refused_values(numbers["ioctl"], 1, (_FIOSETOWN, _SIOCSPGRP, *_FS_IOCTLS))
     # Signals: to itself only (the kernel reads a pid argument's low 32 bits).
     for name in _SIGNALS:
         prog += [
@@ -356,12 +429,15 @@ def install_seccomp(libc: ctypes.CDLL, arch: str) -> None:
 
 def interpreter_paths() -> list[str]:
     """What the worker may read: the standard library (each entry, so site-packages stays
-    out), the directories of the shared libraries it has mapped and the system's library
-    directories (extension modules load theirs lazily), the loader's cache, time zones."""
+    out), the shared libraries it has mapped (each file) and the system's library directories
+    (extension modules load theirs lazily), the loader's cache, time zones. A library
+    directory that holds Python packages (``site-packages``, ``dist-packages``, a ``python*``
+    directory: libpython's own directory holds the interpreter's ``lib/python3.X`` with its
+    site-packages) is granted entry by entry, without those."""
     paths: set[str] = set()
     stdlib = os.path.dirname(os.__file__)
     for entry in os.listdir(stdlib):
-        if entry not in ("site-packages", "dist-packages"):
+        if not _holds_packages(os.path.join(stdlib, entry)):
             paths.add(os.path.join(stdlib, entry))
     try:
         with open("/proc/self/maps") as maps:
@@ -371,14 +447,34 @@ def interpreter_paths() -> list[str]:
                 name = os.path.basename(mapped)
                 # Shared objects only (never a deleted file's or a memfd's "directory").
                 if mapped.startswith("/") and (name.endswith(".so") or ".so." in name):
-                    paths.add(os.path.dirname(mapped))
+                    paths.add(mapped)
     except OSError:
         pass
     multiarch = getattr(sys.implementation, "_multiarch", "")
     for base in ("/lib", "/usr/lib", "/lib64", "/usr/lib64"):
-        paths.add(os.path.join(base, multiarch) if multiarch else base)
-    paths.update(("/lib64", "/etc/ld.so.cache", "/usr/share/zoneinfo"))
+        paths.update(_without_packages(os.path.join(base, multiarch) if multiarch else base))
+    paths.update(_without_packages("/lib64"))
+    paths.update(("/etc/ld.so.cache", "/usr/share/zoneinfo"))
     return sorted(os.path.realpath(p) for p in paths)
+
+
+def _holds_packages(path: str) -> bool:
+    """Whether ``path`` is, or is a ``python*`` directory that may hold, Python packages."""
+    name = os.path.basename(path)
+    if name in ("site-packages", "dist-packages"):
+        return True
+    return name.startswith("python") and os.path.isdir(path)
+
+
+def _without_packages(directory: str) -> list[str]:
+    """``directory`` itself, or, when it holds Python packages, each of its other entries."""
+    try:
+        entries = [os.path.join(directory, entry) for entry in os.listdir(directory)]
+    except OSError:
+        return [directory]  # not a directory, or absent: _add_path_rule decides
+    if not any(_holds_packages(entry) for entry in entries):
+        return [directory]
+    return [entry for entry in entries if not _holds_packages(entry)]
 
 
 def confine(config: dict[str, Any]) -> dict[str, Any]:

@@ -103,11 +103,12 @@ def decode(line: bytes) -> Any:
 class Channel:
     """The worker's end: calls wait on futures of whichever loop runs the program."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, max_message: int = 4 * 1024 * 1024) -> None:
         import asyncio  # here, not at the top: the worker imports it once the ssl module is gone
 
         self.running_loop = asyncio.get_running_loop
         self.sock = sock
+        self.max_message = max_message  # the server stops a program sending a longer line
         self.pending: dict[int, Any] = {}  # id -> the caller's future
         self.next_id = 0
         self.buffer = b""
@@ -147,6 +148,12 @@ class Channel:
             raise ToolCallError(
                 "INVALID_ARGS", f"{name}: arguments must be JSON values ({exc})"
             ) from None
+        if len(line) > self.max_message:
+            raise ToolCallError(
+                "INVALID_ARGS",
+                f"{name}: arguments of {len(line):,} bytes; a call carries at most "
+                f"{self.max_message // (1024 * 1024)} MiB",
+            )
         self.next_id += 1
         call_id = self.next_id
         # The only call in flight, and nothing else of the program ready to run: the reply is
@@ -446,7 +453,7 @@ def main(argv: list[str]) -> None:
         os.close(fd)
         if fd == 0:  # it came as stdin: a program reads an empty stdin, as before the move
             os.open(os.devnull, os.O_RDONLY)  # the lowest free descriptor: 0
-    channel = Channel(socket.socket(fileno=CHANNEL_FD))
+    channel = Channel(socket.socket(fileno=CHANNEL_FD), int(config["max_message"]))
     loop = asyncio.new_event_loop()  # before seccomp: it makes its self-pipe socket
     try:
         report = sandbox.confine(config)
