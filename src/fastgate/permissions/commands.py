@@ -52,7 +52,7 @@ from fastgate.permissions.shell import (
     parse_command,
 )
 from fastgate.permissions.wrappers import WRAPPERS, is_assignment, unwrap
-from fastgate.permissions.writes import takes_operands, tree_words, written_words
+from fastgate.permissions.writes import guessed_words, takes_operands, tree_words, written_words
 
 SHELLS = frozenset(
     {
@@ -201,6 +201,8 @@ class CommandFacts:
     base_unknown: bool = False
     write_words: tuple[Word, ...] = ()  # words naming files it writes (see ``writes``)
     tree_words: tuple[Word, ...] = ()  # of those, directories whose whole tree it changes
+    # The words of a program not known to write nothing (see ``writes.guessed_words``).
+    guessed_write_words: tuple[Word, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -380,9 +382,11 @@ def _analyze(
         why_unknown = why_unknown or "wrappers nested too deeply"
     dirs.ran(cmd, seen, moved)
     trees: list[Word] = []
+    guessed: list[Word] = []
     for form in forms:
         written.extend(written_words(form))
         trees.extend(tree_words(form))
+        guessed.extend(guessed_words(form))
     if _fed_by_xargs(forms) and takes_operands(program_name(current[0])):
         written.append(_XARGS_INPUT)  # xargs appends operands known only at run time
     if place.unknown and not blocker:
@@ -406,6 +410,7 @@ def _analyze(
             place.unknown,
             tuple(dict.fromkeys(written)),
             tuple(dict.fromkeys(trees)),
+            tuple(dict.fromkeys(guessed)),
         )
     )
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import glob
 import itertools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import msgspec
@@ -215,7 +215,12 @@ def command_paths(analysis: CommandAnalysis, root: str) -> CommandPaths | None:
     for facts in analysis.commands:
         words = [*facts.path_words, *(w for form in facts.forms[1:] for w in form[1:])]
         whole = set(facts.tree_words)
-        for group, written in ((words, False), (facts.write_words, True)):
+        groups: tuple[tuple[Sequence[Word], bool, bool], ...] = (
+            (words, False, False),
+            (facts.write_words, True, False),
+            (facts.guessed_write_words, True, True),  # where they resolve; else as reads
+        )
+        for group, written, guessed in groups:
             for word in group:
                 value = _path_value(word)
                 if value is None:
@@ -231,7 +236,7 @@ def command_paths(analysis: CommandAnalysis, root: str) -> CommandPaths | None:
                     blind[word.text] = None
                 if relative and facts.base_unknown:
                     where = _below(value)
-                    if written:
+                    if written and not guessed:
                         blind[word.text] = None
                     elif where:
                         unplaced[where] = None

@@ -231,9 +231,37 @@ def _written_words(name: str, args: tuple[Word, ...]) -> list[Word]:
         return _find_writes(args)
     if name == "git":
         return _git_config_writes(args) + _git_writes(args)
-    if name in _READ_ONLY:
+    return []
+
+
+def guessed_words(form: tuple[Word, ...]) -> list[Word]:
+    """The words a program not known to write nothing may name a file it writes with, when it
+    is not a known writer (``written_words`` has those): its literal operands and option
+    values; for git, those of every command but the reading ones. Writes where they resolve;
+    where only run time knows the directory they are in, they count as the reads they may be
+    (a ``cd "$d" && make x`` asks for nothing it did not ask for before)."""
+    if not form or form[0].dynamic:
+        return []
+    name = os.path.basename(form[0].value)
+    args = form[1:]
+    if name == "git":
+        found = _git_command(args)
+        if found is None or found[0] in _GIT_READ_ONLY:
+            return []
+        return _every_named(found[1])
+    if name in _READ_ONLY or _known_writer(name):
         return []
     return _every_named(args)
+
+
+def _known_writer(name: str) -> bool:
+    return (
+        name in _EVERY_OPERAND
+        or name in _DESTINATION
+        or name in _IN_PLACE
+        or name in _OUTPUT_OPTIONS
+        or name in ("awk", "gawk", "dd", "find")
+    )
 
 
 def _every_named(args: tuple[Word, ...]) -> list[Word]:
@@ -255,10 +283,9 @@ def _every_named(args: tuple[Word, ...]) -> list[Word]:
     return out
 
 
-def _git_writes(args: tuple[Word, ...]) -> list[Word]:
-    """The files a git command's words may name, for a command not known to write none of
-    them; and ``.git/config`` for the commands and options that set an upstream, a remote, a
-    submodule or a worktree."""
+def _git_command(args: tuple[Word, ...]) -> tuple[str, tuple[Word, ...], str] | None:
+    """(the git command, its words, the directory of ``-C``), or None when there is none known
+    before it runs (the analysis calls such a command unknown anyway)."""
     i = 0
     directory = ""
     while i < len(args) and args[i].value.startswith("-"):
@@ -270,19 +297,24 @@ def _git_writes(args: tuple[Word, ...]) -> list[Word]:
             continue
         i += 1
     if i >= len(args) or args[i].dynamic:
-        return []  # no command, or one known only at run time (unknown to the analysis anyway)
-    command, rest = args[i].value, args[i + 1 :]
+        return None
+    return args[i].value, args[i + 1 :], directory
+
+
+def _git_writes(args: tuple[Word, ...]) -> list[Word]:
+    """What a git command writes for sure: ``.git/config`` for the commands and options that
+    set an upstream, a remote, a submodule or a worktree, and an ``--output`` file."""
+    found = _git_command(args)
+    if found is None:
+        return []
+    command, rest, directory = found
     out: list[Word] = []
     if command in _GIT_CONFIG_COMMANDS or any(
         w.value in _GIT_UPSTREAM_OPTIONS or w.value.startswith("--set-upstream-to=") for w in rest
     ):
         target = os.path.join(directory, ".git/config")
         out.append(Word(target, target))
-    if command not in _GIT_READ_ONLY:
-        out += _every_named(rest)
-    else:  # ``git diff --output=F``, ``git log --output F``
-        out += _option_values(rest, ("--output", "--output-directory"))
-    return out
+    return out + _option_values(rest, ("--output", "--output-directory"))
 
 
 def _operands(args: tuple[Word, ...]) -> list[Word]:
