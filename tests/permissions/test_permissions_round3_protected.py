@@ -244,7 +244,7 @@ def test_bash_writes_to_protected_paths_ask(
         "uniq payload.json out.json",
         'gh pr create --title t --body "$(cat .claude/notes.md)"',
         'cd "$D" && make test',  # a program's words, in a directory only run time knows
-        "for d in */; do (cd \"$d\" && npm test); done",
+        'for d in */; do (cd "$d" && npm test); done',
     ],
 )
 def test_other_writes_and_reads_are_not_protected(command: str, tmp_path: Path) -> None:
