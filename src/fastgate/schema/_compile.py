@@ -143,7 +143,6 @@ class _Compiler:
             self.engine.finish_node(node, _STRUCTURE)
             _find_discriminator(node)
         _reject_stationary_cycles(root, self.pointer_of)
-        _reject_blowups(root, self.pointer_of)
         return root
 
     # -- one location ---------------------------------------------------------------------------
@@ -509,14 +508,16 @@ def _stationary_edges(node: core.Node) -> list[core.Node]:
 
 
 def _reject_stationary_cycles(root: core.Node, pointer_of: Callable[[core.Node], str]) -> None:
-    """Run a cycle search from every node reachable from the root (each node searched once)."""
+    """Run a cycle search from every node reachable from the root (each node searched once),
+    counting on the way the checks a value meets at each node's place (see ``_reject_blowup``)."""
     state: dict[int, int] = {}  # id(node) -> 1 while on a DFS path, 2 when finished
+    walk = _Walk()
     seen = {id(root)}
     todo = [root]
     while todo:
         node = todo.pop()
         if id(node) not in state:
-            _reject_from(node, state, pointer_of)
+            _reject_from(node, state, walk, pointer_of)
         for nxt in (
             *_stationary_edges(node),
             *node.properties.values(),
@@ -526,19 +527,41 @@ def _reject_stationary_cycles(root: core.Node, pointer_of: Callable[[core.Node],
             if id(nxt) not in seen:
                 seen.add(id(nxt))
                 todo.append(nxt)
+    _reject_blowup(walk, len(seen), pointer_of)
+
+
+class _Walk:
+    """What the cycle search counts: per node, the checks a value at its place meets (its own
+    and, through its same-place edges, theirs), and the edges."""
+
+    __slots__ = ("checks", "links", "nodes")
+
+    def __init__(self) -> None:
+        self.checks: dict[int, int] = {}
+        self.nodes: dict[int, core.Node] = {}
+        self.links = 0
 
 
 def _reject_from(
-    start: core.Node, state: dict[int, int], pointer_of: Callable[[core.Node], str]
+    start: core.Node, state: dict[int, int], walk: _Walk, pointer_of: Callable[[core.Node], str]
 ) -> None:
-    """Iterative three-colour DFS over same-location edges: a back edge is a stationary cycle."""
+    """Iterative three-colour DFS over same-location edges: a back edge is a stationary cycle.
+    A node's count is made when it is finished, from its edges' (finished before it)."""
     state[id(start)] = 1
-    stack: list[tuple[core.Node, list[core.Node]]] = [(start, _stationary_edges(start))]
+    first = _stationary_edges(start)
+    stack: list[tuple[core.Node, list[core.Node], list[core.Node]]] = [(start, list(first), first)]
+    checks = walk.checks
     while stack:
-        node, edges = stack[-1]
+        node, edges, every = stack[-1]
         if not edges:
             state[id(node)] = 2
             stack.pop()
+            total = 1
+            for edge in every:
+                total += checks[id(edge)]
+            checks[id(node)] = min(total, _SATURATED)
+            walk.nodes[id(node)] = node
+            walk.links += len(every)
             continue
         nxt = edges.pop()
         mark = state.get(id(nxt), 0)
@@ -550,7 +573,8 @@ def _reject_from(
             )
         if mark == 0:
             state[id(nxt)] = 1
-            stack.append((nxt, _stationary_edges(nxt)))
+            following = _stationary_edges(nxt)
+            stack.append((nxt, list(following), following))
 
 
 # Subschemas one instance location may be checked against, counting each time a shared one
@@ -559,63 +583,22 @@ def _reject_from(
 # shared targets a value meets each subschema once per edge leading to it, so the bound grows
 # with the schema (its subschemas and their edges).
 MAX_CHECKS_AT_ONE_PLACE: Final = 100_000
+_SATURATED: Final = 1 << 62
 
 
-def _reject_blowups(root: core.Node, pointer_of: Callable[[core.Node], str]) -> None:
+def _reject_blowup(walk: _Walk, nodes: int, pointer_of: Callable[[core.Node], str]) -> None:
     """Refuse a schema under which one value would be checked against more subschemas than
-    ``MAX_CHECKS_AT_ONE_PLACE`` or the schema's own subschemas and edges together: the
-    same-location edges form a DAG (cycles were rejected), so each node's count is its own plus
-    its edges' (memoized, saturating)."""
-    nodes = _reachable(root)
-    links = sum(len(_stationary_edges(node)) for node in nodes)
-    limit = max(MAX_CHECKS_AT_ONE_PLACE, len(nodes) + links)
-    count: dict[int, int] = {}
-    for start in nodes:
-        if id(start) in count:
-            continue
-        stack: list[list[Any]] = [[start, _stationary_edges(start), 1]]
-        while stack:
-            frame = stack[-1]
-            edges: list[core.Node] = frame[1]
-            if edges:
-                known = count.get(id(edges[-1]))
-                if known is None:
-                    stack.append([edges[-1], _stationary_edges(edges[-1]), 1])
-                    continue
-                edges.pop()
-                frame[2] = min(frame[2] + known, limit + 1)
-                continue
-            stack.pop()
-            node, total = frame[0], frame[2]
-            if total > limit:
-                raise SchemaError(
-                    f"a value here would be checked against more than {limit:,} subschemas "
-                    "($ref targets reached again and again through allOf/anyOf/oneOf): "
-                    "validation could take hours",
-                    pointer=_where(pointer_of(node)),
-                    keyword="$ref",
-                )
-            count[id(node)] = total
-
-
-def _reachable(root: core.Node) -> list[core.Node]:
-    """Every node reachable from ``root``, each once."""
-    seen = {id(root)}
-    found = [root]
-    todo = [root]
-    while todo:
-        node = todo.pop()
-        for nxt in (
-            *_stationary_edges(node),
-            *node.properties.values(),
-            *node.prefix,
-            *(n for n in (node.items, node.additional) if n is not None),
-        ):
-            if id(nxt) not in seen:
-                seen.add(id(nxt))
-                found.append(nxt)
-                todo.append(nxt)
-    return found
+    ``MAX_CHECKS_AT_ONE_PLACE`` or the schema's own subschemas and edges together."""
+    limit = max(MAX_CHECKS_AT_ONE_PLACE, nodes + walk.links)
+    for key, total in walk.checks.items():
+        if total > limit:
+            raise SchemaError(
+                f"a value here would be checked against more than {limit:,} subschemas "
+                "($ref targets reached again and again through allOf/anyOf/oneOf): "
+                "validation could take hours",
+                pointer=_where(pointer_of(walk.nodes[key])),
+                keyword="$ref",
+            )
 
 
 def compile_json_schema(
