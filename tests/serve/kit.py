@@ -239,6 +239,34 @@ def gateway_process(*args: str, cwd: Path, **options: Any) -> Iterator[GatewayPr
 # -- the wire, by hand ------------------------------------------------------------------------
 
 
+ACCEPT: dict[str, str] = {"accept": "application/json, text/event-stream"}
+INITIALIZE: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+
+
+async def legacy_session(http: httpx.AsyncClient, url: str) -> dict[str, str]:
+    """A 2025-11-25 session opened as a client opens one (initialize, then initialized): the
+    headers its requests carry."""
+    opened = await http.post(url, json=INITIALIZE, headers=ACCEPT)
+    headers = {
+        **ACCEPT,
+        "mcp-session-id": opened.headers["mcp-session-id"],
+        "mcp-protocol-version": "2025-11-25",
+    }
+    await http.post(
+        url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers
+    )
+    return headers
+
+
 def modern_envelope(elicits: bool = True) -> dict[str, Any]:
     capabilities: dict[str, Any] = {"elicitation": {"form": {}}} if elicits else {}
     return {

@@ -14,7 +14,7 @@ import pytest
 
 from fastgate import PermissionConfig, SqliteToolUseStore
 from fastgate.serve import Gateway, GatewayAudit
-from tests.serve.kit import executor, post_modern, rpc_result, serving
+from tests.serve.kit import executor, legacy_session, post_modern, rpc_result, serving
 
 
 def _digest(arguments: dict[str, Any]) -> str:
@@ -65,29 +65,7 @@ async def _legacy_twice(
     http: httpx.AsyncClient, url: str, arguments: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """The older era: one request re-sent on its session (the journal answers it)."""
-    accept = {"accept": "application/json, text/event-stream"}
-    opened = await http.post(
-        url,
-        json={
-            "jsonrpc": "2.0",
-            "id": 0,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "t", "version": "1"},
-            },
-        },
-        headers=accept,
-    )
-    session = {
-        **accept,
-        "mcp-session-id": opened.headers["mcp-session-id"],
-        "mcp-protocol-version": "2025-11-25",
-    }
-    await http.post(
-        url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session
-    )
+    session = await legacy_session(http, url)
     call = {
         "jsonrpc": "2.0",
         "id": 7,

@@ -16,27 +16,18 @@ import fastgate
 from fastgate import SchedulerLimits, ToolKind
 from fastgate.serve import Gateway
 from tests.serve.kit import (
+    ACCEPT,
+    INITIALIZE,
     MODERN,
     client,
     executor,
+    legacy_session,
     post_modern,
     registry,
     rpc_result,
     serving,
     tokens_file,
 )
-
-ACCEPT = {"accept": "application/json, text/event-stream"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "t", "version": "1"},
-    },
-}
 
 
 def _error(response: httpx.Response) -> dict[str, Any]:
@@ -48,19 +39,6 @@ def _error(response: httpx.Response) -> dict[str, Any]:
     assert "error" in message, message
     found: dict[str, Any] = message["error"]
     return found
-
-
-async def _legacy_session(http: httpx.AsyncClient, url: str) -> dict[str, str]:
-    opened = await http.post(url, json=INITIALIZE, headers=ACCEPT)
-    headers = {
-        **ACCEPT,
-        "mcp-session-id": opened.headers["mcp-session-id"],
-        "mcp-protocol-version": "2025-11-25",
-    }
-    await http.post(
-        url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers
-    )
-    return headers
 
 
 def _settled(gateway: Gateway) -> None:
@@ -76,7 +54,7 @@ async def test_oversized_bodies_are_413_before_anything_is_read_into_the_pipelin
     async with serving(gateway) as url, httpx.AsyncClient() as http:
         modern = await post_modern(http, url, "tools/call", big)
         assert modern.status_code == 413
-        headers = await _legacy_session(http, url)
+        headers = await legacy_session(http, url)
         legacy = await http.post(
             url,
             json={"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": big},
@@ -116,7 +94,7 @@ async def test_malformed_json_rpc_unknown_methods_and_batches_get_json_rpc_error
         no_name = await post_modern(http, url, "tools/call", {"arguments": {}})
         assert _error(no_name)["code"] in (-32602, -32600)
 
-        headers = await _legacy_session(http, url)
+        headers = await legacy_session(http, url)
         legacy_bad = await http.post(
             url, content=b"{nope", headers={**headers, "content-type": "application/json"}
         )

@@ -20,6 +20,7 @@ from fastgate.serve import Gateway
 from tests.serve.kit import (
     client,
     executor,
+    legacy_session,
     post_modern,
     registry,
     rpc_result,
@@ -29,7 +30,6 @@ from tests.serve.kit import (
 )
 
 RUNS: list[str] = []
-ACCEPT = {"accept": "application/json, text/event-stream"}
 
 
 @fastgate.tool(kind=ToolKind.EXECUTE)
@@ -66,28 +66,7 @@ def _meta_of(response: httpx.Response) -> dict[str, Any]:
 
 async def test_a_request_re_sent_on_its_session_gets_the_recorded_result(tmp_path: Path) -> None:
     async with journaled(tmp_path) as (_, url), httpx.AsyncClient() as http:
-        opened = await http.post(
-            url,
-            json={
-                "jsonrpc": "2.0",
-                "id": 0,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "t", "version": "1"},
-                },
-            },
-            headers=ACCEPT,
-        )
-        session = {
-            **ACCEPT,
-            "mcp-session-id": opened.headers["mcp-session-id"],
-            "mcp-protocol-version": "2025-11-25",
-        }
-        await http.post(
-            url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session
-        )
+        session = await legacy_session(http, url)
         call = {
             "jsonrpc": "2.0",
             "id": 7,

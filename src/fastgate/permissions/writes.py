@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
+from typing import NamedTuple
 
 from fastgate.permissions.shell import Word
 
@@ -141,6 +142,19 @@ _GIT_OPTIONS_WITH_ARGUMENT = frozenset(
 # words counts as written too.
 _RECURSIVE = frozenset({"rm", "chmod", "chown", "chgrp", "setfacl", "chattr"})
 _RECURSIVE_FLAGS = frozenset({"-r", "-R", "--recursive"})
+# Every program ``_written_words`` knows the writes of (its words are not guessed at).
+_KNOWN_WRITERS = (
+    _EVERY_OPERAND
+    | _DESTINATION
+    | _IN_PLACE
+    | frozenset(_OUTPUT_OPTIONS)
+    | {
+        "awk",
+        "gawk",
+        "dd",
+        "find",
+    }
+)
 # Programs that put a file into a destination directory under the source's own name.
 _INTO_DIRECTORY = frozenset({"cp", "install", "rsync", "scp", "mv", "ln"})
 
@@ -245,23 +259,13 @@ def guessed_words(form: tuple[Word, ...]) -> list[Word]:
     name = os.path.basename(form[0].value)
     args = form[1:]
     if name == "git":
-        found = _git_command(args)
-        if found is None or found[0] in _GIT_READ_ONLY:
+        found = _git_call(args)
+        if found is None or found.command in _GIT_READ_ONLY:
             return []
-        return _every_named(found[1])
-    if name in _READ_ONLY or _known_writer(name):
+        return _every_named(found.rest)
+    if name in _READ_ONLY or name in _KNOWN_WRITERS:
         return []
     return _every_named(args)
-
-
-def _known_writer(name: str) -> bool:
-    return (
-        name in _EVERY_OPERAND
-        or name in _DESTINATION
-        or name in _IN_PLACE
-        or name in _OUTPUT_OPTIONS
-        or name in ("awk", "gawk", "dd", "find")
-    )
 
 
 def _every_named(args: tuple[Word, ...]) -> list[Word]:
@@ -283,38 +287,49 @@ def _every_named(args: tuple[Word, ...]) -> list[Word]:
     return out
 
 
-def _git_command(args: tuple[Word, ...]) -> tuple[str, tuple[Word, ...], str] | None:
-    """(the git command, its words, the directory of ``-C``), or None when there is none known
-    before it runs (the analysis calls such a command unknown anyway)."""
-    i = 0
+class _GitCall(NamedTuple):
+    command: str
+    rest: tuple[Word, ...]  # the command's own words
+    config: str  # the repository's configuration file: ``--git-dir``'s, else ``-C``'s
+
+
+def _git_call(args: tuple[Word, ...]) -> _GitCall | None:
+    """The git command of ``args`` (git's own options read past), or None when there is none
+    known before it runs (the analysis calls such a command unknown anyway)."""
     directory = ""
+    git_dir = ""
+    i = 0
     while i < len(args) and args[i].value.startswith("-"):
         value = args[i].value
         if value in _GIT_OPTIONS_WITH_ARGUMENT and i + 1 < len(args):
             if value == "-C":
                 directory = os.path.join(directory, args[i + 1].value)
+            elif value == "--git-dir":
+                git_dir = args[i + 1].value
             i += 2
             continue
+        if value.startswith("--git-dir="):
+            git_dir = value.split("=", 1)[1]
         i += 1
     if i >= len(args) or args[i].dynamic:
         return None
-    return args[i].value, args[i + 1 :], directory
+    config = os.path.join(git_dir, "config") if git_dir else os.path.join(directory, ".git/config")
+    return _GitCall(args[i].value, args[i + 1 :], config)
 
 
 def _git_writes(args: tuple[Word, ...]) -> list[Word]:
     """What a git command writes for sure: ``.git/config`` for the commands and options that
     set an upstream, a remote, a submodule or a worktree, and an ``--output`` file."""
-    found = _git_command(args)
+    found = _git_call(args)
     if found is None:
         return []
-    command, rest, directory = found
     out: list[Word] = []
-    if command in _GIT_CONFIG_COMMANDS or any(
-        w.value in _GIT_UPSTREAM_OPTIONS or w.value.startswith("--set-upstream-to=") for w in rest
+    if found.command in _GIT_CONFIG_COMMANDS or any(
+        w.value in _GIT_UPSTREAM_OPTIONS or w.value.startswith("--set-upstream-to=")
+        for w in found.rest
     ):
-        target = os.path.join(directory, ".git/config")
-        out.append(Word(target, target))
-    return out + _option_values(rest, ("--output", "--output-directory"))
+        out.append(Word(found.config, found.config))
+    return out + _option_values(found.rest, ("--output", "--output-directory"))
 
 
 def _operands(args: tuple[Word, ...]) -> list[Word]:
@@ -378,24 +393,10 @@ def _find_writes(args: tuple[Word, ...]) -> list[Word]:
 def _git_config_writes(args: tuple[Word, ...]) -> list[Word]:
     """``git config`` that sets or removes a value writes the repository's ``.git/config`` (or
     the ``--file`` it names)."""
-    directory = ""
-    git_dir = ""
-    i = 0
-    while i < len(args) and args[i].value.startswith("-"):
-        value = args[i].value
-        if value in _GIT_OPTIONS_WITH_ARGUMENT and i + 1 < len(args):
-            if value == "-C":
-                directory = os.path.join(directory, args[i + 1].value)
-            elif value == "--git-dir":
-                git_dir = args[i + 1].value
-            i += 2
-            continue
-        if value.startswith("--git-dir="):
-            git_dir = value.split("=", 1)[1]
-        i += 1
-    if i >= len(args) or args[i].value != "config":
+    found = _git_call(args)
+    if found is None or found.command != "config":
         return []
-    rest = args[i + 1 :]
+    rest = found.rest
     values = [w.value for w in rest]
     scoped = _option_values(rest, ("-f", "--file"))
     if any(v in ("--global", "--system", "--blob") or v.startswith("--blob=") for v in values):
@@ -412,5 +413,4 @@ def _git_config_writes(args: tuple[Word, ...]) -> list[Word]:
         return []
     if scoped:
         return scoped
-    target = os.path.join(git_dir, "config") if git_dir else os.path.join(directory, ".git/config")
-    return [Word(target, target)]
+    return [Word(found.config, found.config)]

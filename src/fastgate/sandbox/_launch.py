@@ -24,7 +24,7 @@ from fastgate.processes import Plan, Process
 from fastgate.sandbox import _planner
 from fastgate.sandbox._network import NetworkEvent
 from fastgate.sandbox._policy import SandboxPolicy
-from fastgate.sandbox._proxy import NetworkProxy
+from fastgate.sandbox._proxy import NetworkProxy, proxy_environment
 from fastgate.sandbox._support import SandboxSupport, host, sandbox_support, warn_unconfined
 
 
@@ -94,7 +94,7 @@ class Confinement:
         environment = {"TMPDIR": "/tmp"}
         if proxy is not None:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            environment.update(_proxy_environment(f"http://127.0.0.1:{_planner.PROXY_PORT}"))
+            environment.update(proxy_environment(f"http://127.0.0.1:{_planner.PROXY_PORT}"))
         try:
             if theirs is None:
                 steps = _planner.namespace_plan(where, policy, arch=arch, landlock_abi=abi)
@@ -177,13 +177,6 @@ class Confinement:
         if self._temporary is not None:
             await asyncio.to_thread(shutil.rmtree, self._temporary, True)
             self._temporary = None
-
-
-def _proxy_environment(url: str) -> dict[str, str]:
-    env = {name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")}
-    env.update({name.lower(): url for name in env})
-    env["NO_PROXY"] = env["no_proxy"] = ""
-    return env
 
 
 async def _adopt_listener(channel: socket.socket, proxy: NetworkProxy) -> None:

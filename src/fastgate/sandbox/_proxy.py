@@ -52,6 +52,15 @@ async def system_resolver(host: str, port: int) -> Sequence[str]:
     return [str(info[4][0]).partition("%")[0] for info in infos]
 
 
+def proxy_environment(url: str) -> dict[str, str]:
+    """The variables that send a program's HTTP(S) through the proxy at ``url``, and nothing
+    past it (``NO_PROXY`` empty)."""
+    env = {name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")}
+    env.update({name.lower(): url for name in env})
+    env["NO_PROXY"] = env["no_proxy"] = ""
+    return env
+
+
 class NetworkProxy:
     """fastgate's HTTP proxy (``CONNECT`` and plain HTTP) for one call under ``policy``.
 
@@ -154,10 +163,7 @@ class NetworkProxy:
         url = self.url
         if self._credential_text is not None:
             url = url.replace("http://", f"http://fastgate:{self._credential_text}@", 1)
-        env = {name: url for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")}
-        env.update({name.lower(): url for name in env})
-        env["NO_PROXY"] = env["no_proxy"] = ""
-        return env
+        return proxy_environment(url)
 
     @property
     def events(self) -> tuple[NetworkEvent, ...]:
