@@ -183,6 +183,12 @@ STEPS = st.sampled_from(
         "cd ..",
         "cd -P l",
         "cd l/..",
+        "cd -P l/..",
+        "cd l",
+        "cd m/../..",
+        "cd -L l/../b",
+        "set -P",
+        "set +o physical",
         "cd -",
         "cd",
         "pushd a >/dev/null",
@@ -216,17 +222,24 @@ def directory_scripts(draw: st.DrawFn) -> str:
 def tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     base = tmp_path_factory.mktemp("directories")
     root = base / "root"
-    for d in ("a/b", "b", "a/c"):
+    for d in ("a/b", "b/x", "a/c"):
         (root / d).mkdir(parents=True)
     (root / "l").symlink_to(root / "a" / "c")
+    (root / "a" / "c" / "m").symlink_to(root / "b" / "x")  # where ``l/m/..`` climbs differs
+    (root / "f").symlink_to(root / "a" / "b" / "f")  # the file ``f`` there is another file
     home = base / "home"
     home.mkdir()
     bin_dir = base / "bin"
     bin_dir.mkdir()
-    look = bin_dir / "look"  # logs the absolute path of each argument, as its caller's cwd sees it
-    look.write_text('#!/bin/sh\nfor a; do printf "%s\\n" "$(pwd -L)/$a" >> "$LOOK_LOG"; done\n')
+    # logs each argument as its caller's ``$PWD`` spells it, and the file the kernel opens
+    look = bin_dir / "look"
+    look.write_text(
+        "#!/bin/sh\n"
+        'for a; do printf "L %s\\nP %s\\n" "$(pwd -L)/$a" "$(realpath -m -- "$a")"'
+        ' >> "$LOOK_LOG"; done\n'
+    )
     look.chmod(0o755)
-    for name in ("true", "false"):
+    for name in ("true", "false", "realpath"):
         found = shutil.which(name)
         if found is not None:
             (bin_dir / name).symlink_to(found)
@@ -241,6 +254,11 @@ def tree(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
 )
 @given(script=directory_scripts())
 @example(script=" ; ".join(["cd .."] * 7) + " ; look f")  # up to / (the root is 5 levels down)
+# the two readings of ``..`` mixed: logical then physical, physical then logical, a fallback
+@example(script="cd l/.. && cd -P l ; look f")
+@example(script="cd l/.. && look f ; look f")
+@example(script="cd -P l && cd m/../.. ; look f")
+@example(script="set -P ; cd l ; set +o physical ; cd m/../.. ; look f")
 def test_every_file_bash_opens_is_one_the_analysis_resolved(
     tree: tuple[Path, Path, Path], script: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -267,16 +285,64 @@ def test_every_file_bash_opens_is_one_the_analysis_resolved(
         timeout=10,
         check=False,
     )
-    # (at ``/``, ``$(pwd -L)/f`` is ``//f``, which normpath keeps as POSIX allows: Linux reads it
-    # as ``/f``)
-    opened = {"/" + os.path.normpath(line).lstrip("/") for line in log.read_text().splitlines()}
+    spelled: set[str] = set()
+    opened: set[str] = set()
+    for line in log.read_text().splitlines():
+        # (at ``/``, ``$(pwd -L)/f`` is ``//f``: POSIX keeps it, Linux reads it as ``/f``)
+        path = "/" + os.path.normpath(line[2:]).lstrip("/")
+        (spelled if line.startswith("L ") else opened).add(path)
     log.unlink()
     analysis = analyze_command(script)
     assert analysis.error is None, analysis.error
     found = command_paths(analysis, str(root))
     assert found is not None
-    resolved = {form for path in found.paths for form in (path.lexical, path.canonical)}
-    missed = opened - resolved
+    # the file itself is a path's canonical form; its spelling either form
+    canonical = {path.canonical for path in found.paths}
+    resolved = canonical | {path.lexical for path in found.paths}
+    missed = (opened - canonical) | (spelled - resolved)
     if missed:
         # only where the analysis said the directory is unknown
         assert found.unplaced, (script, sorted(missed))
+
+
+@pytest.fixture
+def linked(tmp_path: Path) -> Path:
+    """A workspace where the logical and the physical reading of ``..`` disagree: ``l`` links
+    to ``a/c``, ``a/c/m`` to ``b/x``; ``f`` (in the root) and ``a/g`` link to a secret."""
+    for d in ("a/b", "a/c", "b/x"):
+        (tmp_path / d).mkdir(parents=True)
+    (tmp_path / "a" / "b" / ".env").write_text("TOKEN=secret")
+    (tmp_path / "l").symlink_to(tmp_path / "a" / "c")
+    (tmp_path / "a" / "c" / "m").symlink_to(tmp_path / "b" / "x")
+    (tmp_path / "f").symlink_to(tmp_path / "a" / "b" / ".env")
+    (tmp_path / "a" / "g").symlink_to(tmp_path / "a" / "b" / ".env")
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cd l/.. && cat f",  # the logical ``..``: the root's f
+        "cd -L l/.. && cat f",
+        "cd l/.. && cd -P l/.. && cat g",  # logical, then physical from there: a/g
+    ],
+)
+def test_a_secret_reached_by_either_reading_of_dotdot_is_guarded(
+    command: str, linked: Path
+) -> None:
+    assert asks_as_guarded(ruling(command, linked, mode=YOLO)), command
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "cd -P l && cd m/../.. && cat g",  # physical, then logical: a/g
+        "cd -P l; cd m/../..; cat g",
+        "set -P; cd l; set +o physical; cd m/../.. && cat g",
+        "set -o physical; cd l; set +P; cd m/../.. && cat g",
+        "eval 'set -P'; cd l; set +P; cd m/../.. && cat g",
+    ],
+)
+def test_a_dotdot_after_mixed_readings_is_an_unknown_directory(command: str, linked: Path) -> None:
+    decided = ruling(command, linked, allow=(*CD_ALLOWED, "Bash(set:*)", "Bash(eval:*)"))
+    assert decided.decision is Decision.ASK, (command, decided)

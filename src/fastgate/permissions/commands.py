@@ -292,6 +292,7 @@ def _analyze(
         program = current[0]
         if program.dynamic or program.value.startswith("-"):
             # not known, or an option left over from a wrapper we misread
+            dirs.may_turn_physical()  # it may be a ``set -P``
             why_unknown = why_unknown or f"the program `{program.raw}` is known only at run time"
             break
         name = program_name(program)
@@ -299,6 +300,8 @@ def _analyze(
             if same_shell:
                 moved = dirs.moved_by(cmd, name, current[1:], seen)
             break
+        if name == "set" and _may_set_physical(current[1:]):
+            dirs.may_turn_physical()
         if name in SHELLS:
             result = _nested_shell(current[1:], cmd, out, depth, dirs, place)
             if result is None:
@@ -636,7 +639,7 @@ def _find_exec(
                     SimpleCommand(words=command),
                     out,
                     depth + 1,
-                    DirectoryTracker(start, dirs.searches),
+                    DirectoryTracker(start, dirs.searches, dirs.physical),
                 )
             i = j
         i += 1
@@ -803,6 +806,16 @@ def _is_process_substitution(word: Word) -> bool:
     return word.dynamic and word.raw.startswith(("<(", ">("))
 
 
+def _may_set_physical(args: tuple[Word, ...]) -> bool:
+    """Whether ``set args`` may turn ``-P`` (``-o physical``) on or off."""
+    return any(
+        word.dynamic
+        or word.value == "physical"
+        or (word.value[:1] in "-+" and "P" in word.value[1:])
+        for word in args
+    )
+
+
 def _analyze_text(
     text: str, out: list[CommandFacts], depth: int, dirs: DirectoryTracker, start: Place
 ) -> Place:
@@ -810,10 +823,12 @@ def _analyze_text(
     if depth + 1 > _MAX_NESTING:
         raise ShellSyntaxError("commands nested too deeply")
     simple, _ = parse_command(text)
-    nested = DirectoryTracker(start, dirs.searches)
+    nested = DirectoryTracker(start, dirs.searches, dirs.physical)
     for cmd in simple:
         _analyze(cmd, out, depth + 1, nested)
     _analyze_later(out, nested)
+    if nested.physical and not dirs.physical:  # ``eval "set -P"`` changes this shell
+        dirs.may_turn_physical()
     return nested.end()
 
 

@@ -10,9 +10,12 @@ line runs (``cd "$dir"``, ``cd -`` with no earlier ``cd``, a ``cd`` in a loop) m
 ``unknown``: relative words there name files nobody can check in advance.
 
 Each subshell (``( ... )``, every substitution, a pipeline element followed by ``|``) starts
-where its parent was and moves nothing outside. Paths are kept as written (``a/..`` stays), so
-that both bash's logical ``cd`` and the physical ``cd -P`` are checked: the resolver looks at
-the lexical and the canonical form of every path.
+where its parent was and moves nothing outside. Paths are kept as written (``a/..`` stays): a
+logical ``cd`` collapses ``..`` in the text (falling back to the physical directory when that
+fails), ``cd -P`` follows symlinks first, and the checker looks at a file in both directories.
+That covers one ``..`` step, not a chain that mixes the two readings (``cd -P a && cd l/..``,
+``cd l/.. && cd x && cd ..``): a ``..`` is followed only from a place every earlier step
+reached logically without one (``exact``); after any other it is ``unknown``.
 """
 
 from __future__ import annotations
@@ -29,22 +32,32 @@ _DIRECTORY_OPTIONS = frozenset("LPe@")
 class Place:
     bases: tuple[str, ...] = ("",)
     unknown: bool = False
+    # bash's ``$PWD`` is the base's text: every step to it was a logical ``cd`` without ``..``
+    exact: bool = True
 
     def __or__(self, other: Place) -> Place:
         bases = tuple(dict.fromkeys(self.bases + other.bases))
         unknown = self.unknown or other.unknown or len(bases) > MAX_BASES
-        return Place(bases[:MAX_BASES], unknown)
+        return Place(bases[:MAX_BASES], unknown, self.exact and other.exact)
 
-    def moved(self, target: str) -> Place:
-        """Where ``cd target`` leads from here."""
+    def moved(self, target: str, physical: bool = False) -> Place:
+        """Where ``cd target`` (``cd -P target`` when ``physical``) leads from here."""
+        climbs = ".." in target.split("/")
+        exact = not physical and not climbs
         if target.startswith(("/", "~")):
-            return Place((target,))
-        return Place(
-            tuple(dict.fromkeys(_joined(base, target) for base in self.bases)), self.unknown
-        )
+            return Place((target,), False, exact)
+        bases = tuple(dict.fromkeys(_joined(base, target) for base in self.bases))
+        if climbs and not self.exact:
+            # ``..`` from a directory reached physically, or by an earlier ``..``: which
+            # directory it climbs to depends on readings the checker does not combine
+            return Place(bases, True, False)
+        return Place(bases, self.unknown, self.exact and exact)
 
     def lost(self) -> Place:
-        return Place(self.bases, True)
+        return Place(self.bases, True, False)
+
+    def inexact(self) -> Place:
+        return self if not self.exact else Place(self.bases, self.unknown, False)
 
 
 START = Place()
@@ -74,11 +87,13 @@ class DirectoryTracker:
     """Follows the directory changes of one parsed command line, command by command, in the
     order the lexer listed them (the order bash runs them in)."""
 
-    __slots__ = ("_after", "_previous", "_shells", "later", "searches")
+    __slots__ = ("_after", "_previous", "_shells", "later", "physical", "searches")
 
-    def __init__(self, start: Place, searches: bool) -> None:
+    def __init__(self, start: Place, searches: bool, physical: bool = False) -> None:
         # ``searches``: ``cd name`` may look the name up in ``CDPATH`` (or ``cdable_vars``).
         self.searches = searches
+        # ``physical``: ``set -P`` may be on, so a plain ``cd`` may follow symlinks first
+        self.physical = physical
         self._shells: dict[tuple[int, ...], _Shell] = {(0,): _Shell(start)}
         self._after: dict[int, Place] = {}  # id(command) -> where the next ``&&`` runs
         self._previous: dict[int, Place] = {}  # id(command) -> ``$OLDPWD`` for the next ``&&``
@@ -124,6 +139,19 @@ class DirectoryTracker:
             return self._pushd(cmd, args, seen, shell)
         return self._popd(args, shell)
 
+    def may_turn_physical(self) -> None:
+        """A ``set`` that may change ``-P`` ran (or a command known only at run time, which
+        may be one): from now on every ``cd`` may be physical, and no directory reached so far
+        is known to be ``$PWD``'s text."""
+        self.physical = True
+        for shell in self._shells.values():
+            shell.anywhere = shell.anywhere.inexact()
+            shell.previous = shell.previous.inexact()
+            shell.stack = tuple(place.inexact() for place in shell.stack)
+        for places in (self._after, self._previous):
+            for key, place in places.items():
+                places[key] = place.inexact()
+
     def _previous_of(self, cmd: SimpleCommand) -> Place:
         """``$OLDPWD`` where ``cmd`` runs."""
         if cmd.after is not None:
@@ -150,7 +178,7 @@ class DirectoryTracker:
             shell = self._shells[scope] = parent.copy()
         return shell
 
-    def _target(self, cmd: SimpleCommand, word: Word, seen: Place) -> Place:
+    def _target(self, cmd: SimpleCommand, word: Word, seen: Place, physical: bool = False) -> Place:
         if word.dynamic:
             return NOWHERE
         value = word.value
@@ -166,7 +194,7 @@ class DirectoryTracker:
             )
         ):
             return NOWHERE  # ``CDPATH`` may send it anywhere
-        return seen.moved(value)
+        return seen.moved(value, physical or self.physical)
 
     def _cd(self, cmd: SimpleCommand, args: tuple[Word, ...], seen: Place) -> Place | None:
         operands = _operands(args, _DIRECTORY_OPTIONS)
@@ -174,11 +202,12 @@ class DirectoryTracker:
             return NOWHERE
         if len(operands) > 1:
             return None  # "too many arguments": it fails
+        physical = _last_of_l_and_p(args[: len(args) - len(operands)])
         if not operands:
-            return seen.moved("~")
+            return seen.moved("~", physical or self.physical)
         if not operands[0].dynamic and operands[0].value == "":
             return None
-        return self._target(cmd, operands[0], seen)
+        return self._target(cmd, operands[0], seen, physical)
 
     def _pushd(
         self, cmd: SimpleCommand, args: tuple[Word, ...], seen: Place, shell: _Shell
@@ -231,3 +260,13 @@ def _operands(args: tuple[Word, ...], letters: frozenset[str]) -> tuple[Word, ..
             continue
         break
     return args[i:]
+
+
+def _last_of_l_and_p(options: tuple[Word, ...]) -> bool:
+    """Whether ``cd``'s options end physical: of ``-L`` and ``-P``, the last one given wins."""
+    physical = False
+    for word in options:
+        for letter in word.value[1:]:
+            if letter in "LP":
+                physical = letter == "P"
+    return physical

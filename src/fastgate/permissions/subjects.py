@@ -240,8 +240,7 @@ def command_paths(analysis: CommandAnalysis, root: str) -> CommandPaths | None:
                         blind[word.text] = None
                     elif where:
                         unplaced[where] = None
-                for base in bases:
-                    located = _located(value, base)
+                for located in _placed(value, bases):
                     for candidate in _candidates(located, word.dynamic, root):
                         path = resolved.get(candidate)
                         if path is None:
@@ -285,6 +284,18 @@ def _located(value: str, base: str) -> str:
     if base.startswith("~"):
         base = os.path.expanduser(base)
     return base.rstrip("/") + "/" + value
+
+
+def _placed(value: str, bases: tuple[str, ...]) -> list[str]:
+    """``value`` in each directory a command may start in. A base that climbs (``l/..``) is
+    two directories: the text with ``..`` collapsed (a logical ``cd`` got there) and with
+    each symlink followed first (``cd -P``, or a logical one that fell back)."""
+    placed = []
+    for base in bases:
+        placed.append(_located(value, base))
+        if ".." in base.split("/"):
+            placed.append(_located(value, os.path.normpath(base)))
+    return placed
 
 
 def _below(value: str) -> str:
