@@ -6,6 +6,7 @@ the worker's tasks and its connections."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -476,3 +477,47 @@ async def _until_async(read: Callable[[], Awaitable[int]], want: int, what: str)
     while (got := await read()) != want:
         assert time.monotonic() < deadline, f"never {what}: {got}, not {want}"
         await asyncio.sleep(0.02)
+
+
+async def test_a_burst_of_one_off_sessions_is_reported_only_up_to_a_bound(
+    redis_server: RedisServer,
+) -> None:
+    # Every session seen since the last report used to be named in it, so a client making
+    # each call under a new session id made the refresh script, which blocks Redis for every
+    # worker, as long as it liked. Idle sessions are now reported newest first, up to a bound;
+    # sessions with calls running or waiting always are.
+    from fastgate.cluster._redis import MAX_IDLE_REPORTED
+
+    scheduler = ConcurrencyScheduler(
+        SchedulerLimits(global_limit=8, session_limit=2),
+        cluster=RedisCluster(redis_server.url, lease_ttl=2.0, refresh_interval=0.2),
+    )
+    holders = _Holders()
+    try:
+        holders.start(scheduler, "busy", ToolKind.READ_ONLY)
+        await _until(lambda: holders.entered == 1, MARGIN, "admitted")
+        for i in range(3 * MAX_IDLE_REPORTED):
+            # asked for and given up before the next report, as a client's dropped call is
+            scheduler.slot(f"one-off-{i}", ToolKind.READ_ONLY)
+        async with _probe(redis_server.url) as probe:
+            worker = scheduler.stats().cluster
+            assert worker is not None
+
+            async def reported() -> dict[str, int]:
+                raw = await probe.hget("fastgate:workers", worker.worker_id)
+                sessions: dict[str, int] = json.loads(raw or "{}").get("dem", {}).get("s", {})
+                return sessions
+
+            deadline = time.monotonic() + MARGIN
+            while True:
+                sessions = await reported()
+                idle = sum(1 for demand in sessions.values() if not demand)
+                assert idle <= MAX_IDLE_REPORTED, idle
+                if idle and len(sessions) - idle == 1:  # only the busy session is demand
+                    break
+                assert time.monotonic() < deadline, "the dropped calls never left the report"
+                await asyncio.sleep(0.02)
+        assert idle == MAX_IDLE_REPORTED
+        await holders.finish()
+    finally:
+        await scheduler.close()

@@ -218,6 +218,31 @@ async def test_names_no_tool_answers_to_share_one_series_and_long_names_are_cut(
     assert_idle(ex)
 
 
+async def test_names_refused_before_lookup_share_the_one_series(otel: Otel) -> None:
+    """Refused before the registry is asked (past a turn's limit, unreadable arguments, in an
+    unknown scope, after dispose), an invented name still makes no series of its own."""
+    ex = _instrumented(otel)
+    turn = ExecutionContext(session_id="s1", turn_id="t1")
+    for _ in range(64):
+        assert (await ex.execute("echo", {"text": "x"}, turn)).ok
+    refused = [
+        await ex.execute("invented_past_the_limit", {}, turn),
+        await ex.execute("invented_unreadable", b"\xff", ExecutionContext(session_id="s2")),
+        await ex.execute("echo", {"text": "x"}, ExecutionContext(agent_scope="ghost")),
+    ]
+    ex.dispose()
+    refused.append(await ex.execute("invented_after_dispose", {}))
+    assert [r.error.code for r in refused if r.error is not None] == [
+        ErrorCode.RESOURCE_EXHAUSTED,
+        ErrorCode.INVALID_ARGS,
+        ErrorCode.UNKNOWN_TOOL,
+        ErrorCode.DISPOSED,
+    ]
+    names = {name for name, _ in otel.counts("fastgate.tool.calls", "fastgate.outcome")}
+    assert names == {"echo", "unknown"}
+    assert {name for name, _ in otel.counts("fastgate.tool.errors", "error.type")} == {"unknown"}
+
+
 async def test_the_call_span_is_current_while_the_tool_runs(otel: Otel) -> None:
     ex = _instrumented(otel)
     outer = trace.get_tracer("server", tracer_provider=otel.tracer_provider)

@@ -50,7 +50,7 @@ def read_arguments(
     Text that is not JSON makes the call unreadable with a message saying so; anything that is
     JSON goes to the executor, which answers a non-object with ``INVALID_ARGS`` itself. ``decode``
     reads strict-mode arguments back (see ``_strict``)."""
-    tool = _resolve(executor.registry, name, ctx)
+    tool = resolve_tool(executor.registry, name, ctx)
     if isinstance(raw, (str, bytes, bytearray)):
         if not raw.strip():
             raw = {}  # some models send "" for a call without arguments
@@ -70,7 +70,7 @@ def read_arguments(
     return Pending(call_id, name, raw)
 
 
-def _resolve(
+def resolve_tool(
     registry: ToolRegistry, name: str, ctx: ExecutionContext | None
 ) -> ToolDefinition | None:
     try:

@@ -47,6 +47,7 @@ from fastgate.adapters._common import (
     image_of,
     in_scope,
     model_tools,
+    resolve_tool,
     resource_text,
     text_of,
 )
@@ -111,8 +112,7 @@ class FastgateToolset(AbstractToolset[Any]):
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
         context = _model_turn(in_scope(self._context_of(ctx), self.scope), ctx)
-        scope = context.agent_scope if context is not None else None
-        args = decoder_for(self.executor.registry.resolve(name, scope))(tool_args)
+        args = decoder_for(resolve_tool(self.executor.registry, name, context))(tool_args)
         result = await self.executor.execute(name, args, context, call_id=ctx.tool_call_id)
         return _answer(result)
 

@@ -42,6 +42,7 @@ log = logging.getLogger("fastgate.cluster")
 #: A worker stops admitting on a lease at this fraction of ``lease_ttl`` after it asked for it,
 #: measured on its own clock from before the request: before Redis can give the share away.
 LEASE_SAFETY = 0.9
+MAX_IDLE_REPORTED = 256  # idle sessions (seen since the last report) a report names, newest first
 KINDS = tuple(ToolKind)
 
 
@@ -333,7 +334,12 @@ class RedisCluster:
         demand: dict[str, int] = {}
         use: dict[str, int] = {}
         reported: dict[Hashable, int] = {}
-        for sid in {**self._seen, **dict.fromkeys(in_flight), **dict.fromkeys(queued)}:
+        # Sessions with calls running or waiting, then the most recent of those seen since the
+        # last report and idle now (their share is kept for their next call), up to a bound: a
+        # flood of one-off session ids must not make the script's run long for every worker.
+        active = {**dict.fromkeys(in_flight), **dict.fromkeys(queued)}
+        idle = [sid for sid in reversed(self._seen) if sid not in active]
+        for sid in (*active, *idle[:MAX_IDLE_REPORTED]):
             name = redis_name(sid)
             names[name] = sid
             running = in_flight.get(sid, 0)

@@ -485,7 +485,10 @@ class ToolExecutor:
     def classify(self, name: str, args: Any, ctx: ExecutionContext | None = None) -> str:
         """``"shared"`` or ``"exclusive"`` for this call now (unknown tools are exclusive)."""
         scope = self._merge_defaults(ctx or _NO_CONTEXT).agent_scope
-        tool = self.registry.resolve(name, scope) if isinstance(name, str) else None
+        try:
+            tool = self.registry.resolve(name, scope) if isinstance(name, str) else None
+        except KeyError:  # an unknown scope: the call will be refused
+            tool = None
         return "exclusive" if tool is None else tool.classify_parallelism(args)
 
     def dispose(self) -> None:
@@ -536,7 +539,10 @@ class ToolExecutor:
             #    any, judges the call before any policy stage does.
             if trace is not None:
                 trace.enter("lookup")
-            tool = self.registry.resolve(call.name, ctx.agent_scope)
+            try:
+                tool = self.registry.resolve(call.name, ctx.agent_scope)
+            except KeyError:
+                return self._unknown_scope(call)
             if self._interceptor is not None:
                 refusal = self._intercepted(call, tool)
                 if refusal is not None:
@@ -724,6 +730,17 @@ class ToolExecutor:
             return None
         code, message, details = verdict
         return self._finalize(call, code, message, details=details)
+
+    def _unknown_scope(self, call: _Call) -> ToolResult:
+        """Stage 2: the context names an agent scope the registry does not have (a host's
+        mistake, not the model's: no tool is visible there)."""
+        scope = call.ctx.agent_scope
+        message = (
+            f"{call.name!r} was called in the agent scope {scope!r}, which is not registered "
+            f"(create it with registry.scope({scope!r}))"
+        )
+        details = {"reason": "unknown_scope", "scope": scope}
+        return self._finalize(call, ErrorCode.UNKNOWN_TOOL, message, details=details)
 
     def _unknown_tool(self, call: _Call) -> ToolResult:
         """Stage 2: no tool answers to the name, in the calling agent's scope."""

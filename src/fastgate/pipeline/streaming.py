@@ -195,7 +195,10 @@ class StreamingToolExecutor:
     def _may_prelaunch(self, call: ToolCall) -> bool:
         if call.name not in self.prelaunch:
             return False
-        tool = self.executor.registry.resolve(call.name, self._ctx.agent_scope)
+        try:
+            tool = self.executor.registry.resolve(call.name, self._ctx.agent_scope)
+        except KeyError:  # an unknown scope: the call will be refused
+            return False
         return tool is not None and tool.concurrency_safe(call.args) is True
 
     def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:

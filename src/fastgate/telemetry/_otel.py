@@ -99,16 +99,23 @@ class Instrumentation:
         span = self._tracer.start_span(
             f"{OPERATION} {name}", kind=SpanKind.INTERNAL, attributes=attributes
         )
+        scope = ctx.agent_scope
         if not span.get_span_context().is_valid:  # no SDK: nothing to be the parent of
-            return span, None, name
+            return span, None, name, scope
         # Current while the call runs: the body's task copies the context, so spans the tool
         # makes are children of this one.
-        return span, otel_context.attach(trace.set_span_in_context(span)), name
+        return span, otel_context.attach(trace.set_span_in_context(span)), name, scope
+
+    def _registered(self, name: str, scope: str | None) -> bool:
+        try:
+            return self.executor.registry.resolve(name, scope) is not None
+        except KeyError:  # an unknown scope: the call was refused
+            return False
 
     def call_ended(self, token: Any, result: ToolResult | None, trace_: CallTrace) -> None:
         if token is None:  # call_started failed (logged by the executor)
             return
-        span, attached, name = token
+        span, attached, name, scope = token
         if attached is not None:
             otel_context.detach(attached)
         if result is None:  # execute raised: a caller's programming error, or a bug
@@ -118,9 +125,11 @@ class Instrumentation:
         if span.is_recording():
             self._annotate(span, result, trace_, outcome)
         span.end()
-        if outcome == "UNKNOWN_TOOL":
-            # One series for every name no tool answers to: a model inventing names must not
-            # make a metric series each (crowding out the real tools' at the SDK's limit).
+        if outcome == "UNKNOWN_TOOL" or not self._registered(name, scope):
+            # One series for every name no tool answers to, however the call was refused (past
+            # a turn's limit, disposed, cancelled, unreadable arguments): a model inventing
+            # names must not make a metric series each (crowding out the real tools' at the
+            # SDK's limit).
             name = UNKNOWN
         tool = {"gen_ai.tool.name": name}
         self._calls.add(1, {"gen_ai.tool.name": name, "fastgate.outcome": outcome})
