@@ -522,3 +522,67 @@ async def test_a_lease_taken_over_is_no_longer_renewed(backend: Backend) -> None
     assert claimed.status == "claimed" and running.status == "running"
     assert running.execution_id == "e1"
     assert taken.status == "claimed" and taken.execution_id == "e3" and lost is False
+
+
+async def test_a_lease_is_renewed_until_the_result_is_recorded(postgres_server: Any) -> None:
+    """The body is done but its result's write waits (another session locks the result table):
+    the claim is still renewed, so a repeat elsewhere waits for the result instead of finding
+    a lapsed lease and running a retry-safe tool a second time."""
+    import psycopg
+
+    from tests.durable.conftest import new_namespace
+
+    backend = Backend("postgres", postgres_server.dsn, new_namespace())
+    body = Counter()
+    async with backend.open(lease_ttl=0.3) as store, backend.open(lease_ttl=0.3) as other:
+        ex = executor(tool("t", body, ANY, retry_safe=True), store=store)
+        elsewhere = executor(tool("t", body, ANY, retry_safe=True, timeout=30), store=other)
+        await store.load("s")  # the journal's tables exist from the first use
+        locker = await psycopg.AsyncConnection.connect(postgres_server.dsn)
+        try:
+            await locker.execute(f'LOCK TABLE "{backend.namespace}".tool_result IN EXCLUSIVE MODE')
+            first = asyncio.create_task(ex.execute("t", {"n": 1}, keyed("k")))
+            await body.started.wait()
+            await asyncio.sleep(1.0)  # three lease lifetimes pass while the result waits
+            repeat = asyncio.create_task(elsewhere.execute("t", {"n": 1}, keyed("k")))
+            await asyncio.wait({repeat}, timeout=1.0)  # a second run would happen by now
+            assert len(body.runs) == 1
+        finally:
+            await locker.commit()
+            await locker.close()
+        done, again = await first, await repeat
+    assert done.ok and done.content == "run 1"
+    assert again.meta.replayed and again.content == "run 1", again.error
+    assert len(body.runs) == 1
+    assert_idle(ex)
+    assert_idle(elsewhere)
+
+
+async def test_a_result_write_that_fails_is_tried_again_while_the_claim_is_held(
+    tmp_path: Any,
+) -> None:
+    """Another process holds the database's write lock past the store's busy timeout when the
+    body ends: the result's write fails, is tried again, and the key is answered from the
+    journal (not an ambiguous outcome for every repeat)."""
+    import sqlite3
+
+    from fastgate.durable import SqliteToolUseStore
+
+    path = str(tmp_path / "journal.db")
+    body = Counter(held=True)
+    async with SqliteToolUseStore(path, busy_timeout=0.2) as store:
+        ex = executor(tool("t", body, ANY), store=store)
+        first = asyncio.create_task(ex.execute("t", {"n": 1}, keyed("k")))
+        await body.started.wait()
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")  # the write lock, as another process would take it
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.5, holder.rollback)  # longer than one busy timeout
+        body.release.set()
+        done = await first
+        holder.close()
+        again = await ex.execute("t", {"n": 1}, keyed("k"))
+    assert done.ok and done.content == "run 1"
+    assert again.meta.replayed and again.content == "run 1", again.error
+    assert len(body.runs) == 1
+    assert_idle(ex)

@@ -139,6 +139,27 @@ async def test_a_bash_hook_denies_through_hook_specific_output(ws: Path) -> None
     assert_idle(ex)
 
 
+@pytest.mark.parametrize(
+    "reply",
+    [
+        '{"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny", '
+        '"permissionDecisionReason": "no"}}',
+        '{"decision": "block", "reason": "no"}',
+    ],
+)
+@pytest.mark.parametrize(
+    "before", ["\\357\\273\\277", " \\357\\273\\277\\n", "\\357\\273\\277\\357\\273\\277"]
+)
+async def test_a_reply_after_a_byte_order_mark_is_read(ws: Path, reply: str, before: str) -> None:
+    # Claude Code trims the mark as whitespace: a deny behind one must not pass as no opinion
+    command = f"printf '{before}'; printf '%s' {shlex.quote(reply)}"
+    ex = executor(ws, Hooks.load(settings(ws, {"PreToolUse": [group("Bash", command)]})))
+    result = await call(ex, "bash", {"command": "touch ran"})
+    denied_with(result, "no")
+    assert not (ws / "ran").exists()
+    assert_idle(ex)
+
+
 LOCKFILE_PY = """import json
 import sys
 

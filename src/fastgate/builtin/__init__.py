@@ -28,12 +28,12 @@ from fastgate.builtin._fs import FileStat as FileStat
 from fastgate.builtin._fs import FileSystem as FileSystem
 from fastgate.builtin._fs import LocalFileSystem as LocalFileSystem
 from fastgate.builtin._fs import find_ripgrep as find_ripgrep
-from fastgate.builtin._shell import DEFAULT_ENV_DENY as DEFAULT_ENV_DENY
 from fastgate.builtin._shell import LocalShell as LocalShell
 from fastgate.builtin._shell import Shell as Shell
 from fastgate.builtin._shell import ShellResult as ShellResult
 from fastgate.builtin._shell import check_arguments as check_shell_arguments
 from fastgate.builtin._tools import ALL
+from fastgate.processes import DEFAULT_ENV_DENY as DEFAULT_ENV_DENY
 from fastgate.tools import ToolDefinition, ToolRegistry
 
 __all__ = (

@@ -24,13 +24,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from fastgate.builtin._output import OutputBuffer
 from fastgate.model import CancelToken
-from fastgate.processes import Plan, Process, Step, spawn
+from fastgate.processes import DEFAULT_ENV_DENY, Plan, Process, Step, spawn
 
 if TYPE_CHECKING:
     from fastgate.sandbox import NetworkEvent
 
-#: Substrings (any case) that mark an environment variable as a secret.
-DEFAULT_ENV_DENY: tuple[str, ...] = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL", "AUTH")
 _READ_SIZE = 1 << 16
 
 

@@ -153,12 +153,18 @@ def _blocked(event: Event, stderr: str) -> PreToolUseResult | PostToolUseResult 
     return PostToolUseResult(block=reason)
 
 
+_BOM: Final = "\ufeff".encode()
+
+
 def _reply_object(stdout: bytes) -> dict[str, Any] | None:
     """Nothing or plain text is no opinion (plain text is not context); text that starts like a
     JSON object must be exactly one valid object."""
-    if not stdout.strip().startswith(b"{"):
+    text = stdout.strip()
+    while text.startswith(_BOM):  # Claude Code trims it as whitespace (a Windows editor's mark)
+        text = text[len(_BOM) :].strip()
+    if not text.startswith(b"{"):
         return None
-    return parse_reply_object(stdout)
+    return parse_reply_object(text)
 
 
 class _Common(msgspec.Struct, frozen=True):

@@ -18,11 +18,13 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal, final, overload
 
 import msgspec
 
+from fastgate.hooks._pins import ChangedScript, ScriptPins
 from fastgate.hooks._process import run_bounded
 from fastgate.hooks._types import (
     PostToolUseEvent,
@@ -181,7 +183,16 @@ class CommandHook:
     reaped before ``CancelledError`` propagates.
     """
 
-    __slots__ = ("argv", "cwd", "env", "max_output_bytes", "protocol", "sandbox", "timeout")
+    __slots__ = (
+        "argv",
+        "cwd",
+        "env",
+        "max_output_bytes",
+        "pins",
+        "protocol",
+        "sandbox",
+        "timeout",
+    )
 
     def __init__(
         self,
@@ -193,6 +204,7 @@ class CommandHook:
         max_output_bytes: int = MAX_OUTPUT_BYTES,
         protocol: Literal["fastgate", "claude"] = "fastgate",
         sandbox: Any = None,
+        pins: ScriptPins | None = None,
     ) -> None:
         if isinstance(argv, (str, bytes)) or not isinstance(argv, Sequence):
             raise TypeError(
@@ -220,6 +232,7 @@ class CommandHook:
             )
         self.protocol = protocol
         self.sandbox = sandbox  # a fastgate.sandbox.SandboxPolicy confining the command
+        self.pins = pins  # the files the command names, as they were (settings hooks)
 
     def __repr__(self) -> str:
         return f"CommandHook({list(self.argv)!r}, timeout={self.timeout})"
@@ -235,6 +248,11 @@ class CommandHook:
         self, event: PreToolUseEvent | PostToolUseEvent | PostToolUseFailureEvent
     ) -> PreToolUseResult | PostToolUseResult | str | None:
         """Run the command for ``event`` and return its typed reply. Raises ``HookFailed``."""
+        if self.pins is not None:
+            try:
+                self.pins.check(event.context.workspace_root or os.getcwd())
+            except ChangedScript as changed:
+                raise HookFailed(str(changed)) from None
         if self.protocol == "claude":
             from fastgate.hooks._claude import call_claude_hook  # it builds on this module
 

@@ -19,7 +19,9 @@ import msgspec
 
 from fastgate.errors import FastgateConfigWarning
 from fastgate.hooks._command import CommandHook
+from fastgate.hooks._pins import ScriptPins
 from fastgate.hooks._registry import parse_matcher
+from fastgate.processes import without_secrets
 
 SUPPORTED_EVENTS: Final = ("PreToolUse", "PostToolUse", "PostToolUseFailure")
 DEFAULT_SETTINGS_TIMEOUT: Final = 60.0  # Claude Code's default, in seconds
@@ -159,10 +161,25 @@ def _hook(entry: Any, where: str, path: str, notes: list[str]) -> CommandHook | 
     ):
         raise ValueError(f"{where}.timeout must be a positive number of seconds")
     # As Claude Code runs it: through sh -c, speaking its protocol, from the workspace root;
-    # confined by the command sandbox where this host has one (fastgate.sandbox).
+    # confined by the command sandbox where this host has one (fastgate.sandbox), with the
+    # server's environment but its secrets, and only while the files it names are what they
+    # were (a model that may edit files must not rewrite what the hook runs).
+    pins = ScriptPins(command)
+    pins.pin(_project_of(path))
     return CommandHook(
-        ["sh", "-c", command], timeout=float(timeout), protocol="claude", sandbox=_sandbox()
+        ["sh", "-c", command],
+        timeout=float(timeout),
+        env=without_secrets(os.environ),
+        protocol="claude",
+        sandbox=_sandbox(),
+        pins=pins,
     )
+
+
+def _project_of(path: str) -> str:
+    """The workspace a settings file belongs to: the directory holding its ``.claude`` (or
+    ``.fastgate``) directory."""
+    return os.path.dirname(os.path.dirname(os.path.abspath(path)))
 
 
 def _sandbox() -> Any:

@@ -78,7 +78,7 @@ from fastgate.pipeline.invocation import (
     invoke,
     is_async_tool,
 )
-from fastgate.pipeline.journal import claim_key
+from fastgate.pipeline.journal import KeyLease, claim_key
 from fastgate.pipeline.progress import ProgressEvent, ProgressHub
 from fastgate.pipeline.refusals import failure_of
 from fastgate.pipeline.tracing import CallTrace, CallTracer
@@ -113,6 +113,11 @@ _FROZEN_DICT: Final = FrozenDict
 _SCALAR_TYPES: Final = SCALAR_TYPES
 
 
+# Pauses before a failed result write is tried again (None: given up), while the call's claim
+# is held: a completed call whose result is lost is an ambiguous outcome for every repeat.
+_RESULT_RETRY_PAUSES: Final = (0.05, 0.25, 1.0, None)
+
+
 class _Call:
     """The state of one execution as it moves through the stages."""
 
@@ -130,6 +135,7 @@ class _Call:
         "execution_id",
         "hook_decision",
         "hook_reason",
+        "lease",
         "lock_keys",
         "name",
         "parent_execution_id",
@@ -168,9 +174,19 @@ class _Call:
         self.recorded = False  # its tool-use record is in the store
         self.trace: CallTrace | None = None  # only when the executor has a tracer
         self.parent_execution_id: str | None = None  # the call whose body made it (nested)
+        # A keyed call's claim (``journal.KeyLease``): renewed until its result is recorded.
+        self.lease: KeyLease | None = None
 
     def elapsed_ms(self) -> float:
         return (_perf_clock() - self.t0) * 1000.0
+
+
+def _drop_lease(call: _Call) -> None:
+    """The result is recorded (or never will be): the claim need not outlive the body now."""
+    lease = call.lease
+    if lease is not None:
+        call.lease = None
+        lease.recorded()
 
 
 class _Plan:
@@ -370,6 +386,9 @@ class ToolExecutor:
         except asyncio.CancelledError:
             self._caller_cancelled(call)
             raise
+        except Exception:
+            _drop_lease(call)  # a bug: no result to record
+            raise
         if call.recorded:
             await self._record_result(call, result)
         return result
@@ -392,6 +411,9 @@ class ToolExecutor:
             result = await self._pipeline(call, args)
         except asyncio.CancelledError:
             self._caller_cancelled(call)
+            raise
+        except Exception:
+            _drop_lease(call)
             raise
         if call.recorded:
             await self._record_result(call, result)
@@ -668,6 +690,9 @@ class ToolExecutor:
                 result = await self._pipeline(call, args)
             except asyncio.CancelledError:
                 result = self._caller_cancelled(call)
+                raise
+            except Exception:
+                _drop_lease(call)
                 raise
             trace.settle(result)  # the stage it ended in ends now, before the store's write
             if call.recorded:
@@ -1070,11 +1095,24 @@ class ToolExecutor:
         return None
 
     async def _record_result(self, call: _Call, result: ToolResult) -> None:
+        """Save the result; a keyed call's claim is renewed until then (a repeat waits for it
+        rather than taking the key over), and a failed write is tried again while it is."""
         assert self.store is not None
         try:
-            await self.store.record_result(call.execution_id, result.durable())
-        except Exception as exc:
-            log.warning("result record of %s not saved: %s", call.execution_id, exc)
+            for pause in _RESULT_RETRY_PAUSES:
+                try:
+                    await self.store.record_result(call.execution_id, result.durable())
+                    return
+                except Exception as exc:
+                    if call.lease is None or pause is None:
+                        log.warning("result record of %s not saved: %s", call.execution_id, exc)
+                        return
+                    log.warning(
+                        "result record of %s not saved (%s); trying again", call.execution_id, exc
+                    )
+                await asyncio.sleep(pause)
+        finally:
+            _drop_lease(call)
 
     def _content_of(self, call: _Call, plan: _Plan, value: Any) -> tuple[Any, ToolResult | None]:
         """(content, None) for a value that matches the output schema (when the tool has one)

@@ -96,7 +96,9 @@ async def claim_key(
             return executor._finalize(call, ErrorCode.PERSISTENCE_FAILED, message, retryable=True)
         if entry.status == "claimed":
             call.recorded = True  # the claim wrote its tool-use record
-            holds.add(_Lease(_renewer(store, loop), (scope, key, entry.execution_id)))
+            lease = KeyLease(_renewer(store, loop), (scope, key, entry.execution_id))
+            holds.add(lease)
+            call.lease = lease
             return None
         if entry.status != "running":
             return _answer(executor, call, key, entry)
@@ -189,24 +191,35 @@ def _replay(executor: ToolExecutor, call: _Call, durable: DurableResult) -> Tool
 _Claim = tuple[str | None, str, str]  # (session id, key, execution id)
 
 
-class _Lease:
-    """A claim's lease: a hold of the call, released with its slot and locks (so a body that
-    ignored cancellation keeps its lease until it really ends). Registering costs a dict entry:
-    one renewer per store and loop renews every live lease each third of ``lease_ttl``."""
+class KeyLease:
+    """A claim's lease, renewed until both its call's body has ended (it is a hold of the call,
+    released with its slot and locks, so a body that ignored cancellation keeps it until it
+    really ends) and its result is recorded (``recorded``): a repeat meanwhile waits for the
+    result instead of taking the key over. Registering costs a dict entry: one renewer per store
+    and loop renews every live lease each third of ``lease_ttl``."""
 
-    __slots__ = ("_claim", "_renewer")
+    __slots__ = ("_claim", "_owners", "_renewer")
 
     def __init__(self, renewer: _Renewer, claim: _Claim) -> None:
         self._renewer = renewer
         self._claim = claim
+        self._owners = 2  # the call's holds, and its result's record
         renewer.add(claim)
 
     def __aenter__(self) -> Any:
         return _core.READY
 
     def __aexit__(self, exc_type: object, exc: object, tb: object, /) -> Any:
-        self._renewer.discard(self._claim)
+        self._let_go()
         return _core.READY
+
+    def recorded(self) -> None:
+        self._let_go()
+
+    def _let_go(self) -> None:
+        self._owners -= 1
+        if self._owners == 0:
+            self._renewer.discard(self._claim)
 
 
 class _Renewer:

@@ -31,6 +31,8 @@ started through another service (``systemd-run``, ``at``, ``ssh``), which is not
 descendant at all.
 """
 
+from fastgate.processes._environment import DEFAULT_ENV_DENY as DEFAULT_ENV_DENY
+from fastgate.processes._environment import without_secrets as without_secrets
 from fastgate.processes._plan import BIND_DEVICES as BIND_DEVICES
 from fastgate.processes._plan import BIND_OPTIONAL as BIND_OPTIONAL
 from fastgate.processes._plan import BIND_READONLY as BIND_READONLY
@@ -53,6 +55,7 @@ __all__ = (
     "BIND_OPTIONAL",
     "BIND_READONLY",
     "BIND_RECURSIVE",
+    "DEFAULT_ENV_DENY",
     "DEVNULL",
     "PIPE",
     "STDOUT",
@@ -65,4 +68,5 @@ __all__ = (
     "launcher_command",
     "spawn",
     "supervision",
+    "without_secrets",
 )
