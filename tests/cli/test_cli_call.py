@@ -125,7 +125,7 @@ def test_a_settings_file_in_claude_codes_shape_loads_with_sources_and_warnings(
 
 def test_warnings_keep_each_rules_source_beside_command_line_rules(workspace: Path) -> None:
     settings = workspace / "inert.json"
-    permissions = {"allow": ["Frobnicate(x)"], "disableBypassPermissionsMode": ""}
+    permissions = {"allow": ["Frobnicate(x)"], "disableAutoMode": ""}
     settings.write_text(json.dumps({"permissions": permissions}))
     status, report, stderr = as_json(
         workspace,
@@ -143,8 +143,7 @@ def test_warnings_keep_each_rules_source_beside_command_line_rules(workspace: Pa
     assert report["warnings"] == [
         f"allow rule Frobnicate(x) ({settings}): no registered tool answers to the name "
         "Frobnicate, so it can never match",
-        f"{settings}: permissions.disableBypassPermissionsMode is read but has no effect in "
-        "fastgate",
+        f"{settings}: permissions.disableAutoMode is read but has no effect in fastgate",
         "deny rule Nope (--deny): no registered tool answers to the name Nope, so it can never "
         "match",
     ]

@@ -165,3 +165,57 @@ def test_the_workspaces_mcp_json_is_read_unless_a_config_is_given(
     # --no-discover: the server is not started, so its tool is unknown.
     status, report, _ = call(workspace, home, *argv, "--no-discover")
     assert status == 3 and report["result"]["error"]["code"] == "UNKNOWN_TOOL"
+
+
+@pytest.mark.parametrize("name", ["settings.json", "settings.local.json"])
+@pytest.mark.parametrize("folder", [".claude", ".fastgate"])
+def test_a_repository_cannot_turn_prompting_off(
+    home: Path, workspace: Path, folder: str, name: str
+) -> None:
+    # A cloned repository's own settings ask for bypassPermissions: ignored, with a warning;
+    # the call asks as it would without them (and --approve never refuses it).
+    write(workspace / folder / name, {"permissions": {"defaultMode": "bypassPermissions"}})
+    status, report, _ = call(
+        workspace, home, "bash", '{"command": "touch ran"}', "--approve", "never"
+    )
+    assert status == 3 and report["mode"] == "default"
+    assert not (workspace / "ran").exists()
+    assert any("cannot turn prompting off" in w for w in report["warnings"])
+
+
+@pytest.mark.parametrize("entry", ["..", "../home", "~", "/"])
+def test_a_repository_cannot_open_directories_beyond_itself(
+    home: Path, workspace: Path, entry: str
+) -> None:
+    (home / "notes.txt").write_text("the user's")
+    listed = {"permissions": {"additionalDirectories": [entry], "defaultMode": "acceptEdits"}}
+    write(workspace / ".claude" / "settings.json", listed)
+    target = str(home / "notes.txt")
+    status, report, _ = call(workspace, home, "read", json.dumps({"file_path": target}))
+    assert status == 3 and report["result"]["error"]["code"] == "WORKTREE_VIOLATION"
+    assert any("cannot open directories beyond itself" in w for w in report["warnings"])
+    # the user's own file may
+    write(home / ".claude" / "settings.json", {"permissions": {"additionalDirectories": ["~"]}})
+    status, report, stderr = call(workspace, home, "read", json.dumps({"file_path": target}))
+    assert status == 0, stderr
+
+
+def test_disable_bypass_permissions_mode_refuses_yolo(home: Path, workspace: Path) -> None:
+    user = {"permissions": {"defaultMode": "bypassPermissions"}}
+    write(home / ".claude" / "settings.json", user)
+    write(workspace / ".claude" / "settings.json", {"permissions": {}})
+    status, report, stderr = call(workspace, home, "bash", '{"command": "true"}')
+    assert status == 0 and report["mode"] == "yolo", stderr
+    # the repository may disable it (a repository may tighten): the default is dropped ...
+    disabled = {"permissions": {"disableBypassPermissionsMode": "disable"}}
+    write(workspace / ".claude" / "settings.json", disabled)
+    status, report, _ = call(workspace, home, "bash", '{"command": "true"}', "--approve", "never")
+    assert status == 3 and report["mode"] == "default"
+    # ... and --mode yolo is a usage error naming why
+    for mode in ("yolo", "bypassPermissions"):
+        env = {**os.environ, "HOME": str(home)}
+        argv = [FASTGATE, "call", "bash", '{"command": "true"}', "--workspace", str(workspace)]
+        done = subprocess.run(
+            [*argv, "--mode", mode], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert done.returncode == 2 and "disableBypassPermissionsMode" in done.stderr

@@ -466,6 +466,7 @@ def test_a_real_claude_code_settings_file_loads(tmp_path: Path) -> None:
                     "additionalDirectories": ["../docs/"],
                     "defaultMode": "acceptEdits",
                     "disableBypassPermissionsMode": "disable",
+                    "disableAutoMode": "disable",
                 },
             }
         )
@@ -474,10 +475,11 @@ def test_a_real_claude_code_settings_file_loads(tmp_path: Path) -> None:
     assert config.default_mode is PermissionMode.ACCEPT_EDITS
     assert len(tuple(config.allow)) == 3 and len(tuple(config.deny)) == 3
     assert len(tuple(config.ask)) == 1
-    assert any("disableBypassPermissionsMode" in w for w in config.warnings())
+    assert config.bypass_disabled
+    assert any("disableAutoMode" in w for w in config.warnings())
     # A copy keeps what the files said that has no effect.
     copy = dataclasses.replace(config, case_insensitive=True)
-    assert any("disableBypassPermissionsMode" in w for w in copy.warnings())
+    assert any("disableAutoMode" in w for w in copy.warnings()) and copy.bypass_disabled
     ws = tmp_path / "ws"
     assert decide(READ, {"file_path": ".env"}, ws, config) is Decision.DENY
     assert decide(BASH, {"command": "git push origin"}, ws, config) is Decision.ASK

@@ -104,6 +104,7 @@ class _Setup:
 
     def __init__(self, args: argparse.Namespace) -> None:
         from fastgate import Hooks, PermissionConfig, PermissionMode
+        from fastgate.permissions import config
 
         try:
             self.arguments = json.loads(args.arguments)
@@ -118,7 +119,9 @@ class _Setup:
         self.config_warnings: list[str] = []
         try:
             with _config_warnings(self.config_warnings):
-                self.settings = PermissionConfig.load(*self.settings_files)
+                self.settings = PermissionConfig.load(
+                    *self.settings_files, workspace=self.workspace
+                )
                 self.hooks = Hooks.load(*self.settings_files)
             self.extra = PermissionConfig(
                 allow=args.allow, ask=args.ask, deny=args.deny, sensitive=()
@@ -133,6 +136,8 @@ class _Setup:
                 self.mode = self.settings.default_mode or PermissionMode.DEFAULT
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        if self.mode is PermissionMode.YOLO and self.settings.bypass_disabled:
+            raise UsageError(config.BYPASS_DISABLED)
         self.shell = _shell(args.sandbox, args.allow_domain, self.workspace)
         self.approve = args.approve or ("prompt" if sys.stdin.isatty() else "never")
         self.dry_run: bool = args.dry_run
@@ -225,6 +230,7 @@ def _merged(settings: Any, extra: Any) -> Any:
         additional_dirs=settings.additional_dirs,
         case_insensitive=settings.case_insensitive,
         default_mode=settings.default_mode,
+        bypass_disabled=settings.bypass_disabled,
     )
 
 

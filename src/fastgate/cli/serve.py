@@ -213,7 +213,7 @@ class _Setup:
 
     def __init__(self, args: argparse.Namespace) -> None:
         from fastgate import Hooks, PermissionConfig, PermissionMode
-        from fastgate.permissions import discovery
+        from fastgate.permissions import config, discovery
 
         self.args = args
         workspace = Path(args.workspace or os.getcwd())
@@ -223,7 +223,9 @@ class _Setup:
         discovered = [] if args.no_discover else discovery.settings_files(self.workspace)
         self.settings_files: list[str] = [*discovered, *args.settings]
         try:
-            self.permissions = PermissionConfig.load(*self.settings_files)
+            self.permissions = PermissionConfig.load(
+                *self.settings_files, workspace=self.workspace
+            )
             self.hooks = Hooks.load(*self.settings_files)
             if args.mode is not None:
                 self.mode = PermissionMode.parse(args.mode)
@@ -231,6 +233,8 @@ class _Setup:
                 self.mode = self.permissions.default_mode or PermissionMode.DEFAULT
         except (OSError, ValueError) as exc:
             raise UsageError(str(exc)) from None
+        if self.mode is PermissionMode.YOLO and self.permissions.bypass_disabled:
+            raise UsageError(config.BYPASS_DISABLED)
         self.mcp_config: str | None = args.mcp_config
         if self.mcp_config is None and not args.no_discover:
             self.mcp_config = discovery.mcp_config_file(self.workspace)

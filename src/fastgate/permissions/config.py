@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -51,6 +51,13 @@ def _rules(value: Iterable[str | Rule], kind: RuleKind) -> RuleTexts:
     return RuleTexts.of(parse_rules(value, kind))
 
 
+#: Why a host refuses ``YOLO`` mode when ``PermissionConfig.bypass_disabled`` is set.
+BYPASS_DISABLED = (
+    "bypassPermissions (YOLO) mode is disabled: a settings file sets "
+    'permissions.disableBypassPermissionsMode to "disable"'
+)
+
+
 @dataclass(frozen=True)
 class PermissionConfig:
     """Every rule and pattern is parsed here: a malformed one raises ``ValueError`` naming it,
@@ -70,8 +77,11 @@ class PermissionConfig:
     case-insensitive volume); ``True`` forces it everywhere.
 
     ``default_mode``: the mode the settings ask for (``defaultMode``), or ``None``; the host
-    decides whether to use it. Rules may be given as text or as parsed ``Rule`` objects (what
-    ``load`` does, so a ``/x`` pattern keeps the project of the file it came from).
+    decides whether to use it. ``bypass_disabled``: a settings file said
+    ``disableBypassPermissionsMode: "disable"``; a host must then not run in ``YOLO`` mode
+    (``fastgate call`` and ``fastgate serve`` refuse ``--mode yolo``). Rules may be given as
+    text or as parsed ``Rule`` objects (what ``load`` does, so a ``/x`` pattern keeps the
+    project of the file it came from).
     """
 
     allow: Iterable[str | Rule] = ()
@@ -82,6 +92,7 @@ class PermissionConfig:
     protected: Iterable[str] = DEFAULT_PROTECTED
     case_insensitive: bool | None = None
     default_mode: PermissionMode | None = None
+    bypass_disabled: bool = False
     rules: RuleSet = field(init=False, repr=False, compare=False)
     sensitive_patterns: tuple[PathPattern, ...] = field(init=False, repr=False, compare=False)
     protected_patterns: tuple[PathPattern, ...] = field(init=False, repr=False, compare=False)
@@ -122,18 +133,28 @@ class PermissionConfig:
         sensitive: Iterable[str] = DEFAULT_SENSITIVE,
         case_insensitive: bool | None = None,
         protected: Iterable[str] = DEFAULT_PROTECTED,
+        workspace: str | os.PathLike[str] | None = None,
     ) -> PermissionConfig:
         """The rules of Claude Code-shaped settings files, merged in order (SPEC §5): rules add
         up, ``additionalDirectories`` add up (relative ones are relative to each file's
         project), a later ``defaultMode`` wins. ``ValueError`` naming the file for a JSON error,
-        an unknown key inside ``permissions`` or a malformed rule; nothing is half-applied."""
+        an unknown key inside ``permissions`` or a malformed rule; nothing is half-applied.
+
+        ``workspace``: the repository being worked on. Its own files (those inside it) add
+        rules, but a ``defaultMode`` of ``bypassPermissions`` and ``additionalDirectories`` in
+        them are ignored (each named in ``warnings()``): a cloned repository must not turn
+        prompting off or open directories beyond itself. ``disableBypassPermissionsMode`` in
+        any file drops a ``bypassPermissions`` default and sets ``bypass_disabled``."""
         from fastgate.permissions.settings_files import read_settings_file
+
+        inside = _within(workspace)
 
         rules: dict[RuleKind, list[Rule]] = {"allow": [], "ask": [], "deny": []}
         sources: dict[RuleKind, dict[str, str]] = {"allow": {}, "ask": {}, "deny": {}}
         dirs: list[str] = []
         notes: list[str] = []
         mode: PermissionMode | None = None
+        disabled = False
         for path in paths:
             loaded = read_settings_file(path)
             by_kind: tuple[tuple[RuleKind, tuple[Rule, ...]], ...] = (
@@ -145,9 +166,30 @@ class PermissionConfig:
                 rules[kind].extend(found)
                 for rule in found:
                     sources[kind].setdefault(rule.text, loaded.path)
-            dirs.extend(d for d in loaded.additional_dirs if d not in dirs)
             notes.extend(loaded.notes)
-            mode = loaded.default_mode if loaded.default_mode is not None else mode
+            repository = inside(loaded.path)
+            if repository and loaded.additional_dirs:
+                notes.append(
+                    f"{loaded.path}: permissions.additionalDirectories is ignored in a "
+                    "workspace's own settings (a repository cannot open directories beyond "
+                    "itself); list them in your user settings"
+                )
+            else:
+                dirs.extend(d for d in loaded.additional_dirs if d not in dirs)
+            if repository and loaded.default_mode is PermissionMode.YOLO:
+                notes.append(
+                    f"{loaded.path}: defaultMode bypassPermissions is ignored in a workspace's "
+                    "own settings (a repository cannot turn prompting off); set it in your "
+                    "user settings or pass --mode"
+                )
+            elif loaded.default_mode is not None:
+                mode = loaded.default_mode
+            disabled = disabled or loaded.disables_bypass
+        if disabled and mode is PermissionMode.YOLO:
+            notes.append(
+                "defaultMode bypassPermissions is dropped: disableBypassPermissionsMode is set"
+            )
+            mode = None
 
         def listed(kind: RuleKind) -> RuleTexts:
             return RuleTexts.of(parse_rules(rules[kind], kind), sources[kind])
@@ -161,6 +203,7 @@ class PermissionConfig:
             protected=protected,
             case_insensitive=case_insensitive,
             default_mode=mode,
+            bypass_disabled=disabled,
             _notes=tuple(notes),
         )
 
@@ -200,3 +243,21 @@ def _parse_dirs(dirs: Iterable[object]) -> tuple[str, ...]:
             raise ValueError(f"additional_dirs: {d!r} must be absolute (or start with ~/)")
         out.append(os.path.normpath(expanded))
     return tuple(out)
+
+
+def _within(workspace: str | os.PathLike[str] | None) -> Callable[[str], bool]:
+    """Whether a settings file is one of ``workspace``'s own (never, without a workspace; the
+    user's own file is not, even in a workspace at ``$HOME``)."""
+    if workspace is None:
+        return lambda path: False
+    root = os.path.realpath(workspace)
+    home = os.environ.get("HOME")
+    users = os.path.realpath(os.path.join(home, ".claude", "settings.json")) if home else None
+
+    def inside(path: str) -> bool:
+        real = os.path.realpath(path)
+        if real == users:
+            return False
+        return real == root or real.startswith(root.rstrip("/") + "/")
+
+    return inside

@@ -23,11 +23,12 @@ from fastgate.permissions.rules import Rule, RuleKind, parse_rules
 
 SETTINGS_FOLDERS = (".claude", ".fastgate")
 _KINDS: tuple[RuleKind, ...] = ("allow", "ask", "deny")
-_KNOWN_KEYS = frozenset({*_KINDS, "additionalDirectories", "defaultMode"})
+_KNOWN_KEYS = frozenset(
+    {*_KINDS, "additionalDirectories", "defaultMode", "disableBypassPermissionsMode"}
+)
 # Claude Code keys that are accepted and have no effect here (named in warnings()).
 _INERT_KEYS = frozenset(
     {
-        "disableBypassPermissionsMode",
         "disableAutoMode",
         "denyInsteadOfPrompting",
         "blockReadsOutsideWorkingDirectories",
@@ -49,6 +50,7 @@ class SettingsFile:
     additional_dirs: tuple[str, ...]
     default_mode: PermissionMode | None
     notes: tuple[str, ...]
+    disables_bypass: bool = False  # ``disableBypassPermissionsMode: "disable"``
 
 
 def project_of(path: str) -> str:
@@ -97,6 +99,9 @@ def _parse(document: Any, path: str, project: str) -> SettingsFile:
         f"{path}: permissions.{key} is read but has no effect in fastgate"
         for key in sorted(set(permissions) & _INERT_KEYS)
     )
+    disables = permissions.get("disableBypassPermissionsMode")
+    if disables is not None and disables != "disable":
+        raise ValueError("'permissions.disableBypassPermissionsMode' must be \"disable\"")
     return SettingsFile(
         path,
         project,
@@ -106,6 +111,7 @@ def _parse(document: Any, path: str, project: str) -> SettingsFile:
         _directories(permissions.get("additionalDirectories", []), project),
         mode,
         notes,
+        disables == "disable",
     )
 
 
