@@ -43,6 +43,15 @@ PROTECTED_FILES = [
     ".git/hooks/pre-commit",
     ".git/config",
     "vendor/lib/.git/hooks/post-checkout",
+    # what points git at another configuration or hooks
+    ".git/commondir",
+    ".git/config.worktree",
+    ".git/modules/sub/config",
+    ".git/modules/sub/hooks/pre-commit",
+    ".git/modules/a/modules/b/config",
+    ".git/modules/sub/commondir",
+    ".git/worktrees/w/commondir",
+    ".git/worktrees/w/config.worktree",
 ]
 MODES = [ACCEPT_EDITS, YOLO, PermissionMode.DEFAULT]
 
@@ -55,6 +64,14 @@ def test_default_protected_is_exported() -> None:
         "**/.mcp.json",
         "**/.git/hooks/**",
         "**/.git/config",
+        "**/.git/commondir",
+        "**/.git/config.worktree",
+        "**/.git/modules/**/config",
+        "**/.git/modules/**/config.worktree",
+        "**/.git/modules/**/hooks/**",
+        "**/.git/modules/**/commondir",
+        "**/.git/worktrees/*/commondir",
+        "**/.git/worktrees/*/config.worktree",
     }
     assert PermissionConfig().protected == DEFAULT_PROTECTED
     assert PermissionConfig.load().protected == DEFAULT_PROTECTED

@@ -48,15 +48,30 @@ DEFAULT_SENSITIVE: tuple[str, ...] = (
     "**/.config/gh/hosts.yml",
 )
 
+# The files by which git finds another configuration or hooks to run: a ``commondir`` naming
+# another git directory, a worktree's own configuration, a submodule's or worktree's git
+# directory (``.git/modules/<name>``, ``.git/worktrees/<name>``).
+GIT_INDIRECTIONS: tuple[str, ...] = (
+    "**/.git/commondir",
+    "**/.git/config.worktree",
+    "**/.git/modules/**/config",
+    "**/.git/modules/**/config.worktree",
+    "**/.git/modules/**/hooks/**",
+    "**/.git/modules/**/commondir",
+    "**/.git/worktrees/*/commondir",
+    "**/.git/worktrees/*/config.worktree",
+)
 # Files whose change alters what runs later or what policy says: settings of fastgate and of
 # Claude Code (which fastgate loads), MCP server lists, git hooks and git's own configuration
-# (``core.hooksPath``, ``core.fsmonitor``, aliases). Writing one is at least ASK in every mode.
+# (``core.hooksPath``, ``core.fsmonitor``, aliases) and what points git at another one. Writing
+# one is at least ASK in every mode.
 DEFAULT_PROTECTED: tuple[str, ...] = (
     "**/.fastgate/**",
     "**/.claude/**",
     "**/.mcp.json",
     "**/.git/hooks/**",
     "**/.git/config",
+    *GIT_INDIRECTIONS,
 )
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")

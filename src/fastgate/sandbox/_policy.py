@@ -9,6 +9,7 @@ from typing import Any
 
 from fastgate.paths import PathPattern, compile_path_pattern
 from fastgate.permissions import DEFAULT_PROTECTED as _PERMISSIONS_PROTECTED
+from fastgate.permissions.rules import GIT_INDIRECTIONS
 from fastgate.permissions import DEFAULT_SENSITIVE
 from fastgate.sandbox._network import NetworkPolicy
 
@@ -16,8 +17,12 @@ from fastgate.sandbox._network import NetworkPolicy
 #: that changes ``HOME`` does not move what is hidden.
 HOME_AT_START = os.path.expanduser("~")
 
-#: Paths that stay read-only inside the writable roots, existing or not (SPEC §5's list).
-DEFAULT_PROTECTED: tuple[str, ...] = tuple(_PERMISSIONS_PROTECTED)
+#: Paths that stay read-only inside the writable roots, existing or not (SPEC §5's list). git's
+#: indirections are left to the planner, which finds every git directory of a root and protects
+#: them as git needs (an absent ``commondir`` becomes a placeholder git reads as none).
+DEFAULT_PROTECTED: tuple[str, ...] = tuple(
+    p for p in _PERMISSIONS_PROTECTED if p not in GIT_INDIRECTIONS
+)
 
 #: What a sandboxed program cannot read: the secret files of §5's sensitive list inside the
 #: roots (not ``.git/config`` nor git's hooks, which git must read; they stay protected), and
