@@ -290,6 +290,10 @@ async def _with_mcp(
 async def _call(args: argparse.Namespace) -> int:
     setup = _Setup(args)
     registry = _registry(setup)
+    if args.mcp_config is None and registry.resolve(args.tool) is not None:
+        # A built-in answers: the workspace's .mcp.json is not started (its servers are
+        # commands that run as the user, unconfined; a read must not run them).
+        setup.mcp_config = None
     report = await _with_mcp(setup, registry, lambda: _run(setup, registry, args.tool))
     if args.json:
         sys.stdout.buffer.write(msgspec.json.encode(report) + b"\n")
