@@ -323,3 +323,22 @@ def test_bad_executor_configuration_is_refused_at_construction(
 def test_malformed_rules_are_refused_whole() -> None:
     with pytest.raises(ValueError, match=r"Bash\(npm test"):
         PermissionConfig(allow=("echo", "Bash(npm test"))
+
+
+@pytest.mark.parametrize("how", ["failure", "exception"])
+async def test_a_tools_own_huge_failure_text_is_cut_to_the_content_budget(how: str) -> None:
+    from fastgate import Failure
+
+    huge = "x" * 3_000_000
+
+    def body(args: Any, ctx: Any) -> Any:
+        if how == "failure":
+            return Failure(huge)
+        raise RuntimeError(huge)
+
+    ex = executor(tool("fails", body), max_content_chars=10_000)
+    result = await ex.execute("fails", {"text": "t"})
+    assert result.error is not None
+    assert len(result.error.message) <= 10_000 and "characters cut" in result.error.message
+    assert isinstance(result.content, str) and len(result.content) <= 10_000
+    assert_idle(ex)

@@ -39,7 +39,7 @@ from fastgate.model.context import ExecutionContext, ToolCall, with_idempotency_
 from fastgate.model.decision import Decision, DecisionSource, PermissionMode
 from fastgate.model.freeze import SCALAR_TYPES, FrozenDict, NotJSON, freeze
 from fastgate.model.kinds import ToolKind
-from fastgate.model.rendering import DEFAULT_MAX_CONTENT_CHARS, RenderError, render
+from fastgate.model.rendering import DEFAULT_MAX_CONTENT_CHARS, RenderError, cut, render
 from fastgate.model.results import ErrorCode, ResultMeta, ToolError, ToolResult
 from fastgate.paths.canonical import (
     DeclaredPathsError,
@@ -1187,6 +1187,8 @@ class ToolExecutor:
     ) -> ToolResult:
         """Stage 15: finalize_content (once), freeze, record, notify. Every result passes here."""
         elapsed_ms = call.elapsed_ms()
+        if len(message) > self._max_content_chars:  # a tool's own failure or exception text
+            message = cut(message, self._max_content_chars)
         result = self._result(
             call, elapsed_ms, code, message, content, value, retryable, retry_after, details
         )
