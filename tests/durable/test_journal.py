@@ -247,18 +247,32 @@ async def test_a_scope_shares_its_keys_across_sessions(backend: Backend) -> None
             for session in ("alice/b", "alice", None)
         ]
         reused = await ex.execute("t", {"n": 2}, keyed("k", "alice/c", idempotency_scope="alice"))
-        # The scope alone decides: the session "alice" without a scope is that scope.
+        # A session named like the scope, without the scope, is not the scope: its keys are
+        # its own (else a session could be named so as to read a scope's results).
         unscoped = await ex.execute("t", {"n": 1}, keyed("k", "alice"))
         other = await ex.execute("t", {"n": 1}, keyed("k", "alice/a", idempotency_scope="bob"))
         calls = await store.load("alice/a")
     assert first.ok and not first.meta.replayed
-    for repeat in (*repeats, unscoped):
+    for repeat in repeats:
         assert repeat.meta.replayed and repeat.meta.execution_id == first.meta.execution_id
     assert reused.error is not None and reused.error.details["reason"] == "idempotency_key_reused"
+    assert unscoped.ok and not unscoped.meta.replayed
     assert other.ok and not other.meta.replayed
-    assert len(body.runs) == 2
+    assert len(body.runs) == 3
     # The records stay in the session that made them.
     assert [c.execution_id for c in calls] == [first.meta.execution_id, other.meta.execution_id]
+
+
+async def test_a_session_named_like_a_scope_does_not_share_its_keys(backend: Backend) -> None:
+    body = Counter()
+    async with backend.open() as store:
+        ex = executor(tool("t", body, ANY), store=store)
+        scoped = await ex.execute("t", {"q": 1}, keyed("k", "u1", idempotency_scope="T"))
+        for session, scope in (("T", None), ("=T", None), ("@T", None), ("u2", "=T")):
+            result = await ex.execute("t", {"q": 1}, keyed("k", session, idempotency_scope=scope))
+            assert result.ok and not result.meta.replayed, (session, scope)
+            assert result.content != scoped.content
+    assert len(body.runs) == 5
 
 
 async def test_a_scoped_lease_is_renewed_and_resolved_in_its_scope(backend: Backend) -> None:

@@ -38,9 +38,9 @@ from fastgate.durable.store import (
     as_durable,
     check_lease_ttl,
     decide,
+    journal_owner,
     journal_state,
     new_owner,
-    session_key,
 )
 from fastgate.model.results import DurableResult, ToolResult
 
@@ -338,8 +338,7 @@ class PostgresToolUseStore:
         ``JournalEntry``), committed before it returns; a claim writes ``record`` and starts
         its lease."""
         use = self._use_params(record)
-        owner_scope = record.session_id if scope is None else scope
-        session = _text(session_key(owner_scope), "the session id", self.path)
+        session = _text(journal_owner(record.session_id, scope), "the session id", self.path)
         _text(key, "the idempotency key", self.path)
         await self._open()
         sql = self._sql
@@ -383,11 +382,13 @@ class PostgresToolUseStore:
                 self.path, f"a tool-use record for execution id {use[0]!r} already exists"
             )
 
-    async def renew(self, scope: str | None, key: str, execution_id: str) -> bool:
+    async def renew(
+        self, session_id: str | None, key: str, execution_id: str, scope: str | None = None
+    ) -> bool:
         await self._open()
         try:
             async with self._pool.connection() as conn:
-                session = session_key(scope)
+                session = journal_owner(session_id, scope)
                 params = (self._lease_ttl, session, key, execution_id, self._owner)
                 renewed: bool = (await conn.execute(self._sql.renew, params)).rowcount > 0
                 return renewed

@@ -51,9 +51,9 @@ from fastgate.durable.store import (
     as_durable,
     check_lease_ttl,
     decide,
+    journal_owner,
     journal_state,
     new_owner,
-    session_key,
 )
 from fastgate.durable.store import StoreError as StoreError
 from fastgate.model.results import DurableResult, ToolResult
@@ -802,16 +802,17 @@ class SqliteToolUseStore:
         ``JournalEntry``), committed before it returns; a claim writes ``record`` and starts
         its lease."""
         use = self._tool_use_params(record)
-        owner_scope = record.session_id if scope is None else scope
-        params = (use, session_key(owner_scope), key, digest, self._owner)
+        params = (use, journal_owner(record.session_id, scope), key, digest, self._owner)
         kind = _READ_CLAIM if record.read_only else _CLAIM
         entry: JournalEntry = await self._submit(kind, (*params, self._lease_ttl, take_over))
         if entry.status == "claimed":
             self._opened(record.execution_id)
         return entry
 
-    async def renew(self, scope: str | None, key: str, execution_id: str) -> bool:
-        params = (session_key(scope), key, execution_id, self._owner, self._lease_ttl)
+    async def renew(
+        self, session_id: str | None, key: str, execution_id: str, scope: str | None = None
+    ) -> bool:
+        params = (journal_owner(session_id, scope), key, execution_id, self._owner, self._lease_ttl)
         renewed: bool = await self._submit(_RENEW_LEASE, params)
         return renewed
 

@@ -112,14 +112,17 @@ class JournalStore(ToolUseStore, Protocol):
         take_over: bool,
         scope: str | None = None,
     ) -> JournalEntry:
-        """Atomically: a free key of ``scope`` (default: ``record``'s session; or, with
+        """Atomically: a free key of the idempotency ``scope`` (default: ``record``'s session;
+        a scope and a session of one name are different owners; or, with
         ``take_over``, an interrupted one) becomes ``record``'s (its tool-use record written,
         its lease started); otherwise say why not."""
         ...
 
-    async def renew(self, scope: str | None, key: str, execution_id: str) -> bool:
-        """Extend the lease of our claim ``execution_id`` of ``key`` in ``scope`` (the scope it
-        was claimed in); False when the key is no longer ours."""
+    async def renew(
+        self, session_id: str | None, key: str, execution_id: str, scope: str | None = None
+    ) -> bool:
+        """Extend the lease of our claim ``execution_id`` of ``key`` (in ``scope`` when it was
+        claimed in one, else in ``session_id``); False when the key is no longer ours."""
         ...
 
     async def wait_result(self, execution_id: str, within: float) -> None:
@@ -178,6 +181,12 @@ def decide(
 def session_key(session_id: str | None) -> str:
     """The journal's session column: keys are per session, and no session is one of its own."""
     return "" if session_id is None else "=" + session_id
+
+
+def journal_owner(session_id: str | None, scope: str | None) -> str:
+    """Whose keys: the idempotency scope when one is named, else the session. A scope and a
+    session of one name never share keys (their column values differ in the first character)."""
+    return session_key(session_id) if scope is None else "@" + scope
 
 
 def new_owner() -> str:

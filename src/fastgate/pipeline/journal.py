@@ -87,7 +87,7 @@ async def claim_key(
     deadline = None if tool.timeout is None else loop.time() + tool.timeout
     pause = _FIRST_PAUSE
     longest = min(_LONGEST_PAUSE, store.lease_ttl / 3)
-    scope = ctx.idempotency_scope if ctx.idempotency_scope is not None else ctx.session_id
+    scope = ctx.idempotency_scope  # None: the session's keys
     while True:
         try:
             entry = await store.claim(record, key, digest, take_over=tool.retry_safe, scope=scope)
@@ -96,7 +96,8 @@ async def claim_key(
             return executor._finalize(call, ErrorCode.PERSISTENCE_FAILED, message, retryable=True)
         if entry.status == "claimed":
             call.recorded = True  # the claim wrote its tool-use record
-            lease = KeyLease(_renewer(store, loop), (scope, key, entry.execution_id))
+            claim = (ctx.session_id, key, entry.execution_id, scope)
+            lease = KeyLease(_renewer(store, loop), claim)
             holds.add(lease)
             call.lease = lease
             return None
@@ -188,7 +189,7 @@ def _replay(executor: ToolExecutor, call: _Call, durable: DurableResult) -> Tool
     return result
 
 
-_Claim = tuple[str | None, str, str]  # (session id, key, execution id)
+_Claim = tuple[str | None, str, str, str | None]  # (session id, key, execution id, scope)
 
 
 class KeyLease:
