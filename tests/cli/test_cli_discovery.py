@@ -242,3 +242,25 @@ def test_disable_bypass_permissions_mode_refuses_yolo(home: Path, workspace: Pat
             [*argv, "--mode", mode], capture_output=True, text=True, env=env, timeout=120
         )
         assert done.returncode == 2 and "disableBypassPermissionsMode" in done.stderr
+
+
+def test_the_managed_settings_are_read_last_and_win(
+    home: Path, workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastgate import PermissionConfig, PermissionMode
+    from fastgate.permissions.discovery import settings_files
+
+    user = write(home / ".claude" / "settings.json", {"permissions": {"defaultMode": "plan"}})
+    project = write(
+        workspace / ".claude" / "settings.json", {"permissions": {"allow": ["Bash(touch:*)"]}}
+    )
+    managed = write(
+        tmp_path / "etc" / "managed-settings.json",
+        {"permissions": {"deny": ["Bash(touch:*)"], "defaultMode": "default"}},
+    )
+    monkeypatch.setattr(discovery, "MANAGED_SETTINGS", managed)
+    found = settings_files(str(workspace), home=str(home))
+    assert found == [user, project, managed]
+    config = PermissionConfig.load(*found, workspace=str(workspace))
+    assert config.default_mode is PermissionMode.DEFAULT
+    assert config.source_of("Bash(touch:*)") == managed  # as a deny, whatever the project allows

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import os
 
+#: Claude Code's managed (organisation) settings on Linux: read last, so its ``defaultMode``
+#: wins and its deny rules hold whatever the other files allow.
+MANAGED_SETTINGS = "/etc/claude-code/managed-settings.json"
+
 
 def settings_files(workspace: str, home: str | None = None) -> list[str]:
-    """The settings files to load for ``workspace``, in order, those that exist.
+    """The settings files to load for ``workspace``, in order, those that exist: the user's,
+    the workspace's, then the managed ones.
 
     ``home`` defaults to ``$HOME`` (a server without one reads no user-level file)."""
     if home is None:
@@ -23,6 +28,7 @@ def settings_files(workspace: str, home: str | None = None) -> list[str]:
     for folder in (".claude", ".fastgate"):
         candidates.append(os.path.join(workspace, folder, "settings.json"))
         candidates.append(os.path.join(workspace, folder, "settings.local.json"))
+    candidates.append(MANAGED_SETTINGS)
     found: list[str] = []
     for path in candidates:
         # The user's file may also be the workspace's (a workspace at $HOME): read it once.
