@@ -209,7 +209,7 @@ async def test_grep_on_ripgrep_still_names_files_under_the_path_and_honours_giti
     result = await call(ex, "grep", {"pattern": "hit", "path": "sub", "output_mode": "content"})
     assert text(result) == "sub/a.txt:1:hit"
     result = await call(ex, "grep", {"pattern": "hit", "path": "sub/a.txt", "output_mode": "count"})
-    assert text(result).split("\n") == ["Found 1 matching line in 1 files", "sub/a.txt:1"]
+    assert text(result).split("\n") == ["Found 1 matching line in 1 file", "sub/a.txt:1"]
 
 
 class _SwapAfterStat(LocalFileSystem):

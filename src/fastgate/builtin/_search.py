@@ -6,13 +6,16 @@ respected (``--no-require-git``: a workspace need not be a repository), symlinks
 followed. The fallback reads ``.gitignore`` files through the seam and matches them with
 ``pathspec``'s git rules, and runs ripgrep's regex dialect on RE2 (``google-re2``): the same
 family of syntax, and linear time, so a model's pattern cannot hang the server on either route.
+Glob patterns are matched with RE2 too (``fastgate.paths.globs.Glob``), and every match over many
+names or a file's content runs on a worker thread (RE2 releases the GIL), not the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 import os
-import re
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +28,7 @@ from fastgate.builtin._fs import FileStat, LocalFileSystem, NotARegularFile
 from fastgate.builtin._text import BINARY_PROBE, BinaryFile, UndecodableFile, decode
 from fastgate.model import Failure
 from fastgate.paths import GlobError, WorktreeEscape, compile_glob, plain_globs
+from fastgate.paths.globs import Glob
 from fastgate.pipeline import RunContext
 from fastgate.processes import DEVNULL, spawn
 
@@ -33,7 +37,7 @@ MAX_OUTPUT_CHARS = 40_000
 MAX_MATCH_LINE = 500  # characters of a matching line shown
 MAX_RG_OUTPUT = 16 * 1024 * 1024  # bytes of ripgrep output read before it is stopped
 MAX_WALK = 200_000  # entries the seam walk visits at most
-MAX_SEARCH_BYTES = 64 * 1024 * 1024  # a file larger than this is not searched on the seam
+MAX_SEARCH_BYTES = 64 * 1024 * 1024  # a file larger than this is not searched (either route)
 _RG_COMMON = (
     "--no-config",
     "--no-messages",
@@ -61,7 +65,7 @@ class FileFilter:
     root matches (a pattern without ``/`` matches a name at any depth); with a leading ``!``,
     the files that do not, nor lie in a directory that does."""
 
-    regex: re.Pattern[str]
+    glob: Glob
     exclude: bool
     # What ripgrep is given to skip the other files early; empty when it may read the pattern
     # otherwise (then every file is searched, and only this filter decides).
@@ -71,12 +75,14 @@ class FileFilter:
     def parse(cls, text: str) -> FileFilter:
         exclude = text.startswith("!")
         pattern = text[1:] if exclude else text
-        regex = compile_glob(pattern, names_anywhere=True, below=exclude)
+        glob = compile_glob(pattern, names_anywhere=True, below=exclude)
         plain = plain_globs(pattern) or ()
-        return cls(regex, exclude, tuple("!" + g if exclude else g for g in plain))
+        if not all(map(_argument_safe, plain)):
+            plain = ()  # (not a command-line argument: the filter alone decides)
+        return cls(glob, exclude, tuple("!" + g if exclude else g for g in plain))
 
     def keeps(self, relative: str) -> bool:
-        return (self.regex.fullmatch(relative) is None) is self.exclude
+        return self.glob.matches(relative) is not self.exclude
 
 
 class SearchFailed(Exception):
@@ -107,12 +113,12 @@ async def glob(args: Any, ctx: RunContext) -> Any:
         rg = _ripgrep_of(fs)
         if rg is not None:
             candidates = await _rg_files(rg, fs, base)
-            files = await _with_mtimes([c for c in candidates if _matches(matcher, c, base)])
+            files = await _with_mtimes(await _matching(matcher, candidates, base))
         else:
+            walked = {path: st async for path, st in walk(fs, base, root_of(ctx))}
             files = [
-                Found(path, st.mtime_ns)
-                async for path, st in walk(fs, base, root_of(ctx))
-                if _matches(matcher, path, base)
+                Found(path, walked[path].mtime_ns)
+                for path in await _matching(matcher, list(walked), base)
             ]
     except SearchFailed as exc:
         return exc.failure
@@ -134,8 +140,14 @@ async def glob(args: Any, ctx: RunContext) -> Any:
     return "\n".join(lines)
 
 
-def _matches(matcher: re.Pattern[str], path: str, base: str) -> bool:
-    return matcher.fullmatch(_relative(path, base)) is not None
+async def _matching(matcher: Glob, paths: list[str], base: str) -> list[str]:
+    """The paths whose part below ``base`` the glob matches, decided on a worker thread: each
+    match is linear in its path, but a tree holds many paths."""
+
+    def match_all() -> list[str]:
+        return [path for path in paths if matcher.matches(_relative(path, base))]
+
+    return await asyncio.get_running_loop().run_in_executor(None, match_all)
 
 
 # -- grep ------------------------------------------------------------------------------------
@@ -149,6 +161,7 @@ async def grep(args: Any, ctx: RunContext) -> Any:
     head_limit: int = args.get("head_limit", 100)
     file_glob: str | None = args.get("glob")
     try:
+        _check_pattern(pattern)
         base = _search_root(ctx, args.get("path"))
         file_filter = FileFilter.parse(file_glob) if file_glob else None
     except SearchFailed as exc:
@@ -160,13 +173,16 @@ async def grep(args: Any, ctx: RunContext) -> Any:
         stat = await fs.stat(base)
         if stat is None:
             return Failure(f"path {shown(ctx, base)} does not exist.", code="bad_path")
+        if not stat.is_dir and stat.size > MAX_SEARCH_BYTES:
+            return _not_searched(ctx, base, stat.size, pattern)
         rg = _ripgrep_of(fs)
         if rg is not None:
             found, truncated = await _rg_grep(
                 rg, fs, base, pattern, mode, ignore_case, context, file_filter
             )
             if file_filter is not None:
-                found = [f for f in found if file_filter.keeps(_relative(f.path, base))]
+                passed = await _kept_by(file_filter, [f.path for f in found], base)
+                found = [f for f in found if f.path in passed]
             if mode == "files_with_matches":
                 found = await _with_mtimes([f.path for f in found])
         else:
@@ -178,6 +194,8 @@ async def grep(args: Any, ctx: RunContext) -> Any:
             )
     except SearchFailed as exc:
         return exc.failure
+    except FileTooLarge as exc:  # grown or swapped in since the size was checked
+        return _not_searched(ctx, base, exc.size, pattern)
     except (WorktreeEscape, NotARegularFile) as exc:
         return os_failure(exc, f"path {shown(ctx, base)}", "searched")
     except OSError as exc:
@@ -188,6 +206,62 @@ async def grep(args: Any, ctx: RunContext) -> Any:
     if truncated:
         notes.append("(The search stopped early: it found too much. Narrow the pattern or path.)")
     return "\n".join([text, *notes])
+
+
+def _check_pattern(pattern: str) -> None:
+    """A regex ripgrep can be given as an argument and RE2 can read: no NUL (``\\x00`` says
+    it), nothing that is not Unicode text (a lone surrogate)."""
+    problem = ""
+    if "\x00" in pattern:
+        problem = "it contains a NUL character (write it as \\x00)"
+    else:
+        try:
+            pattern.encode("utf-8")
+        except UnicodeEncodeError:
+            problem = "it is not valid Unicode text (it holds a lone surrogate)"
+    if problem:
+        raise SearchFailed(
+            Failure(f"invalid regex {pattern!r}: {problem}.", code="invalid_pattern")
+        )
+
+
+def _argument_safe(text: str) -> bool:
+    """Whether ripgrep takes ``text`` as an argument: no NUL, and UTF-8 (its ``--glob`` refuses
+    other bytes, which a lone surrogate would become)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+async def _kept_by(file_filter: FileFilter, paths: list[str], base: str) -> set[str]:
+    """The paths grep's ``glob`` filter keeps, decided on a worker thread."""
+
+    def keep_all() -> set[str]:
+        return {path for path in paths if file_filter.keeps(_relative(path, base))}
+
+    return await asyncio.get_running_loop().run_in_executor(None, keep_all)
+
+
+class FileTooLarge(Exception):
+    """The file to search is larger than ``MAX_SEARCH_BYTES``."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__(f"{size} bytes")
+        self.size = size
+
+
+def _not_searched(ctx: RunContext, path: str, size: int, pattern: str) -> str:
+    if not ctx.may_read(path):  # withheld: nothing about it is shown
+        return f"No matches for {pattern!r}."
+    return (
+        f"No matches for {pattern!r}: {shown(ctx, path)} was not searched, as it is "
+        f"{size:,} bytes, over the {MAX_SEARCH_BYTES >> 20} MiB grep searches in one file "
+        "(bash can search it)."
+    )
 
 
 def _render(ctx: RunContext, found: list[Found], mode: str, head_limit: int, pattern: str) -> str:
@@ -202,7 +276,10 @@ def _render(ctx: RunContext, found: list[Found], mode: str, head_limit: int, pat
         found.sort(key=lambda f: f.path)
         entries = [f"{shown(ctx, f.path)}:{f.count}" for f in found]
         total = sum(f.count for f in found)
-        head = f"Found {total:,} matching line{'s' if total != 1 else ''} in {len(found):,} files"
+        head = (
+            f"Found {total:,} matching line{'s' if total != 1 else ''} in {len(found):,} "
+            f"file{'s' if len(found) != 1 else ''}"
+        )
     else:
         found.sort(key=lambda f: f.path)
         previous: int | None = None
@@ -423,7 +500,7 @@ class _RgOutput:
 
 
 async def _rg_at(
-    rg: str, fs: LocalFileSystem, base: str, argv: list[str]
+    rg: str, fs: LocalFileSystem, base: str, argv: list[str], max_file_bytes: int | None = None
 ) -> tuple[bytes, bool, Callable[[bytes], str]]:
     """ripgrep's output on ``base``, whether it was cut, and how to name a path it printed.
 
@@ -431,9 +508,20 @@ async def _rg_at(
     roots, not the name: a swap after this open cannot redirect it. A directory becomes its
     working directory (so the .gitignore files above it still apply: the directory is entered
     through this process's descriptor before ripgrep starts); a file becomes its stdin, read
-    through ``/proc/self/fd/0`` (ripgrep reads a path it is given, never stdin then)."""
+    through ``/proc/self/fd/0`` (ripgrep reads a path it is given, never stdin then).
+    ``FileTooLarge`` when ``base`` is a file larger than ``max_file_bytes`` (ripgrep's
+    ``--max-filesize`` bounds only the files a walk finds, not one it is given)."""
     loop = asyncio.get_running_loop()
     fd, is_dir = await loop.run_in_executor(None, fs.open_search_root_now, base)
+    if not is_dir and max_file_bytes is not None:
+        try:
+            size = os.fstat(fd).st_size
+        except BaseException:
+            os.close(fd)
+            raise
+        if size > max_file_bytes:
+            os.close(fd)
+            raise FileTooLarge(size)
     if is_dir:
         cwd, stdin, target = f"{_PROC_FD}/{fd}", DEVNULL, "."
     else:
@@ -465,56 +553,85 @@ async def _rg_grep(
     context: int,
     file_filter: FileFilter | None,
 ) -> tuple[list[Found], bool]:
-    argv = [*_RG_COMMON, "--null", "--with-filename", "--no-heading"]
+    """ripgrep's findings. Its output is read so that a path is never taken for another: a
+    name may hold a newline, so ``content`` comes as ripgrep's JSON (its standard output puts
+    lines without a NUL, such as a binary file's warning, between a name's NUL and the next
+    name) and ``count`` as ``path NUL count newline`` records read from the NUL."""
+    argv = [*_RG_COMMON, f"--max-filesize={MAX_SEARCH_BYTES}"]
     if ignore_case:
         argv.append("--ignore-case")
     for glob_ in file_filter.rg_globs if file_filter is not None else ():
         argv += ["--glob", glob_]
     if mode == "files_with_matches":
-        argv.append("--files-with-matches")
+        argv += ["--null", "--files-with-matches"]
     elif mode == "count":
-        argv.append("--count")
+        argv += ["--null", "--with-filename", "--count"]
     else:
-        argv += ["--line-number", "--max-columns=4000", "--max-columns-preview"]
+        argv.append("--json")
         if context:
             argv.append(f"--context={context}")
-    out, truncated, logical = await _rg_at(rg, fs, base, [*argv, "--regexp", pattern])
-    if mode == "files_with_matches":
-        return [Found(logical(p)) for p in out.split(b"\x00") if p.strip(b"\n")], truncated
+    out, truncated, logical = await _rg_at(
+        rg, fs, base, [*argv, "--regexp", pattern], MAX_SEARCH_BYTES
+    )
+    if mode == "files_with_matches":  # (a last name not ended by its NUL was cut short)
+        return [Found(logical(p)) for p in out.split(b"\x00")[:-1] if p], truncated
+    if mode == "count":
+        return _rg_counts(out, logical), truncated
+    parsed = await asyncio.get_running_loop().run_in_executor(None, _rg_json, out, logical)
+    return parsed, truncated
+
+
+def _rg_counts(out: bytes, logical: Callable[[bytes], str]) -> list[Found]:
+    """``--count --null`` output: each NUL ends a name, the digits after it end with a
+    newline, and the next name follows. Anything else (a record cut short) ends the list."""
+    found: list[Found] = []
+    pieces = out.split(b"\x00")
+    path = pieces[0]
+    for piece in pieces[1:]:
+        count, newline, following = piece.partition(b"\n")
+        if not newline or not count.isdigit():
+            break
+        found.append(Found(logical(path), count=int(count)))
+        path = following
+    return found
+
+
+def _rg_json(out: bytes, logical: Callable[[bytes], str]) -> list[Found]:
+    """``--json`` output: a message a line; the ``match`` and ``context`` ones carry the path,
+    the line number and the line (as text, or base64 bytes when not UTF-8). A line that does
+    not parse (the last one, cut short) is skipped."""
     found: dict[str, Found] = {}
     for raw in out.split(b"\n"):
-        if not raw or raw == b"--" or b"\x00" not in raw:
+        try:
+            message = json.loads(raw)
+            if message["type"] not in ("match", "context"):
+                continue
+            data = message["data"]
+            path = logical(_rg_bytes(data["path"]))
+            number = int(data["line_number"])
+            line = _rg_bytes(data["lines"]).decode("utf-8", "replace")
+        except (ValueError, KeyError, TypeError):
             continue
-        path_bytes, _, rest = raw.partition(b"\x00")
-        path = logical(path_bytes)
         entry = found.get(path)
         if entry is None:
             entry = found[path] = Found(path)
-        if mode == "count":
-            entry.count = int(rest or b"0")
-            continue
-        number, is_match, text = _content_line(rest)
-        if number:
-            entry.lines.append((number, is_match, text))
-            entry.count += is_match
-    return list(found.values()), truncated
+        is_match = message["type"] == "match"
+        line = line.removesuffix("\n").removesuffix("\r")
+        entry.lines.append((number, is_match, line))
+        entry.count += is_match
+    return list(found.values())
+
+
+def _rg_bytes(field: Any) -> bytes:
+    """A JSON ``{"text": ...}`` or ``{"bytes": base64}`` as the bytes it stands for."""
+    if "bytes" in field:
+        return base64.b64decode(field["bytes"], validate=True)
+    return os.fsencode(field["text"])
 
 
 async def _check_root(fs: LocalFileSystem, base: str) -> None:
     fd, _ = await asyncio.get_running_loop().run_in_executor(None, fs.open_search_root_now, base)
     os.close(fd)
-
-
-def _content_line(rest: bytes) -> tuple[int, bool, str]:
-    """``12:text`` (a match) or ``12-text`` (context) after ripgrep's NUL."""
-    for i, byte in enumerate(rest[:24]):
-        if byte in b":-":
-            try:
-                number = int(rest[:i])
-            except ValueError:
-                return 0, False, ""
-            return number, byte == ord(":"), rest[i + 1 :].decode("utf-8", "replace")
-    return 0, False, ""
 
 
 # -- over the seam -----------------------------------------------------------------------------
@@ -636,7 +753,9 @@ async def _seam_grep(
             data = await fs.read_bytes(path)
         except OSError:
             continue
-        hit = _search_text(path, st, data, regex, mode, context)
+        hit = await asyncio.get_running_loop().run_in_executor(
+            None, _search_text, path, st, data, regex, mode, context
+        )
         if hit is not None:
             found.append(hit)
     return found, False

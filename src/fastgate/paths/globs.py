@@ -18,7 +18,14 @@ to a directory (anchored there, or, with ``names_anywhere``, a pattern with no `
 trailing one matches a name at any depth, as in ``.gitignore`` files and ripgrep's ``--glob``);
 ``compile_path_pattern`` adds Claude Code's anchors over absolute canonical paths. Every regex
 here is meant to be compiled with ``re.DOTALL`` (a name may hold a newline); case folding is the
-caller's flag.
+caller's flag. The regexes are in the syntax Python's ``re`` and RE2 share (no lookaround), and
+translating a pattern takes time linear in its length.
+
+The built-ins match a model's pattern against names in the workspace on the event loop, so
+``compile_glob`` compiles with RE2 (``google-re2``, the ``builtin`` extra): matching is linear in
+the path, where ``re`` backtracks (``*a*a*a*a*a*b`` against a long name of ``a``s would take
+minutes). Patterns longer than ``MAX_PATTERN_CHARS``, or whose braces expand past
+``MAX_EXPANDED_CHARS``, are refused.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 MAX_ALTERNATIVES = 256  # brace expansion's bound: ``{a,b}{c,d}...`` grows exponentially
+MAX_PATTERN_CHARS = 4096  # a built-in's pattern: as long as the longest path (PATH_MAX)
+MAX_EXPANDED_CHARS = 16384  # the alternatives braces give, all together
 
 Anchor = Literal["anywhere", "root", "absolute"]
 
@@ -40,6 +49,42 @@ class GlobError(ValueError):
 # -- relative paths: the glob and grep built-ins ----------------------------------------------
 
 
+class Glob:
+    """A compiled glob pattern: ``matches(path)`` in time linear in the path (RE2)."""
+
+    __slots__ = ("_compiled", "pattern")
+
+    def __init__(self, regex: str, fold: bool) -> None:
+        import re2  # the ``builtin`` extra: only the built-ins compile globs
+
+        options = re2.Options()
+        options.dot_nl = True  # a name may hold a newline
+        options.case_sensitive = not fold
+        options.log_errors = False
+        options.max_mem = _RE2_MAX_MEM
+        self.pattern = regex  # the regex, as in ``re.Pattern.pattern``
+        try:
+            # Text is matched as UTF-8 with surrogates passed through, so a name that is not
+            # UTF-8 on disk (decoded with ``surrogateescape``) is one character per such byte.
+            self._compiled = re2.compile(_utf8(regex), options)
+        except re2.error as exc:  # too large for the memory RE2 is allowed
+            raise GlobError(f"the pattern is too complex to match ({exc})") from None
+
+    def matches(self, path: str) -> bool:
+        """Whether the whole of ``path`` (relative, ``/``-separated) matches."""
+        return self._compiled.fullmatch(_utf8(path)) is not None
+
+    def __repr__(self) -> str:
+        return f"Glob({self.pattern!r})"
+
+
+_RE2_MAX_MEM = 64 << 20  # enough for the largest pattern MAX_EXPANDED_CHARS allows
+
+
+def _utf8(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
 def compile_glob(
     pattern: str,
     *,
@@ -47,20 +92,24 @@ def compile_glob(
     below: bool = False,
     braces: bool = True,
     fold: bool = False,
-) -> re.Pattern[str]:
-    """A full-match regex over paths relative to a directory (``a/b.py``). ``below``: a path
+) -> Glob:
+    """A full-match matcher of paths relative to a directory (``a/b.py``). ``below``: a path
     below one the pattern matches matches too (gitignore's exclusions). ``GlobError`` for an
-    empty or malformed pattern."""
+    empty, malformed or oversized pattern."""
     if not pattern or "\x00" in pattern:
         raise GlobError("the pattern is empty or contains a NUL byte")
+    if len(pattern) > MAX_PATTERN_CHARS:
+        raise GlobError(
+            f"the pattern is {len(pattern):,} characters long; at most {MAX_PATTERN_CHARS:,} "
+            "are allowed"
+        )
     bodies = []
     for alternative in expand_braces(pattern) if braces else [pattern]:
         body = segments_regex(split_segments(alternative))
         if names_anywhere and not anchored(alternative):
             body = "(?:.*/)?" + body
         bodies.append(body + "(?:/.*)?" if below else body)
-    flags = re.DOTALL | re.IGNORECASE if fold else re.DOTALL
-    return re.compile("|".join(f"(?:{body})" for body in bodies), flags)
+    return Glob("|".join(f"(?:{body})" for body in bodies), fold)
 
 
 def plain_globs(pattern: str) -> list[str] | None:
@@ -90,9 +139,11 @@ def anchored(pattern: str) -> bool:
 
 def expand_braces(pattern: str) -> list[str]:
     """``a{b,c}d`` -> ``abd``, ``acd`` (innermost first; a brace with no ``,`` in it, or not
-    closed, is literal). ``GlobError`` past ``MAX_ALTERNATIVES``."""
+    closed, is literal). ``GlobError`` past ``MAX_ALTERNATIVES``, or when the alternatives hold
+    more than ``MAX_EXPANDED_CHARS`` characters together."""
     pending = [pattern]
     done: list[str] = []
+    size = len(pattern)  # of the pending and the done alternatives together
     while pending:
         current = pending.pop()
         span = _innermost_braces(current)
@@ -104,6 +155,11 @@ def expand_braces(pattern: str) -> list[str]:
         pending.extend(current[:start] + option + current[end + 1 :] for option in options)
         if len(pending) + len(done) > MAX_ALTERNATIVES:
             raise GlobError(f"the pattern expands to more than {MAX_ALTERNATIVES} alternatives")
+        size += sum(len(p) for p in pending[-len(options) :]) - len(current)
+        if size > MAX_EXPANDED_CHARS:
+            raise GlobError(
+                f"the pattern's alternatives hold more than {MAX_EXPANDED_CHARS:,} characters"
+            )
     return sorted(set(done))
 
 
@@ -160,8 +216,10 @@ def segments_regex(segments: list[str]) -> str:
 
 
 def segment_regex(segment: str) -> str:
-    """The regex of one segment (no ``/`` in it): nothing it matches holds a ``/``."""
+    """The regex of one segment (no ``/`` in it): nothing it matches holds a ``/``. Linear in
+    the segment's length: a class is scanned only when a ``]`` can still close it."""
     out: list[str] = []
+    last_close = _last_unescaped_close(segment)
     i = 0
     while i < len(segment):
         c = segment[i]
@@ -175,7 +233,7 @@ def segment_regex(segment: str) -> str:
             i += 1
             out.append(re.escape(segment[i]))
         elif c == "[":
-            end, cls = _char_class(segment, i)
+            end, cls = _char_class(segment, i) if i + 1 < last_close else (i, None)
             if cls is None:
                 out.append(re.escape(c))
             else:
@@ -185,6 +243,23 @@ def segment_regex(segment: str) -> str:
             out.append(re.escape(c))
         i += 1
     return "".join(out)
+
+
+def _last_unescaped_close(segment: str) -> int:
+    """The index of the segment's last ``]`` not escaped by a ``\\`` (-1: none). Whether a
+    ``\\`` escapes depends only on the run of ``\\`` before it, wherever a scan starts, so a
+    ``[`` at or past this index can never be closed (``_char_class`` would scan to the end for
+    each such ``[``: quadratic)."""
+    last = -1
+    i = 0
+    while i < len(segment):
+        if segment[i] == "\\":
+            i += 2
+            continue
+        if segment[i] == "]":
+            last = i
+        i += 1
+    return last
 
 
 def _char_class(segment: str, start: int) -> tuple[int, str | None]:
@@ -221,16 +296,25 @@ def _char_class(segment: str, start: int) -> tuple[int, str | None]:
 
 
 def _class_regex(ranges: list[tuple[str, str]], negate: bool) -> str:
+    members: list[tuple[str, str]] = []
     for low, high in ranges:
         if low > high:
             raise GlobError(f"the range {low}-{high} in a class is reversed")
+        # ``/`` is never a member: a range that holds it (``+-0``) is cut in two around it.
+        if low <= "/" <= high:
+            if low < "/":
+                members.append((low, "."))
+            if high > "/":
+                members.append(("0", high))
+        else:
+            members.append((low, high))
     body = "".join(
         re.escape(low) if low == high else f"{re.escape(low)}-{re.escape(high)}"
-        for low, high in ranges
+        for low, high in members
     )
-    # ``/`` is never a member: excluded from a negated class, looked past in any other one
-    # (a range such as ``+-0`` holds it).
-    return f"[^/{body}]" if negate else f"(?!/)[{body}]"
+    if negate:
+        return f"[^/{body}]"
+    return f"[{body}]" if body else "[^\\s\\S]"  # (a class of "/" alone matches nothing)
 
 
 # -- absolute paths: permission rules ---------------------------------------------------------
