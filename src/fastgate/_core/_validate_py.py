@@ -14,6 +14,7 @@ bounded recursion, and hands anything deeper to ``run``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -387,7 +388,7 @@ def canonical(value: Any) -> Any:
             index = len(pairs) - 1
             while index >= 0:
                 stack.append((False, pairs[index][1]))
-                stack.append((True, _json_string(str(pairs[index][0])) + ":"))
+                stack.append((True, _json_string(_key_text(pairs[index][0])) + ":"))
                 if index:
                     stack.append((True, ","))
                 index -= 1
@@ -406,24 +407,52 @@ def _json_string(text: str) -> str:
 
 def _scalar_token(item: Any, kind: int) -> str:
     if kind == K_STR:
-        return _json_string(item)
+        return _json_string(_text(item))
     if kind == K_BOOL:
         return "true" if item else "false"
     if kind == K_NULL:
         return "null"
-    if kind == K_INTFLOAT:
-        return repr(int(item))
-    if kind == K_INT or kind == K_FLOAT:
-        return repr(item)
+    if kind == K_INT or kind == K_INTFLOAT:
+        return _int_token(int(item))  # int() also undoes IntEnum and other int subclasses
+    if kind == K_FLOAT:
+        return float.__repr__(float(item))
     return "?" + repr(item)
+
+
+def _int_token(number: int) -> str:
+    """Decimal digits; past Python's limit on converting an int to text (4300 digits unless
+    set otherwise) hex, which no decimal token can equal (and no float is that large)."""
+    try:
+        return str(number)
+    except ValueError:
+        return hex(number)
+
+
+def _text(value: Any) -> str:
+    """A string value as an exact ``str`` (a StrEnum's or other subclass's characters, not its
+    ``__str__``): what the checks and messages read."""
+    if type(value) is str:
+        return value
+    return str.__str__(value)
+
+
+def _key_text(key: Any) -> str:
+    return _text(key) if isinstance(key, str) else str(key)
 
 
 def _is_multiple(value: Any, divisor: Any) -> bool:
     if type(value) is int and type(divisor) is int:
         return value % divisor == 0
-    # Exact decimal arithmetic on the shortest repr: 0.0075 is a multiple of 0.0001.
-    quotient = Fraction(repr(value)) / Fraction(repr(divisor))
+    quotient = _exact(value) / _exact(divisor)
     return quotient.denominator == 1
+
+
+def _exact(number: Any) -> Fraction:
+    """Integers exactly (however long), floats by their shortest repr, so that the arithmetic
+    is decimal: 0.0075 is a multiple of 0.0001."""
+    if isinstance(number, int):
+        return Fraction(int(number))
+    return Fraction(float.__repr__(float(number)))
 
 
 # -- messages -----------------------------------------------------------------------------------
@@ -450,11 +479,22 @@ def field_name(path: tuple[str | int, ...]) -> str:
     return "".join(_segments(path))
 
 
+#: A longer path is named by its first ``PATH_HEAD`` and last ``PATH_TAIL`` keys in messages.
+PATH_HEAD = 4
+PATH_TAIL = 6
+
+
 def _segments(path: tuple[str | int, ...]) -> list[str]:
-    parts = [_segment(key) for key in path]
-    first = path[0]
-    if type(first) is str and parts[0][0] == ".":
-        parts[0] = first  # no leading dot
+    size = len(path)
+    if size > PATH_HEAD + PATH_TAIL + 1:
+        parts = [_segment(key) for key in path[:PATH_HEAD]]
+        parts.append(f"…({size - PATH_HEAD - PATH_TAIL} more)…")
+        parts.extend([_segment(key) for key in path[size - PATH_TAIL :]])
+    else:
+        parts = [_segment(key) for key in path]
+    first = parts[0]
+    if first[0] == ".":
+        parts[0] = first[1:]  # no leading dot
     return parts
 
 
@@ -472,16 +512,23 @@ _SEGMENTS: dict[Any, str] = {}
 
 
 def _segment(key: Any) -> str:
-    """``.name``, ``[3]`` or ``["odd key"]``; cached, as the same field names recur."""
+    """``.name``, ``[3]`` or ``["odd key"]`` (a key longer than 60 characters is cut, quoted);
+    cached, as the same field names recur."""
     text = _SEGMENTS.get(key)
     if text is not None and type(key) is not bool:
         return text
     if isinstance(key, int):
         text = "[" + str(key) + "]"
-    elif key.isidentifier():
-        text = "." + key
+    elif not isinstance(key, str):
+        text = "[" + _quote(_cut(key)) + "]"  # not a JSON key (a Python caller's None, tuple)
     else:
-        text = "[" + _quote(key) + "]"
+        name = _text(key)
+        if len(name) <= 60 and name.isidentifier():
+            text = "." + name
+        else:
+            text = "[" + _quote(name) + "]"
+        if len(name) > 60:
+            return text  # not cached: long keys from values must not stay in memory
     if len(_SEGMENTS) >= 4096:
         _SEGMENTS.clear()  # bounded: arbitrary keys from values must not grow it forever
     _SEGMENTS[key] = text
@@ -505,13 +552,13 @@ def describe(value: Any) -> str:
     """A short, safe description of a value for a message (never a deep repr)."""
     kind = _kind(value)
     if kind == K_STR:
-        return f'the string "{_escape(value)}"'
+        return f'the string "{_escape(_text(value))}"'
     if kind == K_BOOL:
         return "true" if value else "false"
     if kind == K_NULL:
         return "null"
     if kind & (K_INT | K_INTFLOAT | K_FLOAT | K_NONFINITE):
-        return f"the number {value!r}"
+        return "the number " + _number(value)
     if kind == K_ARR:
         return f"an array of {len(value)} item{'' if len(value) == 1 else 's'}"
     if kind == K_OBJ:
@@ -519,22 +566,57 @@ def describe(value: Any) -> str:
     return f"a {type(value).__name__} (not a JSON value)"
 
 
+def _number(value: Any) -> str:
+    """A number for a message: its repr (of the plain int or float: an IntEnum's value), an
+    integer of more than 60 digits by its magnitude (Python cannot print past 4300)."""
+    if not isinstance(value, int):
+        return float.__repr__(float(value))
+    number = int(value)
+    if -_BIG_INT < number < _BIG_INT:
+        return str(number)
+    exponent = int(_log10(abs(number)))
+    return f"{'-' if number < 0 else ''}~10^{exponent} ({exponent + 1} digits)"
+
+
+_BIG_INT = 10**60
+_log10 = math.log10  # called through a name: the compiled build must not make it C's log10
+
+
 def _literal(value: Any) -> str:
     kind = _kind(value)
     if kind == K_STR:
-        return _quote(value)
+        return _quote(_text(value))
     if kind == K_BOOL:
         return "true" if value else "false"
     if kind == K_NULL:
         return "null"
     if kind & (K_INT | K_INTFLOAT | K_FLOAT):
-        return repr(value)
+        return _number(value)
     return "an array" if kind == K_ARR else "an object"
 
 
 def _choices(values: list[Any]) -> str:
     shown = ", ".join([_literal(v) for v in values[:20]])
     return shown + (f" (and {len(values) - 20} more)" if len(values) > 20 else "")
+
+
+#: Names of allowed properties listed in an ``additionalProperties`` message, at most.
+MAX_NAMES_SHOWN = 20
+
+
+def _allowed_names(node: Node) -> str:
+    names = node.prop_names
+    if not names:
+        return "none"
+    shown = ", ".join([_cut(name) for name in names[:MAX_NAMES_SHOWN]])
+    if len(names) > MAX_NAMES_SHOWN:
+        shown += f", … {len(names) - MAX_NAMES_SHOWN} more"
+    return shown
+
+
+def _cut(name: Any) -> str:
+    text = _key_text(name)
+    return text[:57] + "..." if len(text) > 60 else text
 
 
 def _expected_types(node: Node) -> str:
@@ -583,9 +665,9 @@ def _explain(keyword: str, node: Node, value: Any) -> str:
     if keyword == "type":
         return f"expected {node.expected}, got {describe(value)}"
     if keyword == "minimum":
-        return f"expected a number >= {node.minimum!r}, got {value!r}"
+        return f"expected a number >= {_number(node.minimum)}, got {_number(value)}"
     if keyword == "maximum":
-        return f"expected a number <= {node.maximum!r}, got {value!r}"
+        return f"expected a number <= {_number(node.maximum)}, got {_number(value)}"
     got = describe(value)
     if keyword == "false":
         return f"no value is allowed here, got {got}"
@@ -594,13 +676,16 @@ def _explain(keyword: str, node: Node, value: Any) -> str:
     if keyword == "maxLength":
         return f"expected a string of at most {node.max_length} characters, got {len(value)}"
     if keyword == "pattern":
-        return f"expected a string matching the pattern {node.pattern_source}, got {got}"
+        source = node.pattern_source
+        if len(source) > 200:
+            source = source[:197] + "..."
+        return f"expected a string matching the pattern {source}, got {got}"
     if keyword == "exclusiveMinimum":
-        return f"expected a number > {node.exclusive_minimum!r}, got {value!r}"
+        return f"expected a number > {_number(node.exclusive_minimum)}, got {_number(value)}"
     if keyword == "exclusiveMaximum":
-        return f"expected a number < {node.exclusive_maximum!r}, got {value!r}"
+        return f"expected a number < {_number(node.exclusive_maximum)}, got {_number(value)}"
     if keyword == "multipleOf":
-        return f"expected a multiple of {node.multiple_of!r}, got {value!r}"
+        return f"expected a multiple of {_number(node.multiple_of)}, got {_number(value)}"
     if keyword == "enum":
         return f"expected one of {_choices(node.enum_values)}, got {got}"
     if keyword == "const":
@@ -641,7 +726,7 @@ def check_local(node: Node, value: Any, kind: int, parent: Any, key: Any, sink: 
                 _fail(sink, parent, key, "minLength", node, value)
             if 0 <= node.max_length < length:
                 _fail(sink, parent, key, "maxLength", node, value)
-        if node.pattern is not None and not _matches(node, value):
+        if node.pattern is not None and not _matches(node, _text(value)):
             _fail(sink, parent, key, "pattern", node, value)
     if checks & C_NUM and kind & (K_INT | K_INTFLOAT | K_FLOAT):
         if node.minimum is not None and value < node.minimum:
@@ -666,7 +751,7 @@ def check_local(node: Node, value: Any, kind: int, parent: Any, key: Any, sink: 
 
 def _matches(node: Node, text: str) -> bool:
     """``pattern``: a scan of the runs when there are some (no regex state to set up, which
-    costs more than the scan of a typical short string), else ``re``."""
+    costs more than the scan of a typical short string), else RE2 (``schema._pattern``)."""
     runs = node.pattern_runs
     if runs is None:
         return node.pattern.search(text) is not None
@@ -791,7 +876,7 @@ def _match_keys(node: Node, value: Any, loc: Any, sink: Sink, stack: list[Any], 
             if node.additional_false:
                 sink.count += 1
                 if not sink.silent and sink.count <= sink.limit:
-                    allowed = ", ".join(node.properties) or "none"
+                    allowed = _allowed_names(node)
                     _add(
                         sink,
                         loc,
@@ -994,7 +1079,7 @@ def _discriminate(
     obj: dict[str, Any] = value
     tag = obj.get(name, _HERE)
     if tag is not _HERE:
-        branch = node.disc_map.get(tag) if type(tag) is str else None
+        branch = node.disc_map.get(_text(tag)) if isinstance(tag, str) else None
         if branch is not None:
             _visit(branch, value, loc, _HERE, sink, stack, depth)
             return True
@@ -1107,7 +1192,7 @@ def _local_ok(node: Node, value: Any, kind: int) -> bool:
             length = len(value)
             if length < node.min_length or 0 <= node.max_length < length:
                 return False
-        if node.pattern is not None and not _matches(node, value):
+        if node.pattern is not None and not _matches(node, _text(value)):
             return False
     if checks & C_NUM and kind & (K_INT | K_INTFLOAT | K_FLOAT):
         if node.minimum is not None and value < node.minimum:
@@ -1256,7 +1341,7 @@ def _valid_by_discriminator(node: Node, value: Any, depth: int) -> int:
     tag = dict.get(value, node.disc_key, _HERE)
     if tag is _HERE:
         return 0 if node.disc_required else -1
-    branch = node.disc_map.get(tag) if type(tag) is str else None
+    branch = node.disc_map.get(_text(tag)) if isinstance(tag, str) else None
     return 1 if branch is not None and _valid(branch, value, depth) else 0
 
 

@@ -23,7 +23,7 @@ from urllib.parse import unquote
 
 from fastgate._core import validate as core
 from fastgate.errors import SchemaError
-from fastgate.schema._pattern import char_runs, compile_pattern
+from fastgate.schema._pattern import for_schema
 
 #: Issues reported by ``Validator.validate`` before it stops (the rest are not computed).
 DEFAULT_MAX_ISSUES = 50
@@ -269,11 +269,13 @@ def _pattern(c: _Compiler, node: core.Node, keyword: str, value: Any) -> None:
     if type(value) is not str:
         raise c.bad(node, keyword, "pattern must be a string")
     try:
-        node.pattern = compile_pattern(value)
-    except (ValueError, re.error) as exc:
-        raise c.bad(node, keyword, f"pattern {value!r} cannot be used: {exc}") from None
+        pattern = for_schema(value)
+    except ValueError as exc:
+        shown = value if len(value) <= 200 else value[:197] + "..."
+        raise c.bad(node, keyword, f"pattern {shown!r} cannot be used: {exc}") from None
+    node.pattern = pattern
     node.pattern_source = value
-    node.pattern_runs = char_runs(value)
+    node.pattern_runs = pattern.runs
     node.checks |= C_STR
 
 

@@ -1,17 +1,31 @@
-"""Translate an ECMA-262 regular expression (JSON Schema ``pattern``) to Python's ``re``.
+"""Translate an ECMA-262 regular expression (JSON Schema ``pattern``) to RE2 and match with it.
 
-Only constructs whose meaning is the same in both engines are translated; anything else raises
-``ValueError`` (the compiler turns it into a ``SchemaError``) rather than matching differently.
+Patterns come from schemas a server publishes and are matched against what a model sends, so
+matching must take linear time whatever both hold: a backtracking engine (Python's ``re``) runs
+``^([a-z]+)+$`` on forty letters and a ``!`` for ever, on the event loop. Patterns run on RE2
+(``google-re2``), which never backtracks. Constructs only a backtracking engine can run
+(back-references, lookahead, lookbehind) are refused with ``ValueError`` (the compiler turns it
+into a ``SchemaError``), as is anything RE2 or the translation cannot say with the ECMA meaning:
+``\\p{...}``, possessive quantifiers, repetition counts above 1000, surrogate escapes.
 Differences handled: ``\\d \\w \\s`` and ``\\b`` are ASCII/ECMA sets, ``.`` excludes every line
-terminator, ``$`` matches only at the very end, ``(?<name>`` and ``\\k<name>`` are renamed.
+terminator, ``$`` matches only at the very end, ``[]`` and ``[^]``, ``(?<name>`` groups.
+
+Patterns a left-to-right scan decides (``char_runs``) need no regex at all.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
+
+try:
+    import re2
+except ImportError:  # pragma: no cover - google-re2 ships with the builtin and test extras
+    re2 = None
 
 _ECMA_SPACE = (
-    " \\t\\n\\x0b\\x0c\\r\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000\\ufeff"
+    " \\t\\n\\x0b\\x0c\\r\\xa0\\x{1680}\\x{2000}-\\x{200a}\\x{2028}\\x{2029}\\x{202f}"
+    "\\x{205f}\\x{3000}\\x{feff}"
 )
 _CLASS_ESCAPES = {"d": "0-9", "w": "a-zA-Z0-9_", "s": _ECMA_SPACE}
 _ATOM_ESCAPES = {
@@ -21,16 +35,34 @@ _ATOM_ESCAPES = {
     "W": "[^a-zA-Z0-9_]",
     "s": f"[{_ECMA_SPACE}]",
     "S": f"[^{_ECMA_SPACE}]",
-    "b": "\\b",
+    "b": "\\b",  # RE2's word boundary is ASCII, as ECMA's
     "B": "\\B",
 }
-_SAME_ESCAPES = set("tnrvf")
+_SAME_ESCAPES = {"t": "\\t", "n": "\\n", "r": "\\r", "v": "\\x0b", "f": "\\x0c"}
 _QUANTIFIERS = set("*+?}")
+_NOTHING = "[^\\x00-\\x{10ffff}]"  # ECMA "[]": matches no character
+_ANYTHING = "[\\x00-\\x{10ffff}]"  # ECMA "[^]": matches every character
+_GROUP_NAME = re.compile(r"<([A-Za-z_$][A-Za-z0-9_$]*)>")
+_HEX2 = re.compile(r"[0-9a-fA-F]{2}")
+_HEX4 = re.compile(r"[0-9a-fA-F]{4}")
+_BRACED = re.compile(r"\{([0-9a-fA-F]{1,6})\}")
+_SURROGATES = range(0xD800, 0xE000)
+#: RE2's memory budget per pattern (its default): a pattern whose program does not fit is
+#: refused at compile time; matching that would need more falls back to a slower linear engine.
+MAX_MEM = 8 << 20
+_SURROGATE_CHARS = frozenset(chr(code) for code in _SURROGATES)
+if re2 is not None:
+    _OPTIONS = re2.Options()
+    _OPTIONS.log_errors = False
+    _OPTIONS.never_capture = True  # only "is there a match": the DFA answers, no submatches
+    _OPTIONS.max_mem = MAX_MEM
+    _UNANCHORED = re2._re2.RE2.Anchor.UNANCHORED
 
 
 def translate(source: str) -> str:
-    """The Python ``re`` spelling of ``source``; ValueError when it cannot be faithful."""
+    """The RE2 spelling of ``source``; ValueError when it cannot be faithful or linear."""
     out: list[str] = []
+    names: set[str] = set()
     i = 0
     n = len(source)
     while i < n:
@@ -44,25 +76,101 @@ def translate(source: str) -> str:
             out.append(text)
             continue
         if c == "(":
-            text, i = _group_open(source, i + 1)
+            text, i = _group_open(source, i + 1, names)
             out.append(text)
             continue
         if c == ".":
-            out.append("[^\\n\\r\\u2028\\u2029]")
+            out.append("[^\\n\\r\\x{2028}\\x{2029}]")
         elif c == "$":
-            out.append("\\Z")
+            out.append("\\z")
+        elif c in _SURROGATE_CHARS:
+            raise ValueError("a lone UTF-16 surrogate has no faithful translation")
         else:
             out.append(c)
-        # ECMA has no possessive quantifiers; Python 3.11 would read "a*+" as one.
+        # ECMA has no possessive quantifiers ("a*+" is an error there).
         if c in _QUANTIFIERS and i + 1 < n and source[i + 1] == "+":
             raise ValueError("possessive quantifiers do not exist in ECMA-262")
         i += 1
+    if _ATOM_ESCAPES["B"] in out:
+        # RE2 searches byte by byte, and between the bytes of one UTF-8 character (neither a
+        # word character) \B holds: start every match at a character, as ECMA does.
+        return "\\A(?s:.)*?(?:" + "".join(out) + ")"
     return "".join(out)
 
 
-def compile_pattern(source: str) -> re.Pattern[str]:
-    # re.ASCII makes \b and \B ASCII word boundaries, as in ECMA-262; the classes are explicit.
-    return re.compile(translate(source), re.ASCII)
+class Pattern:
+    """A compiled ``pattern``: ``search(text)`` finds a match anywhere in ``text``, in time
+    linear in its length: by the scan of its character runs when it has some (``char_runs``,
+    no regex at all), else by RE2's automata (no capture groups tracked)."""
+
+    __slots__ = ("_match", "runs", "source")
+
+    def __init__(self, source: str, regexp: Any, runs: tuple[Run, ...] | None) -> None:
+        self.source = source
+        self.runs = runs
+        self._match = None if regexp is None else regexp.Match
+
+    def search(self, text: str) -> tuple[int, int] | None:
+        """The span of the first match (in UTF-8 bytes; the whole text for runs), or None."""
+        if self.runs is not None:
+            return (0, len(text)) if scan(self.runs, text) else None
+        try:
+            data = str.encode(text)
+        except UnicodeEncodeError:
+            data = _scalar_values(text)
+        span: tuple[int, int] = self._match(_UNANCHORED, data, 0, len(data))[0]  # type: ignore[misc]
+        return span if span[0] >= 0 else None
+
+    def __repr__(self) -> str:
+        return f"Pattern({self.source!r})"
+
+
+def _scalar_values(text: str) -> bytes:
+    """UTF-8 of a string holding UTF-16 surrogates: a pair becomes its character, a lone one
+    U+FFFD (no pattern can name a surrogate: those are refused)."""
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace").encode()
+
+
+def for_schema(source: str) -> Pattern:
+    """``source`` (ECMA-262) as a schema runs it: its character runs when a scan decides it
+    (no regex is compiled: a bounded scan needs none, whatever its counts), else RE2."""
+    runs = char_runs(source)
+    return Pattern(source, None, runs) if runs is not None else compile_pattern(source)
+
+
+def compile_pattern(source: str) -> Pattern:
+    """``source`` (ECMA-262) compiled for RE2; ValueError when it cannot be used."""
+    translated = translate(source)
+    if re2 is None:
+        raise ValueError("patterns beyond a plain character scan need google-re2 (not installed)")
+    try:
+        encoded = translated.encode()
+    except UnicodeEncodeError:
+        raise ValueError("a lone UTF-16 surrogate has no faithful translation") from None
+    regexp = re2._re2.RE2(encoded, _OPTIONS)
+    if not regexp.ok():
+        error = regexp.error()
+        if isinstance(error, bytes):
+            error = error.decode(errors="replace")
+        raise ValueError(f"RE2 cannot take it: {error}")
+    return Pattern(source, regexp, None)
+
+
+def scan(runs: tuple[Run, ...], text: str) -> bool:
+    """Whether ``text`` matches the pattern of ``runs`` (the core's ``_matches``, in Python)."""
+    end = len(text)
+    pos = 0
+    for table, least, most in runs:
+        stop = end if most < 0 or most > end - pos else pos + most
+        start = pos
+        while pos < stop:
+            code = ord(text[pos])
+            if not table[code if code < _ANY_OTHER else _ANY_OTHER]:
+                break
+            pos += 1
+        if pos - start < least:
+            return False
+    return pos == end
 
 
 # -- character runs: the patterns a plain scan decides -------------------------------------------
@@ -224,33 +332,41 @@ def _escape(source: str, i: int, *, in_class: bool) -> tuple[str, int]:
     if not in_class and c in _ATOM_ESCAPES:
         return _ATOM_ESCAPES[c], i + 1
     if c in _SAME_ESCAPES:
-        return "\\" + c, i + 1
+        return _SAME_ESCAPES[c], i + 1
     if c == "0" and not (i + 1 < len(source) and source[i + 1].isdigit()):
         return "\\x00", i + 1
-    if c.isdigit() and not in_class:
-        j = i
-        while j < len(source) and source[j].isdigit():
-            j += 1
-        return "\\" + source[i:j], j
-    if c == "c" and i + 1 < len(source) and source[i + 1].isalpha():
+    if c in "0123456789" and not in_class:
+        raise ValueError(
+            "back-references need a backtracking matcher, which a model's input could stall"
+        )
+    if c == "c" and i + 1 < len(source) and source[i + 1].isalpha() and source[i + 1].isascii():
         return f"\\x{ord(source[i + 1]) % 32:02x}", i + 2
-    if c == "x" and re.fullmatch(r"[0-9a-fA-F]{2}", source[i + 1 : i + 3]):
+    if c == "x" and _HEX2.fullmatch(source, i + 1, i + 3):
         return "\\x" + source[i + 1 : i + 3], i + 3
     if c == "u":
-        if re.fullmatch(r"[0-9a-fA-F]{4}", source[i + 1 : i + 5]):
-            return "\\u" + source[i + 1 : i + 5], i + 5
-        braced = re.match(r"\{([0-9a-fA-F]{1,6})\}", source[i + 1 :])
+        if _HEX4.fullmatch(source, i + 1, i + 5):
+            return _code_point(int(source[i + 1 : i + 5], 16)), i + 5
+        braced = _BRACED.match(source, i + 1)
         if braced:
-            return f"\\U{int(braced.group(1), 16):08x}", i + 1 + braced.end()
+            return _code_point(int(braced.group(1), 16)), braced.end()
         raise ValueError("malformed \\u escape")
     if c == "k" and not in_class:
-        named = re.match(r"<([A-Za-z_][A-Za-z0-9_]*)>", source[i + 1 :])
-        if named:
-            return f"(?P={named.group(1)})", i + 1 + named.end()
-        raise ValueError("malformed \\k<name> back-reference")
+        raise ValueError(
+            "back-references need a backtracking matcher, which a model's input could stall"
+        )
     if c.isalnum():
-        raise ValueError(f"\\{c} has no faithful Python translation")
-    return "\\" + c, i + 1
+        raise ValueError(f"\\{c} has no faithful translation")
+    if c.isascii() and c.isprintable() and c != " ":
+        return "\\" + c, i + 1  # escaped punctuation stands for itself
+    return _code_point(ord(c)), i + 1  # any other character escaped: itself
+
+
+def _code_point(code: int) -> str:
+    if code in _SURROGATES:
+        raise ValueError("UTF-16 surrogate escapes have no faithful translation")
+    if code > 0x10FFFF:
+        raise ValueError("\\u escape beyond U+10FFFF")
+    return f"\\x{{{code:x}}}"
 
 
 def _char_class(source: str, i: int) -> tuple[str, int]:
@@ -259,8 +375,7 @@ def _char_class(source: str, i: int) -> tuple[str, int]:
     if negated:
         i += 1
     if i < n and source[i] == "]":
-        # ECMA "[]" matches nothing and "[^]" matches anything; Python reads both differently.
-        return ("[\\s\\S]" if negated else "(?!)"), i + 1
+        return (_ANYTHING if negated else _NOTHING), i + 1
     parts: list[str] = []
     while True:
         if i >= n:
@@ -273,24 +388,32 @@ def _char_class(source: str, i: int) -> tuple[str, int]:
             parts.append(text)
             continue
         if c in "[&~|^":
-            parts.append("\\" + c)  # literal in ECMA; Python may read a set operation
+            parts.append("\\" + c)  # literal in ECMA; RE2 would read "[:" as a POSIX class
         elif c == "-" and parts and parts[-1] == "-":
             parts.append("\\-")
+        elif c in _SURROGATE_CHARS:
+            raise ValueError("a lone UTF-16 surrogate has no faithful translation")
         else:
             parts.append(c)
         i += 1
     return "[" + ("^" if negated else "") + "".join(parts) + "]", i + 1
 
 
-def _group_open(source: str, i: int) -> tuple[str, int]:
+def _group_open(source: str, i: int, names: set[str]) -> tuple[str, int]:
     if i >= len(source) or source[i] != "?":
         return "(", i
     rest = source[i + 1 : i + 3]
-    if rest[:1] in (":", "=", "!"):
-        return "(?" + rest[:1], i + 2
-    if rest in ("<=", "<!"):
-        return "(?" + rest, i + 3
-    named = re.match(r"<([A-Za-z_][A-Za-z0-9_]*)>", source[i + 1 :])
+    if rest[:1] == ":":
+        return "(?:", i + 2
+    if rest[:1] in ("=", "!") or rest in ("<=", "<!"):
+        raise ValueError(
+            "lookahead and lookbehind need a backtracking matcher, which a model's input "
+            "could stall"
+        )
+    named = _GROUP_NAME.match(source, i + 1)
     if named:
-        return f"(?P<{named.group(1)}>", i + 1 + named.end()
+        if named.group(1) in names:
+            raise ValueError(f"duplicate group name {named.group(1)!r}")
+        names.add(named.group(1))
+        return "(", named.end()
     raise ValueError("unsupported group syntax")
