@@ -321,8 +321,13 @@ def test_forwarding_headers_do_not_reset_the_sign_in_limit(tmp_path: Path) -> No
 
 
 def test_forwarding_headers_count_only_from_the_proxies_named(tmp_path: Path) -> None:
+    # (With tokens: without them, a client the proxy names on another machine is refused.)
+    tokens = str(tokens_file(tmp_path / "tokens.json"))
     with (
-        _console_process(tmp_path, "--forwarded-allow-ips", "127.0.0.1") as (origin, _),
+        _console_process(tmp_path, "--forwarded-allow-ips", "127.0.0.1", "--tokens", tokens) as (
+            origin,
+            _,
+        ),
         httpx.Client(timeout=30) as http,
     ):
         login = f"{origin}/console/login"

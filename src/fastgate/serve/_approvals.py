@@ -16,7 +16,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
-from fastgate.model import ApprovalRequest, ApprovalResponse
+from fastgate.model import ApprovalRequest, ApprovalResponse, ErrorCode
+from fastgate.permissions.asking import Refusal
+from fastgate.serve._preview import ArgumentsPreview, preview_arguments
 
 APPROVALS_MODES: Final = ("client", "console", "deny")
 ApprovalsMode = Literal["client", "console", "deny"]
@@ -41,6 +43,7 @@ APPROVAL_FORM: Final[dict[str, Any]] = {
     "required": ["decision"],
 }
 _SHOWN_ARGUMENTS = 2_000  # characters of the arguments quoted in the question
+PENDING_PER_PRINCIPAL: Final = 50  # calls of one principal waiting at the console at once
 
 
 def approval_message(request: ApprovalRequest, principal: str) -> str:
@@ -101,6 +104,12 @@ class PendingApproval:
     since: float  # wall clock, seconds since the epoch
     rule: str | None = None  # the rule that asked (source "rule")
     rule_source: str | None = None  # the settings file it came from
+    # What the console shows of the arguments, made once (None: made when shown).
+    preview: ArgumentsPreview | None = field(default=None, compare=False, repr=False)
+
+    def shown(self) -> ArgumentsPreview:
+        """The arguments as the console shows them: pretty JSON, bounded (folded, cut)."""
+        return self.preview if self.preview is not None else preview_arguments(self.arguments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,12 +132,17 @@ class PendingApprovals:
     """Calls waiting for an answer from the console: ``pending()``, ``answer(id, response)``
     (the first answer wins), and ``events()``, every change as it happens.
 
-    ``timeout``: how long a call waits for an answer before it is rejected (seconds)."""
+    ``timeout``: how long a call waits for an answer before it is rejected (seconds);
+    ``per_principal``: how many calls of one principal may wait at once (one more is refused,
+    ``RESOURCE_EXHAUSTED``, so that one caller cannot fill the console)."""
 
-    def __init__(self, timeout: float = 300.0) -> None:
+    def __init__(self, timeout: float = 300.0, per_principal: int = PENDING_PER_PRINCIPAL) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout: expected seconds > 0, got {timeout!r}")
+        if type(per_principal) is not int or per_principal < 1:
+            raise ValueError(f"per_principal: expected a count >= 1, got {per_principal!r}")
         self.timeout = float(timeout)
+        self.per_principal = per_principal
         self._waiting: dict[str, _Waiting] = {}
         self._ids = itertools.count(1)
         self._listeners: set[asyncio.Queue[ApprovalEvent]] = set()
@@ -166,22 +180,35 @@ class PendingApprovals:
         rule: str | None = None,
         rule_source: str | None = None,
         on_added: Callable[[PendingApproval], object] | None = None,
-    ) -> ApprovalResponse:
-        """Wait for the console's answer to ``request`` (rejected after ``timeout``).
-        ``on_added``: told of the pending approval once it is listed (the gateway points a
-        URL-mode elicitation at it)."""
+    ) -> ApprovalResponse | Refusal:
+        """Wait for the console's answer to ``request`` (rejected after ``timeout``), or refuse
+        it at once (``RESOURCE_EXHAUSTED``, reason ``too_many_pending_approvals``) when
+        ``per_principal`` calls of ``principal`` wait already. ``on_added``: told of the
+        pending approval once it is listed (the gateway points a URL-mode elicitation at
+        it)."""
+        waiting_now = sum(1 for w in self._waiting.values() if w.approval.principal == principal)
+        if waiting_now >= self.per_principal:
+            return Refusal(
+                ErrorCode.RESOURCE_EXHAUSTED,
+                f"{principal} has {waiting_now} calls waiting for an answer at the console "
+                f"already (at most {self.per_principal}); this call was not run: retry once "
+                "some are answered.",
+                {"reason": "too_many_pending_approvals", "limit": self.per_principal},
+            )
+        arguments = _plain(request.args)
         approval = PendingApproval(
             id=f"a{next(self._ids)}-{request.execution_id or ''}",
             principal=principal,
             session_id=request.session_id,
             tool_name=request.tool_name,
-            arguments=_plain(request.args),
+            arguments=arguments,
             reason=request.reason or "",
             source=request.source,
             execution_id=request.execution_id,
             since=time.time(),
             rule=rule,
             rule_source=rule_source,
+            preview=preview_arguments(arguments),
         )
         waiting = _Waiting(approval, asyncio.get_running_loop().create_future())
         self._waiting[approval.id] = waiting

@@ -184,17 +184,19 @@ class Console:
         if not same_origin(request.headers):
             return _html(pages.login_page(base, "Refused: not sent from this console.", base), 403)
         address = request.client.host if request.client else "?"
-        if self._sign_ins.blocked(address):
+        # Counted before the token is read: sign-ins sent at once cannot all be judged.
+        attempt = self._sign_ins.attempt(address)
+        if attempt is None:
             return _html(pages.login_page(base, "Too many wrong tokens: wait a minute.", base), 429)
         form = await _form(request)
         next_path = _safe_next(form.get("next"), base)
         token = form.get("token", "")
         admin = self.admins.verify(token) if token else None
         if admin is None:
-            self._sign_ins.failed(address)
             return _html(
                 pages.login_page(base, "That token does not open the console.", next_path), 401
             )
+        self._sign_ins.succeeded(address, attempt)
         sid, session = self.sessions.open(admin)
         response = RedirectResponse(next_path, status_code=303, headers=_HEADERS)
         secure = request.url.scheme == "https"
@@ -385,7 +387,9 @@ class Console:
 class _Stream:
     """A server-sent event stream for signed-in admins: ``source(scope, session)`` yields
     ``(event, data)`` pairs, data anything JSON can hold (an empty event is a keep-alive
-    comment). It ends when the browser goes away or the console closes."""
+    comment). It ends when the browser goes away, the console closes, or the session ends
+    (signed out, expired): nothing is sent once the session is gone, and the page is told
+    (an ``ended`` event)."""
 
     def __init__(
         self,
@@ -401,8 +405,8 @@ class _Stream:
         if not console.host_allowed(request.headers.get("host")):
             await _html("Invalid Host header", status=421)(scope, receive, send)
             return
-        _, session = console.session_of(request)
-        if session is None:
+        sid, session = console.session_of(request)
+        if sid is None or session is None:
             await _refused(request, 401, "Sign in to the console first.")(scope, receive, send)
             return
         headers = [(k.encode(), v.encode()) for k, v in _HEADERS.items()]
@@ -410,10 +414,16 @@ class _Stream:
         headers += [(b"x-accel-buffering", b"no")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         events = self._source(scope, session)
+
+        def signed_in() -> bool:
+            return console.sessions.get(sid) is session
+
+        ended = asyncio.ensure_future(session.wait_ended())
         tasks = [
-            asyncio.ensure_future(self._pump(events, send)),
+            asyncio.ensure_future(self._pump(events, send, signed_in)),
             asyncio.ensure_future(_disconnected(receive)),
             asyncio.ensure_future(console._closing.wait()),
+            ended,
         ]
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -425,11 +435,19 @@ class _Stream:
                     log.error("console: a live stream failed", exc_info=outcome)
             await events.aclose()
         with contextlib.suppress(Exception):  # the browser may be gone already
+            if not signed_in():
+                await send({"type": "http.response.body", "body": _ENDED, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     @staticmethod
-    async def _pump(events: AsyncGenerator[tuple[str, Any], None], send: Send) -> None:
+    async def _pump(
+        events: AsyncGenerator[tuple[str, Any], None],
+        send: Send,
+        signed_in: Callable[[], bool],
+    ) -> None:
         async for name, data in events:
+            if not signed_in():  # checked again before every event and keep-alive
+                return
             await send(
                 {"type": "http.response.body", "body": _event(name, data), "more_body": True}
             )
@@ -450,6 +468,11 @@ def _event(name: str, data: Any) -> bytes:
     if not _EVENT_NAME.fullmatch(name):
         raise ValueError(f"not an event name of the console: {name!r}")
     return b"event: " + name.encode() + b"\ndata: " + json.dumps(data).encode() + b"\n\n"
+
+
+_ENDED: Final = _event(
+    "ended", {"message": "Signed out: sign in again to follow the console live."}
+)
 
 
 def _pending_event(event: ApprovalEvent, base: str, csrf: str) -> tuple[str, Any]:

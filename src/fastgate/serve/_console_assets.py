@@ -166,6 +166,10 @@ SCRIPT: Final = """\
       // every event's data is one line of JSON
       source.addEventListener(name, function (event) { handlers[name](JSON.parse(event.data)); });
     });
+    source.addEventListener("ended", function (event) {  // signed out: no more updates
+      source.close();
+      say(JSON.parse(event.data).message);
+    });
     window.addEventListener("pagehide", function () { source.close(); });
     return source;
   }

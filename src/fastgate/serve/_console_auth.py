@@ -10,6 +10,8 @@ from (``Origin``, ``Sec-Fetch-Site``), must come from the console's own origin.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import hmac
 import os
@@ -18,7 +20,7 @@ import secrets
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 from urllib.parse import urlsplit
 
@@ -85,11 +87,21 @@ class AdminTokens:
 
 @dataclass(frozen=True, slots=True)
 class ConsoleSession:
-    """A signed-in browser: its admin, its CSRF token, when it ends (monotonic seconds)."""
+    """A signed-in browser: its admin, its CSRF token, when it ends (monotonic seconds);
+    ``ended`` is set once it is over (signed out, expired, or pushed out by newer ones)."""
 
     admin: str
     csrf: str
     expires: float
+    ended: asyncio.Event = field(default_factory=asyncio.Event, compare=False, repr=False)
+
+    async def wait_ended(self) -> None:
+        """Return once the session is over: at sign-out or at its expiry."""
+        try:
+            async with asyncio.timeout(max(0.0, self.expires - time.monotonic())):
+                await self.ended.wait()
+        except TimeoutError:
+            self.ended.set()
 
 
 class ConsoleSessions:
@@ -102,7 +114,7 @@ class ConsoleSessions:
 
     def open(self, admin: str) -> tuple[str, ConsoleSession]:
         while len(self._sessions) >= _SESSIONS_LIMIT:
-            self._sessions.popitem(last=False)
+            self._sessions.popitem(last=False)[1].ended.set()
         sid = secrets.token_urlsafe(32)
         session = ConsoleSession(admin, secrets.token_urlsafe(32), time.monotonic() + self.ttl)
         self._sessions[sid] = session
@@ -116,31 +128,44 @@ class ConsoleSessions:
             return None
         if session.expires <= time.monotonic():
             del self._sessions[sid]
+            session.ended.set()
             return None
         return session
 
     def close(self, sid: str | None) -> None:
-        if sid:
-            self._sessions.pop(sid, None)
+        session = self._sessions.pop(sid, None) if sid else None
+        if session is not None:
+            session.ended.set()
 
 
 class SignInLimit:
-    """At most ``_FAILURES_PER_MINUTE`` wrong tokens a minute from one address."""
+    """At most ``_FAILURES_PER_MINUTE`` wrong tokens a minute from one address. An attempt
+    counts from the moment it is made, before its token is read: however many are sent at once,
+    no more than the limit are ever judged in a minute."""
 
     def __init__(self) -> None:
         self._failures: OrderedDict[str, deque[float]] = OrderedDict()
 
-    def blocked(self, address: str) -> bool:
-        recent = self._recent(address)
-        return recent is not None and len(recent) >= _FAILURES_PER_MINUTE
-
-    def failed(self, address: str) -> None:
+    def attempt(self, address: str) -> float | None:
+        """Count a sign-in from ``address`` as a wrong token until ``succeeded`` says otherwise:
+        its stamp, or None when the address has used up its minute (answer 429)."""
         recent = self._recent(address)
         if recent is None:
             while len(self._failures) >= _ADDRESSES_LIMIT:
                 self._failures.popitem(last=False)
             recent = self._failures[address] = deque()
-        recent.append(time.monotonic())
+        if len(recent) >= _FAILURES_PER_MINUTE:
+            return None
+        stamp = time.monotonic()
+        recent.append(stamp)
+        return stamp
+
+    def succeeded(self, address: str, stamp: float) -> None:
+        """The attempt of ``stamp`` brought a right token: it is not a failure."""
+        recent = self._failures.get(address)
+        if recent is not None:
+            with contextlib.suppress(ValueError):  # (already out of the window)
+                recent.remove(stamp)
 
     def _recent(self, address: str) -> deque[float] | None:
         recent = self._failures.get(address)

@@ -6,7 +6,6 @@ arguments, reasons, results, principals) goes through ``html.escape``, so an arg
 from __future__ import annotations
 
 import html
-import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,9 +14,7 @@ from urllib.parse import quote, urlencode
 
 from fastgate.serve._approvals import PendingApproval
 from fastgate.serve._console_calls import UNKNOWN, CallRecord
-
-_FOLD: Final = 200  # characters of a string argument shown before it is folded
-_FULL_LIMIT: Final = 65_536  # characters of the full arguments shown at all
+from fastgate.serve._preview import ArgumentsPreview, preview_arguments
 
 
 def esc(value: object) -> str:
@@ -105,34 +102,24 @@ def message_page(
 # -- pending approvals ----------------------------------------------------------------------------
 
 
-def _folded(value: Any) -> Any:
-    if isinstance(value, str) and len(value) > _FOLD:
-        return value[:_FOLD] + f"… (+{len(value) - _FOLD} characters)"
-    if isinstance(value, Mapping):
-        return {k: _folded(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_folded(v) for v in value]
-    return value
-
-
 def arguments_html(arguments: Any) -> str:
-    """The arguments as pretty JSON, long values folded; the whole of them behind a
-    disclosure when something was folded."""
+    """A call's arguments as pretty JSON, bounded (see ``_preview``)."""
     if arguments is UNKNOWN:
         return '<p class="muted">Not recorded (a call made from code).</p>'
     if isinstance(arguments, str):
         shown = arguments  # already cut to a head by the recorder
         return f'<pre aria-label="Arguments">{esc(shown)}</pre>'
-    full = json.dumps(arguments, ensure_ascii=False, indent=2, sort_keys=True, default=str)
-    short = json.dumps(
-        _folded(arguments), ensure_ascii=False, indent=2, sort_keys=True, default=str
-    )
-    out = f'<pre aria-label="Arguments">{esc(short)}</pre>'
-    if short != full:
-        if len(full) > _FULL_LIMIT:
-            full = full[:_FULL_LIMIT] + f"\n… (+{len(full) - _FULL_LIMIT} characters)"
+    return preview_html(preview_arguments(arguments))
+
+
+def preview_html(preview: ArgumentsPreview) -> str:
+    """The preview, long values folded; the whole of the arguments (cut when very long) behind a
+    disclosure when something was folded."""
+    out = f'<pre aria-label="Arguments">{esc(preview.short)}</pre>'
+    if preview.full is not None:
         out += (
-            f"<details><summary>Show the full arguments</summary><pre>{esc(full)}</pre></details>"
+            "<details><summary>Show the full arguments</summary>"
+            f"<pre>{esc(preview.full)}</pre></details>"
         )
     return out
 
@@ -164,7 +151,7 @@ def approval_card(approval: PendingApproval, base: str, csrf: str, tag: str = "l
         f'<dt>Waiting</dt><dd><span data-since="{approval.since:.3f}">'
         f"since {esc(_when(approval.since))}</span></dd>"
         f'<dt>Approval</dt><dd><a href="{url}">{aid}</a></dd></dl>'
-        f"{arguments_html(approval.arguments)}"
+        f"{preview_html(approval.shown())}"
         f'<form class="answer" method="post" action="{url}" data-id="{aid}">'
         f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
         f'<button class="allow" name="decision" value="once" aria-describedby="title-{aid}">'

@@ -53,6 +53,7 @@ from fastgate.model import (
     ToolResult,
 )
 from fastgate.permissions import ApprovalStore, PermissionResolver
+from fastgate.permissions.asking import Refusal
 from fastgate.pipeline import ToolExecutor
 from fastgate.serve import _state
 from fastgate.serve._answers import QuickAnswers, current_answer
@@ -78,6 +79,7 @@ from fastgate.serve._console import Console
 from fastgate.serve._console_auth import AdminTokens
 from fastgate.serve._console_calls import CallRecorder, rule_source
 from fastgate.serve._http import (
+    OPEN_PATHS,
     AllowedHosts,
     Authenticate,
     BodyDeadline,
@@ -590,7 +592,7 @@ class Gateway:
         if answered is not None:  # the 2026 era's retry, carrying the client's answer
             reply = answered
 
-            async def answered_already(request: ApprovalRequest) -> ApprovalResponse:
+            async def answered_already(request: ApprovalRequest) -> ApprovalResponse | Refusal:
                 if request.execution_id != asking.execution_id:
                     return await self._fallback(caller, request)
                 return reply
@@ -601,7 +603,7 @@ class Gateway:
         if modern:
             stop = CancelToken()
 
-            async def ask_client(request: ApprovalRequest) -> ApprovalResponse:
+            async def ask_client(request: ApprovalRequest) -> ApprovalResponse | Refusal:
                 if request.execution_id != asking.execution_id:  # a call from code
                     return await self._fallback(caller, request)
                 asking.request = request
@@ -631,7 +633,7 @@ class Gateway:
         pending = self.pending
         console_url = None if ctx is None or modern else self._console_url(ctx)
 
-        async def at_console(request: ApprovalRequest) -> ApprovalResponse:
+        async def at_console(request: ApprovalRequest) -> ApprovalResponse | Refusal:
             rule, source = self._asking_rule(caller, request)
             if console_url is None or ctx is None:
                 return await pending.ask(request, caller.principal, rule=rule, rule_source=source)
@@ -718,7 +720,9 @@ class Gateway:
             return None, None
         return rule, rule_source(executor, rule, self.workspace)
 
-    async def _fallback(self, caller: Caller, request: ApprovalRequest) -> ApprovalResponse:
+    async def _fallback(
+        self, caller: Caller, request: ApprovalRequest
+    ) -> ApprovalResponse | Refusal:
         """A question the client cannot be asked (a call from code in the 2026 era)."""
         if self.console:
             rule, source = self._asking_rule(caller, request)
@@ -940,14 +944,20 @@ class Gateway:
         )
         reject = self._count_rejection
         mcp_app: Any = QuickAnswers(manager, StreamableHTTPASGIApp(manager))
-        mcp_app = BodyDeadline(mcp_app, self.read_timeout, reject)
         if self.rate_limit is not None:
             mcp_app = RateLimit(mcp_app, self.rate_limit[0], self.rate_limit[1], reject)
         mcp_app = _require_caller(mcp_app, reject)
         metrics_app: Any = _require_caller(_MetricsApp(self), reject)
+        # In front of every route: the Host check; without tokens, this machine only (all but
+        # /healthz: the console too); a deadline for every request body (the console's forms
+        # too).
+        middleware = [Middleware(AllowedHosts, hosts=self.allowed_hosts)]
         if self.tokens is None:
-            mcp_app = LoopbackOnly(mcp_app, reject)
-            metrics_app = LoopbackOnly(metrics_app, reject)
+            middleware.append(Middleware(LoopbackOnly, on_reject=reject, open_paths=OPEN_PATHS))
+        middleware += [
+            Middleware(Authenticate, tokens=self.tokens),
+            Middleware(BodyDeadline, timeout=self.read_timeout, on_reject=reject),
+        ]
 
         @contextlib.asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -965,10 +975,7 @@ class Gateway:
                 Route("/metrics", endpoint=metrics_app, methods=["GET"]),
                 *(self._console.routes() if self._console is not None else ()),
             ],
-            middleware=[
-                Middleware(AllowedHosts, hosts=self.allowed_hosts),
-                Middleware(Authenticate, tokens=self.tokens),
-            ],
+            middleware=middleware,
             lifespan=lifespan,
         )
 

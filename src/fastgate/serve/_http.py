@@ -4,14 +4,16 @@ Authentication is ``Authenticate``: a bearer token from the gateway's token tabl
 tokens, a loopback connection as ``local``) makes the request's user the SDK's
 ``AuthenticatedUser``, as the SDK's ``BearerAuthBackend`` under Starlette's
 ``AuthenticationMiddleware`` would; the SDK's ``RequireAuthMiddleware`` answers 401. Then a
-per-principal request rate (429 beyond it) and a deadline for the request body (408 for a client
-that sends too slowly). The SDK's session manager sets the body size limit (413) and answers
-everything MCP.
+per-principal request rate (429 beyond it). The SDK's session manager sets the body size limit
+(413) and answers everything MCP.
 
 In front of every route, ``AllowedHosts`` checks the ``Host`` and ``Origin`` headers
 (DNS-rebinding protection) as the SDK checks ``/mcp``'s: a page a browser loaded from another
 site, under a name that resolves to this machine, reads nothing (``/healthz``, which answers
-only "ok", stays open to load balancers' probes).
+only "ok", stays open to load balancers' probes). Without tokens, ``LoopbackOnly`` refuses
+other machines (403) on every route but ``/healthz``, the console's included; and
+``BodyDeadline`` gives every request body, the console's forms included, the same deadline
+(408 for a client that sends too slowly).
 """
 
 from __future__ import annotations
@@ -188,14 +190,21 @@ async def send_json(send: Send, status: int, body: dict[str, Any], **headers: st
 
 class LoopbackOnly:
     """Without tokens, a request from another machine is refused (403), not asked for a token
-    it could never have."""
+    it could never have; ``open_paths`` are answered all the same."""
 
-    def __init__(self, app: ASGIApp, on_reject: Callable[[int], None]) -> None:
+    def __init__(
+        self, app: ASGIApp, on_reject: Callable[[int], None], open_paths: Iterable[str] = ()
+    ) -> None:
         self.app = app
         self._on_reject = on_reject
+        self._open = frozenset(open_paths)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not is_loopback(scope):
+        if (
+            scope["type"] == "http"
+            and scope.get("path") not in self._open
+            and not is_loopback(scope)
+        ):
             self._on_reject(403)
             await send_json(
                 send,
@@ -275,8 +284,9 @@ class _TooSlow(Exception):
 
 class BodyDeadline:
     """A request body must arrive within ``timeout`` seconds of the request (408 otherwise):
-    a client trickling bytes cannot hold a request open. Streams opened by GET are not bodies
-    and are left alone."""
+    a client trickling bytes cannot hold a request open, whichever route reads the body.
+    Requests by GET and HEAD carry no body (what a GET stream receives is its end) and are
+    left alone."""
 
     def __init__(self, app: ASGIApp, timeout: float, on_reject: Callable[[int], None]) -> None:
         if not timeout > 0:
@@ -286,7 +296,7 @@ class BodyDeadline:
         self._on_reject = on_reject
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST":
+        if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD"):
             await self.app(scope, receive, send)
             return
         deadline = asyncio.get_running_loop().time() + self.timeout
