@@ -29,6 +29,36 @@ def absolute(ctx: RunContext, path: str) -> str:
     return os.path.normpath(os.path.join(root_of(ctx), path))
 
 
+def names_directory(path: str) -> bool:
+    """Whether a path argument's spelling names a directory: it ends with ``/``, or its last
+    component is ``.`` or ``..`` (``a.txt/`` is a directory called ``a.txt``, which a regular
+    file is not: POSIX says ``ENOTDIR``; normalizing must not drop that)."""
+    return path.endswith("/") or path.rsplit("/", 1)[-1] in (".", "..")
+
+
+async def file_path_refusal(ctx: RunContext, fs: Any, given: str, doing: str) -> Failure | None:
+    """The failure for a file tool's path argument that names a directory by its spelling
+    (``names_directory``), else None: a directory there is ``is_a_directory``, anything else
+    ``not_a_directory`` (a file, or nothing, cannot be reached through a trailing slash)."""
+    if not names_directory(given):
+        return None
+    path = absolute(ctx, given)
+    name = shown(ctx, path)
+    try:
+        stat = await fs.stat(path)
+    except OSError:
+        stat = None
+    if stat is not None and stat.is_dir:
+        return os_failure(IsADirectoryError(errno.EISDIR, "is a directory", path), name, doing)
+    what = "a file" if stat is not None else "not there"
+    ending = "/" if given.endswith("/") else "/" + given.rsplit("/", 1)[-1]
+    return Failure(
+        f"{given} names a directory (it ends with {ending!r}), and {name} is {what}: give the "
+        f"file's own path, without a trailing {ending!r}. Nothing was {doing}.",
+        code="not_a_directory",
+    )
+
+
 def shown(ctx: RunContext, path: str) -> str:
     """How results name a path: relative to the workspace when inside it."""
     root = os.path.normpath(root_of(ctx))
@@ -62,11 +92,63 @@ async def write_target(ctx: RunContext, fs: Any, given: str) -> str:
     return path
 
 
+async def read_target(ctx: RunContext, fs: Any, given: str) -> str:
+    """Where ``read`` reads the file the path argument ``given`` names: the canonical path
+    stage 5 checked on the local disk (``read_file`` then follows no symlink from there, so one
+    swapped in while the user decided cannot show another file); the path made absolute on any
+    other file system."""
+    if not isinstance(fs, LocalFileSystem):
+        return absolute(ctx, given)
+    return ctx.checked_path(given)
+
+
+async def entry_target(ctx: RunContext, fs: Any, given: str) -> tuple[str, str | None]:
+    """What a change that acts on the name itself (apply_patch's ``Delete File``, a ``Move
+    to``'s source) removes: (path, the symlink's target when the name is a symlink, else None).
+
+    On the local disk a name that was a symlink when stage 5 checked it (it resolved to
+    ``RunContext.checked_path``) is the link itself, in its directory resolved and then pinned
+    (``LocalFileSystem.remove_link`` follows no symlink to it), and only while it still leads to
+    what stage 5 saw; any other name is the checked path, as for ``write_target``. Raises
+    ``PathChanged`` when the name is no longer what stage 5 saw. Elsewhere: the path made
+    absolute (a seam's ``remove`` removes a symlink itself)."""
+    lexical = absolute(ctx, given)
+    if not isinstance(fs, LocalFileSystem):
+        return lexical, None
+    checked = ctx.checked_path(given)
+    directory, name = os.path.split(lexical)
+    try:
+        entry = os.path.join(canonical_path(directory), name)
+    except (OSError, ValueError):
+        entry = lexical
+    if entry == checked:
+        await fs.refuse_symlinks(entry)
+        return entry, None
+    link = await fs.read_link(entry)
+    try:
+        leads_to = canonical_path(entry)
+    except (OSError, ValueError):
+        leads_to = None
+    if link is None or leads_to != checked:
+        raise PathChanged(entry, entry)
+    return entry, link
+
+
+async def stat_file(fs: Any, path: str) -> FileStat | None:
+    """The stat of the file a writer changes, None when absent: on the local disk the name
+    itself, following no symlink (``PathChanged``); elsewhere the seam's ``stat``."""
+    if isinstance(fs, LocalFileSystem):
+        return await fs.stat_checked(path)
+    stat: FileStat | None = await fs.stat(path)
+    return stat
+
+
 async def read_file(fs: Any, path: str) -> tuple[FileStat, bytes]:
-    """The file's stat and bytes: one open on the local disk, stat then read elsewhere.
+    """The file's stat and bytes: one open on the local disk, of the checked path and following
+    no symlink (``PathChanged``); stat then read elsewhere.
     Raises ``FileNotFoundError``, ``IsADirectoryError``, ``FileTooLarge``, ..."""
     if isinstance(fs, LocalFileSystem):
-        return await fs.read_stat(path, MAX_FILE_BYTES)
+        return await fs.read_checked(path, MAX_FILE_BYTES)
     stat = await fs.stat(path)
     if stat is None:
         raise FileNotFoundError(errno.ENOENT, "no such file", path)
@@ -84,8 +166,9 @@ def os_failure(exc: OSError, name: str, doing: str) -> Failure:
     """An ``OSError`` of the file system as a failure naming the file and what to do."""
     if isinstance(exc, PathChanged):
         return Failure(
-            f"{name} was not {doing}: {exc.link} became a symlink after the call was checked, "
-            "and a change follows no symlink. Nothing was changed; look at the path and call "
+            f"{name} was not {doing}: {exc.link} changed after the call was checked (a symlink "
+            "appeared or was replaced there), and the file tools follow no symlink that was not "
+            f"there when the call was checked. Nothing was {doing}; look at the path and call "
             "again.",
             code="path_changed",
         )

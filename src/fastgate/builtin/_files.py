@@ -10,11 +10,14 @@ from typing import Any
 from fastgate.builtin._common import (
     MAX_FILE_BYTES,
     absolute,
+    file_path_refusal,
     ledger_key,
     os_failure,
     read_file,
+    read_target,
     shown,
     stale_failure,
+    stat_file,
     write_target,
 )
 from fastgate.builtin._ledger import is_fresh, ledger_of
@@ -53,12 +56,17 @@ def _not_text(name: str, exc: ValueError) -> Failure:
 
 
 async def read(args: Any, ctx: RunContext) -> Any:
-    path = absolute(ctx, args["file_path"])
-    name = shown(ctx, path)
+    given: str = args["file_path"]
+    name = shown(ctx, absolute(ctx, given))
     offset: int = args.get("offset", 1)
     limit: int = args.get("limit", 2000)
     fs = ctx.fs
+    refused = await file_path_refusal(ctx, fs, given, "read")
+    if refused is not None:
+        return refused
     try:
+        # The path stage 5 checked (and the user approved), followed by no symlink from there.
+        path = await read_target(ctx, fs, given)
         stat, data = await read_file(fs, path)
     except OSError as exc:
         return os_failure(exc, name, "read")
@@ -83,6 +91,9 @@ def number_lines(text: str, offset: int, limit: int, name: str) -> Any:
             code="offset_past_end",
             details={"lines": total},
         )
+    # Any positive limit is taken: one past the lines left means "to the end" (and keeps a
+    # limit of 10**30 from reaching str.split, which takes a C size).
+    limit = min(limit, total - offset + 1)
     lines = text.split("\n", offset - 1 + limit)[offset - 1 :]
     if len(lines) > limit:
         lines.pop()  # the rest of the file, unsplit
@@ -124,6 +135,9 @@ async def write(args: Any, ctx: RunContext) -> Any:
     name = shown(ctx, absolute(ctx, args["file_path"]))
     content: str = args["content"]
     fs = ctx.fs
+    refused = await file_path_refusal(ctx, fs, args["file_path"], "written")
+    if refused is not None:
+        return refused
     try:
         path = await write_target(ctx, fs, args["file_path"])
     except OSError as exc:
@@ -132,7 +146,7 @@ async def write(args: Any, ctx: RunContext) -> Any:
     key = ledger_key(fs, path)
     encoding: Encoding = PLAIN_UTF8
     try:
-        stat = await fs.stat(path)
+        stat = await stat_file(fs, path)
     except OSError as exc:
         return os_failure(exc, name, "written")
     existed = stat is not None
@@ -174,7 +188,7 @@ async def write(args: Any, ctx: RunContext) -> Any:
 
 async def _remember_written(ctx: RunContext, fs: Any, path: str, key: str, data: bytes) -> None:
     try:
-        stat = await fs.stat(path)
+        stat = await stat_file(fs, path)
     except OSError:
         stat = None
     ledger_of(fs).remember(ctx.session_id, key, stat, data)
@@ -200,6 +214,9 @@ async def edit(args: Any, ctx: RunContext) -> Any:
             code="empty_old_string",
         )
     fs = ctx.fs
+    refused = await file_path_refusal(ctx, fs, args["file_path"], "changed")
+    if refused is not None:
+        return refused
     try:
         path = await write_target(ctx, fs, args["file_path"])
     except OSError as exc:

@@ -5,15 +5,17 @@ sandbox or an in-memory tree instead of the disk. Every method is async and take
 that stage 5 already checked; errors are the ``OSError`` subclasses Python uses
 (``FileNotFoundError``, ``IsADirectoryError``, ``NotADirectoryError``, ``PermissionError``).
 
-``LocalFileSystem`` checks again at use. Reads open each path component by component beneath
-the allowed roots (``fastgate.paths.open_beneath``), following symlinks only while they stay
-inside, so a directory swapped for a symlink to the outside after stage 5 cannot carry a read
-out.
-Changes (``write_bytes``, ``remove``) follow no symlink at all: the writers pass the canonical
-path stage 5 resolved (``RunContext.checked_path``), and every component of it is opened with
-``O_NOFOLLOW`` from ``/`` down, so a symlink that appeared since, pointing inside the workspace or
-out, makes the change fail with ``PathChanged`` before anything is written. Every operation then
-works on the descriptor it opened. Blocking calls run in the loop's default executor.
+``LocalFileSystem`` checks again at use. The seam's reads (``read_bytes``, ``stat``,
+``list_dir``) open each path component by component beneath the allowed roots
+(``fastgate.paths.open_beneath``), following symlinks only while they stay inside, so a directory
+swapped for a symlink to the outside after stage 5 cannot carry a read out.
+Changes (``write_bytes``, ``remove``) and the file tools' own reads (``read_checked``,
+``stat_checked``) follow no symlink at all: the tools pass the canonical path stage 5 resolved
+(``RunContext.checked_path``), and every component of it is opened with ``O_NOFOLLOW`` from ``/``
+down, so a symlink that appeared since, pointing inside the workspace or out, makes the call fail
+with ``PathChanged`` before anything is read or written (a read whose new symlink leads out of the
+roots raises ``WorktreeEscape`` instead, which says so). Every operation then works on the
+descriptor it opened. Blocking calls run in the loop's default executor.
 """
 
 from __future__ import annotations
@@ -160,6 +162,33 @@ class LocalFileSystem:
     async def remove(self, path: str) -> None:
         await _offload(self.remove_now, path)
 
+    async def read_checked(self, path: str, limit: int | None = None) -> tuple[FileStat, bytes]:
+        """``read_stat`` of the path stage 5 checked, following no symlink: ``PathChanged`` when
+        a component of ``path`` (the last included) is a symlink now, ``WorktreeEscape`` when
+        that symlink leads out of the roots; ``NotARegularFile`` for a FIFO, socket or device,
+        which is never opened."""
+        return await _offload(self.read_checked_now, path, limit)
+
+    async def stat_checked(self, path: str) -> FileStat | None:
+        """The stat of ``path`` itself, following no symlink (``PathChanged`` for one on the
+        way or at the end); None when nothing is there."""
+        return await _offload(self.stat_checked_now, path)
+
+    async def read_link(self, path: str) -> str | None:
+        """The target of the symlink ``path`` names (its directories followed by none:
+        ``PathChanged``); None when ``path`` is not a symlink."""
+        return await _offload(self.read_link_now, path)
+
+    async def remove_link(self, path: str, target: str) -> None:
+        """Remove the symlink ``path`` (the link, never what it leads to), its directories
+        followed by none; ``PathChanged`` unless it is still a symlink to ``target``."""
+        await _offload(self.remove_link_now, path, target)
+
+    async def make_link(self, path: str, target: str) -> None:
+        """Create the symlink ``path`` -> ``target`` (putting back one removed), its directories
+        followed by none."""
+        await _offload(self.make_link_now, path, target)
+
     async def refuse_symlinks(self, path: str) -> None:
         """Raise ``PathChanged`` when a component of ``path`` (the last included) is a symlink,
         ``WorktreeEscape`` when ``path`` is outside the roots: what a writer checks before it
@@ -201,27 +230,83 @@ class LocalFileSystem:
             os.close(fd)
 
     def read_now(self, path: str, limit: int | None) -> tuple[FileStat, bytes]:
-        fd = self._open(path, _READ_FLAGS)
         try:
-            st = os.fstat(fd)
-            if stat_.S_ISDIR(st.st_mode):
-                raise IsADirectoryError(errno.EISDIR, "is a directory", path)
-            if not stat_.S_ISREG(st.st_mode):
-                raise NotARegularFile(path)
-            if limit is not None and st.st_size > limit:
-                raise FileTooLarge(path, st.st_size, limit)
-            chunks: list[bytes] = []
-            want = st.st_size + 1  # one more: a file that grew meanwhile is read to its end
-            while True:
-                chunk = os.read(fd, max(want, 65536))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                want = 1 << 20
-            data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-            return _file_stat(st, False), data
+            fd = self._open(path, _READ_FLAGS)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # a socket (or a device with nothing behind it)
+                raise NotARegularFile(path) from None
+            raise
+        return _read_open(fd, path, limit)
+
+    def read_checked_now(self, path: str, limit: int | None) -> tuple[FileStat, bytes]:
+        try:
+            parent, name = self._pinned_parent(path, create=False)
+        except PathChanged as changed:
+            raise self._changed_or_escaped(path, changed) from None
+        try:
+            own = os.stat(name, dir_fd=parent, follow_symlinks=False)
+            _refuse_kind(own.st_mode, path)
+            try:
+                fd = os.open(name, _READ_FLAGS | os.O_NOFOLLOW, dir_fd=parent)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:
+                    raise NotARegularFile(path) from None
+                if exc.errno in (errno.ELOOP, errno.EMLINK) and _is_symlink(parent, name):
+                    raise PathChanged(path, path) from None
+                raise
+        except PathChanged as changed:
+            raise self._changed_or_escaped(path, changed) from None
         finally:
-            os.close(fd)
+            os.close(parent)
+        return _read_open(fd, path, limit)
+
+    def stat_checked_now(self, path: str) -> FileStat | None:
+        try:
+            parent, name = self._pinned_parent(path, create=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        try:
+            own = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        finally:
+            os.close(parent)
+        if stat_.S_ISLNK(own.st_mode):
+            raise PathChanged(path, path)
+        return _file_stat(own, False)
+
+    def read_link_now(self, path: str) -> str | None:
+        parent, name = self._pinned_parent(path, create=False)
+        try:
+            return os.readlink(name, dir_fd=parent)
+        except OSError as exc:
+            if exc.errno == errno.EINVAL:  # there, and not a symlink
+                return None
+            raise
+        finally:
+            os.close(parent)
+
+    def remove_link_now(self, path: str, target: str) -> None:
+        parent, name = self._pinned_parent(path, create=False)
+        try:
+            try:
+                now = os.readlink(name, dir_fd=parent)
+            except OSError as exc:
+                if exc.errno == errno.EINVAL:
+                    raise PathChanged(path, path) from None  # no longer the symlink it was
+                raise
+            if now != target:
+                raise PathChanged(path, path)
+            os.unlink(name, dir_fd=parent)
+        finally:
+            os.close(parent)
+
+    def make_link_now(self, path: str, target: str) -> None:
+        parent, name = self._pinned_parent(path, create=False)
+        try:
+            os.symlink(target, name, dir_fd=parent)
+        finally:
+            os.close(parent)
 
     def write_now(self, path: str, data: bytes) -> None:
         parent, name = self._pinned_parent(path, create=True)
@@ -316,6 +401,18 @@ class LocalFileSystem:
 
     def _open(self, path: str, flags: int) -> int:
         return open_beneath(path, flags, self._root, self._dirs)
+
+    def _changed_or_escaped(self, path: str, changed: PathChanged) -> OSError:
+        """What a read refused for a symlink that appeared on ``path`` reports: the escape when
+        following it now would leave the roots (the read is refused either way)."""
+        try:
+            fd = self._open(path, _STAT_FLAGS)
+        except WorktreeEscape as escape:
+            return escape
+        except OSError:
+            return changed
+        os.close(fd)
+        return changed
 
     def _parent(self, path: str, *, follow_last: bool) -> tuple[int, str]:
         """(a descriptor of the directory holding ``path``, opened beneath the roots; the name
@@ -426,6 +523,42 @@ def _open_dir_pinned(parent: int, name: str, path: str, create: bool) -> int:
         if exc.errno in (errno.ENOTDIR, errno.ELOOP) and _is_symlink(parent, name):
             raise PathChanged(path, _descriptor_child(parent, name)) from None
         raise
+
+
+def _refuse_kind(mode: int, path: str) -> None:
+    """Raise unless ``mode`` (an ``lstat``'s) is a regular file's: a symlink (``PathChanged``),
+    a directory, or a FIFO, socket or device (never opened: it could block, or have effects)."""
+    if stat_.S_ISREG(mode):
+        return
+    if stat_.S_ISLNK(mode):
+        raise PathChanged(path, path)
+    if stat_.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+    raise NotARegularFile(path)
+
+
+def _read_open(fd: int, path: str, limit: int | None) -> tuple[FileStat, bytes]:
+    """The stat and bytes of the file open on ``fd`` (closed here): a regular file only."""
+    try:
+        st = os.fstat(fd)
+        if stat_.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(errno.EISDIR, "is a directory", path)
+        if not stat_.S_ISREG(st.st_mode):
+            raise NotARegularFile(path)
+        if limit is not None and st.st_size > limit:
+            raise FileTooLarge(path, st.st_size, limit)
+        chunks: list[bytes] = []
+        want = st.st_size + 1  # one more: a file that grew meanwhile is read to its end
+        while True:
+            chunk = os.read(fd, max(want, 65536))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            want = 1 << 20
+        data = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        return _file_stat(st, False), data
+    finally:
+        os.close(fd)
 
 
 def _is_symlink(parent: int, name: str) -> bool:

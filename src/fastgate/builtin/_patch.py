@@ -24,10 +24,13 @@ from typing import Any
 
 from fastgate.builtin._common import (
     absolute,
+    entry_target,
+    file_path_refusal,
     ledger_key,
     os_failure,
     read_file,
     shown,
+    stat_file,
     write_target,
 )
 from fastgate.builtin._ledger import ledger_of
@@ -306,6 +309,9 @@ class _File:
     current: bytes | None
     key: str  # the file's identity: a symlink and its target share one
     given: str  # the name the patch used for it, made absolute
+    # A symlink itself, which a Delete File (or a move's source) removes: its target. Its
+    # ``original`` and ``current`` are then b"" (there) or None (removed), never its bytes.
+    link: str | None = None
 
 
 class _Refused(Exception):
@@ -335,10 +341,11 @@ async def apply_patch(args: Any, ctx: RunContext) -> Any:
     for f in changed:
         key = ledger_key(fs, f.path)
         if f.current is None:
-            ledger.forget(ctx.session_id, key)
+            if f.link is None:
+                ledger.forget(ctx.session_id, key)
         else:
             try:
-                stat = await fs.stat(f.path)
+                stat = await stat_file(fs, f.path)
             except OSError:
                 stat = None
             ledger.remember(ctx.session_id, key, stat, f.current)
@@ -349,6 +356,9 @@ async def apply_patch(args: Any, ctx: RunContext) -> Any:
 
 
 async def _load(ctx: RunContext, fs: Any, files: dict[str, _File], given: str) -> _File:
+    refused = await file_path_refusal(ctx, fs, given, "changed")
+    if refused is not None:
+        raise _Refused(refused)
     path = await _write_target(ctx, fs, given)
     given = absolute(ctx, given)
     known = files.get(path)
@@ -377,6 +387,27 @@ async def _load(ctx: RunContext, fs: Any, files: dict[str, _File], given: str) -
     return known
 
 
+async def _load_entry(ctx: RunContext, fs: Any, files: dict[str, _File], given: str) -> _File:
+    """What a Delete File (or a move's source) removes: the name itself. A symlink there is
+    staged on its own (the link is removed, what it leads to is kept); any other name is the
+    file ``_load`` stages."""
+    refused = await file_path_refusal(ctx, fs, given, "changed")
+    if refused is not None:
+        raise _Refused(refused)
+    try:
+        path, link = await entry_target(ctx, fs, given)
+    except OSError as exc:
+        raise _Refused(os_failure(exc, given, "changed")) from None
+    if link is None:
+        return await _load(ctx, fs, files, given)
+    known = files.get(path)
+    if known is None:
+        # Keyed by the link's own path: its target is another file, which the patch may change
+        # too (through another name) without the two being one.
+        known = files[path] = _File(path, b"", b"", path, absolute(ctx, given), link)
+    return known
+
+
 async def _write_target(ctx: RunContext, fs: Any, given: str) -> str:
     """Where the patch changes ``given``: the path stage 5 checked, with no symlink on it since
     (the same rule as ``write`` and ``edit``)."""
@@ -388,7 +419,8 @@ async def _write_target(ctx: RunContext, fs: Any, given: str) -> str:
 
 async def _stage(ctx: RunContext, fs: Any, files: dict[str, _File], hunk: Hunk) -> str:
     """Work out one hunk on the staged files; its summary line (``A|M|D path``)."""
-    target = await _load(ctx, fs, files, hunk.path)
+    loader = _load_entry if hunk.kind == "delete" else _load
+    target = await loader(ctx, fs, files, hunk.path)
     name = hunk.path
     if hunk.kind == "add":
         if target.current is not None:
@@ -444,7 +476,20 @@ async def _stage(ctx: RunContext, fs: Any, files: dict[str, _File], hunk: Hunk) 
                 )
             )
         destination.current = new_bytes
-        target.current = None
+        # The source name goes: a symlink itself, not the file it led to (kept as it was).
+        source = await _load_entry(ctx, fs, files, hunk.path)
+        if source is target:
+            target.current = None
+        elif source.current is not None:
+            source.current = None
+        else:
+            raise _Refused(
+                Failure(
+                    f"Failed to move {name}: it was already deleted by this patch. No file was "
+                    "changed.",
+                    code="not_found",
+                )
+            )
     else:
         target.current = new_bytes
     return f"M {hunk.move_to}"
@@ -580,7 +625,9 @@ async def _commit(ctx: RunContext, fs: Any, changed: list[_File]) -> Failure | N
     done: list[_File] = []
     for f in sorted(changed, key=lambda f: f.current is None):
         try:
-            if f.current is None:
+            if f.current is None and f.link is not None:  # only the local disk stages links
+                await fs.remove_link(f.path, f.link)  # the link, as long as it is the one seen
+            elif f.current is None:
                 await fs.remove(f.path)
             else:
                 await fs.write_bytes(f.path, f.current)
@@ -607,7 +654,9 @@ async def _restore(fs: Any, done: list[_File]) -> list[str]:
     failed: list[str] = []
     for f in reversed(done):
         try:
-            if f.original is None:
+            if f.link is not None:
+                await fs.make_link(f.path, f.link)  # a removed link is put back as a link
+            elif f.original is None:
                 await fs.remove(f.path)
             else:
                 await fs.write_bytes(f.path, f.original)
