@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -56,6 +57,27 @@ def test_bad_matchers_are_refused_at_registration(matcher: str) -> None:
     with pytest.raises(ValueError, match="matcher"):
         hooks.add_pre_tool_use(noop, matcher=matcher)
     assert not hooks.has_pre("Bash")
+
+
+@pytest.mark.parametrize(
+    "matcher", ["^(a+)+$", "^(a|a)*$", "(x+x+)+y", "^([a-z_]+)*$", "^(\\w+\\s?)*$"]
+)
+def test_a_backtracking_matcher_answers_at_once(matcher: str) -> None:
+    # A repository's settings choose the matcher, an MCP server a long tool name: Python's
+    # backtracking engine would take 2**60 steps on this name.
+    hooks = Hooks()
+    hooks.add_pre_tool_use(noop, matcher=matcher)
+    name = "a" * 60 + "!"
+    started = time.monotonic()
+    assert not hooks.has_pre(name)
+    assert time.monotonic() - started < 1.0
+    assert hooks.has_pre("a" * 60) is (matcher != "(x+x+)+y")
+
+
+@pytest.mark.parametrize("matcher", ["(?=Bash)Bash", "(?<!mcp)__x", "(a)\\1"])
+def test_a_matcher_only_a_backtracking_engine_can_run_is_refused(matcher: str) -> None:
+    with pytest.raises(ValueError, match="RE2 can run"):
+        Hooks().add_pre_tool_use(noop, matcher=matcher)
 
 
 def test_bad_registrations_are_refused() -> None:

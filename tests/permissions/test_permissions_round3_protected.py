@@ -51,7 +51,9 @@ PROTECTED_FILES = [
     ".git/modules/a/modules/b/config",
     ".git/modules/sub/commondir",
     ".git/worktrees/w/commondir",
+    ".git/worktrees/w/config",
     ".git/worktrees/w/config.worktree",
+    ".git/worktrees/w/hooks/post-checkout",
 ]
 MODES = [ACCEPT_EDITS, YOLO, PermissionMode.DEFAULT]
 
@@ -71,7 +73,9 @@ def test_default_protected_is_exported() -> None:
         "**/.git/modules/**/hooks/**",
         "**/.git/modules/**/commondir",
         "**/.git/worktrees/*/commondir",
+        "**/.git/worktrees/*/config",
         "**/.git/worktrees/*/config.worktree",
+        "**/.git/worktrees/*/hooks/**",
     }
     assert PermissionConfig().protected == DEFAULT_PROTECTED
     assert PermissionConfig.load().protected == DEFAULT_PROTECTED

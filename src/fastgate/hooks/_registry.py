@@ -45,7 +45,7 @@ class HookEntry(msgspec.Struct, frozen=True):
     tools: frozenset[str] | None
     on_error: str
     timeout: float | None
-    pattern: re.Pattern[str] | None = None
+    pattern: Any = None  # an RE2 pattern (``search(name)``)
 
     def matches(self, tool: str | ToolDefinition) -> bool:
         """Whether this hook runs for ``tool``: a name, or a definition, which answers to its
@@ -66,11 +66,13 @@ def names_of(tool: str | ToolDefinition) -> tuple[str, ...]:
     return (tool.name, *tool.rule_names)
 
 
-def parse_matcher(matcher: object) -> frozenset[str] | re.Pattern[str] | None:
+def parse_matcher(matcher: object) -> frozenset[str] | Any | None:
     """A matcher as Claude Code reads it: ``""`` or ``"*"`` → ``None`` (every tool); tool names
     joined by ``|`` → the set of names; anything else → a regular expression, searched for
-    anywhere in a name (``"mcp__github__.*"``; anchor it with ``^...$``). Raises on a malformed
-    one: an empty alternative, a rule's ``Tool(specifier)`` syntax, an invalid expression."""
+    anywhere in a name (``"mcp__github__.*"``; anchor it with ``^...$``), run on RE2: a
+    repository's matcher cannot make the server backtrack for ever. Raises on a malformed one:
+    an empty alternative, a rule's ``Tool(specifier)`` syntax, an invalid expression or one RE2
+    cannot run (lookaround, back-references)."""
     if not isinstance(matcher, str):
         raise TypeError(f"matcher must be a string, got {type(matcher).__name__}")
     text = matcher.strip()
@@ -92,10 +94,17 @@ def parse_matcher(matcher: object) -> frozenset[str] | re.Pattern[str] | None:
         )
     if len(text) > _MAX_PATTERN:
         raise ValueError(f"matcher: a regular expression longer than {_MAX_PATTERN} characters")
+    import re2
+
+    options = re2.Options()
+    options.log_errors = False
     try:
-        return re.compile(text)
-    except re.error as exc:
-        raise ValueError(f"matcher {matcher!r} is not a valid regular expression: {exc}") from None
+        return re2.compile(text, options)
+    except re2.error as exc:
+        why = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else exc
+        raise ValueError(
+            f"matcher {matcher!r} is not a regular expression RE2 can run: {why}"
+        ) from None
 
 
 def _check_timeout(timeout: object) -> float | None:
@@ -138,7 +147,7 @@ def _entry(
         tools=parsed if isinstance(parsed, frozenset) else None,
         on_error=str(on_error),
         timeout=_check_timeout(timeout),
-        pattern=parsed if isinstance(parsed, re.Pattern) else None,
+        pattern=None if parsed is None or isinstance(parsed, frozenset) else parsed,
     )
 
 

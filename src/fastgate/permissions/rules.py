@@ -59,7 +59,9 @@ GIT_INDIRECTIONS: tuple[str, ...] = (
     "**/.git/modules/**/hooks/**",
     "**/.git/modules/**/commondir",
     "**/.git/worktrees/*/commondir",
+    "**/.git/worktrees/*/config",
     "**/.git/worktrees/*/config.worktree",
+    "**/.git/worktrees/*/hooks/**",
 )
 # Files whose change alters what runs later or what policy says: settings of fastgate and of
 # Claude Code (which fastgate loads), MCP server lists, git hooks and git's own configuration
