@@ -223,9 +223,7 @@ class _Setup:
         discovered = [] if args.no_discover else discovery.settings_files(self.workspace)
         self.settings_files: list[str] = [*discovered, *args.settings]
         try:
-            self.permissions = PermissionConfig.load(
-                *self.settings_files, workspace=self.workspace
-            )
+            self.permissions = PermissionConfig.load(*self.settings_files, workspace=self.workspace)
             self.hooks = Hooks.load(*self.settings_files)
             if args.mode is not None:
                 self.mode = PermissionMode.parse(args.mode)

@@ -22,7 +22,7 @@ caller's flag. The regexes are in the syntax Python's ``re`` and RE2 share (no l
 translating a pattern takes time linear in its length.
 
 The built-ins match a model's pattern against names in the workspace on the event loop, so
-``compile_glob`` compiles with RE2 (``google-re2``, the ``builtin`` extra): matching is linear in
+``compile_glob`` compiles with RE2 (``google-re2``, a dependency): matching is linear in
 the path, where ``re`` backtracks (``*a*a*a*a*a*b`` against a long name of ``a``s would take
 minutes). Patterns longer than ``MAX_PATTERN_CHARS``, or whose braces expand past
 ``MAX_EXPANDED_CHARS``, are refused.
@@ -55,7 +55,7 @@ class Glob:
     __slots__ = ("_compiled", "pattern")
 
     def __init__(self, regex: str, fold: bool) -> None:
-        import re2  # the ``builtin`` extra: only the built-ins compile globs
+        import re2  # imported when first needed: only the built-ins compile globs
 
         options = re2.Options()
         options.dot_nl = True  # a name may hold a newline
