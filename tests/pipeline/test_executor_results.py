@@ -342,3 +342,35 @@ async def test_a_tools_own_huge_failure_text_is_cut_to_the_content_budget(how: s
     assert len(result.error.message) <= 10_000 and "characters cut" in result.error.message
     assert isinstance(result.content, str) and len(result.content) <= 10_000
     assert_idle(ex)
+
+
+async def test_a_refusals_details_never_echo_huge_keys_or_deep_paths() -> None:
+    from fastgate import schema as s
+
+    closed = s.Object({"a": s.String()}, required=("a",))
+    node = {
+        "type": "object",
+        "properties": {"a": {"$ref": "#/$defs/n"}},
+        "additionalProperties": {"type": "integer"},
+    }
+    deep_schema = {**node, "$defs": {"n": node}}
+    ex = executor(
+        tool("closed", lambda a, c: "ran", closed), tool("deep", lambda a, c: "ran", deep_schema)
+    )
+    huge_key = "k" * 1_000_000
+    refused = await ex.execute("closed", {"a": "x", huge_key: 1})
+    deep: dict[str, Any] = {"b": "not an integer"}
+    for _ in range(30_000):
+        deep = {"a": deep}
+    nested = await ex.execute("deep", deep)
+    for result in (refused, nested):
+        assert result.error is not None and result.error.code is ErrorCode.INVALID_ARGS
+        assert len(repr(result.error.details)) < 10_000
+        assert len(result.error.message) < 10_000
+        for issue in result.error.details["issues"]:
+            assert len(issue["path"]) <= 11
+            assert all(len(step) <= 60 for step in issue["path"] if isinstance(step, str))
+    (issue,) = nested.error.details["issues"] if nested.error else ()
+    assert issue["path"][:4] == ["a"] * 4 and issue["path"][-1] == "b"
+    assert issue["path"][4] == f"…({30_000 + 1 - 10} more)…"
+    assert_idle(ex)

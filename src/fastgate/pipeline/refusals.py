@@ -45,11 +45,30 @@ def invalid_args(tool_name: str, issues: list[ValidationIssue]) -> tuple[str, di
     lines += [f"- {issue.message}" for issue in issues]
     details = {
         "issues": [
-            {"path": list(issue.path), "keyword": issue.keyword, "message": issue.message}
+            {"path": _shown_path(issue.path), "keyword": issue.keyword, "message": issue.message}
             for issue in issues
         ]
     }
     return "\n".join(lines), details
+
+
+_PATH_HEAD, _PATH_TAIL, _KEY_CHARS = 4, 6, 60
+
+
+def _shown_path(path: Any) -> list[Any]:
+    """An issue's path as the details show it: keys past 60 characters cut, and a path deeper
+    than ten steps as its first four and last six, around a marker (the model chose the keys
+    and the depth: the refusal must not echo megabytes)."""
+    steps = [
+        step[: _KEY_CHARS - 1] + "…" if isinstance(step, str) and len(step) > _KEY_CHARS else step
+        for step in (path if len(path) <= _PATH_HEAD + _PATH_TAIL + 1 else _ends(path))
+    ]
+    return steps
+
+
+def _ends(path: Any) -> list[Any]:
+    left = len(path) - _PATH_HEAD - _PATH_TAIL
+    return [*path[:_PATH_HEAD], f"…({left} more)…", *path[-_PATH_TAIL:]]
 
 
 def failure_of(
