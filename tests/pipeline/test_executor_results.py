@@ -370,7 +370,8 @@ async def test_a_refusals_details_never_echo_huge_keys_or_deep_paths() -> None:
         for issue in result.error.details["issues"]:
             assert len(issue["path"]) <= 11
             assert all(len(step) <= 60 for step in issue["path"] if isinstance(step, str))
-    (issue,) = nested.error.details["issues"] if nested.error else ()
+    assert nested.error is not None
+    (issue,) = nested.error.details["issues"]
     assert issue["path"][:4] == ["a"] * 4 and issue["path"][-1] == "b"
     assert issue["path"][4] == f"…({30_000 + 1 - 10} more)…"
     assert_idle(ex)

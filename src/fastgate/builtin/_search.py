@@ -27,8 +27,7 @@ from fastgate.builtin._common import absolute, os_failure, root_of, shown
 from fastgate.builtin._fs import FileStat, LocalFileSystem, NotARegularFile
 from fastgate.builtin._text import BINARY_PROBE, BinaryFile, UndecodableFile, decode
 from fastgate.model import Failure
-from fastgate.paths import GlobError, WorktreeEscape, compile_glob, plain_globs
-from fastgate.paths.globs import Glob
+from fastgate.paths import Glob, GlobError, WorktreeEscape, compile_glob, plain_globs
 from fastgate.pipeline import RunContext
 from fastgate.processes import DEVNULL, spawn
 

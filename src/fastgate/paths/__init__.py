@@ -7,6 +7,7 @@ from fastgate.paths.canonical import absolute_path as absolute_path
 from fastgate.paths.canonical import canonical_path as canonical_path
 from fastgate.paths.canonical import lock_key as lock_key
 from fastgate.paths.canonical import resolve_path as resolve_path
+from fastgate.paths.globs import Glob as Glob
 from fastgate.paths.globs import GlobError as GlobError
 from fastgate.paths.globs import PathPattern as PathPattern
 from fastgate.paths.globs import compile_glob as compile_glob

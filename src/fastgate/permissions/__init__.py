@@ -8,6 +8,7 @@ from fastgate.model.decision import Decision as Decision
 from fastgate.model.decision import DecisionSource as DecisionSource
 from fastgate.model.decision import PermissionMode as PermissionMode
 from fastgate.permissions.approval_store import ApprovalStore as ApprovalStore
+from fastgate.permissions.asking import Refusal as Refusal
 from fastgate.permissions.audit import AuditEvent as AuditEvent
 from fastgate.permissions.audit import AuditSink as AuditSink
 from fastgate.permissions.audit import NetworkAuditEvent as NetworkAuditEvent
@@ -20,12 +21,14 @@ from fastgate.permissions.resolver import RuleDecision as RuleDecision
 from fastgate.permissions.resolver import permission_signature as permission_signature
 from fastgate.permissions.rules import DEFAULT_PROTECTED as DEFAULT_PROTECTED
 from fastgate.permissions.rules import DEFAULT_SENSITIVE as DEFAULT_SENSITIVE
+from fastgate.permissions.rules import GIT_INDIRECTIONS as GIT_INDIRECTIONS
 from fastgate.permissions.settings import settings_path as settings_path
 from fastgate.permissions.terminal_approver import TerminalApprover as TerminalApprover
 
 __all__ = (
     "DEFAULT_PROTECTED",
     "DEFAULT_SENSITIVE",
+    "GIT_INDIRECTIONS",
     "MODE_DEFAULTS",
     "ApprovalRequest",
     "ApprovalResponse",
@@ -40,6 +43,7 @@ __all__ = (
     "PermissionConfig",
     "PermissionMode",
     "PermissionResolver",
+    "Refusal",
     "RuleDecision",
     "TerminalApprover",
     "permission_signature",

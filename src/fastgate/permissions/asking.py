@@ -24,8 +24,8 @@ from fastgate.model.approvals import ApprovalRequest, ApprovalResponse
 from fastgate.model.context import ExecutionContext
 from fastgate.model.decision import Decision, DecisionSource, PermissionMode
 from fastgate.model.results import ErrorCode
-from fastgate.permissions import PermissionResolver, RuleDecision
 from fastgate.permissions.approval_store import ApprovalStore
+from fastgate.permissions.resolver import PermissionResolver, RuleDecision
 from fastgate.tools import ToolDefinition
 
 log = logging.getLogger("fastgate.pipeline.executor")

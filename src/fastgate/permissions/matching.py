@@ -20,6 +20,7 @@ import shlex
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from fastgate.paths.linear import LinearRegex, linear
 from fastgate.permissions.commands import CommandAnalysis, CommandFacts, program_name
 from fastgate.permissions.rules import (
     WORD_SEPARATOR,
@@ -105,7 +106,7 @@ def _rest_may_match(
     return result
 
 
-def _wildcard_may_match(wildcard: re.Pattern[str], form: tuple[Word, ...]) -> bool:
+def _wildcard_may_match(wildcard: LinearRegex, form: tuple[Word, ...]) -> bool:
     """The wildcard's regex over the command's words (its program as written or by basename);
     a form holding a word known only at run time is left to the word-by-word match."""
     if not form or any(w.dynamic for w in form):
@@ -182,11 +183,11 @@ def _token_matches(token: Word, word: Word) -> bool:
     if pattern is None:
         if len(_word_patterns) >= 256:
             _word_patterns.clear()
-        pattern = _word_patterns[token.raw] = re.compile(word_regex(token), re.DOTALL)
-    return pattern.fullmatch(word.value) is not None
+        pattern = _word_patterns[token.raw] = linear(word_regex(token))
+    return pattern.fullmatch(word.value)
 
 
-_word_patterns: dict[str, re.Pattern[str]] = {}
+_word_patterns: dict[str, LinearRegex] = {}
 
 
 def _is_option(word: Word) -> bool:
@@ -202,7 +203,7 @@ def _must_match(rule: Rule, tokens: tuple[Word, ...], form: tuple[Word, ...]) ->
     unquoted in the rule (``allow_text``)."""
     wildcard = rule.allow_wildcard
     if wildcard is not None:
-        return wildcard.fullmatch(WORD_SEPARATOR.join(allow_text(w) for w in form)) is not None
+        return wildcard.fullmatch(WORD_SEPARATOR.join(allow_text(w) for w in form))
     if len(form) < len(tokens) or (not rule.prefix and len(form) != len(tokens)):
         return False
     return all(allow_text(form[i]) == allow_text(token) for i, token in enumerate(tokens))

@@ -15,7 +15,6 @@ Order of a decision, first that applies wins:
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping
 from typing import Any, Final, final
 
@@ -27,6 +26,7 @@ from fastgate.model.decision import Decision, DecisionSource, PermissionMode
 from fastgate.model.kinds import ToolKind
 from fastgate.paths.canonical import canonical_path, folds_case, names_any
 from fastgate.paths.globs import PathPattern, tail_regex
+from fastgate.paths.linear import NEVER, LinearRegex, linear
 from fastgate.permissions.approval_store import ApprovalStore
 from fastgate.permissions.commands import CommandAnalysis, analyze_command
 from fastgate.permissions.config import PermissionConfig
@@ -117,7 +117,7 @@ class PermissionResolver:
         self._mode_allows: dict[ToolDefinition, RuleDecision] = {}
         # Per definition: (its rules, the ALLOW they give any call without a subject).
         self._rule_allows: dict[ToolDefinition, tuple[ToolRules, RuleDecision | None]] = {}
-        self._regexes: dict[tuple[str, str, bool], re.Pattern[str]] = {}
+        self._regexes: dict[tuple[str, str, bool], LinearRegex] = {}
         self._path_decisions: dict[tuple[Any, ...], tuple[ToolRules, RuleDecision | None]] = {}
         # Per tool name: (the project's rules, this config's rules plus those).
         self._merged_rules: dict[str, tuple[ToolRules, ToolRules]] = {}
@@ -428,12 +428,11 @@ class PermissionResolver:
             self._analyses[command] = cached
         return cached
 
-    def _regex(self, pattern: PathPattern, root: str, fold: bool) -> re.Pattern[str]:
+    def _regex(self, pattern: PathPattern, root: str, fold: bool) -> LinearRegex:
         key = (pattern.text, root if pattern.anchor == "root" else "", fold)
         compiled = self._regexes.get(key)
         if compiled is None:
-            flags = re.DOTALL | re.IGNORECASE if fold else re.DOTALL
-            compiled = re.compile(pattern.regex(root), flags)
+            compiled = linear(pattern.regex(root), fold)
             if len(self._regexes) >= _CACHE_LIMIT:
                 self._regexes.clear()
             self._regexes[key] = compiled
@@ -573,20 +572,20 @@ class _Guard:
         self._anywhere = _search_regex(patterns)
         self._anywhere_folded = _search_regex(patterns, fold=True)
         # Per fold: the tails of every pattern, for paths below an unknown directory.
-        self._tails: dict[bool, re.Pattern[str]] = {}
+        self._tails: dict[bool, LinearRegex] = {}
 
     def match(
         self,
         paths: tuple[ResolvedPath, ...],
         given: _Roots,
-        cache: dict[tuple[str, str, bool], re.Pattern[str]],
+        cache: dict[tuple[str, str, bool], LinearRegex],
     ) -> str | None:
         """The canonical form of the first path a pattern matches (either form of it)."""
         if not paths:
             return None
         fold = given.folds()
         anywhere = self._anywhere_folded if fold else self._anywhere
-        anchored: list[re.Pattern[str]] = []
+        anchored: list[LinearRegex] = []
         if self._anchored:
             roots = ("",) + (given.get_root() if self._rooted else ())
             anchored = [self._anchored_regex(r, fold, cache) for r in roots]
@@ -621,14 +620,14 @@ class _Guard:
         regex = self._tails.get(fold)
         if regex is None:
             bodies = [t for t in map(tail_regex, self.patterns) if t is not None]
-            body = "|".join(f"(?:{b})" for b in bodies) or "(?!)"
-            regex = re.compile(body, re.DOTALL | re.IGNORECASE if fold else re.DOTALL)
+            body = "|".join(f"(?:{b})" for b in bodies) or NEVER
+            regex = linear(body, fold)
             self._tails[fold] = regex
         return next((w for w in words if regex.fullmatch(w)), None)
 
     def _anchored_regex(
-        self, root: str, fold: bool, cache: dict[tuple[str, str, bool], re.Pattern[str]]
-    ) -> re.Pattern[str]:
+        self, root: str, fold: bool, cache: dict[tuple[str, str, bool], LinearRegex]
+    ) -> LinearRegex:
         """The anchored patterns as one full-match alternation: the root-anchored ones for
         ``root``, the absolute ones for ``""``."""
         key = (f"\x00guard{id(self)}", root, fold)
@@ -636,8 +635,8 @@ class _Guard:
         if compiled is None:
             wanted = "root" if root else "absolute"
             patterns = [p for p in self.patterns if p.anchor == wanted]
-            body = "|".join(f"(?:{p.regex(root)})" for p in patterns) or "(?!)"
-            compiled = re.compile(body, re.DOTALL | re.IGNORECASE if fold else re.DOTALL)
+            body = "|".join(f"(?:{p.regex(root)})" for p in patterns) or NEVER
+            compiled = linear(body, fold)
             if len(cache) >= _CACHE_LIMIT:
                 cache.clear()
             cache[key] = compiled
@@ -657,13 +656,12 @@ def _leading_literals(pattern: PathPattern) -> tuple[str, ...]:
     return tuple(literals)
 
 
-def _search_regex(patterns: tuple[PathPattern, ...], fold: bool = False) -> re.Pattern[str]:
+def _search_regex(patterns: tuple[PathPattern, ...], fold: bool = False) -> LinearRegex:
     """Patterns that match at any depth, as one search: a run of whole components."""
     bodies = [f"(?:{p.body})" for p in patterns if p.anchor == "anywhere" and p.body]
     if not bodies:
-        return re.compile("(?!)")
-    flags = re.DOTALL | re.IGNORECASE if fold else re.DOTALL
-    return re.compile("/(?:" + "|".join(bodies) + ")(?:/|$)", flags)
+        return linear(NEVER)
+    return linear("/(?:" + "|".join(bodies) + ")(?:/|$)", fold)
 
 
 class _Roots:

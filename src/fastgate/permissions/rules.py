@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from fastgate.paths.globs import PathPattern, compile_path_pattern
+from fastgate.paths.linear import LinearRegex, linear
 from fastgate.permissions.shell import ShellSyntaxError, Word, parse_command
 
 RuleKind = Literal["allow", "ask", "deny"]
@@ -97,9 +98,9 @@ class Rule:
     prefix: bool = False  # ``:*`` / `` *`` suffix
     tokens: tuple[Word, ...] | None = None
     path: PathPattern | None = None
-    wildcard: re.Pattern[str] | None = None
+    wildcard: LinearRegex | None = None
     project: str | None = None
-    allow_wildcard: re.Pattern[str] | None = None  # ``wildcard`` over ``allow_text``s
+    allow_wildcard: LinearRegex | None = None  # ``wildcard`` over ``allow_text``s
 
 
 def parse_rule(text: object, kind: RuleKind, project: str | None = None) -> Rule:
@@ -180,8 +181,9 @@ def is_star(word: Word) -> bool:
 
 def _wildcard(
     tokens: tuple[Word, ...], prefix: bool, regex_of: Callable[[Word], str]
-) -> re.Pattern[str] | None:
-    """The full-match regex of a command specifier with a ``*`` inside, else None."""
+) -> LinearRegex | None:
+    """The full-match regex of a command specifier with a ``*`` inside, else None (matched in
+    linear time: a repository's rule must not make a long command backtrack for ever)."""
     if not any(has_star(w) for w in tokens):
         return None
     sep = re.escape(WORD_SEPARATOR)
@@ -197,7 +199,7 @@ def _wildcard(
         parts.append(regex_of(word))
     if prefix:
         parts.append(f"(?:{sep}.*)?")
-    return re.compile("".join(parts), re.DOTALL)
+    return linear("".join(parts))
 
 
 def has_star(word: Word) -> bool:

@@ -9,8 +9,7 @@ from typing import Any
 
 from fastgate.paths import PathPattern, compile_path_pattern
 from fastgate.permissions import DEFAULT_PROTECTED as _PERMISSIONS_PROTECTED
-from fastgate.permissions import DEFAULT_SENSITIVE
-from fastgate.permissions.rules import GIT_INDIRECTIONS
+from fastgate.permissions import DEFAULT_SENSITIVE, GIT_INDIRECTIONS
 from fastgate.sandbox._network import NetworkPolicy
 
 #: The server's home directory as it was when fastgate.sandbox was first imported: a program

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from fastgate.model import ApprovalRequest, ApprovalResponse, ErrorCode
-from fastgate.permissions.asking import Refusal
+from fastgate.permissions import Refusal
 from fastgate.serve._preview import ArgumentsPreview, preview_arguments
 
 APPROVALS_MODES: Final = ("client", "console", "deny")

@@ -52,8 +52,7 @@ from fastgate.model import (
     PermissionMode,
     ToolResult,
 )
-from fastgate.permissions import ApprovalStore, PermissionResolver
-from fastgate.permissions.asking import Refusal
+from fastgate.permissions import ApprovalStore, PermissionResolver, Refusal
 from fastgate.pipeline import ToolExecutor
 from fastgate.serve import _state
 from fastgate.serve._answers import QuickAnswers, current_answer
