@@ -7,6 +7,7 @@ cdef object _HERE
 cdef list _NO_BRANCHES
 cdef tuple _PLAIN_KINDS
 cdef int INLINE_DEPTH
+cdef Py_ssize_t WORK_FLOOR, WORK_PER_VALUE, WORK_SIZE_CAP
 
 
 @cython.final
@@ -83,11 +84,28 @@ cdef Loc _new_loc(Loc parent, object key)
 
 
 @cython.final
+cdef class Budget:
+    cdef public Py_ssize_t used
+    cdef public Py_ssize_t limit
+    cdef public object value
+    cdef public bint sized
+
+
+@cython.locals(budget=Budget)
+cdef Budget _new_budget(object value)
+cdef int _spend(Budget budget) except -1
+@cython.locals(total=Py_ssize_t, stack=list, kind=int)
+cdef Py_ssize_t _size(object value, Py_ssize_t cap) except -1
+cdef object _keyed(object value, Budget budget)
+
+
+@cython.final
 cdef class Sink:
     cdef public list issues
     cdef public Py_ssize_t count
     cdef public Py_ssize_t limit
     cdef public bint silent
+    cdef public Budget budget
 
 
 @cython.final
@@ -109,7 +127,9 @@ cdef class Validator:
     cdef public Node root
     cdef public object schema
     cdef public Py_ssize_t max_issues
+    @cython.locals(budget=Budget, sink=Sink)
     cpdef list validate(self, object value)
+    @cython.locals(budget=Budget)
     cpdef bint is_valid(self, object value) except -1
 
 
@@ -162,9 +182,11 @@ cdef str _explain(str keyword, Node node, object value)
 cdef bint check_local(Node node, object value, int kind, object parent, object key, Sink sink) except -1
 @cython.locals(runs=tuple, end=Py_ssize_t, pos=Py_ssize_t, run_=tuple, table=bytes, least=Py_ssize_t, most=Py_ssize_t, stop=Py_ssize_t, start=Py_ssize_t, code=Py_UCS4)
 cdef bint _matches(Node node, str text) except -1
-@cython.locals(sink=Sink, stack=list, node=Node, current=Sink, step=Step, branch=Node)
-cpdef Sink run(Node root, object value, Py_ssize_t limit, bint silent)
-@cython.locals(kind=int, checks=int)
+@cython.locals(sink=Sink)
+cpdef Sink run(Node root, object value, Py_ssize_t limit, bint silent, Budget budget)
+@cython.locals(stack=list, node=Node, current=Sink, step=Step, branch=Node)
+cdef int _drain(Node root, object value, Sink sink) except -1
+@cython.locals(kind=int, checks=int, budget=Budget)
 cdef int _walk(Node node, object value, object parent, object key, Sink sink, list stack, int depth) except -1
 cdef int _visit(Node node, object value, object parent, object key, Sink sink, list stack, int depth) except -1
 @cython.locals(kind=int)
@@ -181,7 +203,7 @@ cdef int _report_missing(tuple names, object value, object loc, Sink sink) excep
 cpdef void finish_node(Node node, int structural) except *
 @cython.locals(length=Py_ssize_t, prefix=list, n_prefix=Py_ssize_t, items=Node, index=Py_ssize_t, child=Node)
 cdef int _expand_array(Node node, object value, object loc, Sink sink, list stack, int depth) except -1
-@cython.locals(seen=dict, index=Py_ssize_t, first=Py_ssize_t)
+@cython.locals(seen=dict, index=Py_ssize_t, first=Py_ssize_t, budget=Budget)
 cdef int _check_unique(object value, object loc, Sink sink) except -1
 @cython.locals(sub=Node)
 cdef int _expand_applicators(Node node, object value, object loc, Sink sink, list stack, int depth) except -1
@@ -196,24 +218,25 @@ cdef Node _advance(Step step, list stack)
 @cython.locals(sub=Sink, branch=Node)
 cdef Node _advance_if(Step step, list stack)
 @cython.locals(sink=Sink)
-cdef Sink _new_sink(Py_ssize_t limit, bint silent)
+cdef Sink _new_sink(Py_ssize_t limit, bint silent, Budget budget)
 @cython.locals(kind=int, checks=int)
-cdef bint _valid(Node node, object value, int depth) except -1
+cdef bint _valid(Node node, object value, int depth, Budget budget) except -1
 @cython.locals(checks=int, length=Py_ssize_t)
-cdef bint _local_ok(Node node, object value, int kind) except -1
+cdef bint _local_ok(Node node, object value, int kind, Budget budget) except -1
 @cython.locals(kind=int)
-cdef inline bint _valid_member(Node child, object item, int depth) except -1
+cdef inline bint _valid_member(Node child, object item, int depth, Budget budget) except -1
 @cython.locals(size=Py_ssize_t, names=tuple, children=tuple, n_names=Py_ssize_t, matched=Py_ssize_t, index=Py_ssize_t, additional=Node, table=dict)
-cdef bint _valid_object(Node node, object value, int depth) except -1
+cdef bint _valid_object(Node node, object value, int depth, Budget budget) except -1
 @cython.locals(length=Py_ssize_t, prefix=list, n_prefix=Py_ssize_t, items=Node, index=Py_ssize_t, child=Node)
-cdef bint _valid_array(Node node, object value, int depth) except -1
+cdef bint _valid_array(Node node, object value, int depth, Budget budget) except -1
 @cython.locals(seen=set)
-cdef bint _all_unique(object value) except -1
+cdef bint _all_unique(object value, Budget budget) except -1
 @cython.locals(sub=Node, verdict=int, branch=Node, needed=tuple)
-cdef bint _valid_applied(Node node, object value, int depth) except -1
+cdef bint _valid_applied(Node node, object value, int depth, Budget budget) except -1
 @cython.locals(branch=Node)
-cdef int _valid_by_discriminator(Node node, object value, int depth) except -2
+cdef int _valid_by_discriminator(Node node, object value, int depth, Budget budget) except -2
 @cython.locals(passed=Py_ssize_t, branch=Node)
-cdef bint _exactly_one(list branches, object value, int depth) except -1
+cdef bint _exactly_one(list branches, object value, int depth, Budget budget) except -1
 @cython.locals(branch=Node)
-cdef bint _any_one(list branches, object value, int depth) except -1
+cdef bint _any_one(list branches, object value, int depth, Budget budget) except -1
+cdef int _report_spent(Sink sink, Budget budget) except -1

@@ -68,6 +68,18 @@ _NO_BRANCHES: list[Any] = []  # the branch list of an ``if`` step (its nodes are
 # for any C or Python stack, large enough that typical tool arguments never use a frame.
 INLINE_DEPTH = 16
 
+# The work one ``validate``/``is_valid`` call may do, in checks: a check of a value against a
+# subschema is 1, a container walked adds its size, a pattern or a JSON-equality key adds a
+# unit per 64 characters it reads. Shared subschemas ($ref) can check the same part of a value
+# exponentially often in its depth (``allOf: [{properties: {x: {$ref: "#"}}}] * 2``), which no
+# compile-time count of one place sees; past the budget the call stops with one issue. The
+# budget is ``WORK_FLOOR`` plus ``WORK_PER_VALUE`` checks per part of the value (the same
+# units: 1 per value, 1 per 64 characters of a string), the value sized only once the floor
+# is spent and at most ``WORK_SIZE_CAP`` parts counted.
+WORK_FLOOR = 1_000_000
+WORK_PER_VALUE = 64
+WORK_SIZE_CAP = 1 << 26
+
 # Python-visible views of the constants above, for the compiler: in the compiled module the
 # constants themselves are C globals and do not appear in the module namespace.
 TYPE_KINDS = {
@@ -257,26 +269,96 @@ def _new_loc(parent: Loc | None, key: Any) -> Loc:
     return loc
 
 
+class WorkExceeded(Exception):
+    """Raised inside a validation whose ``Budget`` is spent; ``validate`` turns it into an
+    issue, ``is_valid`` into False (never seen by callers)."""
+
+
 @cython.freelist(8)
-@cython.no_gc  # holds only its issues: never part of a cycle
+@cython.no_gc  # holds a value and counters, never a budget or a sink: never part of a cycle
+@cython.cclass
+class Budget:
+    """The checks one ``validate``/``is_valid`` call has done (``used``) and may do."""
+
+    def __init__(self, value: Any) -> None:
+        self.used = 0
+        self.limit = WORK_FLOOR
+        self.value = value
+        self.sized = False
+
+
+def _new_budget(value: Any) -> Budget:
+    budget = Budget.__new__(Budget)
+    budget.used = 0
+    budget.limit = WORK_FLOOR
+    budget.value = value
+    budget.sized = False
+    return budget
+
+
+def _spend(budget: Budget) -> None:
+    """``used`` passed ``limit``: the first time, size the value and raise the limit to what
+    its size allows; raise ``WorkExceeded`` when that is spent too."""
+    if not budget.sized:
+        budget.sized = True
+        budget.limit = WORK_FLOOR + WORK_PER_VALUE * _size(budget.value, WORK_SIZE_CAP)
+        budget.value = None
+    if budget.used > budget.limit:
+        raise WorkExceeded
+
+
+def _size(value: Any, cap: int) -> int:
+    """The parts of a value (each value 1, a string or key 1 more per 64 characters), counted
+    iteratively as a tree and no further than ``cap``."""
+    total = 0
+    stack: list[Any] = [value]
+    while stack and total < cap:
+        item = stack.pop()
+        total += 1
+        kind = _kind(item)
+        if kind == K_STR:
+            total += len(item) >> 6
+        elif kind == K_ARR:
+            stack.extend(item)
+        elif kind == K_OBJ:
+            for name, member in item.items():
+                if isinstance(name, str):
+                    total += len(name) >> 6
+                stack.append(member)
+    return total if total < cap else cap
+
+
+def _keyed(value: Any, budget: Budget) -> Any:
+    """``canonical(value)``, charging the budget for the text a container's key is."""
+    probe = canonical(value)
+    if type(probe) is tuple and probe[0] == "c":
+        budget.used += len(probe[1]) >> 6
+    return probe
+
+
+@cython.freelist(8)
+@cython.no_gc  # holds only its issues and the call's budget: never part of a cycle
 @cython.cclass
 class Sink:
     """Where issues go. ``silent`` sinks only count (branches of anyOf/oneOf/not)."""
 
-    def __init__(self, limit: int, silent: bool) -> None:
+    def __init__(self, limit: int, silent: bool, budget: Budget) -> None:
         self.issues: list[ValidationIssue] = []
         self.count = 0
         self.limit = limit
         self.silent = silent
+        self.budget = budget
 
 
-def _new_sink(limit: int, silent: bool) -> Sink:
-    """``Sink(limit, silent)`` without the generic call (the compiled build allocates directly)."""
+def _new_sink(limit: int, silent: bool, budget: Budget) -> Sink:
+    """``Sink(limit, silent, budget)`` without the generic call (the compiled build allocates
+    directly)."""
     sink = Sink.__new__(Sink)
     sink.issues = []
     sink.count = 0
     sink.limit = limit
     sink.silent = silent
+    sink.budget = budget
     return sink
 
 
@@ -726,8 +808,11 @@ def check_local(node: Node, value: Any, kind: int, parent: Any, key: Any, sink: 
                 _fail(sink, parent, key, "minLength", node, value)
             if 0 <= node.max_length < length:
                 _fail(sink, parent, key, "maxLength", node, value)
-        if node.pattern is not None and not _matches(node, _text(value)):
-            _fail(sink, parent, key, "pattern", node, value)
+        if node.pattern is not None:
+            length = len(value)
+            sink.budget.used += length >> 6
+            if not _matches(node, _text(value)):
+                _fail(sink, parent, key, "pattern", node, value)
     if checks & C_NUM and kind & (K_INT | K_INTFLOAT | K_FLOAT):
         if node.minimum is not None and value < node.minimum:
             _fail(sink, parent, key, "minimum", node, value)
@@ -741,7 +826,9 @@ def check_local(node: Node, value: Any, kind: int, parent: Any, key: Any, sink: 
             _fail(sink, parent, key, "multipleOf", node, value)
     if checks & (C_ENUM | C_CONST):
         # Numbers and strings are their own JSON-equality keys (1 == 1.0); the rest is canonical.
-        probe = value if kind & (K_STR | K_INT | K_INTFLOAT | K_FLOAT) else canonical(value)
+        probe = (
+            value if kind & (K_STR | K_INT | K_INTFLOAT | K_FLOAT) else _keyed(value, sink.budget)
+        )
         if checks & C_ENUM and probe not in node.enum_keys:
             _fail(sink, parent, key, "enum", node, value)
         if checks & C_CONST and probe != node.const_key:
@@ -773,9 +860,16 @@ def _matches(node: Node, text: str) -> bool:
     return pos == end
 
 
-def run(root: Node, value: Any, limit: int, silent: bool) -> Sink:
-    """Validate ``value`` against ``root``; the sink holds the issues (or just their count)."""
-    sink = _new_sink(limit, silent)
+def run(root: Node, value: Any, limit: int, silent: bool, budget: Budget) -> Sink:
+    """Validate ``value`` against ``root``; the sink holds the issues (or just their count).
+    ``WorkExceeded`` when ``budget`` is spent."""
+    sink = _new_sink(limit, silent, budget)
+    _drain(root, value, sink)
+    return sink
+
+
+def _drain(root: Node, value: Any, sink: Sink) -> None:
+    """``run`` into a given sink (``validate`` keeps the issues found before a spent budget)."""
     stack: list[Any] = []
     _walk(root, value, None, _HERE, sink, stack, 0)
     while stack and sink.count < sink.limit:
@@ -791,7 +885,6 @@ def run(root: Node, value: Any, limit: int, silent: bool) -> Sink:
         branch = _advance(step, stack)
         if branch is not None:
             _walk(branch, step.value, step.loc, _HERE, step.sub, stack, 0)  # type: ignore[arg-type]
-    return sink
 
 
 def _walk(
@@ -800,6 +893,10 @@ def _walk(
     """Check one (node, value) pair; nested work is walked in place up to ``INLINE_DEPTH``
     levels (bounded recursion, cheaper than a frame), deeper work goes on the stack."""
     if sink.count < sink.limit:
+        budget = sink.budget
+        budget.used += 1
+        if budget.used > budget.limit:
+            _spend(budget)
         kind = _kind(value)
         checks = node.checks
         # Only a node with scalar keywords, or a value of the wrong type, needs ``check_local``.
@@ -809,8 +906,10 @@ def _walk(
         ) and not node.leaf:
             loc = parent if key is _HERE else _new_loc(parent, key)
             if kind == K_OBJ and checks & C_OBJ:
+                budget.used += len(value)
                 _expand_object(node, value, loc, sink, stack, depth)
             elif kind == K_ARR and checks & C_ARR:
+                budget.used += len(value)
                 _expand_array(node, value, loc, sink, stack, depth)
             if checks & C_APPLY:
                 _expand_applicators(node, value, loc, sink, stack, depth)
@@ -1003,8 +1102,9 @@ def _expand_array(
 
 def _check_unique(value: Any, loc: Any, sink: Sink) -> None:
     seen: dict[Any, int] = {}
+    budget = sink.budget
     for index, item in enumerate(value):
-        probe = canonical(item)
+        probe = _keyed(item, budget)
         first = seen.setdefault(probe, index)
         if first != index:
             sink.count += 1
@@ -1136,7 +1236,7 @@ def _advance(step: Step, stack: list[Any]) -> Node | None:
         return None
     branch = step.branches[step.index]
     step.index += 1
-    step.sub = _new_sink(1, True)
+    step.sub = _new_sink(1, True, step.sink.budget)
     stack.append(step)
     return branch
 
@@ -1146,7 +1246,7 @@ def _advance_if(step: Step, stack: list[Any]) -> Node | None:
     in the step's own sink: their issues stand at their own keywords, as allOf's do."""
     sub = step.sub
     if sub is None:
-        step.sub = _new_sink(1, True)
+        step.sub = _new_sink(1, True, step.sink.budget)
         stack.append(step)
         return step.node.if_
     branch = step.node.then_ if sub.count == 0 else step.node.else_
@@ -1157,32 +1257,41 @@ def _advance_if(step: Step, stack: list[Any]) -> Node | None:
 # -- is_valid: one yes/no walk ---------------------------------------------------------------------
 
 
-def _valid(node: Node, value: Any, depth: int) -> bool:
+def _valid(node: Node, value: Any, depth: int, budget: Budget) -> bool:
     """``is_valid``'s walk: the checks of a silent ``run``, as one boolean per (node, value).
 
     No sink, no locations and no steps: the first failure returns False all the way up, and a
     combinator's branches are plain calls. Recursion is bounded: past ``INLINE_DEPTH`` levels
     (and for a mapping that is no dict) the rest goes to ``run``, whose stack is explicit.
+    Every call counts against ``budget`` (``WorkExceeded`` once it is spent).
     """
+    budget.used += 1
+    if budget.used > budget.limit:
+        _spend(budget)
     kind = _kind(value)
     checks = node.checks
-    if (checks & _LOCAL_CHECKS or not kind & node.types) and not _local_ok(node, value, kind):
+    if (checks & _LOCAL_CHECKS or not kind & node.types) and not _local_ok(
+        node, value, kind, budget
+    ):
         return False
     if node.leaf:
         return True
     if depth >= INLINE_DEPTH:
-        return run(node, value, 1, True).count == 0
+        return run(node, value, 1, True, budget).count == 0
     if kind == K_OBJ and checks & C_OBJ:
         if not isinstance(value, dict):
-            return run(node, value, 1, True).count == 0
-        if not _valid_object(node, value, depth):
+            return run(node, value, 1, True, budget).count == 0
+        budget.used += len(value)
+        if not _valid_object(node, value, depth, budget):
             return False
-    elif kind == K_ARR and checks & C_ARR and not _valid_array(node, value, depth):
-        return False
-    return not checks & C_APPLY or _valid_applied(node, value, depth + 1)
+    elif kind == K_ARR and checks & C_ARR:
+        budget.used += len(value)
+        if not _valid_array(node, value, depth, budget):
+            return False
+    return not checks & C_APPLY or _valid_applied(node, value, depth + 1, budget)
 
 
-def _local_ok(node: Node, value: Any, kind: int) -> bool:
+def _local_ok(node: Node, value: Any, kind: int, budget: Budget) -> bool:
     """``check_local``'s verdict alone: False as soon as one keyword fails."""
     checks = node.checks
     if checks & C_FALSE or not kind & node.types:
@@ -1192,8 +1301,10 @@ def _local_ok(node: Node, value: Any, kind: int) -> bool:
             length = len(value)
             if length < node.min_length or 0 <= node.max_length < length:
                 return False
-        if node.pattern is not None and not _matches(node, _text(value)):
-            return False
+        if node.pattern is not None:
+            budget.used += len(value) >> 6
+            if not _matches(node, _text(value)):
+                return False
     if checks & C_NUM and kind & (K_INT | K_INTFLOAT | K_FLOAT):
         if node.minimum is not None and value < node.minimum:
             return False
@@ -1206,7 +1317,7 @@ def _local_ok(node: Node, value: Any, kind: int) -> bool:
         if node.multiple_of is not None and not _is_multiple(value, node.multiple_of):
             return False
     if checks & (C_ENUM | C_CONST):
-        probe = value if kind & (K_STR | K_INT | K_INTFLOAT | K_FLOAT) else canonical(value)
+        probe = value if kind & (K_STR | K_INT | K_INTFLOAT | K_FLOAT) else _keyed(value, budget)
         if checks & C_ENUM and probe not in node.enum_keys:
             return False
         if checks & C_CONST and probe != node.const_key:
@@ -1214,17 +1325,17 @@ def _local_ok(node: Node, value: Any, kind: int) -> bool:
     return True
 
 
-def _valid_member(child: Node, item: Any, depth: int) -> bool:
+def _valid_member(child: Node, item: Any, depth: int, budget: Budget) -> bool:
     """One member of an object or array: a leaf is checked here, without a call."""
     if child.leaf:
         if type(item) is child.plain_type:
             return True
         kind = _kind(item)
-        return not (child.checks or not kind & child.types) or _local_ok(child, item, kind)
-    return _valid(child, item, depth + 1)
+        return not (child.checks or not kind & child.types) or _local_ok(child, item, kind, budget)
+    return _valid(child, item, depth + 1, budget)
 
 
-def _valid_object(node: Node, value: Any, depth: int) -> bool:
+def _valid_object(node: Node, value: Any, depth: int, budget: Budget) -> bool:
     """A dict: each declared property looked up (one probe), the keys walked only when some
     are not declared, and not at all when ``additionalProperties`` is false (one is enough)."""
     size = len(value)
@@ -1244,7 +1355,7 @@ def _valid_object(node: Node, value: Any, depth: int) -> bool:
                 return False
         else:
             matched += 1
-            if not _valid_member(children[index], item, depth):
+            if not _valid_member(children[index], item, depth, budget):
                 return False
         index += 1
     for name in node.required_undeclared:
@@ -1259,12 +1370,14 @@ def _valid_object(node: Node, value: Any, depth: int) -> bool:
         return True
     table = node.prop_table
     for name, item in value.items():
-        if (not n_names or name not in table) and not _valid_member(additional, item, depth):
+        if (not n_names or name not in table) and not _valid_member(
+            additional, item, depth, budget
+        ):
             return False
     return True
 
 
-def _valid_array(node: Node, value: Any, depth: int) -> bool:
+def _valid_array(node: Node, value: Any, depth: int, budget: Budget) -> bool:
     length = len(value)
     if (node.min_items >= 0 and length < node.min_items) or 0 <= node.max_items < length:
         return False
@@ -1272,7 +1385,7 @@ def _valid_array(node: Node, value: Any, depth: int) -> bool:
     n_prefix = len(prefix)
     if node.items_false and length > n_prefix:
         return False
-    if node.unique and length > 1 and not _all_unique(value):
+    if node.unique and length > 1 and not _all_unique(value, budget):
         return False
     items = node.items
     index = 0
@@ -1280,46 +1393,48 @@ def _valid_array(node: Node, value: Any, depth: int) -> bool:
         child = prefix[index] if index < n_prefix else items
         if child is None:  # past the prefix, with no ``items``: the rest is free
             break
-        if not _valid_member(child, value[index], depth):
+        if not _valid_member(child, value[index], depth, budget):
             return False
         index += 1
     return True
 
 
-def _all_unique(value: Any) -> bool:
+def _all_unique(value: Any, budget: Budget) -> bool:
     seen: set[Any] = set()
     for item in value:
-        probe = canonical(item)
+        probe = _keyed(item, budget)
         if probe in seen:
             return False
         seen.add(probe)
     return True
 
 
-def _valid_applied(node: Node, value: Any, depth: int) -> bool:
+def _valid_applied(node: Node, value: Any, depth: int, budget: Budget) -> bool:
     """allOf, $ref, not, oneOf/anyOf (through the discriminator when it decides), if/then/else
     and the dependent keywords; ``depth`` is already the branches' own."""
     if node.all_of:
         for sub in node.all_of:
-            if not _valid(sub, value, depth):
+            if not _valid(sub, value, depth, budget):
                 return False
-    if node.ref is not None and not _valid(node.ref, value, depth):
+    if node.ref is not None and not _valid(node.ref, value, depth, budget):
         return False
-    if node.not_ is not None and _valid(node.not_, value, depth):
+    if node.not_ is not None and _valid(node.not_, value, depth, budget):
         return False
     if node.one_of or node.any_of:
-        verdict = _valid_by_discriminator(node, value, depth) if node.disc_key is not None else -1
+        verdict = (
+            _valid_by_discriminator(node, value, depth, budget) if node.disc_key is not None else -1
+        )
         if verdict == 0:
             return False
         if verdict < 0:
-            if node.one_of and not _exactly_one(node.one_of, value, depth):
+            if node.one_of and not _exactly_one(node.one_of, value, depth, budget):
                 return False
-            if node.any_of and not _any_one(node.any_of, value, depth):
+            if node.any_of and not _any_one(node.any_of, value, depth, budget):
                 return False
     if node.checks & C_COND:
         if node.if_ is not None:
-            branch = node.then_ if _valid(node.if_, value, depth) else node.else_
-            if branch is not None and not _valid(branch, value, depth):
+            branch = node.then_ if _valid(node.if_, value, depth, budget) else node.else_
+            if branch is not None and not _valid(branch, value, depth, budget):
                 return False
         if (node.dependent_required or node.dependent_schemas) and _kind(value) == K_OBJ:
             for name, needed in node.dependent_required:
@@ -1328,12 +1443,12 @@ def _valid_applied(node: Node, value: Any, depth: int) -> bool:
                         if other not in value:
                             return False
             for name, sub in node.dependent_schemas:
-                if name in value and not _valid(sub, value, depth):
+                if name in value and not _valid(sub, value, depth, budget):
                     return False
     return True
 
 
-def _valid_by_discriminator(node: Node, value: Any, depth: int) -> int:
+def _valid_by_discriminator(node: Node, value: Any, depth: int, budget: Budget) -> int:
     """As ``_discriminate``: 1 or 0 when the tag decides (every other branch's const differs
     from it, so only its own branch can hold), -1 when it cannot (the general path)."""
     if type(value) is not dict:
@@ -1342,22 +1457,22 @@ def _valid_by_discriminator(node: Node, value: Any, depth: int) -> int:
     if tag is _HERE:
         return 0 if node.disc_required else -1
     branch = node.disc_map.get(_text(tag)) if isinstance(tag, str) else None
-    return 1 if branch is not None and _valid(branch, value, depth) else 0
+    return 1 if branch is not None and _valid(branch, value, depth, budget) else 0
 
 
-def _exactly_one(branches: list[Node], value: Any, depth: int) -> bool:
+def _exactly_one(branches: list[Node], value: Any, depth: int, budget: Budget) -> bool:
     passed = 0
     for branch in branches:
-        if _valid(branch, value, depth):
+        if _valid(branch, value, depth, budget):
             passed += 1
             if passed > 1:
                 return False
     return passed == 1
 
 
-def _any_one(branches: list[Node], value: Any, depth: int) -> bool:
+def _any_one(branches: list[Node], value: Any, depth: int, budget: Budget) -> bool:
     for branch in branches:
-        if _valid(branch, value, depth):
+        if _valid(branch, value, depth, budget):
             return True
     return False
 
@@ -1371,9 +1486,36 @@ class Validator:
         self.max_issues = max_issues
 
     def validate(self, value: Any) -> list[ValidationIssue]:
-        """Issues of ``value`` (empty when valid); never mutates or coerces it."""
-        return run(self.root, value, self.max_issues, False).issues
+        """Issues of ``value`` (empty when valid); never mutates or coerces it. A value that
+        would take more checks than its size allows (``Budget``) gets the issues found so far
+        and one ``budget`` issue at the root."""
+        budget = _new_budget(value)
+        sink = _new_sink(self.max_issues, False, budget)
+        try:
+            _drain(self.root, value, sink)
+        except WorkExceeded:
+            _report_spent(sink, budget)
+        return sink.issues
 
     def is_valid(self, value: Any) -> bool:
-        """True when ``value`` is valid; stops at the first failure and builds no message."""
-        return _valid(self.root, value, 0)
+        """True when ``value`` is valid; stops at the first failure and builds no message.
+        False when the checks would pass the budget, as ``validate`` reports."""
+        budget = _new_budget(value)
+        try:
+            return _valid(self.root, value, 0, budget)
+        except WorkExceeded:
+            return False
+
+
+def _report_spent(sink: Sink, budget: Budget) -> None:
+    """The issue of a validation stopped by its budget, last, within ``max_issues``."""
+    if len(sink.issues) >= sink.limit:
+        del sink.issues[sink.limit - 1 :]
+    add_issue(
+        sink,
+        None,
+        "budget",
+        f"validation stopped after {budget.limit:,} checks: the schema checks parts of this "
+        "value against its subschemas again and again (shared $ref targets), more often than "
+        "any value of this size needs",
+    )
