@@ -661,7 +661,8 @@ def _search_regex(patterns: tuple[PathPattern, ...], fold: bool = False) -> Line
     bodies = [f"(?:{p.body})" for p in patterns if p.anchor == "anywhere" and p.body]
     if not bodies:
         return linear(NEVER)
-    return linear("/(?:" + "|".join(bodies) + ")(?:/|$)", fold)
+    # (``\n?$``: a name may end in a newline; ``a.pem\n`` is as sensitive as ``a.pem``)
+    return linear("/(?:" + "|".join(bodies) + ")(?:/|\n?$)", fold)
 
 
 class _Roots:
