@@ -19,7 +19,23 @@ from fastgate import (
     ToolRegistry,
     ToolResult,
 )
-from fastgate.builtin import FileStat, register_builtins
+from fastgate.builtin import FileStat, LocalFileSystem, find_ripgrep, register_builtins
+
+#: The routes a search takes: ripgrep, and the seam's walk over the disk and over memory.
+SEARCH_ROUTES = ("ripgrep", "seam-disk", "seam-memory")
+
+
+def search_fs(workspace: Path, route: str, tree: dict[str, bytes]) -> Any:
+    """A file system holding ``tree`` (relative path -> content) under ``workspace``, searched
+    on ``route``: in memory, or written to disk and searched by ripgrep or the seam's walk."""
+    root = str(workspace)
+    if route == "seam-memory":
+        return MemoryFileSystem({f"{root}/{p}": data for p, data in tree.items()})
+    for rel, data in tree.items():
+        path = workspace / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return LocalFileSystem(root, ripgrep=find_ripgrep() if route == "ripgrep" else None)
 
 
 def builtin_executor(

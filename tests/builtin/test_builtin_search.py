@@ -14,9 +14,16 @@ import pytest
 
 from fastgate import ErrorCode, PermissionConfig, PermissionMode
 from fastgate.builtin import LocalFileSystem, find_ripgrep
-from tests.builtin_kit import MemoryFileSystem, builtin_executor, call, failure_code, text
+from tests.builtin_kit import (
+    SEARCH_ROUTES,
+    MemoryFileSystem,
+    builtin_executor,
+    call,
+    failure_code,
+    search_fs,
+    text,
+)
 
-ROUTES = ("ripgrep", "seam-disk", "seam-memory")
 TREE: dict[str, bytes] = {
     "src/app.py": b"import os\ndef handler():\n    return 'needle'\n",
     "src/util.py": b"# needle in a comment\nx = 1\n",
@@ -32,24 +39,10 @@ TREE: dict[str, bytes] = {
 }
 
 
-@pytest.fixture(params=ROUTES)
-def route(request: pytest.FixtureRequest) -> str:
-    if request.param == "ripgrep" and find_ripgrep() is None:
-        pytest.skip("ripgrep is not installed (the 'builtin' extra brings it)")
-    return str(request.param)
-
-
 def make(tmp_path: Path, route: str, tree: dict[str, bytes] = TREE, **options: Any) -> Any:
     """An executor whose file system holds ``tree`` under ``tmp_path``, on the given route."""
     root = str(tmp_path)
-    if route == "seam-memory":
-        fs: Any = MemoryFileSystem({f"{root}/{p}": data for p, data in tree.items()})
-    else:
-        for rel, data in tree.items():
-            path = tmp_path / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        fs = LocalFileSystem(root, ripgrep=find_ripgrep() if route == "ripgrep" else None)
+    fs = search_fs(tmp_path, route, tree)
     # Distinct mtimes, oldest first in tree order: "newest first" is then checkable.
     for i, rel in enumerate(tree):
         stamp = 1_700_000_000_000_000_000 + i * 1_000_000_000
@@ -209,7 +202,7 @@ async def test_yolo_withholds_sensitive_files_still(tmp_path: Path, route: str) 
 
 def test_routes_cover_both_searches() -> None:
     """The fallback is the same search: no route is skipped here when ripgrep is present."""
-    assert set(ROUTES) == {"ripgrep", "seam-disk", "seam-memory"}
+    assert set(SEARCH_ROUTES) == {"ripgrep", "seam-disk", "seam-memory"}
     if os.environ.get("CI"):
         assert find_ripgrep() is not None, "CI installs the ripgrep wheel (the test extra)"
 

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from fastgate import ErrorCode, PermissionConfig
-from fastgate.builtin import LocalFileSystem, find_ripgrep
-from tests.builtin_kit import MemoryFileSystem, builtin_executor, call, failure_code, text
+from tests.builtin_kit import builtin_executor, call, failure_code, search_fs, text
 
 FILES = (
     "a+b",
@@ -51,24 +50,10 @@ CASES = [
     ("/a.py", {"a.py"}),
     ("./src//a.py", {"src/a.py"}),
 ]
-ROUTES = ("ripgrep", "seam-disk", "seam-memory")
-
-
-@pytest.fixture(params=ROUTES)
-def route(request: pytest.FixtureRequest) -> str:
-    if request.param == "ripgrep" and find_ripgrep() is None:
-        pytest.skip("ripgrep is not installed (the 'builtin' extra brings it)")
-    return str(request.param)
 
 
 def _fs(tmp_path: Path, route: str) -> Any:
-    root = str(tmp_path)
-    if route == "seam-memory":
-        return MemoryFileSystem({f"{root}/{p}": b"hi\n" for p in FILES})
-    for rel in FILES:
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_bytes(b"hi\n")
-    return LocalFileSystem(root, ripgrep=find_ripgrep() if route == "ripgrep" else None)
+    return search_fs(tmp_path, route, dict.fromkeys(FILES, b"hi\n"))
 
 
 def _listed(result: Any) -> set[str]:

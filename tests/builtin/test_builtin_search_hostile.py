@@ -18,29 +18,19 @@ from fastgate import PermissionConfig, PermissionMode
 from fastgate.builtin import FileStat, LocalFileSystem, find_ripgrep
 from fastgate.builtin._search import MAX_SEARCH_BYTES
 from fastgate.paths.globs import MAX_PATTERN_CHARS
-from tests.builtin_kit import MemoryFileSystem, builtin_executor, call, failure_code, text
+from tests.builtin_kit import (
+    builtin_executor,
+    call,
+    failure_code,
+    search_fs,
+    text,
+)
 
-ROUTES = ("ripgrep", "seam-disk", "seam-memory")
 LONG_NAME = "a" * 120  # ``*a*a*a*a*a*b`` backtracks C(120, 5) ways over it in Python's re
 
 
-@pytest.fixture(params=ROUTES)
-def route(request: pytest.FixtureRequest) -> str:
-    if request.param == "ripgrep" and find_ripgrep() is None:
-        pytest.skip("ripgrep is not installed (the 'builtin' extra brings it)")
-    return str(request.param)
-
-
 def make(tmp_path: Path, route: str, tree: dict[str, bytes], **options: Any) -> Any:
-    root = str(tmp_path)
-    if route == "seam-memory":
-        fs: Any = MemoryFileSystem({f"{root}/{p}": data for p, data in tree.items()})
-    else:
-        for rel, data in tree.items():
-            path = tmp_path / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-        fs = LocalFileSystem(root, ripgrep=find_ripgrep() if route == "ripgrep" else None)
+    fs = search_fs(tmp_path, route, tree)
     options.setdefault("mode", PermissionMode.YOLO)
     return builtin_executor(tmp_path, fs=fs, **options)
 

@@ -90,3 +90,25 @@ async def test_a_settings_hook_gets_the_environment_without_secrets(
     assert "FASTGATE_HARMLESS_SETTING=kept" in seen
     assert f"CLAUDE_PROJECT_DIR={ws}" in seen
     assert_idle(ex)
+
+
+def _backslashed(tmp_path: Path) -> Path:
+    return tmp_path.resolve() / "back\\slash"
+
+
+async def test_a_workspace_path_with_a_backslash_is_pinned_as_written(tmp_path: Path) -> None:
+    ws = _backslashed(tmp_path)
+    (ws / ".claude").mkdir(parents=True)
+    (ws / "scripts").mkdir()
+    _script(ws, 'echo original >> "$CLAUDE_PROJECT_DIR/ran"\n')
+    # unquoted: the shell text of the root must keep its backslash
+    hooks = Hooks.load(_settings(ws, "sh $CLAUDE_PROJECT_DIR/scripts/check.sh"))
+    ex = builtin_executor(ws, hooks=hooks, mode=PermissionMode.YOLO)
+    assert (await call(ex, "bash", {"command": "true"})).ok
+    _script(ws, 'echo rewritten >> "$CLAUDE_PROJECT_DIR/ran"\n')
+    refused = await call(ex, "bash", {"command": "true"})
+    assert (
+        refused.error is not None and "changed since the hook was loaded" in refused.error.message
+    )
+    assert (ws / "ran").read_text() == "original\n"
+    assert_idle(ex)

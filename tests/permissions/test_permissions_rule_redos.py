@@ -6,12 +6,12 @@ process with a time limit, so a regression fails instead of hanging the suite.""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.child_kit import run_python
 
 CHILD = textwrap.dedent(
     """
@@ -51,10 +51,7 @@ def test_a_rule_written_to_backtrack_is_decided_at_once(
     tmp_path: Path, rule: str, tool: str, args: dict[str, str], expected: str
 ) -> None:
     payload = json.dumps([str(tmp_path), rule, tool, args])
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, payload], capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 0, done.stderr
-    decision, seconds = json.loads(done.stdout)
+    out = run_python(CHILD, payload, timeout=60, stalled=f"{rule} backtracked on a long name")
+    decision, seconds = json.loads(out)
     assert decision == expected
     assert seconds < 2.0

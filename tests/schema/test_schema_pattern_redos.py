@@ -6,10 +6,7 @@ compiled, so an MCP server's tool that uses it is quarantined. ECMA-262 meanings
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from types import ModuleType
@@ -26,6 +23,7 @@ from fastgate.mcp._tools import build_listing
 from fastgate.schema import SchemaError, from_json_schema
 from fastgate.schema._compile import compile_json_schema
 from fastgate.schema._pattern import compile_pattern, translate
+from tests.child_kit import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,18 +89,10 @@ CHILD = textwrap.dedent(
 
 def test_catastrophic_patterns_answer_at_once() -> None:
     code = CHILD.format(cases=CATASTROPHIC)
-    try:
-        child = subprocess.run(
-            [sys.executable, "-c", code, str(ROOT)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            env=dict(os.environ),
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail("a backtracking pattern stalled validation for 30 s")
-    assert child.returncode == 0, child.stderr[-2000:]
-    assert child.stdout.split() == ["args", "INVALID_ARGS", "output", "OUTPUT_INVALID", "done"]
+    out = run_python(
+        code, str(ROOT), timeout=30, stalled="a backtracking pattern stalled validation"
+    )
+    assert out.split() == ["args", "INVALID_ARGS", "output", "OUTPUT_INVALID", "done"]
 
 
 @pytest.mark.parametrize("core", _cores(), ids=lambda core: CORE_IDS[core.__name__])

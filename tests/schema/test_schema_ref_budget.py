@@ -10,10 +10,7 @@ the value, never meet the budget."""
 from __future__ import annotations
 
 import functools
-import os
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from types import ModuleType
@@ -24,6 +21,7 @@ import pytest
 from fastgate._core import _validate_py as pure_core
 from fastgate._core import validate as active_core
 from fastgate.schema._compile import compile_json_schema
+from tests.child_kit import run_python
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -133,18 +131,9 @@ CHILD = textwrap.dedent(
 def test_exponential_checks_stop_at_the_budget() -> None:
     import json
 
-    try:
-        child = subprocess.run(
-            [sys.executable, "-c", CHILD, str(ROOT), json.dumps(BLOWUPS)],
-            capture_output=True,
-            text=True,
-            timeout=100,
-            env=dict(os.environ),
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail("a schema whose checks double with the value's depth stalled validation")
-    assert child.returncode == 0, child.stderr[-3000:]
-    assert child.stdout.split() == ["done"]
+    stalled = "a schema whose checks double with the value's depth stalled validation"
+    out = run_python(CHILD, str(ROOT), json.dumps(BLOWUPS), timeout=100, stalled=stalled)
+    assert out.split() == ["done"]
 
 
 @pytest.mark.parametrize("core", _cores(), ids=_core_id)
@@ -220,18 +209,9 @@ EXECUTOR_CHILD = textwrap.dedent(
 
 
 def test_a_tool_with_such_a_schema_refuses_the_call_and_the_loop_goes_on() -> None:
-    try:
-        child = subprocess.run(
-            [sys.executable, "-c", EXECUTOR_CHILD, str(ROOT)],
-            capture_output=True,
-            text=True,
-            timeout=90,
-            env=dict(os.environ),
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail("a tool's recursive schema froze the event loop")
-    assert child.returncode == 0, child.stderr[-3000:]
-    assert child.stdout.splitlines() == [
+    stalled = "a tool's recursive schema froze the event loop"
+    out = run_python(EXECUTOR_CHILD, str(ROOT), timeout=90, stalled=stalled)
+    assert out.splitlines() == [
         "args INVALID_ARGS ['budget']",
         "message True",
         "output OUTPUT_INVALID True",

@@ -10,7 +10,9 @@ import pytest
 
 from fastgate.serve import Gateway
 from tests.serve.kit import (
+    ACCEPT,
     ERAS,
+    INITIALIZE,
     LEGACY,
     MODERN,
     client,
@@ -153,28 +155,18 @@ async def test_a_legacy_session_is_the_principal_s_own(tmp_path: Path) -> None:
     credential), so bob never acts in alice's session."""
     gateway = Gateway(executor(), tokens=tokens_file(tmp_path / "tokens.json"), approvals="deny")
     async with serving(gateway) as url:
-        accept = {"accept": "application/json, text/event-stream"}
         async with httpx.AsyncClient() as http:
             opened = await http.post(
                 url,
-                json={
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-11-25",
-                        "capabilities": {},
-                        "clientInfo": {"name": "t", "version": "1"},
-                    },
-                },
-                headers={**accept, "authorization": "Bearer alice-secret-token"},
+                json=INITIALIZE,
+                headers={**ACCEPT, "authorization": "Bearer alice-secret-token"},
             )
             session = opened.headers["mcp-session-id"]
             stolen = await http.post(
                 url,
                 json={"jsonrpc": "2.0", "id": 2, "method": "ping"},
                 headers={
-                    **accept,
+                    **ACCEPT,
                     "authorization": "Bearer bob-secret-token",
                     "mcp-session-id": session,
                     "mcp-protocol-version": "2025-11-25",

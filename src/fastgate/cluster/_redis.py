@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import math
@@ -338,8 +339,10 @@ class RedisCluster:
         # last report and idle now (their share is kept for their next call), up to a bound: a
         # flood of one-off session ids must not make the script's run long for every worker.
         active = {**dict.fromkeys(in_flight), **dict.fromkeys(queued)}
-        idle = [sid for sid in reversed(self._seen) if sid not in active]
-        for sid in (*active, *idle[:MAX_IDLE_REPORTED]):
+        idle = itertools.islice(
+            (sid for sid in reversed(self._seen) if sid not in active), MAX_IDLE_REPORTED
+        )
+        for sid in (*active, *idle):
             name = redis_name(sid)
             names[name] = sid
             running = in_flight.get(sid, 0)

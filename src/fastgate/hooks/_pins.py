@@ -58,6 +58,7 @@ class ScriptPins:
                 )
 
     def _files(self, root: str) -> list[str]:
+        # the root as shell text: the analysis reads ``\\`` as one ``\``, quoted or not
         text = _PROJECT_DIR.sub(lambda _: root.replace("\\", "\\\\"), self.command)
         analysis = analyze_command(text)
         found: dict[str, None] = {}
