@@ -190,6 +190,36 @@ def test_a_built_in_call_starts_none_of_the_workspaces_mcp_servers(
     assert str(workspace / ".mcp.json") not in settings_step(report)["files"]
 
 
+@pytest.mark.parametrize(
+    ("tool", "arguments", "status"),
+    [
+        ("mcp__fix__echo", '{"text": "found"}', 0),  # its own server answers
+        ("mcp__fixx__echo", '{"text": "x"}', 3),  # a server no entry names
+        ("mcp__evil", "{}", 3),  # a server's rule name, not a tool's
+        ("mcp__", "{}", 3),
+        ("no_such_tool", "{}", 3),
+    ],
+)
+def test_an_mcp_call_starts_only_the_server_it_names(
+    home: Path, workspace: Path, tool: str, arguments: str, status: int
+) -> None:
+    if not _bridge_available():
+        pytest.skip("the mcp extra is not installed")
+    fixture = Path(__file__).parents[1] / "mcp" / "fixture_server.py"
+    marker = home / "server-ran"
+    evil = {"command": sys.executable, "args": ["-c", f"open({str(marker)!r}, 'w').close()"]}
+    fix = {"command": sys.executable, "args": [str(fixture), "stdio"]}
+    servers = {"evil": evil, "fix": fix}
+    (workspace / ".mcp.json").write_text(json.dumps({"mcpServers": servers}))
+    done, report, stderr = call(workspace, home, tool, arguments, "--allow", "mcp__fix")
+    assert done == status, stderr
+    if status == 0:
+        assert report["result"]["content"] == "found"
+    else:
+        assert report["result"]["error"]["code"] == "UNKNOWN_TOOL"
+    assert not marker.exists()
+
+
 @pytest.mark.parametrize("name", ["settings.json", "settings.local.json"])
 @pytest.mark.parametrize("folder", [".claude", ".fastgate"])
 def test_a_repository_cannot_turn_prompting_off(

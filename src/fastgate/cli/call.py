@@ -255,9 +255,22 @@ def _not_invoked(tool: Any) -> Any:
     return dataclasses.replace(tool, execute=dry, output=type(tool.output)())
 
 
+def _server_named_by(tool: str) -> str:
+    """The server an MCP tool's name names (``mcp__<server>__<tool>``; a server's name has no
+    ``__``), or ``""`` for a name that names none."""
+    if not tool.startswith("mcp__"):
+        return ""
+    server, separator, _ = tool[5:].partition("__")
+    return server if separator else ""
+
+
 async def _with_mcp(
-    setup: _Setup, registry: Any, work: Callable[[], Awaitable[dict[str, Any]]]
+    setup: _Setup,
+    registry: Any,
+    work: Callable[[], Awaitable[dict[str, Any]]],
+    only: str | None = None,
 ) -> dict[str, Any]:
+    """``work`` with the config's MCP servers started (with ``only``, that server alone)."""
     if setup.mcp_config is None:
         return await work()
     try:  # by name: the bridge is an optional capability this module does not depend on
@@ -272,6 +285,8 @@ async def _with_mcp(
             servers = mcp.load_mcp_config(setup.mcp_config)
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+    if only is not None:
+        servers = [server for server in servers if server.name == only]
     bridge = mcp.MCPBridge(registry, servers)
     try:
         await bridge.start()
@@ -294,7 +309,10 @@ async def _call(args: argparse.Namespace) -> int:
         # A built-in answers: the workspace's .mcp.json is not started (its servers are
         # commands that run as the user, unconfined; a read must not run them).
         setup.mcp_config = None
-    report = await _with_mcp(setup, registry, lambda: _run(setup, registry, args.tool))
+    # Only the server the call names is started: the others are commands the call has no use
+    # for (a repository's .mcp.json may list one that runs anything).
+    only = _server_named_by(args.tool)
+    report = await _with_mcp(setup, registry, lambda: _run(setup, registry, args.tool), only)
     if args.json:
         sys.stdout.buffer.write(msgspec.json.encode(report) + b"\n")
     else:
