@@ -220,6 +220,41 @@ def test_an_mcp_call_starts_only_the_server_it_names(
     assert not marker.exists()
 
 
+@pytest.mark.parametrize(
+    "where", ["~/.claude/settings.json", ".claude/settings.json", ".claude/settings.local.json"]
+)
+def test_a_server_the_settings_disable_is_not_started(
+    home: Path, workspace: Path, where: str
+) -> None:
+    # Claude Code's `disabledMcpjsonServers` turns a project server off; any settings file may.
+    if not _bridge_available():
+        pytest.skip("the mcp extra is not installed")
+    fixture = Path(__file__).parents[1] / "mcp" / "fixture_server.py"
+    marker = home / "server-ran"
+    evil = {"command": sys.executable, "args": ["-c", f"open({str(marker)!r}, 'w').close()"]}
+    fix = {"command": sys.executable, "args": [str(fixture), "stdio"]}
+    (workspace / ".mcp.json").write_text(json.dumps({"mcpServers": {"evil": evil, "fix": fix}}))
+    folder = home if where.startswith("~") else workspace
+    write(folder / where.removeprefix("~/"), {"disabledMcpjsonServers": ["other", "evil"]})
+    status, report, stderr = call(workspace, home, "mcp__evil__run", "{}")
+    assert status == 3 and report["result"]["error"]["code"] == "UNKNOWN_TOOL", stderr
+    assert not marker.exists()
+    status, report, stderr = call(
+        workspace, home, "mcp__fix__echo", '{"text": "on"}', "--allow", "mcp__fix"
+    )
+    assert status == 0 and report["result"]["content"] == "on", stderr
+
+
+def test_disabled_servers_are_read_from_every_file_that_lists_them(tmp_path: Path) -> None:
+    first = write(tmp_path / "a.json", {"disabledMcpjsonServers": ["x", 3, "y"]})
+    second = write(tmp_path / "b.json", {"disabledMcpjsonServers": "z"})  # not a list: none
+    third = tmp_path / "c.json"
+    third.write_text("{ not json")
+    fourth = write(tmp_path / "d.json", {"disabledMcpjsonServers": ["w"]})
+    files = [first, second, str(third), str(tmp_path / "missing.json"), fourth]
+    assert discovery.disabled_mcp_servers(files) == {"x", "y", "w"}
+
+
 @pytest.mark.parametrize("name", ["settings.json", "settings.local.json"])
 @pytest.mark.parametrize("folder", [".claude", ".fastgate"])
 def test_a_repository_cannot_turn_prompting_off(

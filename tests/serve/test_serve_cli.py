@@ -87,6 +87,14 @@ async def test_discovery_serves_the_workspace_as_fastgate_call_reads_it(
     assert (workspace / ".fastgate" / "serve.db").exists()  # the default journal
 
 
+async def test_a_server_the_settings_disable_is_not_served(workspace: Path, home: Path) -> None:
+    write(home / ".claude" / "settings.json", {"disabledMcpjsonServers": ["fx"]})
+    with gateway_process("--builtin", "read", cwd=workspace, env={"HOME": str(home)}) as gw:
+        async with client(gw.url, LEGACY) as mcp:
+            names = {t.name for t in (await mcp.list_tools()).tools}
+    assert names == {"read"}
+
+
 async def test_shutdown_leaves_no_process(workspace: Path, home: Path) -> None:
     with gateway_process("--builtin", "none", cwd=workspace, env={"HOME": str(home)}) as gw:
         async with client(gw.url, LEGACY) as mcp:

@@ -142,8 +142,10 @@ class _Setup:
         self.approve = args.approve or ("prompt" if sys.stdin.isatty() else "never")
         self.dry_run: bool = args.dry_run
         self.mcp_config: str | None = args.mcp_config
+        self.disabled_servers: frozenset[str] = frozenset()
         if self.mcp_config is None and not args.no_discover:
             self.mcp_config = discovery.mcp_config_file(self.workspace)
+            self.disabled_servers = discovery.disabled_mcp_servers(self.settings_files)
 
     def source_of(self, rule: str) -> str:
         """Where a matched rule came from, as the trail names it."""
@@ -285,6 +287,7 @@ async def _with_mcp(
             servers = mcp.load_mcp_config(setup.mcp_config)
     except (OSError, ValueError) as exc:
         raise UsageError(str(exc)) from None
+    servers = [server for server in servers if server.name not in setup.disabled_servers]
     if only is not None:
         servers = [server for server in servers if server.name == only]
     bridge = mcp.MCPBridge(registry, servers)

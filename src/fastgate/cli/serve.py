@@ -234,8 +234,10 @@ class _Setup:
         if self.mode is PermissionMode.YOLO and self.permissions.bypass_disabled:
             raise UsageError(config.BYPASS_DISABLED)
         self.mcp_config: str | None = args.mcp_config
+        self.disabled_servers: frozenset[str] = frozenset()
         if self.mcp_config is None and not args.no_discover:
             self.mcp_config = discovery.mcp_config_file(self.workspace)
+            self.disabled_servers = discovery.disabled_mcp_servers(self.settings_files)
         self.builtins = _builtin_names(args.builtin)
         self.host, self.port = _listen(args.listen)
         if args.stdio and args.tokens:
@@ -364,9 +366,10 @@ class _Setup:
         except ImportError as exc:
             raise UsageError(f"--mcp-config needs the MCP bridge: {exc}") from None
         try:
-            servers = load_mcp_config(self.mcp_config)
+            configured = load_mcp_config(self.mcp_config)
         except (OSError, ValueError) as exc:
             raise UsageError(str(exc)) from None
+        servers = [server for server in configured if server.name not in self.disabled_servers]
         bridge = MCPBridge(registry, servers)
         try:
             await bridge.start()

@@ -8,6 +8,7 @@ caller can name every file it read.
 
 from __future__ import annotations
 
+import json
 import os
 
 #: Claude Code's managed (organisation) settings on Linux: read last, so its ``defaultMode``
@@ -41,3 +42,21 @@ def mcp_config_file(workspace: str) -> str | None:
     """The workspace's ``.mcp.json`` (Claude Code's project-scoped MCP servers), if any."""
     path = os.path.join(workspace, ".mcp.json")
     return path if os.path.isfile(path) else None
+
+
+def disabled_mcp_servers(settings_files: list[str]) -> frozenset[str]:
+    """The workspace's ``.mcp.json`` servers the settings turn off: every name listed under
+    ``disabledMcpjsonServers`` in any of ``settings_files`` (turning a server off only
+    tightens, so every file may). A file that cannot be read names none here: loading the
+    settings reports it."""
+    names: set[str] = set()
+    for path in settings_files:
+        try:
+            with open(path, "rb") as file:
+                document = json.load(file)
+        except (OSError, ValueError):
+            continue
+        listed = document.get("disabledMcpjsonServers") if isinstance(document, dict) else None
+        if isinstance(listed, list):
+            names.update(name for name in listed if isinstance(name, str))
+    return frozenset(names)
