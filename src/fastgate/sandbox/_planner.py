@@ -28,7 +28,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from fastgate.paths import PathPattern
+from fastgate.paths import Glob, PathPattern
 from fastgate.processes import (
     BIND_DEVICES,
     BIND_OPTIONAL,
@@ -474,10 +474,10 @@ def _search(root: str, policy: SandboxPolicy) -> _Walked:
         for entry in entries:
             budget -= 1
             path = entry.path
-            if hide is not None and hide.fullmatch(path):
+            if hide is not None and hide.matches(path):
                 hidden.append(path)
                 continue
-            if protect is not None and protect.fullmatch(path):
+            if protect is not None and protect.matches(path):
                 protected.append(path)
                 continue
             try:
@@ -553,10 +553,14 @@ def _keep_earlier(found: _Walked, earlier: _Walked) -> _Walked:
     )
 
 
-def _union(patterns: Sequence[PathPattern], root: str) -> re.Pattern[str] | None:
+def _union(patterns: Sequence[PathPattern], root: str) -> Glob | None:
+    """The patterns over absolute paths for ``root``, as one full match in time linear in the
+    path (RE2): the walk matches every name in the root, and a backtracking engine would stall
+    it, and the event loop, on a pattern such as ``**/*a*a*a*a*a*b`` and one long name.
+    ``GlobError`` (a ``ValueError``) when they are too large for RE2's memory bound."""
     if not patterns:
         return None
-    return re.compile("|".join(f"(?:{p.regex(root)})" for p in patterns), re.DOTALL)
+    return Glob("|".join(f"(?:{p.regex(root)})" for p in patterns), fold=False)
 
 
 # -- the plans ------------------------------------------------------------------------------
