@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 import fastgate
 from fastgate import ApprovalResponse, ToolKind
-from fastgate.serve import Gateway
+from fastgate.serve import Gateway, _console_calls
 from fastgate.serve._approvals import PENDING_PER_PRINCIPAL
 from tests.serve.console_kit import ADMIN, admins, console_gateway, origin_of
 from tests.serve.kit import executor, post_modern, registry, rpc_result, serving, tokens_file
@@ -131,6 +132,54 @@ async def test_huge_arguments_make_a_bounded_card_made_once(tmp_path: Path) -> N
     assert "\n    19,\n" in preview and "\n    20,\n" not in preview
     assert "\n    20,\n" in full  # the full text goes on where the preview folds
     assert made == [True] * calls
+    gateway.executor.dispose()
+
+
+async def test_a_finished_call_keeps_a_bounded_head_of_huge_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What the console keeps of a finished call's arguments is the head of the encoding the
+    gateway made for their digest: nothing of their size is encoded again to show them."""
+    encoded: list[int] = []  # the size of everything the recorder encodes
+    real = _console_calls._ENCODER
+
+    class Measured:
+        def encode(self, value: Any) -> bytes:
+            out = real.encode(value)
+            encoded.append(len(out))
+            return out
+
+    monkeypatch.setattr(_console_calls, "_ENCODER", Measured())
+    gateway = _gateway(tmp_path, max_body=16 * 1024 * 1024)
+    huge = {"items": list(range(200_000)), "table": {"k": 1}}  # 1.3 MB of JSON
+    small = {"items": [1], "table": {}}
+    following = gateway.pending.events()
+    async with serving(gateway) as url, httpx.AsyncClient(timeout=60) as http:
+        origin = origin_of(url)
+        ran: list[str] = []
+        for arguments in (huge, small):
+            asking = asyncio.create_task(
+                post_modern(http, url, "tools/call", _call("bulk", arguments))
+            )
+            await _until_pending(gateway, following, 1)
+            (waiting,) = gateway.pending.pending()
+            assert gateway.pending.answer(waiting.id, ApprovalResponse(True))
+            assert rpc_result(await asking)["isError"] is False
+            assert waiting.execution_id is not None
+            ran.append(waiting.execution_id)
+        await _signed_in(http, origin)
+        page = (await http.get(f"{origin}/console/calls/{ran[0]}")).text
+    await following.aclose()  # type: ignore[attr-defined]
+    assert max(encoded, default=0) < 100_000, encoded  # nothing of the arguments' size
+    assert gateway.calls is not None
+    kept = [gateway.calls.get(execution_id) for execution_id in ran]
+    assert kept[0] is not None and kept[1] is not None
+    note = "… (cut after 16384 characters)"
+    head = kept[0].arguments
+    assert isinstance(head, str) and head.startswith('{"items":[0,1,2,3,') and head.endswith(note)
+    assert len(head) == 16_384 + len(note)
+    assert kept[1].arguments == small  # a copy of arguments that fit
+    assert note in page and len(page) < 60_000, len(page)
     gateway.executor.dispose()
 
 

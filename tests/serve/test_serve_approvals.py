@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +16,9 @@ import pytest
 from mcp_types import ElicitResult
 
 import fastgate
-from fastgate import ApprovalResponse, ToolKind
+from fastgate import ApprovalRequest, ApprovalResponse, ToolKind
 from fastgate.serve import Gateway
+from fastgate.serve._approvals import PendingApprovals, approval_message
 from tests.serve.kit import (
     ERAS,
     LEGACY,
@@ -127,6 +130,80 @@ async def test_a_client_without_elicitation_falls_back_to_the_console(era: str) 
     await watcher
     assert RUNS == ["x"] and events == ["added"]
     assert gateway.pending.pending() == []
+    gateway.executor.dispose()
+
+
+# -- huge arguments cost a question no more than small ones ----------------------------------
+
+
+class _Counted(list[Any]):
+    """A list that counts the items read from it, by index or by iteration."""
+
+    reads = 0
+
+    def __getitem__(self, index: Any) -> Any:
+        self.reads += 1
+        return super().__getitem__(index)
+
+    def __iter__(self) -> Iterator[Any]:
+        for item in super().__iter__():
+            self.reads += 1
+            yield item
+
+
+def _request(args: Any) -> ApprovalRequest:
+    return ApprovalRequest("launch", args, "launch", "DEFAULT mode asks", "mode", "s", "e1")
+
+
+def test_the_question_quotes_huge_arguments_with_bounded_work() -> None:
+    items = _Counted(range(1_000_000))
+    message = approval_message(_request({"items": items, "more": [items]}), "alice")
+    assert items.reads < 2_000, items.reads  # what was shown, not the million items
+    assert len(message) < 2_200, len(message)
+    assert message.endswith("… (cut after 2000 characters)"), message[-60:]
+    assert 'Arguments: {"items": [0, 1, 2, 3,' in message
+    # A string of 20 MB: nothing of the size of the string is made to quote its head.
+    huge = {"target": "t" * 20_000_000}
+    tracemalloc.start()
+    try:
+        message = approval_message(_request(huge), "alice")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1_000_000, peak
+    assert len(message) < 2_200 and '"target": "ttt' in message
+
+
+async def test_the_console_previews_huge_arguments_with_bounded_work() -> None:
+    pending = PendingApprovals(60.0)
+    items = _Counted(range(1_000_000))
+    shown: list[Any] = []
+
+    def answer(approval: Any) -> None:
+        shown.append(approval.shown())
+        assert pending.answer(approval.id, ApprovalResponse(False, feedback="no"))
+
+    answered = await pending.ask(_request({"items": items}), "alice", on_added=answer)
+    assert isinstance(answered, ApprovalResponse) and not answered.approved
+    (preview,) = shown
+    assert "… (+999980 more items)" in preview.short
+    assert preview.full is not None and preview.full.endswith("(cut after 65536 characters)")
+    assert items.reads < 20_000, items.reads  # the preview's items, not a copy of them all
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_call_with_huge_arguments_is_asked_a_bounded_question(era: str) -> None:
+    RUNS.clear()
+    gateway = Gateway(executor(registry(launch)), max_body=16 * 1024 * 1024)
+    callback, asked = answering({"decision": "reject", "reason": "too big"})
+    target = "t" * 3_000_000
+    async with serving(gateway) as url, client(url, era, elicitation_callback=callback) as mcp:
+        rejected = await mcp.call_tool("launch", {"target": target})
+    assert rejected.is_error and fastgate_meta(rejected)["code"] == "USER_REJECTED"
+    (question,) = asked
+    assert len(question) < 2_200, len(question)
+    assert '"target": "ttt' in question and question.endswith("(cut after 2000 characters)")
+    assert RUNS == []
     gateway.executor.dispose()
 
 

@@ -20,9 +20,8 @@ import pytest
 import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
-from fastgate.cli.serve import http_protocol
 from fastgate.model import ApprovalResponse
-from fastgate.serve import Gateway
+from fastgate.serve import Gateway, http_protocol
 from tests.serve.browser import browsers, sign_in
 from tests.serve.console_kit import ADMIN, console_gateway, origin_of
 from tests.serve.kit import (
@@ -444,6 +443,45 @@ async def test_either_http_implementation_times_out_a_request_head(
         server.should_exit = True
         await task
         sock.close()
+    gateway.executor.dispose()
+
+
+@pytest.mark.parametrize("implementation", ["httptools", "h11"])
+async def test_the_app_times_a_slow_body_under_a_plain_server(implementation: str) -> None:
+    """``gateway.asgi()`` under a server of someone else's (uvicorn as it comes, no head
+    deadline): a body that stops coming is still answered 408 within ``read_timeout``."""
+    gateway = Gateway(executor(registry()), read_timeout=1.0)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    config = uvicorn.Config(
+        gateway.asgi(), http=implementation, lifespan="on", log_level="warning", access_log=False
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            assert not task.done()
+            await asyncio.sleep(0.01)
+        port = sock.getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+            'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"jsonrpc"'.encode()
+        )
+        try:
+            async with asyncio.timeout(5):
+                answer = await reader.read()  # until the server closes
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+        assert answer.startswith(b"HTTP/1.1 408 "), answer
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+    assert 'fastgate_http_rejections_total{status="408"} 1.0' in gateway.metrics.render().decode()
     gateway.executor.dispose()
 
 

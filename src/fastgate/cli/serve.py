@@ -17,7 +17,7 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -529,6 +529,8 @@ async def _serve_http(gateway: Any, setup: _Setup) -> None:
 
     import uvicorn
 
+    from fastgate.serve import http_protocol
+
     try:
         sock = listening_socket(setup.host, setup.port)
     except OSError as exc:
@@ -573,113 +575,6 @@ async def _serve_http(gateway: Any, setup: _Setup) -> None:
         sock.close()
         for sig, handler in quiet.items():
             signal.signal(sig, handler)
-
-
-def http_protocol(
-    implementation: str, timeout: float, on_reject: Callable[[int], None] | None = None
-) -> type[asyncio.Protocol]:
-    """uvicorn's HTTP protocol (``httptools`` or ``h11``) with a deadline on each request's
-    head: it must be complete ``timeout`` seconds after the connection opened or, on a kept-alive
-    connection, after its first byte came (uvicorn's keep-alive timeout covers the wait before
-    it). A client still sending its head then gets 408 and the connection is closed (one that
-    sent nothing is closed); the body's deadline is the gateway's (``BodyDeadline``).
-    Without it a client trickling header bytes holds a connection for as long as it likes."""
-    if not timeout > 0:
-        raise ValueError(f"read timeout: expected seconds > 0, got {timeout!r}")
-    if implementation == "httptools":
-        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-        class HttpToolsWithHeadDeadline(HttpToolsProtocol):
-            _head = _HeadDeadline(timeout, on_reject)
-
-            def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-                super().connection_made(transport)
-                self._head.begin(self, seen=False)
-
-            def on_message_begin(self) -> None:
-                self._head.begin(self, seen=True)
-                super().on_message_begin()
-
-            def on_headers_complete(self) -> None:
-                self._head.end(self)
-                super().on_headers_complete()
-
-            def connection_lost(self, exc: Exception | None) -> None:
-                self._head.end(self)
-                super().connection_lost(exc)
-
-        return HttpToolsWithHeadDeadline
-    if implementation == "h11":
-        import h11
-        from uvicorn.protocols.http.h11_impl import H11Protocol
-
-        class H11WithHeadDeadline(H11Protocol):
-            _head = _HeadDeadline(timeout, on_reject)
-
-            def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-                super().connection_made(transport)
-                self._head.begin(self, seen=False)
-
-            def data_received(self, data: bytes) -> None:
-                if self.conn.their_state is h11.IDLE:  # waiting for a request's head
-                    self._head.begin(self, seen=bool(data))
-                super().data_received(data)
-                if self.conn.their_state is not h11.IDLE:
-                    self._head.end(self)
-
-            def connection_lost(self, exc: Exception | None) -> None:
-                self._head.end(self)
-                super().connection_lost(exc)
-
-        return H11WithHeadDeadline
-    raise ValueError(f"expected httptools or h11, got {implementation!r}")
-
-
-class _HeadDeadline:
-    """The head timers of one protocol class's connections (kept on each connection)."""
-
-    def __init__(self, timeout: float, on_reject: Callable[[int], None] | None) -> None:
-        self.timeout = timeout
-        self._on_reject = on_reject
-        body = (
-            '{"error":"request_timeout","error_description":"the request head did not arrive '
-            f'within {timeout:g} s"}}'
-        ).encode()
-        self._answer = (
-            b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\n"
-            b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n"
-        ) + body
-
-    def begin(self, protocol: Any, *, seen: bool) -> None:
-        """A head is awaited (from now, unless its timer already runs)."""
-        if seen:
-            protocol._head_seen = True
-        if getattr(protocol, "_head_timer", None) is None:
-            protocol._head_seen = seen
-            protocol._head_timer = protocol.loop.call_later(self.timeout, self._expired, protocol)
-
-    def end(self, protocol: Any) -> None:
-        timer = getattr(protocol, "_head_timer", None)
-        if timer is not None:
-            timer.cancel()
-            protocol._head_timer = None
-
-    def _expired(self, protocol: Any) -> None:
-        protocol._head_timer = None
-        transport = protocol.transport
-        if transport is None or transport.is_closing():
-            return
-        cycle = protocol.cycle
-        if cycle is not None and not cycle.response_complete:
-            # A response is still going out (the late head was pipelined behind it): let it
-            # end, then close instead of reading the next request.
-            cycle.keep_alive = False
-            return
-        if protocol._head_seen:
-            if self._on_reject is not None:
-                self._on_reject(408)
-            transport.write(self._answer)
-        transport.close()
 
 
 def _server(config: Any, gateway: Any) -> Any:

@@ -31,6 +31,7 @@ from fastgate.serve._console_auth import AdminTokens as AdminTokens
 from fastgate.serve._console_auth import ConsoleTokensError as ConsoleTokensError
 from fastgate.serve._gateway import Gateway as Gateway
 from fastgate.serve._state import state_key as state_key
+from fastgate.serve._uvicorn import http_protocol as http_protocol
 
 __all__ = (
     "LOCAL",
@@ -44,6 +45,7 @@ __all__ = (
     "PendingApprovals",
     "TokenTable",
     "TokensError",
+    "http_protocol",
     "state_key",
     "token_digest",
 )

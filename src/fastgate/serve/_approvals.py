@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import Any, Final, Literal
 
 from fastgate.model import ApprovalRequest, ApprovalResponse, ErrorCode
 from fastgate.permissions import Refusal
-from fastgate.serve._preview import ArgumentsPreview, preview_arguments
+from fastgate.serve._preview import ArgumentsPreview, arguments_line, preview_arguments
 
 APPROVALS_MODES: Final = ("client", "console", "deny")
 ApprovalsMode = Literal["client", "console", "deny"]
@@ -47,10 +46,9 @@ PENDING_PER_PRINCIPAL: Final = 50  # calls of one principal waiting at the conso
 
 
 def approval_message(request: ApprovalRequest, principal: str) -> str:
-    """The question a person is shown: the tool, who asks, why, and what will run (cut)."""
-    shown = json.dumps(_plain(request.args), ensure_ascii=False, sort_keys=True)
-    if len(shown) > _SHOWN_ARGUMENTS:
-        shown = shown[:_SHOWN_ARGUMENTS] + f"… ({len(shown) - _SHOWN_ARGUMENTS} more characters)"
+    """The question a person is shown: the tool, who asks, why, and what will run (cut after
+    ``_SHOWN_ARGUMENTS`` characters; arguments of any size cost no more to quote than that)."""
+    shown, _ = arguments_line(request.args, _SHOWN_ARGUMENTS)
     return (
         f"fastgate: allow {request.tool_name} for {principal}?\n"
         f"Why it asks: {request.reason} (source: {request.source})\n"
@@ -76,14 +74,6 @@ def answer_of(action: str, content: Mapping[str, Any] | None) -> ApprovalRespons
     return ApprovalResponse(
         False, feedback=f"The approval form came back without a valid decision ({decision!r})."
     )
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
 
 
 # -- the console's registry -------------------------------------------------------------------
@@ -195,7 +185,7 @@ class PendingApprovals:
                 "some are answered.",
                 {"reason": "too_many_pending_approvals", "limit": self.per_principal},
             )
-        arguments = _plain(request.args)
+        arguments = request.args  # previewed here, never copied: what it costs is the preview's
         approval = PendingApproval(
             id=f"a{next(self._ids)}-{request.execution_id or ''}",
             principal=principal,

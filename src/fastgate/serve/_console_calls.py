@@ -138,12 +138,14 @@ class CallRecorder:
     def tracer(self, executor: ToolExecutor, chained: CallTracer | None) -> CallTracer:
         return _RecordingTracer(self, executor, chained)
 
-    def begin(self, execution_id: str, arguments: Any) -> None:
-        """The arguments of a call the gateway is about to run (kept until it ends)."""
+    def begin(self, execution_id: str, canonical: bytes) -> None:
+        """A call the gateway is about to run, with its arguments as canonical JSON (the
+        encoding its digest was made of): what is kept of them is taken now, at most
+        ``ARGUMENTS_LIMIT`` characters of it, and kept until the call ends."""
         waiting = self._arguments
         if len(waiting) >= _WAITING_LIMIT:  # calls that never ended (a cancelled task)
             waiting.popitem(last=False)
-        waiting[execution_id] = arguments
+        waiting[execution_id] = _kept_arguments(canonical)
 
     def answered(self, execution_id: str | None, admin: str) -> None:
         """An admin answered this call's approval at the console."""
@@ -204,7 +206,7 @@ class CallRecorder:
             session=session,
             principal=None if session is None else session.split("/", 1)[0],
             started=started,
-            arguments=_kept_arguments(arguments),
+            arguments=arguments,
             decision=None if trace.decision is None else str(trace.decision),
             source=None if trace.source is None else str(trace.source),
             outcome="ok" if error is None else str(error.code),
@@ -247,16 +249,14 @@ class _RecordingTracer:
             self._recorder.record(self._executor, started, result, trace)
 
 
-def _kept_arguments(arguments: Any) -> Any:
-    if arguments is UNKNOWN:
-        return UNKNOWN
-    try:
-        text = _ENCODER.encode(arguments).decode()
-    except (TypeError, msgspec.EncodeError):
-        return UNKNOWN
-    if len(text) <= ARGUMENTS_LIMIT:
-        return json.loads(text)
-    return text[:ARGUMENTS_LIMIT] + f"… ({len(text) - ARGUMENTS_LIMIT} more characters)"
+def _kept_arguments(canonical: bytes) -> Any:
+    """The arguments (decoded again: a copy) when their JSON fits in ``ARGUMENTS_LIMIT``
+    characters, else its head: never more of it read than that, whatever the call was sent."""
+    head = canonical[: 4 * ARGUMENTS_LIMIT]  # at least ARGUMENTS_LIMIT characters of UTF-8
+    text = head.decode("utf-8", "ignore")  # a character cut in two at the end is left out
+    if len(head) == len(canonical) and len(text) <= ARGUMENTS_LIMIT:
+        return msgspec.json.decode(canonical)
+    return text[:ARGUMENTS_LIMIT] + f"… (cut after {ARGUMENTS_LIMIT} characters)"
 
 
 def _head(result: ToolResult) -> str:

@@ -451,9 +451,10 @@ class Gateway:
         name = params.name
         arguments: Any = params.arguments if params.arguments is not None else {}
         execution_id = executor.new_execution_id()
-        if self.calls is not None:
-            self.calls.begin(execution_id, arguments)
-        digest = _state.arguments_digest(arguments)
+        canonical = _state.canonical_arguments(arguments)
+        digest = _state.digest_of(canonical)
+        if self.calls is not None:  # the console keeps the head of the same encoding
+            self.calls.begin(execution_id, canonical)
         if self.audit is not None:
             self.audit.begin(execution_id, caller.principal, digest)
         scope = self._scope_of(caller)

@@ -6,6 +6,9 @@ text (behind a disclosure, when something was folded) ends after ``FULL_LIMIT`` 
 The work is bounded as the text is: nothing is encoded past a limit, so an argument of a
 million items costs no more to show than one of a hundred. The gateway makes a call's preview
 once, when the call starts waiting; every page and stream that shows the call reuses it.
+
+``arguments_line`` is the same walk on one line, nothing folded: the arguments as compact JSON
+(keys sorted) cut after a limit, for the question put to a client.
 """
 
 from __future__ import annotations
@@ -35,6 +38,16 @@ class ArgumentsPreview:
     full: str | None
 
 
+def arguments_line(arguments: Any, limit: int) -> tuple[str, bool]:
+    """The arguments as one line of JSON, ``json.dumps(arguments, sort_keys=True,
+    ensure_ascii=False)`` as far as ``limit`` characters (then ``… (cut after N characters)``),
+    and whether that is all of them (the text is then their JSON). Nothing past ``limit`` is
+    encoded; an object of more than ``_SORTED`` keys is written in the order sent."""
+    line = _Pretty(limit, None, None, None)
+    line.value(arguments, 0)
+    return line.text(), not line.folded and not line.cut
+
+
 def preview_arguments(arguments: Any) -> ArgumentsPreview:
     short = _Pretty(SHORT_LIMIT, FOLD, ITEMS)
     short.value(arguments, 0)
@@ -47,15 +60,20 @@ def preview_arguments(arguments: Any) -> ArgumentsPreview:
 
 class _Pretty:
     """``json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)`` written piece by
-    piece, folding as asked, and stopping after ``limit`` characters."""
+    piece, folding as asked, and stopping after ``limit`` characters (``indent`` None: on one
+    line, as ``json.dumps`` without ``indent``)."""
 
-    __slots__ = ("cut", "fold", "folded", "items", "left", "limit", "parts")
+    __slots__ = ("comma", "cut", "fold", "folded", "indent", "items", "left", "limit", "parts")
 
-    def __init__(self, limit: int, fold: int | None, items: int | None) -> None:
+    def __init__(
+        self, limit: int, fold: int | None, items: int | None, indent: str | None = _INDENT
+    ) -> None:
         self.limit = limit
         self.left = limit
         self.fold = fold
         self.items = items
+        self.indent = indent
+        self.comma = "," if indent else ", "  # pretty: each item on a line of its own
         self.parts: list[str] = []
         self.folded = False  # a value was shortened
         self.cut = False  # the limit was reached
@@ -63,7 +81,7 @@ class _Pretty:
     def text(self) -> str:
         out = "".join(self.parts)
         if self.cut:
-            out += f"\n… (cut after {self.limit} characters)"
+            out += ("\n" if self.indent else "") + f"… (cut after {self.limit} characters)"
         return out
 
     def put(self, text: str) -> None:
@@ -114,17 +132,17 @@ class _Pretty:
             self.put(f"[… {count} items]")
             return
         shown = count if self.items is None else min(count, self.items)
-        inner = "\n" + _INDENT * (level + 1)
+        inner, outer = self.margins(level)
         self.put("[")
         for index in range(shown):
             self.put(inner)
             self.value(values[index], level + 1)
             if index + 1 < count:
-                self.put(",")
+                self.put(self.comma)
             if self.cut:
                 return
         self.more(count - shown, "item", inner)
-        self.put("\n" + _INDENT * level + "]")
+        self.put(outer + "]")
 
     def mapping(self, values: Mapping[Any, Any], level: int) -> None:
         count = len(values)
@@ -138,17 +156,24 @@ class _Pretty:
         # Each key shown costs at least six characters: no more are taken than can be shown.
         wanted = min(count, self.items if self.items is not None else self.left // 6 + 1)
         keys = _first_keys(values, wanted)
-        inner = "\n" + _INDENT * (level + 1)
+        inner, outer = self.margins(level)
         self.put("{")
         for index, key in enumerate(keys):
             self.put(inner + self.string(key if isinstance(key, str) else str(key)) + ": ")
             self.value(values[key], level + 1)
             if index + 1 < count:
-                self.put(",")
+                self.put(self.comma)
             if self.cut:
                 return
         self.more(count - len(keys), "key", inner)
-        self.put("\n" + _INDENT * level + "}")
+        self.put(outer + "}")
+
+    def margins(self, level: int) -> tuple[str, str]:
+        """What goes before each item of a list or an object at ``level``, and before its
+        closing bracket."""
+        if not self.indent:
+            return "", ""
+        return "\n" + self.indent * (level + 1), "\n" + self.indent * level
 
     def more(self, rest: int, what: str, inner: str) -> None:
         if rest > 0:

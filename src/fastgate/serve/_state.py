@@ -117,10 +117,20 @@ _ENCODER: Final = msgspec.json.Encoder(order="sorted")
 _CLAIMS: Final = msgspec.json.Decoder(ApprovalClaims)
 
 
+def canonical_arguments(arguments: Any) -> bytes:
+    """The arguments as canonical JSON (sorted keys, no spaces, UTF-8): what is digested."""
+    return _ENCODER.encode(arguments)
+
+
+def digest_of(canonical: bytes) -> str:
+    """SHA-256 hex of canonical arguments: equal JSON values, one digest; a different byte,
+    another."""
+    return hashlib.sha256(canonical).hexdigest()
+
+
 def arguments_digest(arguments: Any) -> str:
-    """SHA-256 hex of the arguments as canonical JSON (sorted keys): equal JSON values, one
-    digest; a different byte, another."""
-    return hashlib.sha256(_ENCODER.encode(arguments)).hexdigest()
+    """SHA-256 hex of the arguments as canonical JSON (sorted keys)."""
+    return digest_of(canonical_arguments(arguments))
 
 
 def mint(

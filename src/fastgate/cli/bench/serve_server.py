@@ -44,7 +44,7 @@ async def _serve(app: Any, sock: socket.socket, *, as_fastgate_serve: bool = Fal
     (a deadline on each request's head, no forwarding headers believed)."""
     import uvicorn
 
-    from fastgate.cli.serve import http_protocol
+    from fastgate.serve import http_protocol
 
     http: Any = http_protocol("httptools", 30.0) if as_fastgate_serve else "httptools"
     config = uvicorn.Config(
