@@ -16,7 +16,7 @@ import pytest
 
 from fastgate import PermissionConfig, PermissionMode
 from fastgate.builtin import FileStat, LocalFileSystem, find_ripgrep
-from fastgate.builtin._search import MAX_SEARCH_BYTES
+from fastgate.builtin._search import MAX_RG_LINE, MAX_SEARCH_BYTES, _Cut, _JsonLines, _rg_json
 from fastgate.paths.globs import MAX_PATTERN_CHARS
 from tests.builtin_kit import (
     builtin_executor,
@@ -233,7 +233,111 @@ async def test_files_over_the_bound_are_skipped_in_a_tree_on_every_route(
 ) -> None:
     big = b"x\n" * ((MAX_SEARCH_BYTES >> 1) + 1) + b"needle\n"  # text: no NUL ends it early
     ex = make(tmp_path, route, {"big.txt": big, "small.txt": b"needle\n"})
-    assert text(await call(ex, "grep", {"pattern": "needle"})) == "Found 1 file\nsmall.txt"
+    assert text(await call(ex, "grep", {"pattern": "needle"})) == (
+        "Found 1 file\nsmall.txt\n"
+        f"(1 file was not searched, as it is over the {MAX_SEARCH_BYTES >> 20} MiB grep searches "
+        "in one file (bash can search it): big.txt.)"
+    )
+
+
+@pytest.mark.parametrize("disk_route", ["ripgrep", "seam-disk"])
+async def test_a_tree_search_names_the_files_it_skipped_for_their_size_bounded(
+    tmp_path: Path, disk_route: str
+) -> None:
+    """Sparse files over the bound: the result says how many were skipped and names the first
+    ten; one the glob filters out or a deny rule withholds is not mentioned."""
+    if disk_route == "ripgrep" and find_ripgrep() is None:
+        pytest.skip("ripgrep is not installed")
+    ex = make(
+        tmp_path,
+        disk_route,
+        {"small.txt": b"needle\n", ".gitignore": b"ignored/\n"},
+        mode=PermissionMode.ACCEPT_EDITS,
+        permissions=PermissionConfig(deny=("Read(./secrets/**)",)),
+    )
+    for i in range(12):
+        _sparse(tmp_path / f"big{i:02}.txt", MAX_SEARCH_BYTES + 1)
+    for rel in ("secrets/key.txt", "ignored/huge.txt", "data.bin"):
+        (tmp_path / rel).parent.mkdir(exist_ok=True)
+        _sparse(tmp_path / rel, MAX_SEARCH_BYTES + 1)
+    _sparse(tmp_path / "edge.txt", MAX_SEARCH_BYTES)  # at the bound: searched (a binary file)
+    bound = MAX_SEARCH_BYTES >> 20
+    out, elapsed, _ = await timed(call(ex, "grep", {"pattern": "needle", "glob": "*.txt"}))
+    assert elapsed < 5.0  # none of them is read
+    assert text(out).split("\n") == [
+        "Found 1 file",
+        "small.txt",
+        f"(12 files were not searched, as they are over the {bound} MiB grep searches in one "
+        "file (bash can search them): big00.txt, big01.txt, big02.txt, big03.txt, big04.txt, "
+        "big05.txt, big06.txt, big07.txt, big08.txt, big09.txt, and 2 more.)",
+    ]
+    one = text(await call(ex, "grep", {"pattern": "nothing", "glob": "*.bin"}))
+    assert one == (
+        "No matches for 'nothing'.\n"
+        f"(1 file was not searched, as it is over the {bound} MiB grep searches in one file "
+        "(bash can search it): data.bin.)"
+    )
+
+
+# -- a match on a huge line ----------------------------------------------------------------------
+
+
+async def test_a_match_on_a_huge_single_line_is_shown_cut_on_every_route(
+    tmp_path: Path, route: str
+) -> None:
+    """ripgrep's JSON carries a matching line whole (its ``--max-columns`` does not apply): a
+    20 MB minified line is read as its head and line number, not kept, and the search goes on;
+    the seam, which reads the file anyway, shows the same start and counts the rest."""
+    huge = b"x" * 20_000_000 + b"needle" + b"y" * 1000
+    tree = {"min.js": b"a\nb\n" + huge + b"\n", "plain.txt": b"needle\n"}
+    ex = make(tmp_path, route, tree)
+    out, _, _ = await timed(call(ex, "grep", {"pattern": "needle", "output_mode": "content"}))
+    shown = text(out).split("\n")
+    rest = (
+        "[the rest of this line is not shown: it is too long]"
+        if route == "ripgrep"
+        else f"[{len(huge) - 500:,} more characters]"
+    )
+    assert shown == ["min.js:3:" + "x" * 500 + "… " + rest, "--", "plain.txt:1:needle"]
+
+
+def test_ripgreps_json_lines_are_held_to_a_bound_while_read() -> None:
+    """However long a line of the stream, ``_JsonLines`` keeps its first ``MAX_RG_LINE`` bytes
+    and the line number it states (found across the reads' boundaries), never the rest; what
+    looks like the key inside a string is not taken for it."""
+    long_line = (
+        b'{"type":"match","data":{"path":{"text":"./a,\\"line_number\\":9"},"lines":{"text":"'
+        + b'\\",' * 8_000_000
+        + b'needle\\n"},"line_number":41,"absolute_offset":0,"submatches":[]}}\n'
+    )
+    short = (
+        b'{"type":"context","data":{"path":{"text":"./b"},"lines":{"text":"ok\\n"},'
+        b'"line_number":2}}\n'
+    )
+    data = long_line + short
+    at = long_line.index(b',"line_number":41')
+    every_byte_at_the_key = [data[:at], *(data[i : i + 1] for i in range(at, at + 20))]
+    for reads in (
+        [data[i : i + (1 << 20)] for i in range(0, len(data), 1 << 20)],
+        [data[i : i + 4099] for i in range(0, len(data), 4099)],
+        [*every_byte_at_the_key, data[at + 20 :]],
+    ):
+        lines = _JsonLines()
+        for read in reads:
+            lines.feed(read)
+            assert lines.kept <= MAX_RG_LINE + len(short)
+        lines.finish()
+        cut, kept = lines.lines
+        assert isinstance(cut, _Cut) and len(cut.head) == MAX_RG_LINE and cut.number == 41
+        assert kept == short.rstrip(b"\n")
+        found = _rg_json(lines.lines, lambda raw: raw.decode())
+        assert [(f.path, f.lines) for f in found] == [
+            (
+                './a,"line_number":9',
+                [(41, True, '",' * 250 + "… [the rest of this line is not shown: it is too long]")],
+            ),
+            ("./b", [(2, False, "ok")]),
+        ]
 
 
 # -- a regex that cannot be an argument --------------------------------------------------------

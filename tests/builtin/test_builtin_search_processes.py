@@ -17,14 +17,18 @@ from tests.builtin_kit import builtin_executor, call, text
 pytestmark = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="Linux only")
 
 
-def fake_ripgrep(tmp_path: Path, then: str) -> str:
-    """A "ripgrep" that starts a daemon in a session of its own, writes the daemon's pid to
-    the FIFO ``pids``, then runs ``then``."""
+def fake_ripgrep(tmp_path: Path, then: str, signal: bool = False) -> str:
+    """A "ripgrep" that starts a daemon in a session of its own, adds the daemon's pid to
+    ``pids.log`` and (``signal``) writes it to the FIFO ``pids``, then runs ``then``. A search
+    may run it more than once (grep also lists a directory's files, to say which it skipped for
+    their size), so ``pids.log`` holds every daemon's pid."""
     script = tmp_path / "rg"
+    fifo = f"echo $! > {tmp_path / 'pids'}\n" if signal else ""
     script.write_text(
         "#!/bin/sh\n"
         "setsid sh -c 'exec sleep 300' </dev/null >/dev/null 2>&1 &\n"
-        f"echo $! > {tmp_path / 'pids'}\n"
+        f"echo $! >> {tmp_path / 'pids.log'}\n"
+        f"{fifo}"
         f"{then}\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
@@ -38,8 +42,13 @@ def gone(pid: int) -> bool:
 
 
 async def read_pid(fifo: Path) -> int:
-    """The pid the script writes (opening the FIFO waits for the writer: no timer)."""
-    return int(await asyncio.to_thread(fifo.read_text))
+    """The pid a run of the script writes (opening the FIFO waits for a writer: no timer);
+    the first, when two runs wrote at once."""
+    return int((await asyncio.to_thread(fifo.read_text)).split()[0])
+
+
+def all_pids(tmp_path: Path) -> list[int]:
+    return [int(pid) for pid in (tmp_path / "pids.log").read_text().split()]
 
 
 @pytest.mark.parametrize("tool", ["grep", "glob"])
@@ -51,24 +60,23 @@ async def test_a_daemon_ripgrep_left_is_gone_when_the_search_returns(
     rg = fake_ripgrep(tmp_path, "exit 1")
     ex = builtin_executor(ws, fs=LocalFileSystem(str(ws), ripgrep=rg))
     args = {"pattern": "needle"} if tool == "grep" else {"pattern": "**/*"}
-    searching = asyncio.ensure_future(call(ex, tool, args))
-    daemon = await read_pid(tmp_path / "pids")
-    result = await searching
+    result = await call(ex, tool, args)
     assert result.ok, text(result)
-    assert gone(daemon)
+    daemons = all_pids(tmp_path)
+    assert daemons and all(map(gone, daemons))
 
 
 async def test_a_cancelled_search_ends_ripgrep_and_its_daemon(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
-    rg = fake_ripgrep(tmp_path, "exec sleep 300")
+    rg = fake_ripgrep(tmp_path, "exec sleep 300", signal=True)
     ex = builtin_executor(ws, fs=LocalFileSystem(str(ws), ripgrep=rg))
     searching = asyncio.ensure_future(call(ex, "grep", {"pattern": "needle"}))
     daemon = await read_pid(tmp_path / "pids")
     searching.cancel()
     with pytest.raises(asyncio.CancelledError):
         await searching
-    assert gone(daemon)
+    assert gone(daemon) and all(map(gone, all_pids(tmp_path)))
     assert not [pid for pid in _children() if _command(pid).startswith("sleep")]
 
 

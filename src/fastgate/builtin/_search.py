@@ -16,6 +16,8 @@ import asyncio
 import base64
 import json
 import os
+import re
+import stat as stat_module
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +36,9 @@ from fastgate.processes import DEVNULL, spawn
 GLOB_LIMIT = 100
 MAX_OUTPUT_CHARS = 40_000
 MAX_MATCH_LINE = 500  # characters of a matching line shown
-MAX_RG_OUTPUT = 16 * 1024 * 1024  # bytes of ripgrep output read before it is stopped
+MAX_RG_OUTPUT = 16 * 1024 * 1024  # bytes of ripgrep output kept before it is stopped
+MAX_RG_LINE = 64 * 1024  # bytes of one line of ripgrep's JSON kept (the rest is read, not kept)
+MAX_RG_READ = 256 * 1024 * 1024  # bytes of ripgrep's JSON read (kept or not) before it is stopped
 MAX_WALK = 200_000  # entries the seam walk visits at most
 MAX_SEARCH_BYTES = 64 * 1024 * 1024  # a file larger than this is not searched (either route)
 _RG_COMMON = (
@@ -55,7 +59,8 @@ class Found:
     path: str  # absolute
     mtime_ns: int = 0
     count: int = 0
-    lines: list[tuple[int, bool, str]] = field(default_factory=list)  # (number, match?, text)
+    # (number (0: not known), match?, text clipped for showing)
+    lines: list[tuple[int, bool, str]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -176,19 +181,20 @@ async def grep(args: Any, ctx: RunContext) -> Any:
             return _not_searched(ctx, base, stat.size, pattern)
         rg = _ripgrep_of(fs)
         if rg is not None:
-            found, truncated = await _rg_grep(
-                rg, fs, base, pattern, mode, ignore_case, context, file_filter
+            found, truncated, too_large = await _rg_grep_tree(
+                rg, fs, base, stat.is_dir, pattern, mode, ignore_case, context, file_filter
             )
             if file_filter is not None:
-                passed = await _kept_by(file_filter, [f.path for f in found], base)
+                passed = await _kept_by(file_filter, [f.path for f in found] + too_large, base)
                 found = [f for f in found if f.path in passed]
+                too_large = [path for path in too_large if path in passed]
             if mode == "files_with_matches":
                 found = await _with_mtimes([f.path for f in found])
         else:
             regex = _compile_re2(pattern, ignore_case)
             if isinstance(fs, LocalFileSystem):  # its reads are checked, but say why, not "none"
                 await _check_root(fs, base)
-            found, truncated = await _seam_grep(
+            found, truncated, too_large = await _seam_grep(
                 fs, base, stat, root_of(ctx), regex, mode, context, file_filter
             )
     except SearchFailed as exc:
@@ -202,6 +208,7 @@ async def grep(args: Any, ctx: RunContext) -> Any:
     kept, withheld = _withhold(ctx, found)
     text = _render(ctx, kept, mode, head_limit, pattern)
     notes = _withheld_note(withheld)
+    notes.extend(_too_large_note(ctx, too_large))
     if truncated:
         notes.append("(The search stopped early: it found too much. Narrow the pattern or path.)")
     return "\n".join([text, *notes])
@@ -263,6 +270,27 @@ def _not_searched(ctx: RunContext, path: str, size: int, pattern: str) -> str:
     )
 
 
+MAX_TOO_LARGE_NAMED = 10  # files skipped for their size named in a result, at most
+
+
+def _too_large_note(ctx: RunContext, paths: list[str]) -> list[str]:
+    """What a search of a directory says of the files it skipped for their size: how many, and
+    the first ``MAX_TOO_LARGE_NAMED`` names. A file withheld from reading is not mentioned."""
+    shown_paths = sorted(shown(ctx, path) for path in paths if ctx.may_read(path))
+    if not shown_paths:
+        return []
+    count = len(shown_paths)
+    names = ", ".join(shown_paths[:MAX_TOO_LARGE_NAMED])
+    if count > MAX_TOO_LARGE_NAMED:
+        names += f", and {count - MAX_TOO_LARGE_NAMED:,} more"
+    what = "file was" if count == 1 else "files were"
+    them = "it is" if count == 1 else "they are"
+    return [
+        f"({count:,} {what} not searched, as {them} over the {MAX_SEARCH_BYTES >> 20} MiB grep "
+        f"searches in one file (bash can search {'it' if count == 1 else 'them'}): {names}.)"
+    ]
+
+
 def _render(ctx: RunContext, found: list[Found], mode: str, head_limit: int, pattern: str) -> str:
     if not found:
         return f"No matches for {pattern!r}."
@@ -290,10 +318,8 @@ def _render(ctx: RunContext, found: list[Found], mode: str, head_limit: int, pat
             for number, is_match, line in f.lines:
                 if previous is not None and number > previous + 1:
                     entries.append("--")
-                entries.append(
-                    f"{name}{':' if is_match else '-'}{number}{':' if is_match else '-'}"
-                    f"{_clip(line)}"
-                )
+                mark = ":" if is_match else "-"
+                entries.append(f"{name}{mark}{number or '?'}{mark}{line}")
                 previous = number
         head = ""
     limited = entries if head_limit == 0 else entries[:head_limit]
@@ -315,7 +341,11 @@ def _render(ctx: RunContext, found: list[Found], mode: str, head_limit: int, pat
     return "\n".join(body)
 
 
-def _clip(line: str) -> str:
+def _clip(line: str, cut: bool = False) -> str:
+    """A line shown in a result: at most ``MAX_MATCH_LINE`` characters, then a note of the
+    rest; ``cut``: only the line's start was read (it is too long to be read whole)."""
+    if cut:
+        return f"{line[:MAX_MATCH_LINE]}… [the rest of this line is not shown: it is too long]"
     if len(line) <= MAX_MATCH_LINE:
         return line
     return f"{line[:MAX_MATCH_LINE]}… [{len(line) - MAX_MATCH_LINE:,} more characters]"
@@ -405,11 +435,14 @@ async def _with_mtimes(paths: list[str]) -> list[Found]:
 # -- ripgrep ---------------------------------------------------------------------------------
 
 
-async def _run_rg(rg: str, argv: list[str], cwd: str | None, stdin: int) -> tuple[bytes, bool]:
+async def _run_rg(
+    rg: str, argv: list[str], cwd: str | None, stdin: int, lines: _JsonLines | None = None
+) -> tuple[bytes, bool]:
     """ripgrep's output (at most ``MAX_RG_OUTPUT`` bytes: then it is stopped) and whether it
-    was cut. It runs under ``fastgate.processes``' launcher: however the search ends (ripgrep
-    exits, its output is cut, the call is cancelled), ripgrep and anything it started are
-    ended and reaped before this returns."""
+    was cut; given ``lines``, the output goes there instead (and ``b""`` is returned). It runs
+    under ``fastgate.processes``' launcher: however the search ends (ripgrep exits, its output
+    is cut, the call is cancelled), ripgrep and anything it started are ended and reaped before
+    this returns."""
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     try:
@@ -421,7 +454,7 @@ async def _run_rg(rg: str, argv: list[str], cwd: str | None, stdin: int) -> tupl
     finally:
         os.close(out_w)
         os.close(err_w)
-    output = _RgOutput(asyncio.get_running_loop(), out_r, err_r)
+    output = _RgOutput(asyncio.get_running_loop(), out_r, err_r, lines)
     ended = asyncio.ensure_future(process.wait())
     try:
         await asyncio.wait((output.done, ended), return_when=asyncio.FIRST_COMPLETED)
@@ -436,8 +469,10 @@ async def _run_rg(rg: str, argv: list[str], cwd: str | None, stdin: int) -> tupl
         raise
     finally:
         output.close()
+        if lines is not None:
+            lines.finish()
     code = process.returncode
-    if code == 2 and not output.truncated and not output.chunks:
+    if code == 2 and not output.truncated and not output.read:
         message = bytes(output.errors).decode("utf-8", "replace").strip().removeprefix("rg: ")
         raise SearchFailed(Failure(message or "ripgrep failed", code="invalid_pattern"))
     return b"".join(output.chunks), output.truncated
@@ -449,13 +484,21 @@ _KEEP_ERRORS = 65536  # bytes of ripgrep's stderr kept for a message
 
 class _RgOutput:
     """ripgrep's stdout and the start of its stderr, read as they come on the running loop;
-    ``done`` when both are closed, or when stdout passed ``MAX_RG_OUTPUT`` (``truncated``)."""
+    ``done`` when both are closed, or when stdout passed ``MAX_RG_OUTPUT`` bytes kept or, given
+    ``lines`` (which then takes stdout), ``MAX_RG_READ`` bytes read (``truncated``)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, out_fd: int, err_fd: int) -> None:
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        out_fd: int,
+        err_fd: int,
+        lines: _JsonLines | None = None,
+    ) -> None:
         self.loop = loop
         self.out_fd = out_fd
         self.chunks: list[bytes] = []
-        self.size = 0
+        self.lines = lines
+        self.read = 0
         self.truncated = False
         self.errors = bytearray()
         self.done: asyncio.Future[None] = loop.create_future()
@@ -476,9 +519,16 @@ class _RgOutput:
             if not self.open:
                 self._finish()
         elif fd == self.out_fd:
-            self.chunks.append(data)
-            self.size += len(data)
-            if self.size >= MAX_RG_OUTPUT:
+            if self.truncated:
+                return  # (read past the bound while ripgrep is stopped: dropped)
+            self.read += len(data)
+            if self.lines is None:
+                self.chunks.append(data)
+                full = self.read >= MAX_RG_OUTPUT
+            else:
+                self.lines.feed(data)
+                full = self.lines.kept >= MAX_RG_OUTPUT or self.read >= MAX_RG_READ
+            if full:
                 self.truncated = True
                 self._finish()
         elif len(self.errors) < _KEEP_ERRORS:
@@ -498,8 +548,102 @@ class _RgOutput:
             self._close(fd)
 
 
+@dataclass
+class _Cut:
+    """A line of ripgrep's JSON longer than ``MAX_RG_LINE`` bytes: its first ``MAX_RG_LINE``
+    bytes, and the line number it states (None until seen: the stream may end first)."""
+
+    head: bytes
+    number: int | None = None
+    seen: bytes = b""  # the end of what was read: where the key may begin
+    digits: bytes | None = None  # what follows the key, once found
+
+
+_NUMBER_KEY = b',"line_number":'  # (a '"' after a ',' is never inside a JSON string)
+
+
+class _JsonLines:
+    """ripgrep's ``--json`` output split into its lines as it is read, so that no line is held
+    whole past ``MAX_RG_LINE`` bytes: a line up to that is kept as its bytes; of a longer one
+    (a match on a huge line: ripgrep's ``--max-columns`` does not apply to its JSON), only its
+    head and its line number (``_Cut``). ``kept``: the bytes held."""
+
+    def __init__(self) -> None:
+        self.lines: list[bytes | _Cut] = []
+        self.kept = 0
+        self._partial = bytearray()
+        self._cut: _Cut | None = None
+
+    def feed(self, data: bytes) -> None:
+        start = 0
+        while start < len(data):
+            end = data.find(b"\n", start)
+            piece = data[start:] if end < 0 else data[start:end]
+            self._add(piece)
+            if end < 0:
+                return
+            self._end_line()
+            start = end + 1
+
+    def finish(self) -> None:
+        """The last line, not ended by a newline (cut short when the stream was stopped)."""
+        if self._partial or self._cut is not None:
+            self._end_line()
+
+    def _add(self, piece: bytes) -> None:
+        cut = self._cut
+        if cut is None:
+            room = MAX_RG_LINE - len(self._partial)
+            if len(piece) <= room:
+                self._partial += piece
+                return
+            self._partial += piece[:room]
+            cut = self._cut = _Cut(bytes(self._partial))
+            self._partial.clear()
+            self._scan(cut, cut.head)
+            piece = piece[room:]
+        self._scan(cut, piece)
+
+    def _scan(self, cut: _Cut, piece: bytes) -> None:
+        """Looks for the line number in the next bytes of an over-long line."""
+        if cut.number is not None or not piece:
+            return
+        if cut.digits is None:
+            window = cut.seen + piece
+            at = window.find(_NUMBER_KEY)
+            if at < 0:
+                cut.seen = window[-(len(_NUMBER_KEY) - 1) :]
+                return
+            cut.seen = b""
+            cut.digits = b""
+            piece = window[at + len(_NUMBER_KEY) :]
+        digits = cut.digits + piece[:24]
+        run = len(digits) - len(digits.lstrip(b"0123456789"))
+        if run < len(digits):  # the number ended
+            cut.number = int(digits[:run]) if 0 < run <= 20 else 0
+        else:
+            cut.digits = digits if len(digits) <= 20 else None
+            if cut.digits is None:
+                cut.number = 0  # not a number ripgrep writes: not known
+
+    def _end_line(self) -> None:
+        if self._cut is not None:
+            self.lines.append(self._cut)
+            self.kept += MAX_RG_LINE
+            self._cut = None
+        else:
+            self.lines.append(bytes(self._partial))
+            self.kept += len(self._partial) + 1
+            self._partial.clear()
+
+
 async def _rg_at(
-    rg: str, fs: LocalFileSystem, base: str, argv: list[str], max_file_bytes: int | None = None
+    rg: str,
+    fs: LocalFileSystem,
+    base: str,
+    argv: list[str],
+    max_file_bytes: int | None = None,
+    lines: _JsonLines | None = None,
 ) -> tuple[bytes, bool, Callable[[bytes], str]]:
     """ripgrep's output on ``base``, whether it was cut, and how to name a path it printed.
 
@@ -509,7 +653,8 @@ async def _rg_at(
     through this process's descriptor before ripgrep starts); a file becomes its stdin, read
     through ``/proc/self/fd/0`` (ripgrep reads a path it is given, never stdin then).
     ``FileTooLarge`` when ``base`` is a file larger than ``max_file_bytes`` (ripgrep's
-    ``--max-filesize`` bounds only the files a walk finds, not one it is given)."""
+    ``--max-filesize`` bounds only the files a walk finds, not one it is given). Given
+    ``lines``, the output goes there (``_run_rg``)."""
     loop = asyncio.get_running_loop()
     fd, is_dir = await loop.run_in_executor(None, fs.open_search_root_now, base)
     if not is_dir and max_file_bytes is not None:
@@ -526,7 +671,7 @@ async def _rg_at(
     else:
         cwd, stdin, target = None, fd, f"{_PROC_FD}/0"
     try:
-        out, truncated = await _run_rg(rg, [*argv, "--", target], cwd, stdin)
+        out, truncated = await _run_rg(rg, [*argv, "--", target], cwd, stdin, lines)
     finally:
         os.close(fd)
 
@@ -569,15 +714,79 @@ async def _rg_grep(
         argv.append("--json")
         if context:
             argv.append(f"--context={context}")
+    lines = _JsonLines() if mode == "content" else None
     out, truncated, logical = await _rg_at(
-        rg, fs, base, [*argv, "--regexp", pattern], MAX_SEARCH_BYTES
+        rg, fs, base, [*argv, "--regexp", pattern], MAX_SEARCH_BYTES, lines
     )
     if mode == "files_with_matches":  # (a last name not ended by its NUL was cut short)
         return [Found(logical(p)) for p in out.split(b"\x00")[:-1] if p], truncated
     if mode == "count":
         return _rg_counts(out, logical), truncated
-    parsed = await asyncio.get_running_loop().run_in_executor(None, _rg_json, out, logical)
+    assert lines is not None
+    parsed = await asyncio.get_running_loop().run_in_executor(None, _rg_json, lines.lines, logical)
     return parsed, truncated
+
+
+async def _rg_grep_tree(
+    rg: str,
+    fs: LocalFileSystem,
+    base: str,
+    is_dir: bool,
+    pattern: str,
+    mode: str,
+    ignore_case: bool,
+    context: int,
+    file_filter: FileFilter | None,
+) -> tuple[list[Found], bool, list[str]]:
+    """``_rg_grep``, and for a directory the files it skipped for their size
+    (``_rg_too_large``, found while the search runs)."""
+    if not is_dir:
+        found, truncated = await _rg_grep(
+            rg, fs, base, pattern, mode, ignore_case, context, file_filter
+        )
+        return found, truncated, []
+    sizes = asyncio.ensure_future(_rg_too_large(rg, fs, base, file_filter))
+    try:
+        found, truncated = await _rg_grep(
+            rg, fs, base, pattern, mode, ignore_case, context, file_filter
+        )
+    except BaseException:
+        sizes.cancel()
+        await asyncio.wait((sizes,))  # its ripgrep ended and reaped
+        raise
+    return found, truncated, await sizes
+
+
+async def _rg_too_large(
+    rg: str, fs: LocalFileSystem, base: str, file_filter: FileFilter | None
+) -> list[str]:
+    """The files under ``base`` a search skips for their size (``--max-filesize`` skips them
+    silently): of those ripgrep lists (the same walk, without that bound), the regular files
+    larger than ``MAX_SEARCH_BYTES``. Empty when the list was cut (a tree that large is not
+    told apart) or could not be made."""
+    argv = [*_RG_COMMON, "--files", "--null"]
+    for glob_ in file_filter.rg_globs if file_filter is not None else ():
+        argv += ["--glob", glob_]
+    try:
+        out, cut, logical = await _rg_at(rg, fs, base, argv)
+    except (OSError, SearchFailed):  # (the search itself says what failed)
+        return []
+    if cut:
+        return []
+    listed = [logical(p) for p in out.split(b"\x00") if p]
+
+    def too_large() -> list[str]:
+        large: list[str] = []
+        for path in listed:
+            try:
+                st = os.stat(path, follow_symlinks=False)
+            except OSError:
+                continue  # gone since it was listed
+            if stat_module.S_ISREG(st.st_mode) and st.st_size > MAX_SEARCH_BYTES:
+                large.append(path)
+        return large
+
+    return await asyncio.get_running_loop().run_in_executor(None, too_large)
 
 
 def _rg_counts(out: bytes, logical: Callable[[bytes], str]) -> list[Found]:
@@ -595,30 +804,73 @@ def _rg_counts(out: bytes, logical: Callable[[bytes], str]) -> list[Found]:
     return found
 
 
-def _rg_json(out: bytes, logical: Callable[[bytes], str]) -> list[Found]:
-    """``--json`` output: a message a line; the ``match`` and ``context`` ones carry the path,
-    the line number and the line (as text, or base64 bytes when not UTF-8). A line that does
-    not parse (the last one, cut short) is skipped."""
+def _rg_json(out: list[bytes | _Cut], logical: Callable[[bytes], str]) -> list[Found]:
+    """``--json`` output, a message a line (``_JsonLines``); the ``match`` and ``context`` ones
+    carry the path, the line number and the line (as text, or base64 bytes when not UTF-8),
+    which is clipped (``_clip``). A line that does not parse (the last one, cut short) is
+    skipped; of an over-long one, what its head holds is shown, said to be cut."""
     found: dict[str, Found] = {}
-    for raw in out.split(b"\n"):
+    for raw in out:
         try:
-            message = json.loads(raw)
-            if message["type"] not in ("match", "context"):
-                continue
-            data = message["data"]
-            path = logical(_rg_bytes(data["path"]))
-            number = int(data["line_number"])
-            line = _rg_bytes(data["lines"]).decode("utf-8", "replace")
+            if isinstance(raw, _Cut):
+                kind, raw_path, line = _cut_message(raw)
+                number = raw.number or 0
+            else:
+                message = json.loads(raw)
+                kind = message["type"]
+                if kind not in ("match", "context"):
+                    continue
+                data = message["data"]
+                raw_path = _rg_bytes(data["path"])
+                number = int(data["line_number"])
+                line = _clip(_rg_line(data["lines"]))
+            path = logical(raw_path)
         except (ValueError, KeyError, TypeError):
             continue
         entry = found.get(path)
         if entry is None:
             entry = found[path] = Found(path)
-        is_match = message["type"] == "match"
-        line = line.removesuffix("\n").removesuffix("\r")
+        is_match = kind == "match"
         entry.lines.append((number, is_match, line))
         entry.count += is_match
     return list(found.values())
+
+
+def _rg_line(field: Any) -> str:
+    line = _rg_bytes(field).decode("utf-8", "replace")
+    return line.removesuffix("\n").removesuffix("\r")
+
+
+_CUT_HEAD = re.compile(r'\{"type":"(match|context)","data":\{"path":')
+_CUT_LINE = re.compile(r',"lines":\{"(text|bytes)":"')
+_JSON_STRING_PART = re.compile(r'(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
+_BASE64_PART = re.compile(r"[A-Za-z0-9+/]*")
+
+
+def _cut_message(cut: _Cut) -> tuple[str, bytes, str]:
+    """The kind, path and clipped line of a ``match`` or ``context`` message of which only the
+    head was kept: ripgrep writes the path, then the line, then the line number."""
+    head = cut.head.decode("utf-8", "ignore")  # (only its end can split a character)
+    start = _CUT_HEAD.match(head)
+    if start is None:
+        raise ValueError("not a match")
+    path, at = json.JSONDecoder().raw_decode(head, start.end())
+    lines = _CUT_LINE.match(head, at)
+    if lines is None:
+        raise ValueError("no line")
+    if lines.group(1) == "text":
+        part = _JSON_STRING_PART.match(head, lines.end())
+        assert part is not None  # (it matches the empty string)
+        text = json.loads(f'"{part.group()}"')
+        if text and "\ud800" <= text[-1] <= "\udbff":
+            text = text[:-1]  # the first half of a pair cut in two
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    else:
+        part = _BASE64_PART.match(head, lines.end())
+        assert part is not None
+        encoded = part.group()
+        text = base64.b64decode(encoded[: len(encoded) // 4 * 4]).decode("utf-8", "replace")
+    return start.group(1), _rg_bytes(path), _clip(text, cut=True)
 
 
 def _rg_bytes(field: Any) -> bytes:
@@ -737,8 +989,11 @@ async def _seam_grep(
     mode: str,
     context: int,
     file_filter: FileFilter | None,
-) -> tuple[list[Found], bool]:
+) -> tuple[list[Found], bool, list[str]]:
+    """What the search found, whether it stopped early (never), and the files it skipped for
+    their size."""
     found: list[Found] = []
+    too_large: list[str] = []
     if base_stat.is_dir:
         files = walk(fs, base, workspace)
     else:
@@ -747,6 +1002,7 @@ async def _seam_grep(
         if file_filter is not None and not file_filter.keeps(_relative(path, base)):
             continue
         if st.size > MAX_SEARCH_BYTES:
+            too_large.append(path)
             continue
         try:
             data = await fs.read_bytes(path)
@@ -757,7 +1013,7 @@ async def _seam_grep(
         )
         if hit is not None:
             found.append(hit)
-    return found, False
+    return found, False, too_large
 
 
 async def _single(path: str, st: FileStat) -> AsyncIterator[tuple[str, FileStat]]:
@@ -790,5 +1046,5 @@ def _search_text(
             for j in range(max(0, i - context), min(len(lines), i + context + 1)):
                 wanted.setdefault(j, False)
             wanted[i] = True
-        result.lines = [(j + 1, wanted[j], lines[j].rstrip("\r")) for j in sorted(wanted)]
+        result.lines = [(j + 1, wanted[j], _clip(lines[j].rstrip("\r"))) for j in sorted(wanted)]
     return result
