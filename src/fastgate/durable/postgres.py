@@ -15,6 +15,10 @@ schema version it holds; a newer one is refused, another application's left unto
   call does, in one transaction. Leases run on the database's clock (``now()``).
 - The server unreachable: each operation raises ``StoreError`` once ``timeout`` passes (so a
   call that needs its record fails before any side effect), and the pool reconnects by itself.
+- Connections terminated (``pg_terminate_backend``, a failover): each connection is checked as
+  it is handed out and a dead one replaced without pausing, so the next operations succeed as
+  soon as new connections are made; an operation whose connection dies under it fails with
+  ``StoreError`` (its transaction did not commit, or its outcome is unknown) and is not retried.
 
 Use one store from one event loop (the pool belongs to the loop that first used the store).
 """
@@ -24,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import re
 from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
 from fastgate.durable.codec import calls_from_rows, decode_result, encode
@@ -238,15 +244,17 @@ class PostgresToolUseStore:
         self._waiters = ResultWaiters()
         self._sql = _Sql(f'"{namespace}"')
         self._errors: tuple[type[BaseException], ...] = (psycopg.Error, psycopg_pool.PoolTimeout)
+        self._broken: type[BaseException] = psycopg.Error
+        self._pool_timeout: type[BaseException] = psycopg_pool.PoolTimeout
+        self._check = psycopg_pool.AsyncConnectionPool.check_connection
         self._pool: AsyncConnectionPool[Any] = psycopg_pool.AsyncConnectionPool(
             dsn,
             min_size=min_size,
             max_size=max_size,
             open=False,
             timeout=self._timeout,
-            # A connection is checked as it is handed out: after a restart of the server the
-            # broken ones are dropped there, not discovered by a failing write.
-            check=psycopg_pool.AsyncConnectionPool.check_connection,
+            # No check by the pool: ``_connection`` checks each connection as it is handed out
+            # (the pool's check pauses after each broken one; see there).
             # Reconnecting backs off (1 s, doubling); giving up after 10 s and starting afresh
             # at the next request keeps the wait after a long outage short.
             reconnect_timeout=10.0,
@@ -302,7 +310,7 @@ class PostgresToolUseStore:
         _text(session_id, "the session id", self.path)
         await self._open()
         try:
-            async with self._pool.connection() as conn:
+            async with self._connection() as conn:
                 rows = await (
                     await conn.execute(self._sql.select_session, (session_id,))
                 ).fetchall()
@@ -343,7 +351,7 @@ class PostgresToolUseStore:
         await self._open()
         sql = self._sql
         try:
-            async with self._pool.connection() as conn, conn.transaction():
+            async with self._connection() as conn, conn.transaction():
                 claim = (session, key, digest, use[0], self._owner, self._lease_ttl)
                 if await (await conn.execute(sql.insert_entry, claim)).fetchone() is not None:
                     await self._insert_use(conn, use)
@@ -387,7 +395,7 @@ class PostgresToolUseStore:
     ) -> bool:
         await self._open()
         try:
-            async with self._pool.connection() as conn:
+            async with self._connection() as conn:
                 session = journal_owner(session_id, scope)
                 params = (self._lease_ttl, session, key, execution_id, self._owner)
                 renewed: bool = (await conn.execute(self._sql.renew, params)).rowcount > 0
@@ -406,7 +414,7 @@ class PostgresToolUseStore:
         await self._open()
         sql = self._sql
         try:
-            async with self._pool.connection() as conn, conn.transaction():
+            async with self._connection() as conn, conn.transaction():
                 use = await (await conn.execute(sql.lock_use, (execution_id,))).fetchone()
                 if use is None:
                     raise StoreError(
@@ -431,6 +439,47 @@ class PostgresToolUseStore:
             raise self._error(exc, "the result was not recorded") from None
         self._waiters.wake(execution_id)
 
+    # -- connections ------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AsyncConnection[Any]]:
+        """A working connection from the pool, as ``pool.connection()`` (committed on success,
+        rolled back on an error, then given back), or ``PoolTimeout`` once ``timeout`` passed.
+
+        Each connection is checked (one empty statement) as it is handed out, before anything of
+        the operation is sent. One found broken (its backend terminated, the server restarted)
+        is closed and given back, which makes the pool open a replacement, and the next one is
+        taken at once. The pool's own check slept after each broken connection (1 s, doubling),
+        and the dead ones stay ahead of their replacements: once every connection was
+        terminated together, each operation slept its whole ``timeout`` away on a few of them
+        and failed, the longer the more connections the pool held.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout
+        while True:
+            try:
+                # The time left (0 once past the deadline: PoolTimeout at once).
+                conn = await self._pool.getconn(max(deadline - loop.time(), 0.0))
+            except self._pool_timeout:
+                raise self._pool_timeout(
+                    f"couldn't get a working connection after {self._timeout:.2f} sec"
+                ) from None
+            try:
+                await self._check(conn)
+            except self._broken:
+                await conn.close()  # closed, the pool drops it and connects a replacement
+                await self._pool.putconn(conn)
+                continue
+            except BaseException:  # cancelled: give it back as it is (the pool resets it)
+                await self._pool.putconn(conn)
+                raise
+            break
+        try:
+            async with conn:
+                yield conn
+        finally:
+            await self._pool.putconn(conn)
+
     # -- opening and migrating --------------------------------------------------------------------
 
     async def _open(self) -> None:
@@ -449,7 +498,7 @@ class PostgresToolUseStore:
             return
         try:
             await self._pool.open(wait=False)
-            async with self._pool.connection() as conn:
+            async with self._connection() as conn:
                 await self._migrate(conn)
         except self._errors as exc:
             raise self._error(exc, "cannot open") from None
@@ -564,7 +613,7 @@ class PostgresToolUseStore:
         a tool-use) or all fail together (the transaction did not commit)."""
         errors: list[BaseException | None] = [None] * len(batch)
         try:
-            async with self._pool.connection() as conn:
+            async with self._connection() as conn:
                 async with conn.transaction():
                     start = 0
                     while start < len(batch):  # runs of one kind, each one executemany
