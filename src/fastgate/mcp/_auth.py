@@ -20,6 +20,7 @@ credentials bound to their issuer). What fastgate adds around them:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import inspect
@@ -55,7 +56,8 @@ from mcp.shared.auth import (
 from mcp.shared.exceptions import MCPDeprecationWarning
 from pydantic import AnyUrl, ValidationError
 
-from fastgate.mcp._text import printable
+from fastgate.mcp._http import BodyTooLarge, BoundedBodies
+from fastgate.mcp._text import shown
 
 log = logging.getLogger("fastgate.mcp")
 
@@ -680,7 +682,8 @@ async def _follow_headless(authorization_url: str, redirect_uri: str) -> str:
     points at ``redirect_uri`` (which is never requested: nothing listens there)."""
     target = urlsplit(redirect_uri)
     url = authorization_url
-    async with httpx2.AsyncClient(timeout=30.0, follow_redirects=False) as http:
+    bounded = BoundedBodies(httpx2.AsyncHTTPTransport())
+    async with httpx2.AsyncClient(timeout=30.0, follow_redirects=False, transport=bounded) as http:
         for _ in range(MAX_REDIRECTS):
             if not _is_http_url(url):
                 raise OAuthFlowError("the sign-in redirected to a URL that is not http(s)")
@@ -862,7 +865,7 @@ class ConnectionAuth(httpx2.Auth):
             return
         except Exception as exc:
             # (the authorization server's words: escaped, they are logged and shown)
-            self.failure = printable(self.redact(_flow_failure(exc)))
+            self.failure = shown(self.redact(_flow_failure(exc)))
             log.warning("MCP authorization failed: %s", self.failure)
             request.headers.pop("Authorization", None)
             request.extensions = {**request.extensions, _MARK: self.failure}
@@ -907,7 +910,8 @@ class UnauthorizedAnswers(httpx2.AsyncBaseTransport):
         if response.status_code not in (401, 403) or not request.extensions.get(_MCP_REQUEST):
             return response
         try:
-            await response.aread()
+            with contextlib.suppress(BodyTooLarge):  # only its status and headers are read
+                await response.aread()
         finally:
             await response.aclose()
         return self._answer(
@@ -982,15 +986,25 @@ class HttpAuth:
     in memory) outlives connections; the nonce and a failed sign-in do not."""
 
     def __init__(
-        self, provider: _Fastgate | _IdentityAssertion | None, config_secrets: tuple[str, ...]
+        self,
+        provider: _Fastgate | _IdentityAssertion | None,
+        config_secrets: tuple[str, ...],
+        post_seconds: float | None = None,
     ) -> None:
         self.nonce = new_nonce()
         self.auth = ConnectionAuth(provider, config_secrets)
+        self.post_seconds = post_seconds  # how long a POST's answer may take (BoundedBodies)
 
     def client_options(self) -> dict[str, Any]:
         return {
             "auth": self.auth,
-            "transport": UnauthorizedAnswers(httpx2.AsyncHTTPTransport(), self.nonce, self.auth),
+            # Every body the server (or its authorization server) sends is bounded as it is
+            # read, the unauthorized answers' included.
+            "transport": UnauthorizedAnswers(
+                BoundedBodies(httpx2.AsyncHTTPTransport(), post_seconds=self.post_seconds),
+                self.nonce,
+                self.auth,
+            ),
         }
 
     def reason(self, exc: BaseException) -> str | None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import itertools
 import logging
 from collections.abc import Iterable
 from types import TracebackType
@@ -12,7 +14,7 @@ from fastgate import FastgateError, ToolRegistry
 from fastgate.mcp._config import MCPServerConfig
 from fastgate.mcp._names import pool_name
 from fastgate.mcp._server import CLOSED, READY, ServerLink
-from fastgate.mcp._text import printable
+from fastgate.mcp._text import printable, shown
 from fastgate.mcp._tools import Listing
 
 log = logging.getLogger("fastgate.mcp")
@@ -157,7 +159,31 @@ class MCPBridge:
         for definition in listing.definitions:
             registry.register(definition, scope)
         link.tools = new
-        # The reasons quote the server (its names, its schemas): escaped for the operator.
-        link.quarantined = {tool: printable(why) for tool, why in listing.quarantined.items()}
-        for tool, reason in link.quarantined.items():
+        # The names and reasons quote the server (its names, its schemas): escaped and cut
+        # for the operator, and only the first few logged one by one.
+        link.quarantined = {
+            _shown_name(tool): shown(why, _REASON_CHARS)
+            for tool, why in listing.quarantined.items()
+        }
+        for tool, reason in itertools.islice(link.quarantined.items(), _LOGGED):
             log.warning("MCP server %s: tool %r not registered: %s", link.config.name, tool, reason)
+        if len(link.quarantined) > _LOGGED:
+            log.warning(
+                "MCP server %s: %d more tools not registered (bridge.status() names them)",
+                link.config.name,
+                len(link.quarantined) - _LOGGED,
+            )
+
+
+_NAME_CHARS = 200  # of a quarantined tool's name, as status() shows it
+_REASON_CHARS = 1_000
+_LOGGED = 20  # quarantined tools logged one by one, per listing
+
+
+def _shown_name(name: str) -> str:
+    """A server's tool name as ``status()`` shows it: escaped; a long one cut, with 8 hex digits
+    of its SHA-256 so that two long names stay apart."""
+    if len(name) <= _NAME_CHARS:
+        return printable(name)
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{printable(name[:_NAME_CHARS])}…{digest}"

@@ -35,6 +35,7 @@ import urllib.parse
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
+import msgspec
 from mcp.shared.exceptions import MCPError
 from mcp_types import URL_ELICITATION_REQUIRED
 
@@ -44,7 +45,15 @@ from fastgate.schema import Validator, from_json_schema
 
 log = logging.getLogger("fastgate.mcp")
 
-MAX_ROUNDS: Final = 8  # questions of one call (2026: input_required rounds) before it is stopped
+MAX_ROUNDS: Final = 8  # 2026: input_required rounds of one call before it is stopped
+# Questions one call may put to its elicitor, in all (an older-era server's elicitation/create
+# requests; a 2026 round's input requests; the URLs of error -32042), so that no server can
+# make a person answer an unbounded number of prompts for one call admitted once.
+MAX_QUESTIONS: Final = 8
+# A requested schema is a flat object of primitive fields (MCP restricts it so): a form of
+# thousands of fields is no question for a person, and it is compiled on the event loop.
+MAX_SCHEMA_BYTES: Final = 256 * 1024
+MAX_MESSAGE_CHARS: Final = 8_000  # of a question's message, as the elicitor is shown it
 _STATE_ONLY_FIRST: Final = 0.05  # seconds before retrying a round that asked nothing; doubled
 _STATE_ONLY_CAP: Final = 0.25
 _PROMPT_CHARS: Final = 300  # of the server's question, quoted in a failure
@@ -141,6 +150,7 @@ class CallInputs:
         message = params.get("message")
         if not isinstance(message, str):
             return "the request had no message"
+        message = _clip(message, MAX_MESSAGE_CHARS)  # a question, not a document
         mode = params.get("mode", "form")
         if mode == "url":
             url = params.get("url")
@@ -152,6 +162,10 @@ class CallInputs:
         schema = params.get("requestedSchema")
         if not isinstance(schema, dict):
             return "the request had no requestedSchema object"
+        size = len(msgspec.json.encode(schema))
+        if size > MAX_SCHEMA_BYTES:  # it is compiled on the event loop and copied for the elicitor
+            limit = MAX_SCHEMA_BYTES
+            return f"its requested schema is {size} bytes, over the {limit} a question may take"
         try:
             validator = from_json_schema(_for_validation(schema))
             # The elicitor gets a copy: whatever it does to it, answers are checked against ours.
@@ -179,6 +193,16 @@ class CallInputs:
             execution_id=self.execution_id,
         )
 
+    def take(self, questions: int) -> bool:
+        """Count ``questions`` more put to the elicitor (2026: one round's input requests; a
+        -32042 error's URLs); False, counting none, when the call would ask more than
+        ``MAX_QUESTIONS`` in all. The older era counts its ``elicitation/create`` requests
+        against the same bound."""
+        if self.asked + questions > MAX_QUESTIONS:
+            return False
+        self.asked += questions
+        return True
+
     # -- the older era: a request of the server's, answered in a task of its own --------------
 
     async def answer_request(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -187,8 +211,8 @@ class CallInputs:
         if self._closed:
             return {"action": "cancel"}
         self.asked += 1
-        if self.asked > MAX_ROUNDS:  # one call, one question after another: as many as rounds
-            why = f"the server asked more than {MAX_ROUNDS} times"
+        if self.asked > MAX_QUESTIONS:  # one call, one question after another
+            why = f"the server asked more than {MAX_QUESTIONS} times"
             asked = _decline(_prompt_of(params), "rounds_exceeded", why)
             self.refusal = self.refusal or asked
             return asked.answer
@@ -297,6 +321,9 @@ async def complete_call(
         rounds += 1
         retry = dict(params)
         if requests:
+            if not inputs.take(len(requests)):  # one round of many questions: refused whole
+                prompt = next((p for p in map(_prompt_of_request, requests.values()) if p), "")
+                return inputs.failure(_too_many(prompt), requests=keys)
             answers: dict[str, Any] = {}
             for key, request in requests.items():
                 asked = await _ask_embedded(inputs, request)
@@ -329,7 +356,9 @@ async def _sent_after_urls(
             wanted = data.get("elicitations") if isinstance(data, dict) else None
             if exc.code != URL_ELICITATION_REQUIRED or not isinstance(wanted, list) or not wanted:
                 raise
-        for elicitation in wanted[:MAX_ROUNDS]:
+        if not inputs.take(len(wanted)):
+            return inputs.failure(_too_many(""))
+        for elicitation in wanted:
             if not isinstance(elicitation, dict) or elicitation.get("mode", "url") != "url":
                 asked = _decline("", "unsupported", "error -32042 named an elicitation not by URL")
             else:
@@ -338,6 +367,11 @@ async def _sent_after_urls(
                 return inputs.failure(asked)
     why = f"the server asked for URLs more than {MAX_ROUNDS} times"
     return inputs.failure(_decline("", "rounds_exceeded", why))
+
+
+def _too_many(prompt: str) -> Asked:
+    why = f"the server asked more than {MAX_QUESTIONS} questions in one call"
+    return _decline(prompt, "rounds_exceeded", why)
 
 
 async def _ask_embedded(inputs: CallInputs, request: Any) -> Asked:

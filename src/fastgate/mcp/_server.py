@@ -33,7 +33,7 @@ from fastgate.mcp._config import MCPServerConfig
 from fastgate.mcp._elicitation import CallInputs, Router, complete_call
 from fastgate.mcp._names import tool_name
 from fastgate.mcp._stdio import StderrTail, StdioTransport
-from fastgate.mcp._text import printable
+from fastgate.mcp._text import shown
 from fastgate.mcp._tools import Listing, build_listing, said_by, value_of
 from mcp import Client
 
@@ -48,8 +48,19 @@ BACKOFF_FIRST = 0.25  # seconds before the first restart; doubled each time, up 
 BACKOFF_CAP = 30.0
 STABLE_AFTER = 30.0  # a connection that lasted this long starts the backoff afresh
 CANCEL_SETTLE = 5.0  # how long a cancelled call waits for its cancellation to be sent
+POST_GRACE = 2.0  # seconds an HTTP POST's answer may take past call_timeout (startup_timeout)
+# How long a call whose clock ran out waits for its request to wind down before it answers
+# TIMEOUT; the request goes on winding down (sending its cancellation) in the background.
+EXPIRED_SETTLE = 1.0
+REFRESH_MIN_INTERVAL = 0.25  # seconds between two refreshes of a server's tools, at least
+REFRESH_SPACING = 10.0  # and ten times what the last one took (parsing, compiling)
+PROGRESS_MESSAGE_CHARS = 1_000  # of a progress notification's message, passed on
 MAX_LIST_PAGES = 100  # pages of one tools/list; a server paging past it is refused
 MAX_LISTED_TOOLS = 10_000  # tools in one listing, all pages together
+# Bytes of one listing (its tools as JSON), all pages together: what the server's tools cost to
+# hold and compile (a schema compiles to about 20 times its size, on the event loop) is bounded
+# by it, not only by what one message may take.
+MAX_LISTING_BYTES = 16 * 1024 * 1024
 _UNAVAILABLE: Final = "server_unavailable"
 
 
@@ -94,6 +105,7 @@ class ServerLink:
         self._serving = False
         self._lost: str | None = None
         self._refresh_wanted = False
+        self._refresh_at = 0.0  # time.monotonic() before which no refresh starts
         self._fingerprint = b""
         self.first_attempt = asyncio.Event()
         self._change = asyncio.Event()
@@ -189,7 +201,9 @@ class ServerLink:
                 modern = client.protocol_version in MODERN_PROTOCOL_VERSIONS
                 if not modern:
                     self._mode = "legacy"  # no discover probe on the next connect
+                began = time.monotonic()
                 await self._refresh(client)
+                self._paced_after(began)
             self._client = client
             self._serving = True
             self.state = READY
@@ -248,7 +262,10 @@ class ServerLink:
     def _new_http_auth(self) -> HttpAuth:
         oauth = self.config.auth
         hidden = (oauth.client_secret or "", oauth.private_key_pem or "") if oauth else ()
-        return HttpAuth(self._auth_provider, hidden)
+        config = self.config
+        # No POST of the bridge's outlives its call or the server's start (and a grace).
+        post_seconds = max(config.call_timeout, config.startup_timeout) + POST_GRACE
+        return HttpAuth(self._auth_provider, hidden, post_seconds)
 
     def _unauthorized(self, exc: BaseException) -> str | None:
         """What the server's 401/403 (or a failed sign-in) said, if ``exc`` is one."""
@@ -288,19 +305,49 @@ class ServerLink:
             if self._lost is not None:
                 raise ConnectionLost(self._lost)
             if self._refresh_wanted:
+                await self._pace_refresh()
+                if self.closing():  # (methods: they change while we await)
+                    return
+                lost = self._lost_reason()
+                if lost is not None:
+                    raise ConnectionLost(lost)
                 self._refresh_wanted = False
+                began = time.monotonic()
                 try:
                     with anyio.fail_after(self.config.startup_timeout):
                         await self._refresh(client)
                 except (MCPError, TimeoutError, ValidationError, ValueError) as exc:
                     self._failed(f"refreshing the tool list failed: {exc}")
                     self._changed()
+                finally:
+                    self._paced_after(began)
+
+    def _lost_reason(self) -> str | None:
+        return self._lost
+
+    def _paced_after(self, began: float) -> None:
+        """The earliest the next refresh may start: a listing is parsed and compiled on the
+        event loop, so a server that says its tools changed again and again (each time with a
+        new listing) gets at most about a tenth of the loop's time, never all of it."""
+        now = time.monotonic()
+        self._refresh_at = now + max(REFRESH_MIN_INTERVAL, REFRESH_SPACING * (now - began))
+
+    async def _pace_refresh(self) -> None:
+        """Wait until a refresh may start (or the link closes, or the connection is lost)."""
+        delay = self._refresh_at - time.monotonic()
+        if delay <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                while not self._closing and self._lost is None:
+                    await self._wake.wait()
+                    self._wake.clear()
 
     def _failed(self, reason: str) -> None:
         """Keep ``reason`` as ``last_error`` and log it. It quotes the server (its messages,
         its stderr): its control characters are escaped, so none reaches a terminal or splits
         the log line."""
-        self.last_error = printable(reason)
+        self.last_error = shown(reason)
         log.warning("MCP server %s: %s", self.config.name, self.last_error)
 
     async def _listen(self, client: Client) -> None:
@@ -314,7 +361,7 @@ class ServerLink:
             log.info(
                 "MCP server %s: no list_changed subscription (%s)",
                 self.config.name,
-                printable(str(exc)),
+                shown(str(exc)),
             )
 
     def _noise(self) -> str:
@@ -344,7 +391,7 @@ class ServerLink:
         if isinstance(message, mcp_types.ToolListChangedNotification):
             self._want_refresh()
         elif isinstance(message, Exception):
-            log.debug("MCP server %s: stream: %s", self.config.name, printable(str(message)))
+            log.debug("MCP server %s: stream: %s", self.config.name, shown(str(message)))
 
     # -- tools ---------------------------------------------------------------------------------
 
@@ -374,6 +421,7 @@ class ServerLink:
         tools: list[Any] = []
         cursor: str | None = None
         seen: set[str] = set()
+        size = 0
         for _ in range(MAX_LIST_PAGES):
             params = {"cursor": cursor} if cursor else None
             try:
@@ -391,6 +439,11 @@ class ServerLink:
             tools.extend(listed)
             if len(tools) > MAX_LISTED_TOOLS:
                 raise ProtocolFailure(f"the tools/list reply has over {MAX_LISTED_TOOLS} tools")
+            size += len(msgspec.json.encode(listed))
+            if size > MAX_LISTING_BYTES:
+                raise ProtocolFailure(
+                    f"the tools/list reply is over {MAX_LISTING_BYTES} bytes of tools"
+                )
             cursor = page.get("nextCursor")
             if not isinstance(cursor, str) or not cursor:
                 return tools
@@ -454,7 +507,17 @@ class ServerLink:
         """The call's final reply (or a ``Failure`` for its unanswered input), the faults of
         the request turned into the call's."""
         try:
-            return await asyncio.shield(task)
+            # (``wait`` never cancels what it waits for: a cancellation of ours ends the wait)
+            await asyncio.wait((task, watch.fired), return_when=asyncio.FIRST_COMPLETED)
+            if not task.done():
+                # Its clock ran out and the request is being cancelled: it gets a moment to
+                # wind down (to send its notifications/cancelled), and goes on doing so in the
+                # background; the caller has its TIMEOUT on time, whatever the server reads.
+                await asyncio.wait((task,), timeout=EXPIRED_SETTLE)
+                if not task.done():
+                    assert watch.expired is not None
+                    raise self._timeout(remote, watch.expired)
+            return task.result()
         except asyncio.CancelledError:
             current = asyncio.current_task()
             if watch.expired is None or (current is not None and current.cancelling()):
@@ -554,7 +617,17 @@ class _Watch:
     notification) and the whole call (``call_timeout``). When one runs out, the request is
     cancelled, once."""
 
-    __slots__ = ("_ctx", "_deadline", "_handle", "_held", "_idle", "_loop", "_task", "expired")
+    __slots__ = (
+        "_ctx",
+        "_deadline",
+        "_handle",
+        "_held",
+        "_idle",
+        "_loop",
+        "_task",
+        "expired",
+        "fired",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, config: MCPServerConfig, ctx: RunContext):
         self._loop = loop
@@ -565,6 +638,7 @@ class _Watch:
         self._task: asyncio.Task[Any] | None = None
         self._held = 0  # prompts open: the server waits for a person, not silent
         self.expired: str | None = None
+        self.fired: asyncio.Future[None] = loop.create_future()  # done when a clock ran out
 
     def arm(self, task: asyncio.Task[Any]) -> None:
         self._task = task
@@ -596,10 +670,14 @@ class _Watch:
             return
         self.expired = "call_timeout" if self._loop.time() >= self._deadline else "idle_timeout"
         task.cancel()
+        self.fired.set_result(None)
 
     async def progress(self, progress: float, total: float | None, message: str | None) -> None:
         if self.expired is None and self._handle is not None:
             self._schedule()
+        # The executor keeps a call's last 256 reports: each message is the server's text, cut.
+        if isinstance(message, str) and len(message) > PROGRESS_MESSAGE_CHARS:
+            message = message[:PROGRESS_MESSAGE_CHARS] + "…"
         self._ctx.report_progress({"progress": progress, "total": total, "message": message})
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 from pydantic import TypeAdapter, ValidationError
@@ -22,6 +22,7 @@ from fastgate import (
 )
 from fastgate.mcp._config import MCPServerConfig
 from fastgate.mcp._names import pool_name, server_rule_name, tool_name
+from fastgate.model import DEFAULT_MAX_CONTENT_CHARS, cut
 from fastgate.schema import from_json_schema
 
 # execute(remote_name, args, ctx) of the server's link
@@ -42,6 +43,11 @@ class Listing:
     remote_names: Mapping[str, str]  # registered name -> the server's own name
 
 
+# One tool of a listing (its name, description and schemas, as JSON): a schema compiles to
+# about 20 times its size, on the event loop, and the description goes to the model every turn.
+MAX_TOOL_BYTES: Final = 1024 * 1024
+
+
 def build_listing(
     config: MCPServerConfig, raw_tools: list[Any], call: RemoteCall, taken: Callable[[str], bool]
 ) -> Listing:
@@ -56,6 +62,11 @@ def build_listing(
         remote = raw.get("name") if isinstance(raw, dict) else None
         if not isinstance(remote, str) or not remote:
             quarantined[f"#{index}"] = "the listing entry has no tool name"
+            continue
+        size = len(msgspec.json.encode(raw))
+        if size > MAX_TOOL_BYTES:
+            why = f"its definition is {size} bytes, over the {MAX_TOOL_BYTES} a tool may take"
+            quarantined[remote] = why  # (status() shows a long name cut, with its hash)
             continue
         try:
             definition = _definition(config, raw, call)
@@ -140,12 +151,106 @@ class StructuredArray(list[Any]):
 
 def render(value: Any) -> Any:
     """What the model sees of a canonical value: the server's own content when it sent some
-    besides the structured content, else the JSON of the value (never both)."""
+    besides the structured content, else the JSON of the value (never both). Content blocks
+    are bounded here (``bounded_blocks``); text the executor cuts itself."""
     if isinstance(value, (StructuredObject, StructuredArray)) and value.shown is not None:
-        return value.shown
-    if isinstance(value, (str, tuple)):
+        shown = value.shown
+        return bounded_blocks(shown) if isinstance(shown, tuple) else shown
+    if isinstance(value, tuple):
+        return bounded_blocks(value)
+    if isinstance(value, str):
         return value
     return msgspec.json.encode(value).decode()
+
+
+# The server's content blocks, all together, are held to the executor's default content budget:
+# the executor cuts text content and text blocks, never the fields of a block (an image's
+# base64, a resource's text), so a server could otherwise hand the model any amount.
+MAX_BLOCK_CHARS: Final = DEFAULT_MAX_CONTENT_CHARS
+_LABEL_CHARS: Final = 1_000  # of a block's uri, name, mimeType, description, type
+_BINARY: Final = frozenset({"data", "blob"})  # base64: kept whole or left out, never cut
+_MIN_LEFT: Final = 256  # below this much budget, the blocks that remain are left out
+_FIELD_OVERHEAD: Final = 6  # quotes, colon, comma of a field (and braces of a block), as JSON
+
+
+def bounded_blocks(blocks: tuple[Any, ...], budget: int = MAX_BLOCK_CHARS) -> tuple[Any, ...]:
+    """``blocks`` holding at most about ``budget`` characters in all: text (a text block's, an
+    embedded resource's) is cut head and tail, base64 data that does not fit whole is left out
+    with a text block saying so, labels are clipped, and once the budget is spent the blocks
+    left are replaced by one text block counting them."""
+    out: list[Any] = []
+    left = budget
+    for index, block in enumerate(blocks):
+        if left < _MIN_LEFT:
+            more = len(blocks) - index
+            out.append(_note(f"[... {more} more content block(s) left out: over the budget ...]"))
+            break
+        bounded, used = _bounded_block(block, left)
+        out.append(bounded)
+        left -= used
+    return tuple(out)
+
+
+def _bounded_block(block: Any, left: int) -> tuple[Any, int]:
+    """One block within ``left`` characters, and how many it takes."""
+    if not isinstance(block, dict):
+        text = block if isinstance(block, str) else msgspec.json.encode(block).decode()
+        text = cut(text, left)
+        return text, len(text)
+    kind = str(block.get("type"))[:_LABEL_CHARS]
+    out: dict[str, Any] = {}
+    used = 0
+    for key, value in block.items():
+        if key == "resource" and isinstance(value, dict):
+            value, size = _bounded_fields(value, left - used, kind)
+        else:
+            value, size = _bounded_field(key, value, left - used)
+        if value is _TOO_BIG:
+            return _left_out(kind, key, size)
+        out[key] = value
+        used += size + len(key) + _FIELD_OVERHEAD
+    return out, used + _FIELD_OVERHEAD
+
+
+_TOO_BIG: Final = object()
+
+
+def _bounded_fields(fields: dict[str, Any], left: int, kind: str) -> tuple[Any, int]:
+    out: dict[str, Any] = {}
+    used = 0
+    for key, value in fields.items():
+        value, size = _bounded_field(key, value, left - used)
+        if value is _TOO_BIG:
+            return _TOO_BIG, size
+        out[key] = value
+        used += size + len(key) + _FIELD_OVERHEAD
+    return out, used + _FIELD_OVERHEAD
+
+
+def _bounded_field(key: str, value: Any, left: int) -> tuple[Any, int]:
+    """A field within ``left`` characters and its size; ``_TOO_BIG`` and the field's size
+    when it cannot be cut and does not fit."""
+    if isinstance(value, str):
+        if key in _BINARY:
+            return (value, len(value)) if len(value) <= left else (_TOO_BIG, len(value))
+        limit = left if key == "text" else min(left, _LABEL_CHARS)
+        kept = cut(value, max(limit, 0)) if len(value) > limit else value
+        return kept, len(kept)
+    if value is None or isinstance(value, (bool, int, float)):
+        return value, 8
+    encoded = len(msgspec.json.encode(value))  # a nested value of the server's: whole or not at all
+    return (value, encoded) if encoded <= left else (_TOO_BIG, encoded)
+
+
+def _left_out(kind: str, key: str, size: int) -> tuple[dict[str, Any], int]:
+    note = _note(
+        f"[... a {kind!r} block left out: its {key!r} of {size} characters is over the budget ...]"
+    )
+    return note, len(note["text"])
+
+
+def _note(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
 
 
 def value_of(reply: dict[str, Any], server: str, remote: str) -> Any:

@@ -19,6 +19,8 @@ from fastgate.model.freeze import FrozenDict as FrozenDict
 from fastgate.model.freeze import NotJSON as NotJSON
 from fastgate.model.freeze import freeze as freeze
 from fastgate.model.kinds import ToolKind as ToolKind
+from fastgate.model.rendering import DEFAULT_MAX_CONTENT_CHARS as DEFAULT_MAX_CONTENT_CHARS
+from fastgate.model.rendering import cut as cut
 from fastgate.model.results import DurableResult as DurableResult
 from fastgate.model.results import ErrorCode as ErrorCode
 from fastgate.model.results import Failure as Failure
