@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from fastgate import schema
 from fastgate.codemode import _sandbox
+from fastgate.codemode._admission import Programs, limits_of
 from fastgate.codemode._pool import Pool, WorkerSpec
 from fastgate.codemode._run import Run, WorkerExited, render
 from fastgate.model import ErrorCode, ExecutionContext, ToolKind
@@ -91,6 +92,7 @@ class CodeMode:
         self._tool: ToolDefinition | None = None
         self._pool: Pool | None = None
         self._live: dict[str, Run] = {}  # running programs, by their run_code execution id
+        self._programs = Programs()  # how many run at once (the scheduler's caps)
         self._specs: dict[ToolDefinition, dict[str, Any]] = {}
         self._allowed: dict[str, bool] = {}
 
@@ -213,6 +215,10 @@ class CodeMode:
         """The process ids of the warm workers (each is its process group's id)."""
         return self._pool.idle_pids() if self._pool is not None else []
 
+    def waiting_runs(self) -> int:
+        """Runs waiting for a program of their session, or of the executor, to end."""
+        return self._programs.waiting()
+
     def program_pids(self) -> dict[str, int]:
         """The process of each program running now, by its run_code call's execution id."""
         return {execution_id: run.worker.pid for execution_id, run in self._live.items()}
@@ -220,6 +226,17 @@ class CodeMode:
     # -- one run ---------------------------------------------------------------------------------
 
     async def _run(self, args: Any, ctx: RunContext) -> Any:
+        # A program is a process of up to memory_mb that takes no scheduler slot: how many run
+        # at once is bounded by the scheduler's caps all the same (past them, a run waits).
+        assert self._executor is not None
+        session = ctx.context.session_id
+        await self._programs.enter(session, *limits_of(self._executor.scheduler))
+        try:
+            return await self._run_program(args, ctx)
+        finally:
+            self._programs.leave(session)
+
+    async def _run_program(self, args: Any, ctx: RunContext) -> Any:
         run = await self._ready_run(ctx)
         self._live[ctx.execution_id] = run
         try:
@@ -256,6 +273,11 @@ class CodeMode:
                 run.start()
                 report = await run.ready()
                 self._check_sandbox(report)
+                if report.get("threads") == "supervised" and run.worker.listener is None:
+                    raise SandboxUnavailable(
+                        "the code-mode worker's ready message came without the listener of "
+                        "its new threads; the program was not run"
+                    )
                 return run
             except WorkerExited:
                 await _close(run)

@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import threading
@@ -30,7 +31,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from fastgate.processes import Process, spawn
+from fastgate.processes import Op, Process, Step, launcher_command, spawn
 
 log = logging.getLogger("fastgate.codemode")
 
@@ -42,6 +43,10 @@ _MAX_FILES = 64
 # larger call (INVALID_ARGS); the server stops a program that writes one anyway.
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 _MAX_FILE_BYTES = 64 * 1024 * 1024  # each file of the scratch directory (RLIMIT_FSIZE)
+# The whole scratch directory: past it the launcher (which reads it every 100 ms) ends the
+# program, whose result says so. The disk, or the memory of a /tmp in RAM, is the host's: a
+# program writes gigabytes a second, and a session runs several at once.
+MAX_SCRATCH_BYTES = 1 << 30
 # Variables a program sees; nothing of the server's environment but the time zone.
 _ENV_PASSED = ("TZ",)
 _T = TypeVar("_T")
@@ -146,8 +151,17 @@ async def _start(
 ) -> tuple[Process, tuple[int, int] | None]:
     """A worker's process, running (``OSError`` when the interpreter cannot be started), and
     its pidfds (``_pidfds``)."""
+    # The launcher bounds the scratch directory (where there is one: Linux).
+    plan = [Step(Op.WATCH_TREE, (tmp, MAX_SCRATCH_BYTES))] if launcher_command() else None
     process = spawn(
-        argv, stdin=channel, stdout=output, stderr=output, cwd=tmp, env=_environment(tmp), grace=0
+        argv,
+        stdin=channel,
+        stdout=output,
+        stderr=output,
+        cwd=tmp,
+        env=_environment(tmp),
+        grace=0,
+        plan=plan,
     )
     try:
         await process.started()
@@ -214,6 +228,9 @@ class Worker:
         self.end_fd: int | None = pidfds[1] if pidfds is not None else None
         self.channel = ours
         self.output = out_read
+        # The listener of its filter's thread notifications, once its ready message brought it
+        # (``_run``): the server's to answer, closed with the rest.
+        self.listener: int | None = None
         self._closed = False
 
     def confined(self) -> bool:
@@ -248,10 +265,10 @@ class Worker:
             return
         self._closed = True
         self.channel.close()
-        for fd in (self.output, self.pidfd, self.end_fd):
+        for fd in (self.output, self.pidfd, self.end_fd, self.listener):
             if fd is not None:
                 os.close(fd)
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        remove_scratch(self.tmp)
 
     def release_when_ended(self) -> None:
         """``release()`` once every process is gone: now, or when its launcher has ended
@@ -275,6 +292,36 @@ class Worker:
         if not self.process.done():
             _SUPERVISOR.call(self.process.terminate_all(0))
         self.release()
+
+
+def remove_scratch(path: str) -> None:
+    """Remove a worker's scratch directory, whatever modes its program gave what it made.
+
+    A directory made without read or write permission for its owner (``os.mkdir(d, 0o300)``:
+    the program may not chmod, but ``mkdir`` takes a mode) cannot be listed or emptied by a
+    server that is not root, and would be left in the temporary directory for good, holding
+    what the program wrote. Every directory of the tree (never a symbolic link: each is checked
+    with ``lstat``) is given back its owner's rights first. Called once the worker and all it
+    started are reaped: nothing changes the tree meanwhile."""
+    try:
+        shutil.rmtree(path)
+        return
+    except FileNotFoundError:
+        return
+    except OSError:
+        pass
+    pending = [path]
+    while pending:
+        directory = pending.pop()
+        try:
+            if not stat.S_ISDIR(os.lstat(directory).st_mode):
+                continue
+            os.chmod(directory, 0o700)
+            entries = os.listdir(directory)
+        except OSError:
+            continue
+        pending.extend(os.path.join(directory, entry) for entry in entries)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _json(value: Any) -> str:

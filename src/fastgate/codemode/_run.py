@@ -9,18 +9,27 @@ caller), after the calls in flight have been cancelled.
 
 from __future__ import annotations
 
+import array
 import asyncio
 import codecs
 import collections
 import dataclasses
+import errno
+import fcntl
+import os
+import select
 import signal
+import socket
+import struct
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from fastgate.codemode._pool import MAX_MESSAGE_BYTES, Worker
+from fastgate.codemode._pool import MAX_MESSAGE_BYTES, MAX_SCRATCH_BYTES, Worker
+from fastgate.codemode._sandbox import MAX_THREADS
 from fastgate.model import CancelToken, ErrorCode, ExecutionContext, Failure, ToolResult
+from fastgate.tools import NAME_PATTERN
 
 if TYPE_CHECKING:
     from fastgate.pipeline import ToolExecutor
@@ -34,13 +43,28 @@ MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024
 MAX_OUTPUT_BYTES = 16 * 1024 * 1024
 # Calls refused for the budget that a program may still make before it is stopped.
 MAX_CALLS_PAST_BUDGET = 100
+# New threads refused for the bound that a program may still ask for before it is stopped
+# (each request is a round trip through the server's loop).
+MAX_THREADS_REFUSED = 1000
 # Seconds the calls in flight get to settle when the run is cancelled.
 CANCEL_SETTLE = 5.0
+# Characters of a name no tool can have that a refusal, and the run's line for the call, show.
+_NAME_SHOWN = 60
 
 # Bytes asked of one recv: a large request (1 MiB) makes each read allocate, and shrink, that
 # much, which doubled a call's round trip.
 _CHUNK = 64 * 1024
+# The seccomp user notifications of a new thread (linux/seccomp.h): struct seccomp_notif (80
+# bytes: id, pid, flags, seccomp_data) and struct seccomp_notif_resp (24: id, val, error,
+# flags), read and answered by ioctl.
+_NOTIF_RECV = 0xC0502100
+_NOTIF_SEND = 0xC0182101
+_NOTIF_SIZE = 80
+_NOTIF_CONTINUE = 1
+# Room for the descriptors a message may carry (the ready message carries one).
+_FDS_SPACE = socket.CMSG_SPACE(4 * array.array("i").itemsize)
 _encode = msgspec.json.Encoder().encode
+_UNSENDABLE = (TypeError, ValueError, OverflowError, RecursionError)
 _decode = msgspec.json.Decoder().decode
 
 
@@ -120,6 +144,7 @@ class Run:
         self.output = Output(max_output_chars)
         self.calls: list[dict[str, Any]] = []  # in the order the program made them
         self.attempts = 0
+        self.threads_refused = 0
         self.violation: str | None = None
         self.done: dict[str, Any] | None = None
         self.returncode: int | None = None
@@ -269,9 +294,69 @@ class Run:
         if self.output.bytes > MAX_OUTPUT_BYTES:
             self._violate(f"it printed more than {MAX_OUTPUT_BYTES // (1024 * 1024)} MiB")
 
+    def _receive(self) -> bytes:
+        """The next bytes of the channel; until the worker is ready, with the descriptor its
+        ready message carries (the listener of its thread notifications: kept, any other
+        closed). Afterwards a plain ``recv``: a descriptor the program sends is dropped by the
+        kernel, never received."""
+        sock = self.worker.channel
+        if self._ready.done():
+            return sock.recv(_CHUNK)
+        data, ancillary, _, _ = sock.recvmsg(_CHUNK, _FDS_SPACE, socket.MSG_CMSG_CLOEXEC)
+        for level, kind, payload in ancillary:
+            if level != socket.SOL_SOCKET or kind != socket.SCM_RIGHTS:
+                continue
+            fds = array.array("i")
+            fds.frombytes(payload[: len(payload) - len(payload) % fds.itemsize])
+            for fd in fds:
+                if self.worker.listener is None:
+                    self.worker.listener = fd
+                else:
+                    os.close(fd)
+        return data
+
+    def _on_thread_request(self) -> None:
+        """A thread of the program asks to start: it may while it has fewer than MAX_THREADS
+        (EAGAIN otherwise, which ``threading`` raises as ``RuntimeError``)."""
+        listener = self.worker.listener
+        assert listener is not None
+        poller = select.poll()
+        poller.register(listener, select.POLLIN)
+        events = poller.poll(0)
+        mask = events[0][1] if events else 0
+        if not mask & select.POLLIN:  # no request: an ioctl would block
+            if mask & (select.POLLHUP | select.POLLERR | select.POLLNVAL):
+                self._unwatch(listener)  # the program is gone
+            return
+        request = bytearray(_NOTIF_SIZE)
+        try:
+            fcntl.ioctl(listener, _NOTIF_RECV, request, True)
+        except OSError:  # withdrawn: the thread was interrupted or killed
+            return
+        (request_id,) = struct.unpack_from("=Q", request)
+        allowed = _threads(self.worker.pid) < MAX_THREADS
+        if not allowed:
+            self.threads_refused += 1
+            if self.threads_refused > MAX_THREADS_REFUSED:
+                self._violate(f"it went on starting threads past its bound of {MAX_THREADS}")
+        if allowed:
+            answer = struct.pack("=QqiI", request_id, 0, 0, _NOTIF_CONTINUE)
+            try:
+                fcntl.ioctl(listener, _NOTIF_SEND, answer)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:  # EINVAL: a kernel without CONTINUE; refused
+                    return
+        try:
+            fcntl.ioctl(
+                listener, _NOTIF_SEND, struct.pack("=QqiI", request_id, 0, -errno.EAGAIN, 0)
+            )
+        except OSError:
+            pass
+
     def _on_channel(self) -> None:
         try:
-            data = self.worker.channel.recv(_CHUNK)
+            data = self._receive()
         except BlockingIOError:
             return
         except OSError:
@@ -285,7 +370,7 @@ class Run:
     def _drain_channel(self) -> None:
         while True:
             try:
-                data = self.worker.channel.recv(_CHUNK)
+                data = self._receive()
             except OSError:  # nothing more (BlockingIOError) or already closed
                 return
             if not data:
@@ -343,6 +428,8 @@ class Run:
         elif kind == "ready" and not self._ready.done():
             sandbox = message.get("sandbox")
             self._ready.set_result(sandbox if type(sandbox) is dict else {})
+            if self.worker.listener is not None:
+                self._watch(self.worker.listener, self._on_thread_request)
         else:
             raise ProtocolViolation(f"unexpected message {str(message)[:80]!r}")
 
@@ -351,7 +438,16 @@ class Run:
         if type(call_id) is not int or type(name) is not str or call_id in self._ids:
             raise ProtocolViolation("a call needs a fresh integer id and a tool name")
         self.attempts += 1
-        entry: dict[str, Any] = {"name": name, "ok": False, "code": None, "execution_id": None}
+        # A name no tool can have (every registered name matches NAME_PATTERN) is refused here,
+        # before any stage: the program chose it, up to a whole line of the channel, and the
+        # run keeps each call's name and shows it on a line of its result.
+        known = NAME_PATTERN.fullmatch(name) is not None
+        entry: dict[str, Any] = {
+            "name": name if known else _shown_name(name),
+            "ok": False,
+            "code": None,
+            "execution_id": None,
+        }
         self.calls.append(entry)
         if self.attempts > self.max_tool_calls:  # counted before dispatch
             entry["code"] = ErrorCode.RESOURCE_EXHAUSTED.value
@@ -362,6 +458,14 @@ class Run:
             message_text = (
                 f"This program has used its {self.max_tool_calls} tool calls; no more calls "
                 "can be made from it."
+            )
+            self._reply(call_id, False, code=entry["code"], message=message_text)
+            return
+        if not known:
+            entry["code"] = ErrorCode.UNKNOWN_TOOL.value
+            message_text = (
+                f"There is no tool named {entry['name']} for programs: a tool's name is 1 to 64 "
+                "characters from A-Z a-z 0-9 _ -."
             )
             self._reply(call_id, False, code=entry["code"], message=message_text)
             return
@@ -415,11 +519,16 @@ class Run:
             reply = {"t": "result", "id": call_id, "ok": True, "value": value}
             try:
                 self._send(reply)
-            except (TypeError, ValueError, OverflowError):  # a value JSON cannot carry
+                return
+            except _UNSENDABLE:  # a value JSON cannot carry, or nested past the encoder: text
                 content = fallback.content if fallback is not None else None
+            try:
                 reply["value"] = content if isinstance(content, str) else repr(content)
                 self._send(reply)
-        else:
+            except _UNSENDABLE:
+                code, ok = ErrorCode.OUTPUT_INVALID.value, False
+                message = "The tool's value cannot be sent to the program."
+        if not ok:
             self._send(
                 {"t": "result", "id": call_id, "ok": False, "code": code, "message": message}
             )
@@ -489,6 +598,10 @@ class Run:
                 stdout, calls, f"The program was stopped: {self.violation}.", "protocol"
             )
         done = self.done
+        if done is None and self.worker.process.bound == "tmp":
+            limit = MAX_SCRATCH_BYTES // (1024 * 1024 * 1024)
+            text = f"The program was stopped: its scratch directory held more than {limit} GiB."
+            return _failure(stdout, calls, text, "limit", {"bound": "tmp"})
         if done is None:
             if self.returncode == 0 and self.channel_closed:
                 ended = "The program closed its tool channel and ended without reporting."
@@ -497,28 +610,63 @@ class Run:
             return _failure(stdout, calls, ended, "crashed")
         if done.get("ok") is True:
             return {"stdout": stdout, "calls": calls}
+        # The done message is the program's to write (it holds its channel): every field is
+        # taken as text or a number of the expected type, and the text is cut like its output.
         error = done.get("error")
         error = error if type(error) is dict else {}
         kind = error.get("kind")
+        cut = self.output.max_chars
+        type_name = _text(error.get("type"))[:200]
         if kind == "syntax":
-            line, column = error.get("line"), error.get("column")
+            line, column = _number(error.get("line")), _number(error.get("column"))
             where = f" at line {line}, column {column}" if line is not None else ""
-            text = f"{error.get('type', 'SyntaxError')}{where}: {error.get('message')}"
-            if error.get("text"):
-                text += f"\n    {error['text']}"
-            extra = {"line": line, "column": column}
-            return _failure(stdout, calls, text, "syntax_error", extra)
+            text = f"{type_name or 'SyntaxError'}{where}: {_text(error.get('message'))}"
+            if _text(error.get("text")):
+                text += f"\n    {_text(error.get('text'))}"
+            where_at = {"line": line, "column": column}
+            return _failure(stdout, calls, _cut(text, cut), "syntax_error", where_at)
         if kind == "exit":
-            return _failure(
-                stdout, calls, f"The program exited with status {error.get('message')}.", "exit"
-            )
-        text = str(error.get("traceback") or f"{error.get('type')}: {error.get('message')}")
-        return _failure(stdout, calls, text, "exception", {"type": error.get("type")})
+            status = _text(error.get("message"))[:200]
+            return _failure(stdout, calls, f"The program exited with status {status}.", "exit")
+        text = _text(error.get("traceback")) or f"{type_name}: {_text(error.get('message'))}"
+        return _failure(stdout, calls, _cut(text, cut), "exception", {"type": type_name or None})
+
+
+def _threads(pid: int) -> int:
+    """The threads of process ``pid`` now (as many as allowed when they cannot be counted)."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return MAX_THREADS
+
+
+def _text(value: Any) -> str:
+    """A field of the program's done message that should be text ("" if it is not)."""
+    return value if type(value) is str else ""
+
+
+def _number(value: Any) -> int | None:
+    """A field of the program's done message that should be a line or column number."""
+    return value if type(value) is int else None
+
+
+def _cut(text: str, max_chars: int) -> str:
+    """``text`` within ``max_chars``, head and tail kept (as the program's output is)."""
+    if len(text) <= max_chars:
+        return text
+    kept = Output(max_chars)
+    kept.feed(text.encode("utf-8", "surrogatepass"))
+    return kept.text()
+
+
+def _shown_name(name: str) -> str:
+    """A name no tool has, as a refusal and the run's line for the call show it: quoted, its
+    control characters escaped (no line of its own), cut."""
+    shown = repr(name[:_NAME_SHOWN])
+    return shown + "…" if len(name) > _NAME_SHOWN else shown
 
 
 def _read(fd: int) -> bytes:
-    import os
-
     return os.read(fd, 1 << 16)
 
 

@@ -84,6 +84,18 @@ _JGE = _kernel.JGE
 _JSET = _kernel.JSET
 _RET = _kernel.RET
 _CLONE_THREAD = 0x00010000
+# Threads are the one kind of task a program may start, and each takes a process id of the
+# machine's (a thread can be started with a stack of a few bytes, by ctypes: tens of thousands
+# a second, past any pid_max). seccomp cannot count: a new thread is sent to the server as a
+# user notification (a listener the worker hands over, then closes), which counts the
+# program's threads and lets it start only below ``MAX_THREADS`` (EAGAIN otherwise).
+MAX_THREADS = 64
+_RET_USER_NOTIF = 0x7FC00000
+_SECCOMP_SET_MODE_FILTER = 1
+_SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
+_SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
+_PR_SET_SECCOMP_OPTION = 22
+_PRCTL = {"x86_64": 157, "aarch64": 167}
 _NR, _ARCH = _kernel.NR, _kernel.ARCH
 _arg_lo = _kernel.arg_lo
 _arg_hi = _kernel.arg_hi
@@ -148,6 +160,14 @@ _METADATA_NUMBERS: dict[str, dict[str, int]] = {
         """
         + _METADATA_COMMON
     ),
+}
+# Memory outside the address-space limit: a memfd's pages are shared memory, charged to no
+# process's RLIMIT_AS until mapped, and written with ``write`` they never are (64 descriptors of
+# 64 MiB each: 4 GiB held by a program of 512 MiB). ``memfd_secret`` likewise. (System V shared
+# memory is refused above; /dev/shm is beyond Landlock's reach.)
+_UNACCOUNTED_MEMORY = {
+    "x86_64": {"memfd_create": 319, "memfd_secret": 447},
+    "aarch64": {"memfd_create": 279, "memfd_secret": 447},
 }
 _NOT_ON_AARCH64 = frozenset("chmod chown lchown utime utimes futimesat inotify_init".split())
 # The same through a descriptor: a file's flags (chattr: FS_IOC_GETFLAGS, FS_IOC_SETFLAGS and
@@ -319,8 +339,10 @@ def _add_path_rule(libc: ctypes.CDLL, ruleset: int, path: str, access: int) -> N
         os.close(fd)
 
 
-def seccomp_filter(arch: str, own_pid: int) -> bytes:
-    """The BPF program (``struct sock_filter[]``) for ``arch``."""
+def seccomp_filter(arch: str, own_pid: int, threads: str = "allow") -> bytes:
+    """The BPF program (``struct sock_filter[]``) for ``arch``. ``threads``: what a new thread
+    gets: ``"notify"`` (the listener's supervisor decides), ``"refuse"`` (EAGAIN) or
+    ``"allow"``."""
     audit_arch, numbers = _ARCHES[arch]
     prog: list[tuple[int, int, int, int]] = [
         (_LD_ABS_W, 0, 0, _ARCH),
@@ -334,6 +356,8 @@ def seccomp_filter(arch: str, own_pid: int) -> bytes:
     for name in _DENIED:
         if name in numbers:
             prog += [(_JEQ, 0, 1, numbers[name]), (_RET, 0, 0, deny)]
+    for number in _UNACCOUNTED_MEMORY[arch].values():
+        prog += [(_JEQ, 0, 1, number), (_RET, 0, 0, deny)]
     metadata = _METADATA_NUMBERS[arch]
     for name in _METADATA:
         if name not in metadata:  # a name missing from the table would pass unseen
@@ -343,14 +367,24 @@ def seccomp_filter(arch: str, own_pid: int) -> bytes:
         prog += [(_JEQ, 0, 1, metadata[name]), (_RET, 0, 0, deny)]
     # clone3 hides its flags behind a pointer: ENOSYS makes the C library fall back to clone.
     prog += [(_JEQ, 0, 1, numbers["clone3"]), (_RET, 0, 0, _RET_ERRNO | errno.ENOSYS)]
-    # clone: threads only.
+    # clone: threads only, each as ``threads`` says.
+    thread = {
+        "notify": _RET_USER_NOTIF,
+        "refuse": _RET_ERRNO | errno.EAGAIN,
+        "allow": _RET_ALLOW,
+    }[threads]
     prog += [
         (_JEQ, 0, 4, numbers["clone"]),
         (_LD_ABS_W, 0, 0, _arg_lo(0)),
         (_JSET, 0, 1, _CLONE_THREAD),
-        (_RET, 0, 0, _RET_ALLOW),
+        (_RET, 0, 0, thread),
         (_RET, 0, 0, deny),
     ]
+    # No filter of the program's own (seccomp, prctl PR_SET_SECCOMP): one returning a user
+    # notification for clone would come before this one's, and its listener, the program's,
+    # would let every thread start.
+    prog += [(_JEQ, 0, 1, _SYS_SECCOMP[arch]), (_RET, 0, 0, deny)]
+    prog += _refused_values(_PRCTL[arch], 0, (_PR_SET_SECCOMP_OPTION,))
     # prlimit64: reading a limit only (no new limit given).
     prog += [
         (_JEQ, 0, 6, numbers["prlimit64"]),
@@ -414,17 +448,36 @@ def _refused_values(
     return [(_JEQ, 0, len(body), number), *body]
 
 
-def install_seccomp(libc: ctypes.CDLL, arch: str) -> None:
-    code = seccomp_filter(arch, os.getpid())
-    filters = ctypes.create_string_buffer(code, len(code))
+def install_seccomp(libc: ctypes.CDLL, arch: str, supervised: bool = True) -> int | None:
+    """Install the filter; the listener of its thread notifications (``None``: threads are
+    refused, where the kernel has no user notification, or allowed when not ``supervised``).
+    """
 
     class _Prog(ctypes.Structure):
         _fields_ = (("len", ctypes.c_ushort), ("filter", ctypes.c_void_p))
 
-    prog = _Prog(len(code) // 8, ctypes.addressof(filters))
+    def program(threads: str) -> tuple[_Prog, ctypes.Array[ctypes.c_char]]:
+        code = seccomp_filter(arch, os.getpid(), threads)
+        filters = ctypes.create_string_buffer(code, len(code))
+        return _Prog(len(code) // 8, ctypes.addressof(filters)), filters
+
     no_new_privs(libc)
+    if supervised:
+        prog, _kept = program("notify")
+        listener = libc.syscall(
+            ctypes.c_long(_SYS_SECCOMP[arch]),
+            ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
+            ctypes.c_uint(_SECCOMP_FILTER_FLAG_NEW_LISTENER),
+            ctypes.byref(prog),
+        )
+        if listener >= 0:
+            return int(listener)
+        if ctypes.get_errno() not in (errno.EINVAL, errno.ENOSYS):
+            raise _fail("seccomp(SECCOMP_SET_MODE_FILTER, NEW_LISTENER)")
+    prog, _kept = program("refuse" if supervised else "allow")
     if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
         raise _fail("prctl(PR_SET_SECCOMP)")
+    return None
 
 
 def interpreter_paths() -> list[str]:
@@ -507,8 +560,14 @@ def confine(config: dict[str, Any]) -> dict[str, Any]:
     arch = config.get("seccomp")
     if arch:
         try:
-            install_seccomp(libc, str(arch))
+            listener = install_seccomp(libc, str(arch))
             applied["seccomp"] = arch
+            # "supervised": each new thread is the server's to count (the listener goes to it
+            # with the ready message: ``listener``, never the program's); 1: none but the
+            # worker's own.
+            applied["threads"] = "supervised" if listener is not None else 1
+            if listener is not None:
+                applied["listener"] = listener
         except OSError as exc:
             errors.append(str(exc))
     return {**applied, "errors": errors}

@@ -9,7 +9,8 @@ program and sends ``done``. Standard library only: it never imports fastgate.
 The channel carries one JSON object per line, each call tagged with an id so that calls made
 at once (``asyncio.gather``) are answered in any order::
 
-    worker -> parent  {"t": "ready", "sandbox": {...}}
+    worker -> parent  {"t": "ready", "sandbox": {...}}  (carrying, SCM_RIGHTS, the listener of
+                      its filter's thread notifications, which the server answers)
     parent -> worker  {"t": "run", "code": "...", "tools": [{"name", "attr", "doc"}, ...]}
     worker -> parent  {"t": "call", "id": 1, "name": "read", "args": {...}}
     parent -> worker  {"t": "result", "id": 1, "ok": true, "value": ...}
@@ -98,6 +99,25 @@ def decode(line: bytes) -> Any:
     except StopIteration:
         end = -1
     return value if end == len(text) else json.loads(text)
+
+
+_REPLY_ID = b'{"t":"result","id":'
+
+
+def decode_reply(line: bytes) -> Any:
+    """A reply of the parent's; one this interpreter cannot decode (a value nested deeper than
+    its recursion limit allows here) is the failure of its call, whose id leads the line (the
+    parent writes ``t`` then ``id``), rather than an exception in the loop that would leave
+    the call waiting for good."""
+    try:
+        return decode(line)
+    except (ValueError, RecursionError, MemoryError) as exc:
+        call_id = None
+        if line.startswith(_REPLY_ID):
+            digits = line[len(_REPLY_ID) : line.find(b",", len(_REPLY_ID))]
+            call_id = int(digits) if digits.isdigit() else None
+        message = f"the program could not read the tool's value ({type(exc).__name__}: {exc})"
+        return {"id": call_id, "ok": False, "code": "OUTPUT_INVALID", "message": message}
 
 
 class Channel:
@@ -234,7 +254,7 @@ class Channel:
         found = None
         while b"\n" in self.buffer:
             line, _, self.buffer = self.buffer.partition(b"\n")
-            reply = decode(line)
+            reply = decode_reply(line)
             if reply.get("id") == call_id:
                 found = reply
                 continue
@@ -263,7 +283,7 @@ class Channel:
         self.buffer += chunk
         *lines, self.buffer = self.buffer.split(b"\n")
         for line in lines:
-            reply = decode(line)
+            reply = decode_reply(line)
             future = self.pending.pop(reply.get("id"), None)
             if future is not None and not future.done():
                 future.set_result(reply)
@@ -460,7 +480,14 @@ def main(argv: list[str]) -> None:
     except Exception as exc:  # a limit that cannot be set: say so, run nothing
         report = {"errors": [f"{type(exc).__name__}: {exc}"]}
     sys.stderr = sys.stdout  # one stream, in the order written
-    channel.send({"t": "ready", "sandbox": report})
+    listener = report.pop("listener", None)
+    if listener is None:
+        channel.send({"t": "ready", "sandbox": report})
+    else:  # the server counts the program's threads: the listener is its, never the program's
+        try:
+            socket.send_fds(channel.sock, [encode({"t": "ready", "sandbox": report})], [listener])
+        finally:
+            os.close(listener)
     message = channel.receive_one()
     if message is None or message.get("t") != "run":
         os._exit(0)  # the pool was closed (or the parent is gone) before a program came
