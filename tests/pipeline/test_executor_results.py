@@ -55,6 +55,31 @@ async def test_unknown_tool_suggests_close_names() -> None:
     assert "echo" in error.message and error.details["suggestions"] == ["echo"]
 
 
+@pytest.mark.parametrize("length", [150, 10_000, 1_000_000])
+@pytest.mark.parametrize("start", ["echo", "ecko", "x"])
+async def test_a_long_unknown_name_is_not_compared_and_is_quoted_cut(
+    monkeypatch: pytest.MonkeyPatch, start: str, length: int
+) -> None:
+    # difflib's time grows with the square of the name: a name past what could come close to a
+    # tool's (at most 64 characters) is not compared, and only its head is quoted back.
+    import difflib
+
+    compared: list[int] = []
+    close_matches = difflib.get_close_matches
+
+    def counted(word: str, *args: Any, **kwargs: Any) -> list[str]:
+        compared.append(len(word))
+        return close_matches(word, *args, **kwargs)
+
+    monkeypatch.setattr(difflib, "get_close_matches", counted)
+    name = (start + "o" * length)[:length]
+    error = expect(await executor(echo()).execute(name, {"text": "x"}), ErrorCode.UNKNOWN_TOOL)
+    assert compared == [] and error.details["suggestions"] == []
+    assert len(error.message) < 400 and f"({length} characters)" in error.message
+    expect(await executor(echo()).execute("ecko", {"text": "x"}), ErrorCode.UNKNOWN_TOOL)
+    assert compared == [4]  # a name that may come close still is
+
+
 @pytest.mark.parametrize("args", [None, [1, 2], "text", 3, 2.5, True])
 async def test_arguments_that_are_not_an_object(args: Any) -> None:
     error = expect(await executor(echo()).execute("echo", args), ErrorCode.INVALID_ARGS)

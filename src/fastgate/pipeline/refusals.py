@@ -11,10 +11,20 @@ from fastgate.pipeline.invocation import ABORTED, TIMEOUT, Outcome
 from fastgate.schema import ValidationIssue
 from fastgate.tools import ToolDefinition
 
+# difflib's ratio is 2*M/(len(a)+len(b)): against names of at most 64 characters, a name longer
+# than this cannot reach the cutoff of 0.6, so it is not compared (difflib's time grows with
+# the square of the length: a 4 MB name held the event loop for a second).
+_LONGEST_CLOSE = 149
+_SHOWN_NAME = 100  # characters of an unknown name quoted back
+
 
 def unknown_tool(name: str, visible: Iterable[str]) -> tuple[str, dict[str, Any]]:
     names = sorted(visible)
-    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    close: list[str] = []
+    if len(name) <= _LONGEST_CLOSE:
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    if len(name) > _SHOWN_NAME:
+        name = name[:_SHOWN_NAME] + f"... ({len(name)} characters)"
     if close:
         hint = "Did you mean " + " or ".join(repr(c) for c in close) + "?"
     elif names:
