@@ -28,6 +28,8 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <ftw.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -113,6 +115,7 @@ typedef struct {
 static step_t *steps;
 static size_t step_count;
 static int report_fd = -1;
+static pid_t launcher_parent; /* who started this launcher: the resident, or the server */
 static int gone_fd = -1; /* the init's: written when every process of the namespace is gone */
 
 typedef struct {
@@ -504,6 +507,59 @@ static int loopback_up(void) {
     return done;
 }
 
+/* In a command that shares the launcher's pid namespace: a seccomp filter refusing (EPERM)
+ * every signal to its launcher and to the process that started the launcher (the resident, or
+ * the server), by pid or process group, and a pidfd of either. The plan's own filter protects
+ * the server; these two pids only the launcher knows. A launcher killed by its command would
+ * leave whatever the command detached (setsid, a double fork) without a supervisor; a killed
+ * resident would let those orphans go to init rather than to it (see serve()). */
+#if defined(__x86_64__)
+#define GUARD_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define GUARD_ARCH AUDIT_ARCH_AARCH64
+#endif
+static int guard_supervisors(void) {
+#ifdef GUARD_ARCH
+    static const long calls[] = {SYS_kill, SYS_tkill, SYS_tgkill, SYS_rt_sigqueueinfo,
+                                 SYS_rt_tgsigqueueinfo, 434 /* pidfd_open */};
+    enum { NCALLS = sizeof calls / sizeof *calls };
+    pid_t launcher = getppid();
+    uint32_t targets[4];
+    size_t ntargets = 0;
+    targets[ntargets++] = (uint32_t)launcher;
+    targets[ntargets++] = (uint32_t)-launcher;
+    if (launcher_parent > 1) {
+        targets[ntargets++] = (uint32_t)launcher_parent;
+        targets[ntargets++] = (uint32_t)-launcher_parent;
+    }
+    struct sock_filter prog[4 + NCALLS + 1 + 1 + 4 + 2];
+    size_t n = 0;
+    prog[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 4 /* arch */);
+    prog[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, GUARD_ARCH, 1, 0);
+    prog[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0x7FFF0000U /* allow */);
+    prog[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 0 /* nr */);
+    for (size_t i = 0; i < NCALLS; i++) {
+        /* to the argument's check, just past the other tests and the allow */
+        prog[n] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)calls[i],
+                                               (uint8_t)(NCALLS - i), 0);
+        n++;
+    }
+    prog[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0x7FFF0000U);
+    prog[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 16 /* args[0], low */);
+    for (size_t i = 0; i < ntargets; i++) {
+        prog[n] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, targets[i],
+                                               (uint8_t)(ntargets - i), 0);
+        n++;
+    }
+    prog[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0x7FFF0000U);
+    prog[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, 0x00050000U | EPERM);
+    struct sock_fprog fprog = {(unsigned short)n, prog};
+    return prctl(PR_SET_SECCOMP, 2 /* SECCOMP_MODE_FILTER */, &fprog, 0, 0);
+#else
+    return 0; /* no seccomp filters are made for another architecture */
+#endif
+}
+
 static int run_step(const step_t *step) {
     switch (step->op) {
     case OP_LOCK: {
@@ -677,6 +733,7 @@ static int run_step(const step_t *step) {
             const void *filter;
         } program = {(unsigned short)(step->len[0] / 8), step->arg[0]};
         if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return -1;
+        if (!plan.namespaces && guard_supervisors() != 0) return -1;
         return prctl(PR_SET_SECCOMP, 2 /* SECCOMP_MODE_FILTER */, &program, 0, 0);
     }
     }
@@ -1115,6 +1172,7 @@ static int run_launcher(int argc, char **argv) {
         return 125;
     }
     long long grace = atoll(argv[1]);
+    launcher_parent = getppid();
     int control_fd = atoi(argv[2]);
     report_fd = atoi(argv[3]);
     const char *executable = argv[4];
@@ -1533,6 +1591,58 @@ static void leave_resident(int signals, int taken[2], const sigset_t *original) 
     setsid();
 }
 
+/* The resident's own children: its spare and the launchers it forked (a spare becomes one). */
+static pid_list forked;
+
+static void forget_forked(pid_t pid) {
+    for (size_t i = 0; i < forked.len; i++) {
+        if (forked.items[i] == pid) {
+            forked.items[i] = forked.items[--forked.len];
+            return;
+        }
+    }
+}
+
+static int was_forked(pid_t pid) {
+    for (size_t i = 0; i < forked.len; i++) {
+        if (forked.items[i] == pid) return 1;
+    }
+    return 0;
+}
+
+/* The resident is a child subreaper: a launcher that dies before its command's processes do
+ * (killed: a command may kill its own launcher) leaves them to it, never to init. Every child
+ * it did not fork is such an orphan, and is killed here; its own children come here in turn
+ * when it dies (a SIGCHLD: another sweep). Returns how many were signalled. The children are
+ * read from /proc/self/task/<pid>/children, else from every process's parent. */
+static size_t sweep_orphans(void) {
+    static pid_list children;
+    children.len = 0;
+    pid_t self = getpid();
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)self);
+    FILE *listed = fopen(path, "re");
+    if (listed) {
+        long pid;
+        while (fscanf(listed, "%ld", &pid) == 1) push(&children, (pid_t)pid);
+        fclose(listed);
+    } else {
+        DIR *proc = opendir("/proc");
+        struct dirent *entry;
+        while (proc && (entry = readdir(proc))) {
+            if (entry->d_name[0] < '1' || entry->d_name[0] > '9') continue;
+            if (parent_of(entry->d_name) == self) push(&children, (pid_t)atol(entry->d_name));
+        }
+        if (proc) closedir(proc);
+    }
+    size_t found = 0;
+    for (size_t i = 0; i < children.len; i++) {
+        /* One this process may not signal (a set-user-id program) is left to the next exit. */
+        if (!was_forked(children.items[i]) && kill(children.items[i], SIGKILL) == 0) found++;
+    }
+    return found;
+}
+
 /* Process names (at most 15 characters), as /proc/PID/comm and ps show them. */
 #define RESIDENT_NAME "fastgate-forker"
 #define SPARE_NAME "fastgate-spare"
@@ -1546,6 +1656,7 @@ static int serve_one(int sock, int signals, int taken[2], const sigset_t *origin
     if (got <= 0) return got;
     STAGE("resident: request received");
     pid_t child = request.error ? -1 : fork();
+    if (child > 0) push(&forked, child);
     if (child == 0) {
         prctl(PR_SET_NAME, LAUNCHER_NAME, 0, 0, 0);
         leave_resident(signals, taken, original);
@@ -1571,6 +1682,7 @@ static pid_t fork_spare(int sock, int signals, int taken[2], const sigset_t *ori
     pid_t child = fork();
     if (child != 0) {
         prctl(PR_SET_NAME, RESIDENT_NAME, 0, 0, 0);
+        if (child > 0) push(&forked, child);
         return child;
     }
     prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
@@ -1595,6 +1707,7 @@ static pid_t fork_spare(int sock, int signals, int taken[2], const sigset_t *ori
 static int serve(int sock) {
     prctl(PR_SET_NAME, RESIDENT_NAME, 0, 0, 0); /* its launchers are born under this name */
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); /* see sweep_orphans() */
     fcntl(sock, F_SETFD, FD_CLOEXEC);
     signal(SIGPIPE, SIG_IGN);
     sigset_t child, original;
@@ -1606,12 +1719,13 @@ static int serve(int sock) {
     int taken[2] = {-1, -1}; /* a spare writes a byte when it has taken a request */
     if (pipe2(taken, O_CLOEXEC | O_NONBLOCK) != 0) taken[0] = taken[1] = -1;
     pid_t spare = 0; /* < 0: it could not be forked; the resident takes the requests itself */
+    size_t orphans = 0; /* found by the last sweep: look again soon, until none is left */
     for (;;) {
         if (spare <= 0 && taken[0] >= 0) spare = fork_spare(sock, signals, taken, &original);
         /* The socket is the spare's to read while there is one: a request goes to one reader. */
         struct pollfd watched[3] = {
             {spare > 0 ? -1 : sock, POLLIN, 0}, {signals, POLLIN, 0}, {taken[0], POLLIN, 0}};
-        if (poll(watched, 3, -1) < 0 && errno != EINTR) return 1;
+        if (poll(watched, 3, orphans ? RESCAN_MS : -1) < 0 && errno != EINTR) return 1;
         if (watched[1].revents) {
             struct signalfd_siginfo info;
             while (read(signals, &info, sizeof info) == (ssize_t)sizeof info) {
@@ -1622,11 +1736,15 @@ static int serve(int sock) {
         if (taken[0] >= 0 && read(taken[0], bytes, sizeof bytes) > 0) spare = 0;
         int status;
         pid_t pid;
+        int reaped = 0;
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+            reaped = 1;
+            forget_forked(pid);
             if (pid != spare) continue;
             spare = 0; /* died idle (killed): replaced above */
             if (WIFEXITED(status) && WEXITSTATUS(status) == SERVER_GONE) return 0;
         }
+        if (reaped || orphans) orphans = sweep_orphans();
         if (watched[0].revents && serve_one(sock, signals, taken, &original) < 0) return 0;
     }
 }

@@ -89,6 +89,14 @@ _BIND_RECURSIVE, _BIND_READONLY, _BIND_OPTIONAL, _BIND_DEVICES = 1, 2, 4, 8
 # TRUNCATE, IOCTL_DEV.
 _LANDLOCK_FILE_RIGHTS = (1 << 0) | (1 << 1) | (1 << 2) | (1 << 14) | (1 << 15)
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 1
+# The guard of the launcher and its parent (see ``_guard_supervisors``): per architecture, its
+# seccomp value and the numbers of kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo and
+# pidfd_open.
+_GUARDED_CALLS = {
+    "x86_64": (0xC000003E, (62, 200, 234, 129, 297, 434)),
+    "aarch64": (0xC00000B7, (129, 130, 131, 138, 240, 434)),
+}
+_launcher_parent = 0  # who started this launcher: the resident, or the server
 
 
 def _report(fd: int, kind: str, value: object) -> None:
@@ -646,7 +654,33 @@ def _seccomp(plan: _Plan, args: list[bytes]) -> None:
 
     program = _Prog(len(code) // 8, ctypes.addressof(filters))
     plan.call(plan.c.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+    if not plan.namespaces:
+        guard = _guard_supervisors(os.getppid(), _launcher_parent)
+        if guard:
+            buffer = ctypes.create_string_buffer(guard, len(guard))
+            guarded = _Prog(len(guard) // 8, ctypes.addressof(buffer))
+            plan.call(plan.c.prctl(_PR_SET_SECCOMP, 2, ctypes.byref(guarded), 0, 0))
     plan.call(plan.c.prctl(_PR_SET_SECCOMP, 2, ctypes.byref(program), 0, 0))
+
+
+def _guard_supervisors(launcher: int, parent: int) -> bytes:
+    """A seccomp filter for a command that shares the launcher's pid namespace: every signal to
+    its launcher and to the process that started the launcher (the resident, or the server), by
+    pid or process group, and a pidfd of either, are refused (EPERM). The plan's own filter
+    protects the server; these two pids only the launcher knows. A launcher killed by its
+    command would leave whatever the command detached without a supervisor; a killed resident
+    would let those orphans go to init rather than to it. ``b""`` on another architecture."""
+    arch, calls = _GUARDED_CALLS.get(os.uname().machine, (0, ()))
+    if not calls:
+        return b""
+    targets = [launcher, -launcher] + ([parent, -parent] if parent > 1 else [])
+    allow, refuse = (0x06, 0, 0, 0x7FFF0000), (0x06, 0, 0, 0x00050000 | 1)
+    prog = [(0x20, 0, 0, 4), (0x15, 1, 0, arch), allow, (0x20, 0, 0, 0)]
+    prog += [(0x15, len(calls) - i, 0, nr) for i, nr in enumerate(calls)]
+    prog += [allow, (0x20, 0, 0, 16)]
+    prog += [(0x15, len(targets) - i, 0, t & 0xFFFFFFFF) for i, t in enumerate(targets)]
+    prog += [allow, refuse]
+    return b"".join(struct.pack("=HBBI", *insn) for insn in prog)
 
 
 _STEPS = {
@@ -1000,6 +1034,8 @@ def main(args: list[str]) -> int:
         return 125
     grace_ms, control, report = int(args[0]), int(args[1]), int(args[2])
     executable, argv = args[3], args[4:]
+    global _launcher_parent
+    _launcher_parent = os.getppid()
     os.set_inheritable(control, False)
     os.set_inheritable(report, False)
     _signal.signal(_signal.SIGPIPE, _signal.SIG_IGN)

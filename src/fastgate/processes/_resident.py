@@ -13,7 +13,9 @@ request itself). The launcher (the same code as one started on its own, with the
 reports) replies with its pid and a pidfd, the only safe handle on a process that is not this
 one's child, before anything of the command starts: no reply means nothing started. The
 resident reaps its children and exits when the server closes its end (or dies); an idle spare
-dies with the resident.
+dies with the resident. It is a child subreaper too: a launcher killed before its command's
+processes ended (a command may kill its own launcher) leaves them to the resident, which ends
+every child it did not fork itself.
 """
 
 from __future__ import annotations

@@ -21,13 +21,15 @@ import asyncio
 import base64
 import contextlib
 import errno
+import functools
 import hmac
 import logging
 import os
 import socket
 import stat
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final
 
 from fastgate.sandbox._hosts import IPAddress, canonical_host, is_public
 from fastgate.sandbox._http import TUNNEL_OPEN, ProxyRequest, Refused, parse_request, refusal
@@ -42,14 +44,51 @@ Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 
 _READ_SIZE: Final = 1 << 16
 _ACCEPT_BACKOFF: Final = 0.05  # out of descriptors: let closing connections free some
+#: Names one proxy resolves at once (``getaddrinfo`` blocks a thread for as long as the name
+#: servers take, their timeouts included).
+RESOLVER_THREADS: Final = 4
 
 
 async def system_resolver(host: str, port: int) -> Sequence[str]:
-    """The addresses ``getaddrinfo`` gives for ``host`` (TCP), in its order."""
+    """The addresses ``getaddrinfo`` gives for ``host`` (TCP), in its order (on the loop's
+    resolver; a proxy resolves in threads of its own, see ``_SystemResolver``)."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    return _addresses(infos)
+
+
+def _addresses(infos: Sequence[tuple[Any, ...]]) -> list[str]:
     # A link-local IPv6 answer carries its zone ("fe80::1%eth0"): the address is what is judged.
     return [str(info[4][0]).partition("%")[0] for info in infos]
+
+
+class _SystemResolver:
+    """A proxy's default resolver: ``getaddrinfo`` in at most ``RESOLVER_THREADS`` threads of
+    the proxy's own. Not the loop's executor: a command may ask for names whose name servers do
+    not answer (any subdomain of a ``*.`` pattern), and each would hold a thread of the
+    server's default executor, which the file tools and every other call share, for the name
+    servers' whole timeout, long after the proxy gave up on it. Closed with the proxy (threads
+    still waiting end with their ``getaddrinfo``)."""
+
+    def __init__(self) -> None:
+        self._executor: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    async def __call__(self, host: str, port: int) -> Sequence[str]:
+        if self._closed:
+            raise OSError(errno.ESHUTDOWN, "the proxy is closed")
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(RESOLVER_THREADS, "fastgate-proxy-resolve")
+        lookup = functools.partial(
+            socket.getaddrinfo, host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+        )
+        infos = await asyncio.get_running_loop().run_in_executor(self._executor, lookup)
+        return _addresses(infos)
+
+    def close(self) -> None:
+        self._closed = True
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
 
 
 def proxy_environment(url: str) -> dict[str, str]:
@@ -120,7 +159,7 @@ class NetworkProxy:
         self._credential_text = credential
         self._unix_path = None if unix_path is None else os.fspath(unix_path)
         self._unix_bound = False
-        self._resolver = resolver or system_resolver
+        self._resolver = resolver or _SystemResolver()
         self._header_timeout = header_timeout
         self._connect_timeout = connect_timeout
         self._max_header = max_header_bytes
@@ -236,6 +275,8 @@ class NetworkProxy:
         for listener in self._listeners:
             listener.close()
         self._listeners.clear()
+        if isinstance(self._resolver, _SystemResolver):
+            self._resolver.close()
         if self._unix_bound and self._unix_path is not None:
             self._unix_bound = False
             with contextlib.suppress(FileNotFoundError):
@@ -311,6 +352,9 @@ class NetworkProxy:
         self._connections.add(task)
         self._idle.clear()
         task.add_done_callback(self._forget)
+        # A task cancelled before its first step (the proxy closed at once) never runs the
+        # ``finally`` that closes its socket.
+        task.add_done_callback(lambda _: client.close())
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self._connections.discard(task)
