@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import pickle
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fastgate.model.freeze import MAX_VALUES, FrozenDict, FrozenList, NotJSON, freeze, thaw
 
@@ -69,3 +73,59 @@ def test_a_value_that_contains_itself_is_refused_not_looped() -> None:
     cyclic["self"] = cyclic
     with pytest.raises(NotJSON, match=f"{MAX_VALUES:,}"):
         freeze(cyclic)
+
+
+# The module, not the function of the same name the package exports.
+freeze_module = importlib.import_module("fastgate.model.freeze")
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=5), inner, max_size=5)
+    ),
+    max_leaves=40,
+)
+
+
+@given(_JSON)
+def test_a_snapshot_equals_its_value_and_thaws_back(value: Any) -> None:
+    frozen = freeze(value)
+    assert frozen == value and thaw(frozen) == value
+    assert type(thaw(frozen)) is type(value)
+
+
+def _count(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + sum(_count(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return 1 + sum(_count(v) for v in value)
+    return 1
+
+
+@given(_JSON)
+def test_every_value_counts_once_against_the_bound(value: Any) -> None:
+    # Exactly MAX_VALUES values pass, one more is refused, whatever the shape.
+    size = _count(value)
+    with mock.patch.object(freeze_module, "MAX_VALUES", size):
+        assert freeze(value) == value
+    if size > 1:
+        with mock.patch.object(freeze_module, "MAX_VALUES", size - 1), pytest.raises(NotJSON):
+            freeze(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        [[]] * 5,
+        [{}] * 5,
+        list(range(5)),
+        {"a": [1, [2, {"b": 3}]], "c": True},
+        ([1, 2], {"x": (3,)}),
+    ],
+)
+def test_the_bound_counts_containers_and_scalars_alike(value: Any) -> None:
+    size = _count(value)
+    with mock.patch.object(freeze_module, "MAX_VALUES", size):
+        freeze(value)
+    with mock.patch.object(freeze_module, "MAX_VALUES", size - 1), pytest.raises(NotJSON):
+        freeze(value)

@@ -84,32 +84,40 @@ def _convert(value: Any, make_dict: type, make_list: type) -> Any:
     if isinstance(value, _SCALARS):
         return value
     # Explicit stack of (source, destination list, index). Containers are found parents first
-    # and built children first, so each is made once from finished children.
+    # and built children first, so each is made once from finished children. Every value is
+    # counted once, when its container is reached (before its children are looked at). Plain
+    # dicts and lists (what JSON decoders make) are told apart by their exact type first, and
+    # their scalars placed at once: the ABC check of ``Mapping`` and a trip through the stack
+    # per scalar cost more than the rest of the work.
     root: list[Any] = [None]
     stack: list[tuple[Any, list[Any], int]] = [(value, root, 0)]
     found: list[tuple[list[Any], list[str] | None, list[Any], int]] = []
-    budget = MAX_VALUES
+    push = stack.append
+    budget = MAX_VALUES - 1  # the root
     while stack:
-        budget -= 1
-        if budget < 0:
-            raise NotJSON(f"more than {MAX_VALUES:,} values (or a value that contains itself)")
         source, into, index = stack.pop()
-        if isinstance(source, _SCALARS):
-            into[index] = source
-        elif isinstance(source, Mapping):
+        kind = type(source)
+        if kind is dict or (kind is not list and isinstance(source, Mapping)):
             keys = list(source.keys())
             for key in keys:
                 if type(key) is not str:
                     raise NotJSON(f"object keys must be strings, got {type(key).__name__} {key!r}")
-            children: list[Any] = [None] * len(keys)
-            found.append((children, keys, into, index))
-            stack.extend((source[key], children, i) for i, key in enumerate(keys))
-        elif isinstance(source, (list, tuple)):
-            children = [None] * len(source)
-            found.append((children, None, into, index))
-            stack.extend((item, children, i) for i, item in enumerate(source))
+            items = [source[key] for key in keys]
+        elif kind is list or isinstance(source, (list, tuple)):
+            keys = None
+            items = list(source)
+        elif isinstance(source, _SCALARS):  # a subclass of a scalar type
+            into[index] = source
+            continue
         else:
             raise NotJSON(f"not a JSON value: {type(source).__name__}")
+        budget -= len(items)
+        if budget < 0:
+            raise NotJSON(f"more than {MAX_VALUES:,} values (or a value that contains itself)")
+        found.append((items, keys, into, index))
+        for i, item in enumerate(items):
+            if type(item) not in SCALAR_TYPES:
+                push((item, items, i))
     for children, keys, into, index in reversed(found):
         into[index] = (
             make_list(children) if keys is None else make_dict(zip(keys, children, strict=True))
