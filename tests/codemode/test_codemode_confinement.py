@@ -100,6 +100,51 @@ for name, attempt in attempts.items():
     assert accepted == []
 
 
+async def test_no_datagram_reaches_a_unix_socket_outside(env: Env, tmp_path: Path) -> None:
+    # A datagram socketpair sends to whatever path sendto or connect names; only stream and
+    # seqpacket pairs (connected for good) are made.
+    import socket
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    path = str(tmp_path / "listener.sock")
+    listener.bind(path)
+    listener.setblocking(False)
+    try:
+        code = f"""
+import socket
+S = socket
+def pair(kind):
+    return socket.socketpair(S.AF_UNIX, kind)[0]
+attempts = {{
+    "dgram": lambda: pair(S.SOCK_DGRAM).sendto(b"x", {path!r}),
+    "dgram-cloexec": lambda: pair(S.SOCK_DGRAM | S.SOCK_CLOEXEC).sendto(b"x", {path!r}),
+    "dgram-nonblock": lambda: pair(S.SOCK_DGRAM | S.SOCK_NONBLOCK).sendto(b"x", {path!r}),
+    "raw": lambda: pair(S.SOCK_RAW).sendto(b"x", {path!r}),
+    "connect": lambda: (lambda s: (s.connect({path!r}), s.send(b"x")))(pair(S.SOCK_DGRAM)),
+    "sendmsg": lambda: pair(S.SOCK_DGRAM).sendmsg([b"x"], [], 0, {path!r}),
+}}
+for name, attempt in attempts.items():
+    try:
+        attempt()
+        print("SENT", name)
+    except OSError as e:
+        print("refused", name, type(e).__name__)
+a, b = socket.socketpair(S.AF_UNIX, S.SOCK_STREAM | S.SOCK_CLOEXEC)
+a.send(b"ok"); print("stream", b.recv(2).decode())
+a, b = socket.socketpair(S.AF_UNIX, S.SOCK_SEQPACKET)
+a.send(b"ok"); print("seqpacket", b.recv(2).decode())
+"""
+        result = await run(env.make(noop_tool()), code)
+        assert result.ok, result.content
+        out = result.value["stdout"]
+        assert "SENT" not in out and out.count("refused") == 6, out
+        assert "stream ok" in out and "seqpacket ok" in out, out
+        with pytest.raises(BlockingIOError):
+            listener.recv(16)  # nothing arrived
+    finally:
+        listener.close()
+
+
 async def test_no_secret_of_the_servers_environment_is_visible(
     env: Env, monkeypatch: pytest.MonkeyPatch
 ) -> None:

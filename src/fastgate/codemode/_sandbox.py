@@ -101,9 +101,10 @@ _arg_lo = _kernel.arg_lo
 _arg_hi = _kernel.arg_hi
 _ARCHES: dict[str, tuple[int, dict[str, int]]] = _kernel.ARCHES
 
-# Refused outright (EPERM): new processes and programs, sockets (a socketpair stays allowed: it
-# reaches nothing), other processes' memory and pages, namespaces, mounts, kernel keys, io_uring
-# (its operations would bypass this filter), raised limits, state shared with the server:
+# Refused outright (EPERM): new processes and programs, sockets (a stream or seqpacket
+# socketpair stays allowed: it reaches nothing; a datagram one is refused below), other
+# processes' memory and pages, namespaces, mounts, kernel keys, io_uring (its operations would
+# bypass this filter), raised limits, state shared with the server:
 # System V IPC (no architecture here has the ``ipc`` multiplexer; another ABI's calls are
 # refused above), POSIX message queues (named in the IPC namespace, not the file system Landlock
 # sees), kcmp (it compares the server's descriptors and memory with the program's).
@@ -358,6 +359,8 @@ def seccomp_filter(arch: str, own_pid: int, threads: str = "allow") -> bytes:
             prog += [(_JEQ, 0, 1, numbers[name]), (_RET, 0, 0, deny)]
     for number in _UNACCOUNTED_MEMORY[arch].values():
         prog += [(_JEQ, 0, 1, number), (_RET, 0, 0, deny)]
+    # A stream or seqpacket pair only: a datagram pair sends to any socket path it names.
+    prog += _kernel.socketpair_rule(numbers["socketpair"])
     metadata = _METADATA_NUMBERS[arch]
     for name in _METADATA:
         if name not in metadata:  # a name missing from the table would pass unseen

@@ -117,17 +117,18 @@ _COMMON = """
 """
 _X86_64 = """
     ioctl 16 shmget 29 shmat 30 shmctl 31 socket 41 connect 42 accept 43 bind 49 listen 50
-    clone 56 fork 57 vfork 58 execve 59 kill 62 semget 64 semop 65 semctl 66 shmdt 67 msgget 68
-    msgsnd 69 msgrcv 70 msgctl 71 fcntl 72 ptrace 101 syslog 103 rt_sigqueueinfo 129
-    setpriority 141 sched_setparam 142 sched_setscheduler 144 vhangup 153 pivot_root 155
-    setrlimit 160 chroot 161 acct 163 mount 165 umount2 166 swapon 167 swapoff 168 reboot 169
-    iopl 172 ioperm 173 init_module 175 delete_module 176 quotactl 179 tkill 200
-    sched_setaffinity 203 semtimedop 220 tgkill 234 mq_open 240 mq_unlink 241 mq_timedsend 242
-    mq_timedreceive 243 mq_notify 244 mq_getsetattr 245 kexec_load 246 add_key 248
-    request_key 249 keyctl 250 ioprio_set 251 migrate_pages 256 unshare 272 move_pages 279
-    accept4 288 rt_tgsigqueueinfo 297 perf_event_open 298 prlimit64 302 name_to_handle_at 303
-    open_by_handle_at 304 setns 308 process_vm_readv 310 process_vm_writev 311 kcmp 312
-    finit_module 313 sched_setattr 314 kexec_file_load 320 bpf 321 execveat 322 userfaultfd 323
+    socketpair 53 clone 56 fork 57 vfork 58 execve 59 kill 62 semget 64 semop 65 semctl 66
+    shmdt 67 msgget 68 msgsnd 69 msgrcv 70 msgctl 71 fcntl 72 ptrace 101 syslog 103
+    rt_sigqueueinfo 129 setpriority 141 sched_setparam 142 sched_setscheduler 144 vhangup 153
+    pivot_root 155 setrlimit 160 chroot 161 acct 163 mount 165 umount2 166 swapon 167
+    swapoff 168 reboot 169 iopl 172 ioperm 173 init_module 175 delete_module 176 quotactl 179
+    tkill 200 sched_setaffinity 203 semtimedop 220 tgkill 234 mq_open 240 mq_unlink 241
+    mq_timedsend 242 mq_timedreceive 243 mq_notify 244 mq_getsetattr 245 kexec_load 246
+    add_key 248 request_key 249 keyctl 250 ioprio_set 251 migrate_pages 256 unshare 272
+    move_pages 279 accept4 288 rt_tgsigqueueinfo 297 perf_event_open 298 prlimit64 302
+    name_to_handle_at 303 open_by_handle_at 304 setns 308 process_vm_readv 310
+    process_vm_writev 311 kcmp 312 finit_module 313 sched_setattr 314 kexec_file_load 320
+    bpf 321 execveat 322 userfaultfd 323
 """
 _AARCH64 = """
     fcntl 25 ioctl 29 ioprio_set 30 umount2 39 mount 40 pivot_root 41 chroot 51 vhangup 58
@@ -136,8 +137,8 @@ _AARCH64 = """
     tkill 130 tgkill 131 rt_sigqueueinfo 138 setpriority 140 reboot 142 setrlimit 164
     mq_open 180 mq_unlink 181 mq_timedsend 182 mq_timedreceive 183 mq_notify 184
     mq_getsetattr 185 msgget 186 msgctl 187 msgrcv 188 msgsnd 189 semget 190 semctl 191
-    semtimedop 192 semop 193 shmget 194 shmctl 195 shmat 196 shmdt 197 socket 198 bind 200
-    listen 201 accept 202 connect 203 add_key 217 request_key 218 keyctl 219 clone 220
+    semtimedop 192 semop 193 shmget 194 shmctl 195 shmat 196 shmdt 197 socket 198 socketpair 199
+    bind 200 listen 201 accept 202 connect 203 add_key 217 request_key 218 keyctl 219 clone 220
     execve 221 swapon 224 swapoff 225 migrate_pages 238 move_pages 239 rt_tgsigqueueinfo 240
     perf_event_open 241 accept4 242 prlimit64 261 name_to_handle_at 264 open_by_handle_at 265
     setns 268 process_vm_readv 270 process_vm_writev 271 kcmp 272 finit_module 273
@@ -252,7 +253,7 @@ _CLONE_NAMESPACES = (
     | 0x40000000  # CLONE_NEWNET
 )
 AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
-_SOCK_STREAM, _IPPROTO_TCP, _NETLINK_ROUTE = 1, 6, 0
+_SOCK_STREAM, _SOCK_SEQPACKET, _IPPROTO_TCP, _NETLINK_ROUTE = 1, 5, 6, 0
 _TIOCSTI, _TIOCLINUX = 0x5412, 0x541C
 _F_SETOWN, _F_SETSIG, _F_SETOWN_EX = 8, 10, 15
 _FIOSETOWN, _SIOCSPGRP = 0x8901, 0x8902
@@ -273,8 +274,9 @@ def command_filter(
     Always: the calls of ``_DENIED``; a new namespace (``clone`` with a ``CLONE_NEW*`` flag;
     ``clone3``, whose flags hide behind a pointer, is ENOSYS so the C library falls back to
     ``clone``); every socket but a netlink route socket (no Unix socket: the server's, by path
-    or abstract name, stay unreachable; ``socketpair`` is allowed), and with ``tcp`` a TCP
-    socket (where it may connect is the namespace's or Landlock's to say); typing into a
+    or abstract name, stay unreachable), and with ``tcp`` a TCP socket (where it may connect is
+    the namespace's or Landlock's to say); every ``socketpair`` but one of Unix stream or
+    seqpacket sockets (a datagram pair sends to any address it is given); typing into a
     terminal (``TIOCSTI``, ``TIOCLINUX``); the priority of every process of a user.
 
     Without ``namespaced`` (nothing separates the command from the server's processes): with
@@ -295,6 +297,7 @@ def command_filter(
         [(LD_ABS_W, 0, 0, arg_lo(0)), (JSET, 0, 1, _CLONE_NAMESPACES), refuse(), ALLOW],
     )
     prog += _socket_rule(numbers["socket"], tcp)
+    prog += socketpair_rule(numbers["socketpair"])
     if tcp and not namespaced:
         # Landlock checks bind(2) but not the port listen(2) picks for an unbound socket: a
         # command sharing the host's network would accept connections bypassing the proxy.
@@ -350,6 +353,26 @@ def _socket_rule(number: int, tcp: bool) -> list[Insn]:
         *netlink,
         refuse(),
         *stream,
+    ]
+    return when(number, body)
+
+
+def socketpair_rule(number: int) -> list[Insn]:
+    """``socketpair`` of the Unix family only, of stream or seqpacket sockets (whatever the
+    ``SOCK_NONBLOCK`` and ``SOCK_CLOEXEC`` flags): a pair of those is connected for good, while
+    a datagram pair (``SOCK_DGRAM``, or ``SOCK_RAW``, which the Unix family makes a datagram
+    pair too) sends to any address ``sendto``, ``sendmsg`` or ``connect`` names, the server's
+    sockets by path or abstract name included. Anything else is refused (EPERM) as ``socket``
+    refuses."""
+    body = [
+        (LD_ABS_W, 0, 0, arg_lo(0)),
+        (JEQ, 0, 4, AF_UNIX),
+        (LD_ABS_W, 0, 0, arg_lo(1)),
+        (AND, 0, 0, 0xF),  # the type without SOCK_NONBLOCK and SOCK_CLOEXEC
+        (JEQ, 2, 0, _SOCK_STREAM),
+        (JEQ, 1, 0, _SOCK_SEQPACKET),
+        refuse(),
+        ALLOW,
     ]
     return when(number, body)
 

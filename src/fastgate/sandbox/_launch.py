@@ -17,7 +17,9 @@ import os
 import secrets
 import shutil
 import socket
+import stat
 import tempfile
+import threading
 from collections.abc import Sequence
 
 from fastgate.processes import Plan, Process
@@ -121,7 +123,7 @@ class Confinement:
         abi: int,
         proxy: NetworkProxy | None,
     ) -> Confinement:
-        temporary = tempfile.mkdtemp(prefix="fastgate-sandbox-")
+        temporary = tempfile.mkdtemp(prefix="call-", dir=temporary_parent())
         environment = {"TMPDIR": temporary}
         port = None
         if proxy is not None and proxy.address is not None:
@@ -177,6 +179,55 @@ class Confinement:
         if self._temporary is not None:
             await asyncio.to_thread(shutil.rmtree, self._temporary, True)
             self._temporary = None
+
+
+_parent: str | None = None
+_parent_lock = threading.Lock()
+
+
+def temporary_parent() -> str:
+    """The directory the private temporary directories of calls without namespaces are made
+    in: ``fastgate-sandbox-<uid>`` in the system's temporary directory (its real path), the
+    user's alone (mode 0700), made once; where another user holds that name, one of this
+    process's own (``mkdtemp``). The mode keeps other users out; one parent holding them all is
+    what a plan can leave out of its read grants while granting each call its own directory."""
+    global _parent
+    with _parent_lock:
+        if _parent is None or not _is_private_directory(_parent):
+            _parent = _make_parent()
+        return _parent
+
+
+def _make_parent() -> str:
+    where, name = os.path.realpath(tempfile.gettempdir()), f"fastgate-sandbox-{os.geteuid()}"
+    path = os.path.join(where, name)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    if _is_private_directory(path):
+        return path
+    return tempfile.mkdtemp(prefix=f"{name}-", dir=where)
+
+
+def _is_private_directory(path: str) -> bool:
+    """``path`` is a directory (not a link to one) of this user's that no one else can enter
+    (its group and others' permissions are taken off when it is ours)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid():
+            return False
+        if found.st_mode & 0o077:
+            os.fchmod(fd, 0o700)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
 
 
 async def _adopt_listener(channel: socket.socket, proxy: NetworkProxy) -> None:

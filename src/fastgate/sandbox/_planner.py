@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from fastgate import ErrorCode, ToolFault
 from fastgate.paths import Glob, PathPattern
 from fastgate.processes import (
     BIND_DEVICES,
@@ -114,6 +115,7 @@ class _Known:
     policy: SandboxPolicy
     layout: Layout
     watched: Watched  # the layout holds while none of these directories changes
+    unlistable: tuple[str, ...]  # ... and none of these can be listed again
 
 
 _LAYOUTS: dict[tuple[int, tuple[str, ...] | None, str], _Known] = {}
@@ -125,14 +127,20 @@ def layout(policy: SandboxPolicy, roots: Sequence[str] | None, cwd: str) -> Layo
     while no directory it was read from has changed."""
     key = (id(policy), None if roots is None else tuple(roots), cwd)
     known = _LAYOUTS.get(key)
-    if known is not None and known.policy is policy and _unchanged(known.watched):
+    if (
+        known is not None
+        and known.policy is policy
+        and _unchanged(known.watched)
+        and not _listable_again(known.unlistable)
+    ):
         return known.layout
     watched: Watched = {}
-    found = _layout(policy, roots, cwd, watched)
+    unlistable: list[str] = []
+    found = _layout(policy, roots, cwd, watched, unlistable)
     if _settled(watched):
         if len(_LAYOUTS) >= 256:
             _LAYOUTS.clear()
-        _LAYOUTS[key] = _Known(policy, found, watched)
+        _LAYOUTS[key] = _Known(policy, found, watched, tuple(unlistable))
     else:
         _LAYOUTS.pop(key, None)
     return found
@@ -192,7 +200,11 @@ def _unchanged(watched: Watched) -> bool:
 
 
 def _layout(
-    policy: SandboxPolicy, roots: Sequence[str] | None, cwd: str, watched: Watched
+    policy: SandboxPolicy,
+    roots: Sequence[str] | None,
+    cwd: str,
+    watched: Watched,
+    unlistable: list[str],
 ) -> Layout:
     cwd = _canonical(cwd)
     asked = [cwd] if roots is None else [_canonical(r) for r in roots]
@@ -209,16 +221,27 @@ def _layout(
     hidden: set[str] = set()
     for directory in {os.path.dirname(p) for p in [cwd, *asked, *read_only]}:
         _watch(watched, directory)
+    # Every root asked inside a writable one (the workspace inside an additional directory
+    # that holds it) gets its own literal protected paths, placeholders included, as the
+    # outermost one does.
+    inner = sorted(r for r in set(asked) if os.path.isdir(r))
+    walked: list[_Walked] = []
     for root in writable:
-        found = _search(root, policy)
+        tops = tuple(r for r in inner if _within(r, root) and r != root)
+        found = _search(root, policy, tops)
+        walked.append(found)
+        unlistable += found.unlistable
         hidden.update(found.hidden)
         protected.update(found.protected)
         for directory, state in found.directories.items():
             watched.setdefault(directory, state)
         for pattern, text in zip(policy.protected_patterns, policy.protected, strict=True):
-            for target in _literal_targets(pattern, root):
-                _protect(target, _names_directory(pattern, text), root, protected, placeholders)
-                _watch_along(watched, root, target)
+            for top in (root, *tops):
+                if any(_within(top, ro) for ro in read_only):
+                    continue  # read-only as a whole
+                for target in _literal_targets(pattern, top):
+                    _protect(target, _names_directory(pattern, text), root, protected, placeholders)
+                    _watch_along(watched, top, target)
         # git takes its configuration and hooks from whatever its control files name: a ``.git``
         # file, ``commondir``, a submodule's or worktree's own git directory. Each is protected
         # as its configuration is, so that no command can point the user's git elsewhere.
@@ -235,11 +258,22 @@ def _layout(
     for root in _outermost(r for r in asked if os.path.isdir(r) and r not in writable):
         if any(_within(root, w) for w in writable):
             continue  # searched with its writable root
-        found = _search(root, policy)  # a read-only root hides the same secrets
+        tops = tuple(sorted(r for r in asked if _within(r, root) and r != root))
+        found = _search(root, policy, tops)  # a read-only root hides the same secrets
+        unlistable += found.unlistable
         hidden.update(found.hidden)
         for directory, state in found.directories.items():
             watched.setdefault(directory, state)
-    protected.update(p for p in read_only if any(_within(p, w) and p != w for w in writable))
+    # A read-only path inside a writable root is protected as a protected path is: an absent
+    # one gets a placeholder (a file, or a directory where it was written with a final "/").
+    for path, text in zip(read_only, policy.read_only, strict=True):
+        home = next((w for w in writable if _within(path, w) and path != w), None)
+        if home is not None:
+            _protect(path, text.endswith("/"), home, protected, placeholders)
+            _watch_along(watched, home, path)
+    hosts = {directory for directory, _, _ in placeholders.values()}
+    for states in (watched, *(found.directories for found in walked)):
+        _list_hosts(states, hosts)
     hidden_outside = set()
     for pattern in policy.hidden_patterns:
         segments = _literal(pattern) if pattern.anchor == "absolute" else None
@@ -274,6 +308,24 @@ def _layout(
         hidden_outside=tuple(sorted(hidden_outside)),
         cwd=cwd,
     )
+
+
+def _list_hosts(watched: Watched, hosts: Iterable[str]) -> None:
+    """Keep the entries of each directory of ``hosts`` that ``watched`` holds by its mtime
+    alone: a placeholder made there and removed at each call changes its mtime, not them."""
+    for directory in hosts:
+        state = watched.get(directory)
+        if state is None or state[1] is not None or state[0] < 0:
+            continue
+        try:
+            if os.stat(directory).st_mtime_ns != state[0]:
+                continue  # changed since: the next call looks again
+            entries = _entries(directory)
+            if entries is None or os.stat(directory).st_mtime_ns != state[0]:
+                continue
+        except OSError:
+            continue
+        watched[directory] = (state[0], entries)
 
 
 def _watch_along(watched: Watched, top: str, path: str) -> None:
@@ -439,6 +491,7 @@ class _Walked:
     git_dirs: tuple[str, ...]  # git directories whose control files are protected
     git_files: tuple[str, ...]  # ``.git`` files (a worktree's or submodule's checkout)
     complete: bool  # the walk saw the whole tree within its budget
+    unlistable: tuple[str, ...] = ()  # directories it could not list (hidden as a whole)
 
 
 _WALKED: dict[str, _Walked] = {}
@@ -447,21 +500,30 @@ _LAST_FOUND: dict[str, _Walked] = {}
 _CUT_SHORT_TOLD: set[str] = set()
 
 
-def _search(root: str, policy: SandboxPolicy) -> _Walked:
+def _search(root: str, policy: SandboxPolicy, tops: tuple[str, ...] = ()) -> _Walked:
     """The existing paths inside ``root`` that match ``policy``'s hidden and protected
-    patterns, its git directories and ``.git`` files, and the directories walked (with their
-    mtimes); reused while none has changed."""
-    key = (*policy.hidden, "\0", *policy.protected)
+    patterns (relative ones at ``root`` and at each root asked inside it, ``tops``), its git
+    directories and ``.git`` files, and the directories walked (with their mtimes); reused
+    while none has changed. A directory below ``root`` that cannot be listed is hidden and
+    read-only as a whole (what it holds is not known); ``root`` or one of ``tops``,
+    ``RootUnlistable``."""
+    key = (*policy.hidden, "\0", *policy.protected, "\0", *tops)
     cached = _WALKED.get(root)
-    if cached is not None and cached.key == key and _unchanged(cached.directories):
+    if (
+        cached is not None
+        and cached.key == key
+        and _unchanged(cached.directories)
+        and not _listable_again(cached.unlistable)
+    ):
         return cached
-    hide = _union(policy.hidden_patterns, root)
-    protect = _union(policy.protected_patterns, root)
+    hide = _union(policy.hidden_patterns, (root, *tops))
+    protect = _union(policy.protected_patterns, (root, *tops))
     directories: Watched = {}
     hidden: list[str] = []
     protected: list[str] = []
     git_dirs: list[str] = []
     git_files: list[str] = []
+    unlistable: list[str] = []
     budget = WALK_BUDGET
     todo = [(root, 0)]
     while todo and budget > 0:
@@ -469,7 +531,16 @@ def _search(root: str, policy: SandboxPolicy) -> _Walked:
         _watch(directories, directory, listed=depth <= 0)
         try:
             entries = list(os.scandir(directory))
-        except OSError:
+        except OSError as exc:
+            if not _is_directory(directory):
+                continue  # gone, or replaced, meanwhile: nothing below it to hide
+            # Its mode may be only the last command's doing (``chmod 300``): what it holds
+            # stays out of reach until the search can list it again.
+            if directory == root or directory in tops:
+                raise RootUnlistable(directory, exc) from None
+            hidden.append(directory)
+            protected.append(directory)
+            unlistable.append(directory)
             continue
         for entry in entries:
             budget -= 1
@@ -511,6 +582,7 @@ def _search(root: str, policy: SandboxPolicy) -> _Walked:
         tuple(repositories),
         tuple(git_files),
         complete=not todo,
+        unlistable=tuple(unlistable),
     )
     earlier = _LAST_FOUND.get(root)
     if not found.complete and earlier is not None and earlier.key == key:
@@ -550,17 +622,57 @@ def _keep_earlier(found: _Walked, earlier: _Walked) -> _Walked:
         union(found.git_dirs, earlier.git_dirs),
         union(found.git_files, earlier.git_files),
         complete=False,
+        unlistable=found.unlistable,
     )
 
 
-def _union(patterns: Sequence[PathPattern], root: str) -> Glob | None:
-    """The patterns over absolute paths for ``root``, as one full match in time linear in the
-    path (RE2): the walk matches every name in the root, and a backtracking engine would stall
-    it, and the event loop, on a pattern such as ``**/*a*a*a*a*a*b`` and one long name.
+def _listable_again(directories: Iterable[str]) -> bool:
+    """Whether a directory the search could not list can be now (its mode changes its ctime,
+    not the mtime the search is cached by): then it is searched again rather than hidden."""
+    for directory in directories:
+        try:
+            with os.scandir(directory):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _union(patterns: Sequence[PathPattern], roots: str | Sequence[str]) -> Glob | None:
+    """The patterns over absolute paths for ``roots`` (one, or several), as one full match in
+    time linear in the path (RE2): the walk matches every name in the root, and a backtracking
+    engine would stall it, and the event loop, on a pattern such as ``**/*a*a*a*a*a*b`` and one
+    long name.
     ``GlobError`` (a ``ValueError``) when they are too large for RE2's memory bound."""
     if not patterns:
         return None
-    return Glob("|".join(f"(?:{p.regex(root)})" for p in patterns), fold=False)
+    if isinstance(roots, str):
+        roots = (roots,)
+    regexes = dict.fromkeys(p.regex(root) for root in roots for p in patterns)
+    return Glob("|".join(f"(?:{r})" for r in regexes), fold=False)
+
+
+def _is_directory(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+class RootUnlistable(ToolFault, OSError):
+    """A root the search for hidden and protected paths cannot list: the call is not run (what
+    the root holds is not known). A ``ToolFault`` for the shell, an ``OSError`` for other
+    spawners."""
+
+    def __init__(self, root: str, exc: OSError) -> None:
+        why = exc.strerror or str(exc)
+        super().__init__(
+            f"The command was not run: the sandbox cannot list {root} ({why}) to find the "
+            "hidden and protected paths in it; give it its read permission back "
+            f"(chmod u+r {root}).",
+            code=ErrorCode.TOOL_ERROR,
+            details={"reason": "sandbox_failed", "step": None, "unlistable": root},
+        )
 
 
 # -- the plans ------------------------------------------------------------------------------
@@ -710,11 +822,16 @@ def _landlock(
     scoped = _kernel.SCOPE_ABSTRACT_UNIX_SOCKET | _kernel.SCOPE_SIGNAL if abi >= 6 else 0
     steps = [Step(Op.LANDLOCK, (handled, net, scoped))]
     read = _kernel.FS_READ & handled
-    if namespaced or not where.hidden_outside:
+    if namespaced:
         steps.append(Step(Op.LANDLOCK_PATH, (read, "/")))
     else:
-        grants, listed = _read_grants(where.hidden_outside)
-        steps += [Step(Op.LANDLOCK_PATH, (_kernel.FS_READ_DIR, d)) for d in listed]
+        # Without namespaces /dev is the host's (the user's terminals in /dev/pts, the shared
+        # memory of the user's processes in /dev/shm): it is listed, and only the usable
+        # devices below are granted, as under namespaces (nodev but for those). The parent of
+        # the calls' temporary directories is not granted either: each call reads its own
+        # (writable, below), never another call's.
+        grants, listed = _read_grants((*where.hidden_outside, "/dev", os.path.dirname(temporary)))
+        steps += [Step(Op.LANDLOCK_PATH, (_kernel.FS_READ_DIR, d)) for d in (*listed, "/dev")]
         steps += [Step(Op.LANDLOCK_PATH, (read, path)) for path in grants]
     write = _kernel.fs_writable(abi)
     writable = [*where.roots, temporary] + (["/dev/shm"] if namespaced else [])

@@ -114,8 +114,10 @@ def _probe() -> SandboxSupport:
             reason += f"; Landlock ABI {abi} has no TCP rules, so no NetworkPolicy"
         elif abi < 6:
             reason += (
-                f"; Landlock ABI {abi} does not scope signals: they are refused to the server "
-                "and its process group only"
+                f"; Landlock ABI {abi} does not scope signals: they are refused only to the "
+                "server and its process group and to the command's supervisors (its launcher "
+                "and the process that started it: the resident launcher, or the server), by "
+                "pid or process group"
             )
         return SandboxSupport(True, "landlock+seccomp", network, reason)
     return SandboxSupport(
