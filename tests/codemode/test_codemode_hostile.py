@@ -38,6 +38,9 @@ from tests.codemode_kit import (
     within,
 )
 
+# Servers and processes of their own, the same in both builds: run once, in the compiled build.
+pytestmark = pytest.mark.slow
+
 RAW = """
 import json, socket
 channel = socket.socket(fileno=3)

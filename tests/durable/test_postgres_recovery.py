@@ -20,6 +20,9 @@ from fastgate.durable.store import StoreError, args_digest, session_key
 from tests.durable.conftest import new_namespace
 from tests.durable.test_postgres_store import done, use
 
+# Servers and processes of their own, the same in both builds: run once, in the compiled build.
+pytestmark = pytest.mark.slow
+
 T = TypeVar("T")
 
 # Far below the store's timeout (5 s): replacing dead connections takes milliseconds, while the

@@ -35,6 +35,9 @@ from fastgate.mcp import MCPBridge, MCPServerConfig, MCPStartupError, _http, _se
 from fastgate.model.rendering import DEFAULT_MAX_CONTENT_CHARS
 from tests.mcp.servers import alive, all_pids, assert_gone, assert_settled, running
 
+# Servers and processes of their own, the same in both builds: run once, in the compiled build.
+pytestmark = pytest.mark.slow
+
 CTX = ExecutionContext(session_id="s1")
 MCP_DIR = Path(__file__).parent
 BOUNDS = MCP_DIR / "bounds_server.py"

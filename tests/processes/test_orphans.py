@@ -22,6 +22,9 @@ from tests.processes_kit import (
     until_dead,
 )
 
+# Kernel and process mechanisms, the same in both builds: run once, in the compiled build.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(name="resident_launcher")
 def resident_launcher_fixture(compiled_launcher: str, monkeypatch: pytest.MonkeyPatch) -> str:

@@ -43,6 +43,9 @@ from tests.sandbox.confinement_kit import (
     unique,
 )
 
+# Kernel and process mechanisms, the same in both builds: run once, in the compiled build.
+pytestmark = pytest.mark.slow
+
 OPEN = pytest.mark.xfail(strict=True, reason="open: the fix is the planner's or the filter's")
 
 # -- a root inside another root -----------------------------------------------------------------

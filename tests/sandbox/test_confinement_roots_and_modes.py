@@ -23,6 +23,9 @@ from tests.sandbox.confinement_kit import (
     unique,
 )
 
+# Kernel and process mechanisms, the same in both builds: run once, in the compiled build.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(name="namespaces")
 def namespaces_fixture() -> None:

@@ -27,6 +27,9 @@ from tests.sandbox.confinement_kit import (
     with_marker,
 )
 
+# Kernel and process mechanisms, the same in both builds: run once, in the compiled build.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(params=["as the kernel has it", "landlock abi 5"], name="signals")
 def signals_fixture(

@@ -20,6 +20,9 @@ from tests.sandbox.confinement_kit import (
     no_process_outlives_the_test,  # noqa: F401  (autouse)
 )
 
+# Kernel and process mechanisms, the same in both builds: run once, in the compiled build.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(name="fresh_parent")
 def fresh_parent_fixture(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]:

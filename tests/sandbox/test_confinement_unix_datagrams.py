@@ -27,6 +27,9 @@ from tests.sandbox.confinement_kit import (
     unique,
 )
 
+# Kernel and process mechanisms, the same in both builds: run once, in the compiled build.
+pytestmark = pytest.mark.slow
+
 # How the pair is made (0o4000: SOCK_NONBLOCK), and how it sends to ``address``.
 PAIRS = {
     "dgram": "socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)",
