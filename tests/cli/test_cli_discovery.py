@@ -190,6 +190,17 @@ def test_a_built_in_call_starts_none_of_the_workspaces_mcp_servers(
     assert str(workspace / ".mcp.json") not in settings_step(report)["files"]
 
 
+def write_evil_and_fix(workspace: Path, home: Path) -> Path:
+    """A workspace .mcp.json with two servers: "fix" (the fixture) and "evil", which creates
+    the returned marker if it is ever started."""
+    fixture = Path(__file__).parents[1] / "mcp" / "fixture_server.py"
+    marker = home / "server-ran"
+    evil = {"command": sys.executable, "args": ["-c", f"open({str(marker)!r}, 'w').close()"]}
+    fix = {"command": sys.executable, "args": [str(fixture), "stdio"]}
+    (workspace / ".mcp.json").write_text(json.dumps({"mcpServers": {"evil": evil, "fix": fix}}))
+    return marker
+
+
 @pytest.mark.parametrize(
     ("tool", "arguments", "status"),
     [
@@ -205,12 +216,7 @@ def test_an_mcp_call_starts_only_the_server_it_names(
 ) -> None:
     if not _bridge_available():
         pytest.skip("the mcp extra is not installed")
-    fixture = Path(__file__).parents[1] / "mcp" / "fixture_server.py"
-    marker = home / "server-ran"
-    evil = {"command": sys.executable, "args": ["-c", f"open({str(marker)!r}, 'w').close()"]}
-    fix = {"command": sys.executable, "args": [str(fixture), "stdio"]}
-    servers = {"evil": evil, "fix": fix}
-    (workspace / ".mcp.json").write_text(json.dumps({"mcpServers": servers}))
+    marker = write_evil_and_fix(workspace, home)
     done, report, stderr = call(workspace, home, tool, arguments, "--allow", "mcp__fix")
     assert done == status, stderr
     if status == 0:
@@ -229,11 +235,7 @@ def test_a_server_the_settings_disable_is_not_started(
     # Claude Code's `disabledMcpjsonServers` turns a project server off; any settings file may.
     if not _bridge_available():
         pytest.skip("the mcp extra is not installed")
-    fixture = Path(__file__).parents[1] / "mcp" / "fixture_server.py"
-    marker = home / "server-ran"
-    evil = {"command": sys.executable, "args": ["-c", f"open({str(marker)!r}, 'w').close()"]}
-    fix = {"command": sys.executable, "args": [str(fixture), "stdio"]}
-    (workspace / ".mcp.json").write_text(json.dumps({"mcpServers": {"evil": evil, "fix": fix}}))
+    marker = write_evil_and_fix(workspace, home)
     folder = home if where.startswith("~") else workspace
     write(folder / where.removeprefix("~/"), {"disabledMcpjsonServers": ["other", "evil"]})
     status, report, stderr = call(workspace, home, "mcp__evil__run", "{}")
