@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -165,6 +166,30 @@ def http_fixture(record: Path | None = None) -> Iterator[tuple[str, int]]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait(10)
+        if process.stdout is not None:
+            process.stdout.close()
+    assert not alive(process.pid)
+
+
+@contextlib.contextmanager
+def http_script_server(script: Path) -> Iterator[tuple[str, int]]:
+    """``script`` (an MCP server over HTTP on 127.0.0.1 that prints ``PORT <n>`` once it
+    listens) in a process of its own: (url, pid); killed and checked gone at the end."""
+    process = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=dict(os.environ),
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert line.startswith("PORT "), f"the HTTP server did not start: {line!r}"
+        yield f"http://127.0.0.1:{int(line.split()[1])}/mcp", process.pid
+    finally:
+        process.kill()
+        process.wait(10)
         if process.stdout is not None:
             process.stdout.close()
     assert not alive(process.pid)

@@ -7,13 +7,10 @@ control characters of the server never reach a log line or ``status()`` raw."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
-import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +21,7 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed")
 from fastgate import ErrorCode, ExecutionContext, PermissionMode, ToolExecutor, ToolRegistry
 from fastgate.mcp import MCPBridge, MCPServerConfig, MCPStartupError
 from fastgate.mcp._text import printable
-from tests.mcp.servers import alive, assert_settled, running
+from tests.mcp.servers import assert_settled, http_script_server, running
 
 CTX = ExecutionContext(session_id="s1")
 UPSTREAM = Path(__file__).with_name("upstream_server.py")
@@ -39,29 +36,6 @@ def upstream(era: str, mode: str = "plain", **options: Any) -> MCPServerConfig:
 
 def yolo(registry: ToolRegistry) -> ToolExecutor:
     return ToolExecutor(registry, mode=PermissionMode.YOLO)
-
-
-@contextlib.contextmanager
-def error_http_server() -> Iterator[tuple[str, int]]:
-    """``error_http_server.py`` on 127.0.0.1: (url, pid); stopped and checked gone at the end."""
-    process = subprocess.Popen(
-        [sys.executable, str(ERROR_HTTP)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=dict(os.environ),
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("PORT "), f"the HTTP server did not start: {line!r}"
-        yield f"http://127.0.0.1:{int(line.split()[1])}/mcp", process.pid
-    finally:
-        process.kill()
-        process.wait(10)
-        if process.stdout is not None:
-            process.stdout.close()
-    assert not alive(process.pid)
 
 
 # -- a JSON-RPC error with the code -32000 ------------------------------------------------------
@@ -123,7 +97,7 @@ async def test_a_server_error_with_code_32000_is_the_servers_error_over_stdio(er
 
 
 async def test_a_server_error_with_code_32000_is_the_servers_error_over_http() -> None:
-    with error_http_server() as (url, pid):
+    with http_script_server(ERROR_HTTP) as (url, pid):
         registry = ToolRegistry()
         async with running(registry, MCPServerConfig("web", url=url)) as bridge:
             assert bridge.status()["web"]["transport"] == "http"

@@ -12,9 +12,7 @@ import contextlib
 import json
 import logging
 import os
-import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +31,13 @@ from fastgate import (
 )
 from fastgate.mcp import MCPBridge, MCPServerConfig, MCPStartupError, _http, _server
 from fastgate.model.rendering import DEFAULT_MAX_CONTENT_CHARS
-from tests.mcp.servers import alive, all_pids, assert_gone, assert_settled, running
+from tests.mcp.servers import (
+    all_pids,
+    assert_gone,
+    assert_settled,
+    http_script_server,
+    running,
+)
 
 # Servers and processes of their own, the same in both builds: run once, in the compiled build.
 pytestmark = pytest.mark.slow
@@ -176,35 +180,13 @@ async def test_a_listing_over_its_bytes_in_all_is_refused(
 # -- HTTP bodies ----------------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def bodies_server() -> Iterator[str]:
-    process = subprocess.Popen(
-        [sys.executable, str(BODIES)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=dict(os.environ),
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline()
-        assert line.startswith("PORT "), f"the HTTP server did not start: {line!r}"
-        yield f"http://127.0.0.1:{int(line.split()[1])}/mcp"
-    finally:
-        process.kill()
-        process.wait(10)
-        if process.stdout is not None:
-            process.stdout.close()
-    assert not alive(process.pid)
-
-
 async def test_http_bodies_are_bounded_while_they_are_read(monkeypatch: pytest.MonkeyPatch) -> None:
     # Eight megabytes against a limit of one: chunked, with a length, gzip and deflate bombs
     # (a few kilobytes on the wire), and a 401 carrying them. Each call fails, none is read
     # whole, and the connection still serves calls.
     monkeypatch.setattr(_http, "MAX_BODY_BYTES", 1024 * 1024)
     registry = ToolRegistry()
-    with bodies_server() as url:
+    with http_script_server(BODIES) as (url, _):
         config = MCPServerConfig("w", url=url, call_timeout=60)
         async with running(registry, config) as bridge:
             executor = yolo(registry)
@@ -494,7 +476,7 @@ async def test_answers_that_never_come_over_http_leave_nothing_behind(tool: str)
     # that goes quiet: each call times out, and its POST (which the SDK abandons unclosed)
     # is ended once no call or start could still need it: no task or connection stays.
     registry = ToolRegistry()
-    with bodies_server() as url:
+    with http_script_server(BODIES) as (url, _):
         config = MCPServerConfig(
             "w", url=url, idle_timeout=0.3, call_timeout=1.0, startup_timeout=2.0
         )
