@@ -391,6 +391,25 @@ async def test_a_live_stream_ends_when_its_session_expires(tmp_path: Path) -> No
     gateway.executor.dispose()
 
 
+async def test_a_stream_ends_when_the_expiry_timer_fires_before_the_clock_reaches_it(
+    tmp_path: Path,
+) -> None:
+    """uvloop's timer clock runs a little ahead of ``time.monotonic()``: the expiry timer can
+    fire while the session still looks current to ``get``. The stream must end all the same."""
+    gateway = console_gateway(tmp_path)
+    assert gateway._console is not None
+    async with serving(gateway) as url, httpx.AsyncClient(timeout=30) as http:
+        origin = origin_of(url)
+        await _signed_in(http, origin)
+        (session,) = gateway._console.sessions._sessions.values()
+        async with http.stream("GET", f"{origin}/console/events") as approvals:
+            assert approvals.status_code == 200
+            session.ended.set()  # what the timer does, with the expiry not yet reached
+            text = await _until_closed(approvals)
+        assert "event: ended\n" in text
+    gateway.executor.dispose()
+
+
 # -- without tokens, this machine only --------------------------------------------------------
 
 REMOTE = {"x-forwarded-for": "192.0.2.2"}  # (uvicorn believes it from 127.0.0.1: a proxy)

@@ -416,7 +416,9 @@ class _Stream:
         events = self._source(scope, session)
 
         def signed_in() -> bool:
-            return console.sessions.get(sid) is session
+            # ``ended`` first: the expiry timer runs on the loop's clock, which may fire a
+            # moment before ``time.monotonic()`` reaches the expiry ``get`` compares with.
+            return not session.ended.is_set() and console.sessions.get(sid) is session
 
         ended = asyncio.ensure_future(session.wait_ended())
         tasks = [
