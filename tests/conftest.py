@@ -1,5 +1,5 @@
 """Test harness: every ``async def`` test runs once on asyncio's loop and once on uvloop
-(uvloop only when marked ``one_loop``).
+(uvloop only when marked ``one_loop`` or ``slow``).
 
 No pytest-asyncio: a small hook runs the coroutine in ``asyncio.Runner`` with the chosen loop and
 fails the test if it leaves tasks behind. Sync tests (hypothesis state machines) ask for the
@@ -43,7 +43,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if wants_loop and "loop_name" not in metafunc.fixturenames:
         metafunc.fixturenames.append("loop_name")
     if "loop_name" in metafunc.fixturenames:
-        one = metafunc.definition.get_closest_marker("one_loop") is not None
+        marked = metafunc.definition.get_closest_marker
+        one = marked("one_loop") is not None or marked("slow") is not None
         metafunc.parametrize("loop_name", LOOPS[-1:] if one else LOOPS)
 
 

@@ -30,6 +30,10 @@ from tests.processes_kit import (
     until_dead,
 )
 
+# The processes and the kernel it exercises are the same under both builds and both loops:
+# run once, in the compiled build, on uvloop.
+pytestmark = pytest.mark.slow
+
 # Each case starts processes that record their pids (one line each) in ./pids; the number is
 # how many lines to wait for.
 CASES: dict[str, tuple[str, int]] = {

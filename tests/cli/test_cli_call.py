@@ -15,6 +15,10 @@ import pytest
 
 from fastgate.pipeline import STAGES
 
+# The processes and the kernel it exercises are the same under both builds and both loops:
+# run once, in the compiled build, on uvloop.
+pytestmark = pytest.mark.slow
+
 FASTGATE = str(Path(sys.executable).with_name("fastgate"))
 
 CLAUDE_SETTINGS = {

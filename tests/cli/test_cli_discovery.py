@@ -16,6 +16,10 @@ import pytest
 
 from fastgate.permissions import discovery
 
+# The processes and the kernel it exercises are the same under both builds and both loops:
+# run once, in the compiled build, on uvloop.
+pytestmark = pytest.mark.slow
+
 FASTGATE = str(Path(sys.executable).with_name("fastgate"))
 
 

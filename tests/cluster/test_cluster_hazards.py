@@ -29,6 +29,10 @@ from fastgate.cli.bench.redis_server import RedisServer, pid_alive
 from fastgate.cluster import ClusterStats, RedisCluster
 from tests.cluster.links import DelayedLink, SilentServer
 
+# Faults of real processes, the same under both builds and both loops: run once, in the
+# compiled build, on uvloop.
+pytestmark = pytest.mark.slow
+
 TTL = 1.0
 REFRESH = 0.25
 #: A bound on anything the code promises "within a refresh" or "at once", with room for a

@@ -20,6 +20,10 @@ from fastgate.processes import _spawn
 from tests.codemode_kit import Env, children, noop_tool, run
 from tests.codemode_kit import env_fixture as env_fixture  # the fixture "env"
 
+# The processes and the kernel it exercises are the same under both builds and both loops:
+# run once, in the compiled build, on uvloop.
+pytestmark = pytest.mark.slow
+
 DAEMON = """
 import os, time
 r, w = os.pipe()

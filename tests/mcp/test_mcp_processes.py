@@ -14,7 +14,11 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed")
 from fastgate import ExecutionContext, PermissionMode, ToolExecutor, ToolRegistry
 from tests.mcp.servers import alive, assert_gone, fixture, running
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="Linux only")
+# Run once, in the compiled build, on uvloop: the processes are the same under every build.
+pytestmark = [
+    pytest.mark.skipif(not hasattr(os, "pidfd_open"), reason="Linux only"),
+    pytest.mark.slow,
+]
 CTX = ExecutionContext(session_id="s1")
 
 

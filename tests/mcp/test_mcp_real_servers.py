@@ -39,6 +39,10 @@ from tests.mcp.servers import (
     time_server,
 )
 
+# The processes and the kernel it exercises are the same under both builds and both loops:
+# run once, in the compiled build, on uvloop.
+pytestmark = pytest.mark.slow
+
 CTX = ExecutionContext(session_id="s1")
 
 

@@ -27,6 +27,10 @@ from tests.processes_kit import (
     until_dead,
 )
 
+# The processes and the kernel it exercises are the same under both builds and both loops:
+# run once, in the compiled build, on uvloop.
+pytestmark = pytest.mark.slow
+
 
 async def read_all(fd: int) -> bytes:
     """Everything written to a pipe until its last writer is gone."""

@@ -28,6 +28,10 @@ from tests.sandbox.confinement_kit import (
     unique,
 )
 
+# The processes and the kernel it exercises are the same under both builds and both loops:
+# run once, in the compiled build, on uvloop.
+pytestmark = pytest.mark.slow
+
 SECRET = "s3cr3t-" + "x" * 8
 
 # -- files --------------------------------------------------------------------------------------

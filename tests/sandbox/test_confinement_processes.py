@@ -32,6 +32,10 @@ from tests.sandbox.confinement_kit import (
     with_marker,
 )
 
+# The processes and the kernel it exercises are the same under both builds and both loops:
+# run once, in the compiled build, on uvloop.
+pytestmark = pytest.mark.slow
+
 # Each detaches from the command in its own way; each renames itself to the marker.
 DAEMONS = {
     "setsid -f": "setsid -f bash -c 'exec -a {m} sleep 300' > /dev/null 2>&1",

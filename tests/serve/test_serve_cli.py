@@ -29,6 +29,10 @@ from tests.serve.kit import (
     text_of,
 )
 
+# The processes and the kernel it exercises are the same under both builds and both loops:
+# run once, in the compiled build, on uvloop.
+pytestmark = pytest.mark.slow
+
 
 def write(path: Path, content: object) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -19,6 +19,10 @@ from fastgate.serve import Gateway
 from tests.mcp.servers import all_pids, assert_gone, cancellations, fixture, records
 from tests.serve.kit import ERAS, LEGACY, MODERN, client, executor, fastgate_meta, serving, text_of
 
+# Faults of real processes, the same under both builds and both loops: run once, in the
+# compiled build, on uvloop.
+pytestmark = pytest.mark.slow
+
 
 @contextlib.asynccontextmanager
 async def upstream(
