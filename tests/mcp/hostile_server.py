@@ -19,6 +19,11 @@ Run as ``python hostile_server.py MODE``:
 - ``endless-pages``: every ``tools/list`` page has a new ``nextCursor``.
 - ``same-cursor``: every ``tools/list`` page has the same ``nextCursor``.
 - ``crowded``: every ``tools/list`` page has a new ``nextCursor`` and 1,000 more tools.
+- ``unreadable``: three more tools, whose messages are not valid UTF-8: ``mangled`` (its reply
+  spelled as ``UNREADABLE[how]`` says), ``held`` (sends a progress notification at once and its
+  reply only after the next ``mangled`` reply) and ``ask`` (puts an ``elicitation/create``
+  request that is not UTF-8 to the client, and returns what the client answered).
+- ``unreadable-list``: its ``tools/list`` reply is not valid UTF-8.
 
 With ``HOSTILE_RECORD=<file>`` it appends one JSON line per message received: ``{"method",
 "id", "cursor", "pid"}``.
@@ -57,6 +62,45 @@ TOOLS = [
     },
 ]
 LISTS = {"n": 0}  # tools/list requests answered so far
+NO_ARGS = {"type": "object", "properties": {}}
+UNREADABLE_TOOLS = [
+    {
+        "name": "mangled",
+        "description": "Answered with a reply that is not UTF-8.",
+        "inputSchema": {"type": "object", "properties": {"how": {"type": "string"}}},
+    },
+    {
+        "name": "held",
+        "description": "Answered after the next mangled reply.",
+        "inputSchema": NO_ARGS,
+    },
+    {
+        "name": "ask",
+        "description": "Asks the client something, not in UTF-8.",
+        "inputSchema": NO_ARGS,
+    },
+]
+# A reply to a tools/call, with ID for its id and TEXT for its text (JSON-encoded, quoted).
+REPLY = b'{"jsonrpc": "2.0", "id": ID, "result": {"content": [{"type": "text", "text": TEXT}]}}'
+# How a mangled reply is spelled: (where the bytes go, the bytes). "text" puts them inside the
+# text string of an otherwise valid reply, "key" inside a key, "id" inside the id string,
+# "between" between two tokens, "end" after the last brace, "error" in an error's message.
+UNREADABLE: dict[str, tuple[str, bytes]] = {
+    "continuation": ("text", b"caf\x80 au lait"),  # a lone continuation byte
+    "truncated": ("text", b"costs 5 \xe2\x82"),  # a multibyte sequence cut short
+    "truncated-end": ("end", b"\xe2\x82"),
+    "overlong": ("text", b"a slash \xc0\xaf"),  # '/' spelled in two bytes
+    "overlong-3": ("text", b"a slash \xe0\x80\xaf"),  # and in three
+    "surrogate": ("text", b"half a pair \xed\xa0\x80"),  # U+D800 encoded as if a character
+    "surrogate-low": ("text", b"\xed\xbf\xbf the other half"),  # U+DFFF
+    "latin-1": ("text", b"na\xefve r\xe9sum\xe9"),  # another encoding's text
+    "invalid-bytes": ("text", b"\xff\xfe\xf8\xf5"),  # bytes UTF-8 never has
+    "key": ("key", b"\xff"),
+    "id": ("id", b"\x80"),
+    "between": ("between", b"\x80"),
+    "error": ("error", b"quota exceeded \xff\xfe"),
+}
+HELD: list[Any] = []  # ids of held calls, answered after the next mangled reply
 
 
 def raw(data: bytes) -> None:
@@ -112,12 +156,62 @@ def tools_list(request_id: Any, cursor: Any) -> None:
         reply(request_id, {"tools": filler(page), "nextCursor": f"page-{page + 1}"})
     elif MODE == "same-cursor":
         reply(request_id, {"tools": TOOLS if cursor is None else [], "nextCursor": "again"})
+    elif MODE == "unreadable":
+        reply(request_id, {"tools": TOOLS + UNREADABLE_TOOLS})
+    elif MODE == "unreadable-list":  # a description that is not UTF-8
+        listed = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"tools": TOOLS}})
+        raw(listed.encode().replace(b"Return the text.", b"Return the text \xff\xfe."))
     else:
         reply(request_id, {"tools": TOOLS})
 
 
+def mangled(request_id: Any, how: str) -> bytes:
+    where, bad = UNREADABLE[how]
+    rid = json.dumps(request_id).encode()
+    line = REPLY.replace(b"ID", rid)
+    if where == "text":
+        return line.replace(b"TEXT", b'"' + bad + b'"')
+    line = line.replace(b"TEXT", b'"fine"')
+    if where == "key":
+        return line.replace(b'"text": "fine"', b'"te' + bad + b'xt": "fine"')
+    if where == "id":
+        return line.replace(rid, rid[:-1] + bad + rid[-1:]) if rid.endswith(b'"') else line + bad
+    if where == "between":
+        return line.replace(b'"result"', bad + b' "result"')
+    if where == "end":
+        return line + bad
+    error = b'{"jsonrpc": "2.0", "id": ID, "error": {"code": -32000, "message": "MSG"}}'
+    return error.replace(b"ID", rid).replace(b"MSG", bad)
+
+
+def unreadable_call(request_id: Any, params: dict[str, Any]) -> None:
+    name = params.get("name")
+    if name == "mangled":
+        raw(mangled(request_id, str(params.get("arguments", {}).get("how"))))
+        while HELD:
+            reply(HELD.pop(0), {"content": [{"type": "text", "text": "held, then answered"}]})
+    elif name == "held":
+        token = (params.get("_meta") or {}).get("progressToken")
+        if token is not None:
+            progress = {"progressToken": token, "progress": 1, "message": "holding"}
+            send({"jsonrpc": "2.0", "method": "notifications/progress", "params": progress})
+        HELD.append(request_id)
+    else:  # ask: an elicitation/create whose message is not UTF-8, then what came back
+        raw(
+            b'{"jsonrpc": "2.0", "id": "ask-1", "method": "elicitation/create", "params": '
+            b'{"mode": "form", "message": "Proceed? \xc0\xaf", "requestedSchema": '
+            b'{"type": "object", "properties": {}}}}'
+        )
+        answer = json.loads(sys.stdin.buffer.readline())
+        record(answer)
+        said = answer.get("error", {}).get("message") or f"accepted: {answer.get('result')}"
+        reply(request_id, {"content": [{"type": "text", "text": f"the client said: {said}"}]})
+
+
 def tools_call(request_id: Any, params: dict[str, Any]) -> None:
-    if params.get("name") == "echo" and MODE == "garbage-calls":
+    if MODE == "unreadable" and params.get("name") in ("mangled", "held", "ask"):
+        unreadable_call(request_id, params)
+    elif params.get("name") == "echo" and MODE == "garbage-calls":
         raw(b"echo: working on it")
         raw(b"echo: still working")
     elif params.get("name") == "echo":

@@ -16,6 +16,7 @@ from fastgate.mcp._names import pool_name
 from fastgate.mcp._server import CLOSED, READY, ServerLink
 from fastgate.mcp._text import printable, shown
 from fastgate.mcp._tools import Listing
+from fastgate.permissions import withdraw_approvals
 
 log = logging.getLogger("fastgate.mcp")
 
@@ -150,7 +151,9 @@ class MCPBridge:
     def _install(self, link: ServerLink, listing: Listing) -> None:
         """Swap ``link``'s tools for ``listing``'s in one step: no ``await`` in between, so no
         call on this loop sees half a generation. Calls in flight keep the definitions they
-        resolved."""
+        resolved. A tool whose definition changed or that is gone takes its session approvals
+        with it (a person approved what they were shown, not what the server says now); one
+        the server lists unchanged keeps its definition, and so its approvals."""
         registry, scope = self.registry, link.config.scope
         new = {d.name: d for d in listing.definitions}
         for name, old in link.tools.items():
@@ -158,7 +161,10 @@ class MCPBridge:
                 registry.unregister(name, scope)
         for definition in listing.definitions:
             registry.register(definition, scope)
+        withdrawn = [old for name, old in link.tools.items() if new.get(name) is not old]
         link.tools = new
+        for old in withdrawn:
+            withdraw_approvals(old)
         # The names and reasons quote the server (its names, its schemas): escaped and cut
         # for the operator, and only the first few logged one by one.
         link.quarantined = {

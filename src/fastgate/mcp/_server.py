@@ -15,6 +15,7 @@ import functools
 import itertools
 import logging
 import random
+import re
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, cast
@@ -32,7 +33,7 @@ from fastgate.mcp._auth import HttpAuth, is_mcp_request, make_provider
 from fastgate.mcp._config import MCPServerConfig
 from fastgate.mcp._elicitation import CallInputs, Router, complete_call
 from fastgate.mcp._names import tool_name
-from fastgate.mcp._stdio import StderrTail, StdioTransport
+from fastgate.mcp._stdio import StderrTail, StdioTransport, Unreadable
 from fastgate.mcp._text import shown
 from fastgate.mcp._tools import Listing, build_listing, said_by, value_of
 from mcp import Client
@@ -107,6 +108,8 @@ class ServerLink:
         self._refresh_wanted = False
         self._refresh_at = 0.0  # time.monotonic() before which no refresh starts
         self._fingerprint = b""
+        self._listing: Listing | None = None  # the last one installed (a tool unchanged in
+        # the next keeps its definition)
         self.first_attempt = asyncio.Event()
         self._change = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -404,10 +407,11 @@ class ServerLink:
         if fingerprint == self._fingerprint:
             return  # the same tools: keep the definitions (and every cache keyed by them)
         kept = [t for t in raw_tools if not (isinstance(t, dict) and t.get("name") in dropped)]
-        listing = build_listing(self.config, kept, self.call, self._name_taken)
+        listing = build_listing(self.config, kept, self.call, self._name_taken, self._listing)
         if dropped:
             listing = dataclasses.replace(listing, quarantined={**dropped, **listing.quarantined})
         self._install(self, listing)
+        self._listing = listing
         self._fingerprint = fingerprint
         self.generation += 1
         self._changed()
@@ -529,6 +533,14 @@ class ServerLink:
                 raise
             raise self._timeout(remote, watch.expired) from None
         except MCPError as exc:
+            unreadable = _unreadable(exc, self._over_http())
+            if unreadable is not None:
+                raise ToolFault(
+                    f"MCP server {self.config.name} answered the call of {remote} with a reply "
+                    f"that is {unreadable}. The call may or may not have run on the server; it "
+                    "is not repeated automatically.",
+                    details={"reason": "protocol_error", "server": self.config.name},
+                ) from None
             if _connection_closed(exc, self._over_http()):
                 raise self._unavailable(
                     "closed the connection during the call", sent=True
@@ -838,6 +850,12 @@ _HTTP_STREAM_LOST: Final = (
 )
 
 
+# What the SDK's client says, with PARSE_ERROR and no data, when the body or the event that
+# answers a request over streamable HTTP cannot be parsed (its bytes are not UTF-8, say).
+_HTTP_UNPARSED: Final = ("Failed to parse JSON response: ", "Failed to parse SSE message: ")
+_PARSE_FAILURE: Final = " validation error for "  # the parser's words, after those
+
+
 def _connection_closed(exc: MCPError, over_http: bool) -> bool:
     """Whether ``exc`` is the SDK's own word that the connection (over HTTP: the request's
     response stream) is gone, not an error the server answered with. Both come with the code
@@ -852,6 +870,27 @@ def _connection_closed(exc: MCPError, over_http: bool) -> bool:
     return message == _CLOSED_MESSAGE or (over_http and message.startswith(_HTTP_STREAM_LOST))
 
 
+def _unreadable(exc: MCPError, over_http: bool) -> str | None:
+    """Why the server's reply could not be read, when ``exc`` is the error the transport failed
+    the request with for it: over stdio, its ``Unreadable`` data (never the server's own
+    error); over HTTP, the SDK's own words, with the code PARSE_ERROR and no data, for a body
+    or an event it could not parse (a server answering with exactly those is taken at them)."""
+    error = exc.error
+    if isinstance(error.data, Unreadable):
+        return error.data.reason
+    if (
+        not over_http
+        or error.code != mcp_types.PARSE_ERROR
+        or error.data is not None
+        or not error.message.startswith(_HTTP_UNPARSED)
+        or _PARSE_FAILURE not in error.message  # (a body that could not be read whole, say)
+    ):
+        return None
+    found = re.search(r"Invalid JSON: ([^\[\n]{1,200})", error.message)
+    why = f" ({found.group(1).strip()})" if found else ""
+    return f"not a JSON-RPC message that can be read{why}"
+
+
 def _refused(request: str, exc: BaseException, over_http: bool) -> ProtocolFailure | None:
     """The JSON-RPC error the server answered ``request`` with (found inside the groups the SDK
     wraps it in) as a ``ProtocolFailure``; None for anything else, a lost connection included."""
@@ -859,6 +898,9 @@ def _refused(request: str, exc: BaseException, over_http: bool) -> ProtocolFailu
         exc = exc.exceptions[0]
     if not isinstance(exc, MCPError) or _connection_closed(exc, over_http):
         return None
+    unreadable = _unreadable(exc, over_http)
+    if unreadable is not None:
+        return ProtocolFailure(f"the server's reply to {request} is {unreadable}")
     return ProtocolFailure(
         f"the server refused {request}: JSON-RPC error {exc.code}: {exc.error.message}"
     )

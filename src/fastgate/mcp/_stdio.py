@@ -67,6 +67,17 @@ class StderrTail:
         return "\n".join(lines)
 
 
+class Unreadable:
+    """The ``data`` of the error a request of ours fails with when the server's reply to it
+    could not be read (not UTF-8): why. A server's own error can never carry one (its data is
+    JSON)."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
 class StdioTransport:
     """An async context manager yielding the (read, write) streams an MCP session drives.
 
@@ -91,6 +102,7 @@ class StdioTransport:
         self.exit_reason = ""
         self.noise_lines = 0  # stdout lines that were not JSON-RPC (a banner, a stray print)
         self.last_noise = ""
+        self.unreadable = 0  # JSON-RPC messages that were not UTF-8 (their requests failed)
         self.on_lost: Callable[[str], None] | None = None
         self.on_spawn: Callable[[int], None] | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -231,6 +243,8 @@ class StdioTransport:
                 try:
                     message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
                 except ValueError as exc:
+                    if await self._unreadable(line, out):
+                        continue
                     # Not JSON-RPC (a stray print): the session is told, the stream goes on.
                     self.noise_lines += 1
                     self.last_noise = line[:NOISE_LINE_CHARS].decode("utf-8", "replace").strip()
@@ -247,6 +261,58 @@ class StdioTransport:
                 reason = f"the server exited with status {code}"
             self._lose(reason)
             out.close()
+
+    async def _unreadable(
+        self, line: bytes, out: MemoryObjectSendStream[SessionMessage | Exception]
+    ) -> bool:
+        """Whether ``line`` was a JSON-RPC message that is not valid UTF-8, now dealt with: the
+        request of ours it answers fails at once (an error carrying ``Unreadable``, which no
+        server can send), a request of the server's is answered with an error. Its other
+        messages go on. Any other line that is not UTF-8 is a stray line like the rest."""
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad = exc.object[exc.start : exc.end][:8].hex(" ")
+            reason = f"not valid UTF-8 ({exc.reason}: byte(s) {bad} at offset {exc.start})"
+        else:
+            return False
+        # Which message it is: the invalid bytes left out (never an ASCII character, so never
+        # one of JSON's), only to read its id; nothing of its content is used.
+        try:
+            message = mcp_types.jsonrpc_message_adapter.validate_json(
+                line.decode("utf-8", "ignore"), by_name=False
+            )
+        except ValueError:
+            return False
+        if isinstance(message, mcp_types.JSONRPCResponse | mcp_types.JSONRPCError):
+            if message.id is None:
+                return False
+            self.unreadable += 1
+            error = mcp_types.ErrorData(
+                code=mcp_types.PARSE_ERROR,
+                message=f"the reply is {reason}",
+                data=Unreadable(reason),
+            )
+            failed = mcp_types.JSONRPCError(jsonrpc="2.0", id=message.id, error=error)
+            await out.send(SessionMessage(failed))
+            return True
+        if isinstance(message, mcp_types.JSONRPCRequest):
+            self.unreadable += 1
+            log.warning("MCP server request %s is %s: refused", printable(str(message.id)), reason)
+            refusal = mcp_types.JSONRPCError(
+                jsonrpc="2.0",
+                id=message.id,
+                error=mcp_types.ErrorData(
+                    code=mcp_types.PARSE_ERROR, message=f"the request is {reason}"
+                ),
+            )
+            stdin = self._stdin
+            if stdin is not None:
+                with contextlib.suppress(OSError, RuntimeError):
+                    data = refusal.model_dump_json(by_alias=True, exclude_unset=True)
+                    stdin.write(data.encode() + b"\n")
+            return True
+        return False  # a notification: nothing waits for it
 
     async def _write_stdin(self, messages: MemoryObjectReceiveStream[SessionMessage]) -> None:
         stdin = self._stdin

@@ -4,6 +4,7 @@ reply to a canonical value (SPEC §14 names, schemas, kind and policy, results).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
@@ -41,6 +42,8 @@ class Listing:
     definitions: tuple[ToolDefinition, ...]
     quarantined: Mapping[str, str]
     remote_names: Mapping[str, str]  # registered name -> the server's own name
+    # registered name -> the digest of the server's definition of the tool (all of it)
+    digests: Mapping[str, bytes] = dataclasses.field(default_factory=dict)
 
 
 # One tool of a listing (its name, description and schemas, as JSON): a schema compiles to
@@ -49,15 +52,24 @@ MAX_TOOL_BYTES: Final = 1024 * 1024
 
 
 def build_listing(
-    config: MCPServerConfig, raw_tools: list[Any], call: RemoteCall, taken: Callable[[str], bool]
+    config: MCPServerConfig,
+    raw_tools: list[Any],
+    call: RemoteCall,
+    taken: Callable[[str], bool],
+    previous: Listing | None = None,
 ) -> Listing:
     """Definitions for ``raw_tools`` (the ``tools`` of a ``tools/list`` reply, unparsed).
 
-    ``taken(name)`` says whether a tool that is not this server's already has the name.
+    ``taken(name)`` says whether a tool that is not this server's already has the name. A tool
+    the server defines exactly as in ``previous`` (the listing before) keeps its definition,
+    the same object: what was approved for it still stands. Any change to what the server
+    says of a tool (description, schemas, annotations, title, ``_meta``) makes a new one.
     """
     definitions: list[ToolDefinition] = []
     quarantined: dict[str, str] = {}
     remote_names: dict[str, str] = {}
+    digests: dict[str, bytes] = {}
+    before = {d.name: d for d in previous.definitions} if previous is not None else {}
     for index, raw in enumerate(raw_tools):
         remote = raw.get("name") if isinstance(raw, dict) else None
         if not isinstance(remote, str) or not remote:
@@ -68,20 +80,30 @@ def build_listing(
             why = f"its definition is {size} bytes, over the {MAX_TOOL_BYTES} a tool may take"
             quarantined[remote] = why  # (status() shows a long name cut, with its hash)
             continue
-        try:
-            definition = _definition(config, raw, call)
-        except (Unusable, TypeError, ValueError) as exc:
-            quarantined[remote] = str(exc)
-            continue
-        name = definition.name
+        digest = _digest(raw)
+        name = tool_name(config.name, remote)
+        definition = before.get(name)
+        if definition is None or previous is None or previous.digests.get(name) != digest:
+            try:
+                definition = _definition(config, raw, call)
+            except (Unusable, TypeError, ValueError) as exc:
+                quarantined[remote] = str(exc)
+                continue
         if name in remote_names:
             quarantined[remote] = f"its name {name} is already used by {remote_names[name]!r}"
         elif taken(name):
             quarantined[remote] = f"a tool named {name} is already registered"
         else:
             remote_names[name] = remote
+            digests[name] = digest
             definitions.append(definition)
-    return Listing(tuple(definitions), quarantined, remote_names)
+    return Listing(tuple(definitions), quarantined, remote_names, digests)
+
+
+def _digest(raw: dict[str, Any]) -> bytes:
+    """SHA-256 of everything the server says of a tool, its keys sorted at every depth (the
+    same definition sent again in another key order is the same)."""
+    return hashlib.sha256(msgspec.json.encode(raw, order="sorted")).digest()
 
 
 def _definition(config: MCPServerConfig, raw: dict[str, Any], call: RemoteCall) -> ToolDefinition:

@@ -8,6 +8,7 @@ from fastgate.model.decision import Decision as Decision
 from fastgate.model.decision import DecisionSource as DecisionSource
 from fastgate.model.decision import PermissionMode as PermissionMode
 from fastgate.permissions.approval_store import ApprovalStore as ApprovalStore
+from fastgate.permissions.approval_store import withdraw_approvals as withdraw_approvals
 from fastgate.permissions.asking import Refusal as Refusal
 from fastgate.permissions.audit import AuditEvent as AuditEvent
 from fastgate.permissions.audit import AuditSink as AuditSink
@@ -48,4 +49,5 @@ __all__ = (
     "TerminalApprover",
     "permission_signature",
     "settings_path",
+    "withdraw_approvals",
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from typing import Any, final
 
 
@@ -19,7 +20,7 @@ class ApprovalStore:
     are asked every time).
     """
 
-    __slots__ = ("_approved", "_guard", "_prompt_locks")
+    __slots__ = ("__weakref__", "_approved", "_guard", "_prompt_locks")
 
     def __init__(self) -> None:
         self._approved: set[tuple[str | None, str]] = set()
@@ -30,9 +31,21 @@ class ApprovalStore:
     def is_approved(self, session_id: str | None, signature: str) -> bool:
         return (session_id, signature) in self._approved
 
-    def approve(self, session_id: str | None, signature: str) -> None:
+    def approve(self, session_id: str | None, signature: str, definition: object = None) -> bool:
+        """Approve ``signature`` for the session. ``definition``: the tool definition the person
+        was shown; the approval goes when it is withdrawn (``withdraw_approvals``), and none is
+        kept for one already withdrawn (False: nothing was kept)."""
+        if definition is not None:
+            with _TIES_GUARD:
+                if definition in _WITHDRAWN:
+                    return False
+                ties = _TIES.get(definition)
+                if ties is None:
+                    ties = _TIES[definition] = set()
+                ties.add((weakref.ref(self), session_id, signature))
         with self._guard:
             self._approved.add((session_id, signature))
+        return True
 
     def revoke(self, session_id: str | None, signature: str) -> None:
         with self._guard:
@@ -62,6 +75,30 @@ class ApprovalStore:
     def _forget_lock(self, lock: _PromptLock) -> None:
         if self._prompt_locks.get(lock.session_id) is lock:
             del self._prompt_locks[lock.session_id]
+
+
+# The session approvals given for each tool definition, in every store (weakly: a definition
+# no longer registered anywhere, or a store dropped, takes its entries with it), and the
+# definitions withdrawn.
+_TIES: weakref.WeakKeyDictionary[Any, set[tuple[weakref.ref[ApprovalStore], str | None, str]]] = (
+    weakref.WeakKeyDictionary()
+)
+_WITHDRAWN: weakref.WeakSet[Any] = weakref.WeakSet()
+_TIES_GUARD = threading.Lock()
+
+
+def withdraw_approvals(definition: object) -> None:
+    """Revoke the session approvals given for ``definition`` (a ``ToolDefinition``), in every
+    ``ApprovalStore`` and session, and keep none given for it from now on (a call that resolved
+    it before may still be asking). For a tool whose definition was replaced or removed (an MCP
+    server changed it): an approval never covers a definition the person was not shown."""
+    with _TIES_GUARD:
+        _WITHDRAWN.add(definition)
+        ties = _TIES.pop(definition, set())
+    for store_ref, session_id, signature in ties:
+        store = store_ref()
+        if store is not None:
+            store.revoke(session_id, signature)
 
 
 @final

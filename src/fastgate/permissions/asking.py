@@ -227,10 +227,11 @@ def remember_approval(
     if not session_may_cover(rule):
         kept_for = "this call"
         why = _asked_every_time(rule)
-    else:
-        approvals.approve(ctx.session_id, rule.signature)
-        if not why:
-            return None
+    elif not approvals.approve(ctx.session_id, rule.signature, tool):
+        kept_for = "this call"
+        why = "the tool's definition was replaced while the approval was asked"
+    elif not why:
+        return None
     return f"(approved for {kept_for} only: {why})"
 
 
