@@ -10,6 +10,7 @@ import select
 import subprocess
 import sys
 import termios
+import tracemalloc
 from collections.abc import Iterator
 from typing import Any
 
@@ -158,6 +159,65 @@ async def test_the_prompt_shows_the_call_escaped_and_bounded(terminal: Terminal)
     assert "\x1b" not in terminal.screen and "\u202e" not in terminal.screen
     assert "more characters of the arguments are not shown" in shown
     assert len(shown) < 2_000
+
+
+def _deep(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"leaf": True}
+    for _ in range(levels):
+        value = {"next": value}
+    return value
+
+
+class Opaque:
+    """An argument JSON has no spelling for; counts how often it is turned into text."""
+
+    made = 0
+
+    def __repr__(self) -> str:
+        Opaque.made += 1
+        return "opaque"
+
+    __str__ = __repr__
+
+
+HUGE: dict[str, Any] = {
+    "items": lambda: {"command": "sync", "items": list(range(1_000_000))},  # ~6.9 MB as JSON
+    "text": lambda: {"command": "write", "text": "x" * 50_000_000},
+    "deep": lambda: {"command": "walk", "tree": _deep(100_000)},  # deeper than encoders go
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HUGE))
+async def test_huge_arguments_cost_what_the_prompt_shows(terminal: Terminal, kind: str) -> None:
+    """A million items, fifty megabytes of text, an object nested a hundred thousand deep: the
+    prompt shows a bounded head of them, and making it allocates next to nothing (their JSON,
+    and the pretty copy of it, would take tens of megabytes; the deep one none could write)."""
+    args = HUGE[kind]()
+    asking = approver(terminal, max_chars=2_000)
+    tracemalloc.start()
+    try:
+        pending = asyncio.create_task(asking(request(args=args)))
+        shown = await terminal.read_until("> ")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    terminal.type("n\n")
+    assert await pending == ApprovalResponse(False)
+    assert '"command": ' in shown  # the keys in the order sent: the command first
+    assert peak < 2_000_000, peak
+    assert "more characters of the arguments are not shown" in shown
+    assert len(shown) < 3_000, len(shown)
+
+
+async def test_only_the_arguments_shown_are_turned_into_text(terminal: Terminal) -> None:
+    Opaque.made = 0
+    asking = approver(terminal, max_chars=2_000)
+    pending = asyncio.create_task(asking(request(args={"objects": [Opaque()] * 1_000_000})))
+    shown = await terminal.read_until("> ")
+    terminal.type("n\n")
+    assert await pending == ApprovalResponse(False)
+    assert '"opaque",' in shown and len(shown) < 3_000
+    assert Opaque.made < 500, Opaque.made  # the items shown, not the million
 
 
 async def test_garbage_is_asked_again_and_never_approves(terminal: Terminal) -> None:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -17,6 +18,7 @@ import pytest
 import fastgate
 from fastgate import RunContext, ToolKind
 from fastgate.serve import Gateway, _answers
+from fastgate.serve._gateway import PROGRESS_CHARS
 from tests.serve.kit import (
     MODERN,
     executor,
@@ -185,6 +187,56 @@ async def test_progress_opens_the_stream_before_the_window_passes() -> None:
     assert reports[-1]["params"]["message"] == "step 3"
     last = seen[-1]
     assert isinstance(last, dict) and last["result"]["content"][0]["text"] == "released"
+
+
+# A tool's progress data of any size reaches the client as a message of at most
+# PROGRESS_CHARS characters, written no further than that (a million-item list is not
+# encoded whole to keep its first thousand characters).
+_HUGE_PROGRESS = {
+    "text": "x" * 5_000_000,
+    "a mapping's message": {"progress": 1, "message": "y" * 5_000_000},
+    "a long list": list(range(1_000_000)),
+    "a deep value": functools.reduce(lambda inner, _: [inner], range(100_000), cast(Any, [])),
+}
+
+
+@pytest.mark.parametrize("data", list(_HUGE_PROGRESS.values()), ids=list(_HUGE_PROGRESS))
+async def test_a_huge_progress_report_reaches_the_client_bounded(data: Any) -> None:
+    heard = asyncio.Event()
+
+    @fastgate.tool(kind=ToolKind.READ_ONLY)
+    async def chatty(ctx: RunContext) -> str:
+        """Report one huge progress step, then wait until the client has it."""
+        ctx.report_progress(data)
+        await heard.wait()
+        return "said"
+
+    gateway = Gateway(executor(registry(chatty)), approvals="deny")
+    body = _call_body(0, progress_token="p-9")
+    body["params"]["name"] = "chatty"
+    body["params"]["arguments"] = {}
+    try:
+        async with serving(gateway) as url, httpx.AsyncClient(timeout=30) as http:
+            headers = {**_HEADERS, "mcp-name": "chatty"}
+            async with (
+                asyncio.timeout(20),
+                http.stream("POST", url, json=body, headers=headers) as response,
+            ):
+                seen: list[str | dict[str, Any]] = []
+                async for item in _events(response):
+                    seen.append(item)
+                    if isinstance(item, dict) and item.get("method") == "notifications/progress":
+                        heard.set()
+    finally:
+        heard.set()
+        gateway.executor.dispose()
+    reports = [item for item in seen if isinstance(item, dict) and "method" in item]
+    assert [r["method"] for r in reports] == ["notifications/progress"]
+    message = reports[0]["params"]["message"]
+    assert 0 < len(message) <= PROGRESS_CHARS + 100
+    assert message[:3] in ("xxx", "yyy", "[0,", "[[[")
+    last = seen[-1]
+    assert isinstance(last, dict) and last["result"]["content"][0]["text"] == "said"
 
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["before-the-head", "mid-stream"])

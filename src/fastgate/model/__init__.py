@@ -1,5 +1,6 @@
 """Value types every layer shares: contexts, results, kinds, cancel tokens, frozen arguments,
-decisions, approval and elicitation requests. Nothing here imports another fastgate package."""
+decisions, approval and elicitation requests, and the bounded JSON text values are shown as
+(``JsonPreview``). Nothing here imports another fastgate package."""
 
 from fastgate.model._interpreted import store_context_fields_by_descriptor
 from fastgate.model.approvals import ApprovalRequest as ApprovalRequest
@@ -19,6 +20,9 @@ from fastgate.model.freeze import FrozenDict as FrozenDict
 from fastgate.model.freeze import NotJSON as NotJSON
 from fastgate.model.freeze import freeze as freeze
 from fastgate.model.kinds import ToolKind as ToolKind
+from fastgate.model.preview import JsonPreview as JsonPreview
+from fastgate.model.preview import json_preview as json_preview
+from fastgate.model.preview import json_size as json_size
 from fastgate.model.rendering import DEFAULT_MAX_CONTENT_CHARS as DEFAULT_MAX_CONTENT_CHARS
 from fastgate.model.rendering import cut as cut
 from fastgate.model.results import DurableResult as DurableResult

@@ -1,13 +1,30 @@
-"""From a tool's canonical value to model-visible content (SPEC §2.1 ``Output``, §10)."""
+"""From a tool's canonical value to model-visible content (SPEC §2.1 ``Output``, §10).
+
+Content is bounded to ``max_chars`` characters of text: a string is cut head and tail; content
+blocks share that budget all together. A block's text (a text block's, an embedded resource's)
+is cut head and tail, its labels (``type``, ``uri``, ``mimeType``, ...) are clipped, its base64
+``data`` or ``blob`` is kept whole or the block is left out with a note, and any other value in
+it (or a block that is neither text nor an object) is kept whole when it fits, else the block
+is left out; once the budget is spent, the blocks that remain are replaced by one note counting
+them. What is measured is only what can be kept: the work is the budget's, not the value's.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
+from fastgate.model.preview import json_size
+
 DEFAULT_MAX_CONTENT_CHARS = 200_000
+_LABEL_CHARS: Final = 1_000  # of a block's label (its type, uri, name, mimeType, ...)
+_TEXT: Final = "text"
+_BINARY: Final = frozenset({"data", "blob"})  # base64: kept whole or left out, never cut
+_MIN_LEFT: Final = 256  # below this much budget, a block that does not fit whole is left out
+_OVERHEAD: Final = 6  # of a block or a field (quotes, colon, comma, braces), as JSON
+_DEPTH: Final = 64  # levels of nesting a value kept in a block may have
 
 
 class RenderError(Exception):
@@ -34,7 +51,7 @@ def render(renderer: Callable[[Any], Any] | None, value: Any, max_chars: int) ->
     if isinstance(content, str):
         return cut(content, max_chars)
     if isinstance(content, (list, tuple)):
-        return tuple(cut(b, max_chars) if isinstance(b, str) else b for b in content)
+        return bounded_blocks(content, max_chars)
     raise RenderError(f"render returned {type(content).__name__}; expected str or content blocks")
 
 
@@ -44,6 +61,108 @@ def cut(text: str, max_chars: int) -> str:
         return text
     omitted = len(text) - max_chars
     marker = f"\n[... {omitted} characters cut ...]\n"
-    head = (max_chars - len(marker)) * 2 // 3
+    head = max(0, (max_chars - len(marker)) * 2 // 3)  # a budget smaller than the marker: none
     tail = max(0, max_chars - len(marker) - head)
     return text[:head] + marker + (text[-tail:] if tail else "")
+
+
+def bounded_blocks(blocks: list[Any] | tuple[Any, ...], budget: int) -> tuple[Any, ...]:
+    """``blocks`` holding about ``budget`` characters in all (see the module's docstring); a
+    block that fits whole is kept as it is (the same object)."""
+    out: list[Any] = []
+    left = budget
+    count = len(blocks)
+    for index in range(count):
+        block = blocks[index]
+        kept, used, whole = _bounded_block(block, left)
+        if not whole and index > 0 and left < _MIN_LEFT:
+            out.append(f"[... {count - index} more content block(s) left out: over the budget ...]")
+            break
+        if kept is None:
+            kept = _left_out(block, budget)
+            used = len(kept["text"]) + _OVERHEAD
+        out.append(kept)
+        left -= used
+    return tuple(out)
+
+
+def _bounded_block(block: Any, left: int) -> tuple[Any, int, bool]:
+    """The block within about ``left`` characters (None: it cannot be, and is left out), the
+    characters it takes, and whether it is kept whole."""
+    if isinstance(block, str):
+        if len(block) <= left:
+            return block, len(block) + _OVERHEAD, True
+        text = cut(block, max(left, 0))
+        return text, len(text) + _OVERHEAD, False
+    if isinstance(block, dict):
+        return _bounded_fields(block, left, True)
+    size = json_size(block, left, _DEPTH)
+    return (block, size, True) if size <= left else (None, size, False)
+
+
+def _bounded_fields(fields: dict[Any, Any], left: int, outer: bool) -> tuple[Any, int, bool]:
+    """A block's fields (``outer``) or an embedded resource's within about ``left`` characters:
+    labels and other values first, then the text (cut to what is left) and the base64 data
+    (whole, or the block is left out). Returns as ``_bounded_block`` does."""
+    kept: dict[Any, Any] = {}
+    used = _OVERHEAD
+    whole = True
+    later = False  # text, data or a resource: given what the rest leaves
+    for key, value in fields.items():
+        if used > left:
+            return None, used, False
+        if key == _TEXT or key in _BINARY or (outer and key == "resource"):
+            later = True
+            continue
+        used += (len(key) if isinstance(key, str) else _OVERHEAD) + _OVERHEAD
+        if isinstance(value, str):
+            if len(value) > _LABEL_CHARS:
+                value = cut(value, _LABEL_CHARS)
+                whole = False
+            used += len(value)
+        else:
+            size = json_size(value, left - used, _DEPTH)
+            if size > left - used:
+                return None, used + size, False
+            used += size
+        kept[key] = value
+    if later:
+        for key, value in fields.items():
+            if key in kept:
+                continue
+            used += len(key) + _OVERHEAD
+            room = left - used
+            if key == "resource" and isinstance(value, dict):
+                inner, size, inner_whole = _bounded_fields(value, room, False)
+                if inner is None:
+                    return None, used + size, False
+                value, whole = inner, whole and inner_whole
+                used += size
+            elif isinstance(value, str) and key == _TEXT:
+                if len(value) > room:
+                    value = cut(value, max(room, 0))
+                    whole = False
+                used += len(value)
+            elif isinstance(value, str) and len(value) <= room:
+                used += len(value)  # base64 data that fits
+            elif isinstance(value, str):
+                return None, used + len(value), False
+            else:
+                size = json_size(value, room, _DEPTH)
+                if size > room:
+                    return None, used + size, False
+                used += size
+            kept[key] = value
+    if whole:
+        return fields, used, used <= left
+    return {key: kept[key] for key in fields}, used, False
+
+
+def _left_out(block: Any, budget: int) -> dict[str, Any]:
+    kind = block.get("type") if isinstance(block, dict) else type(block).__name__
+    label = kind[:100] if isinstance(kind, str) else "?"
+    return {
+        "type": "text",
+        "text": f"[... a {label!r} content block left out: over the budget of {budget} "
+        "characters ...]",
+    }

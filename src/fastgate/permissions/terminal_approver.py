@@ -1,11 +1,11 @@
 """``TerminalApprover``: asks a human at a terminal whether a call may run (SPEC §7).
 
 One prompt at a time on the terminal, whichever session asks; each shows the tool, its
-arguments (pretty, bounded, control and bidi characters escaped so an argument cannot redraw the
-prompt), the reason and the source of the decision. Answers: once, for the session, for the
-project (only when offered), or no (with feedback for the model). Input typed before the prompt
-is discarded, an empty or unknown answer asks again, and end of input or Ctrl-C rejects: nothing
-but an explicit answer approves.
+arguments (pretty, bounded: nothing past what is shown is encoded; control and bidi characters
+escaped so an argument cannot redraw the prompt), the reason and the source of the decision.
+Answers: once, for the session, for the project (only when offered), or no (with feedback for
+the model). Input typed before the prompt is discarded, an empty or unknown answer asks again,
+and end of input or Ctrl-C rejects: nothing but an explicit answer approves.
 
 Input is read through the event loop's reader callbacks (``loop.add_reader``), never a blocking
 read, so the loop keeps serving other sessions while a prompt waits (asyncio and uvloop alike).
@@ -21,8 +21,7 @@ from collections.abc import Iterator
 from types import TracebackType
 from typing import IO, Any, Final
 
-import msgspec
-
+from fastgate.model import JsonPreview
 from fastgate.model.approvals import ApprovalRequest, ApprovalResponse
 
 try:
@@ -148,7 +147,7 @@ class TerminalApprover:
             f"why:     {_printable(request.reason or '(none given)')} "
             f"(source: {_printable(request.source)})",
             "args:",
-            _indent(_bounded(_pretty(request.args), self.max_chars)),
+            _indent(_shown(request.args, self.max_chars)),
             self._legend(again=False),
         ]
         return "\n".join(lines)
@@ -265,11 +264,15 @@ def _write(fd: int, text: str) -> None:
         data = data[os.write(fd, data) :]
 
 
-def _pretty(args: Any) -> str:
-    try:
-        return msgspec.json.format(msgspec.json.encode(args, enc_hook=repr), indent=2).decode()
-    except (TypeError, ValueError, RecursionError, msgspec.EncodeError):
-        return repr(args)
+def _shown(args: Any, limit: int) -> str:
+    """The arguments as pretty JSON (keys in the order sent), as far as ``limit`` characters,
+    saying when more is hidden. Nothing past ``limit`` is encoded and only what is shown is
+    escaped: a huge argument costs no more than a small one."""
+    preview = JsonPreview(limit, sort_keys=False).write(args)
+    text = _printable(preview.written(), keep_newlines=True)
+    if preview.cut:
+        text += f"\n… cut: more characters of the arguments are not shown (after {limit})"
+    return text
 
 
 def _bounded(text: str, limit: int) -> str:

@@ -8,7 +8,6 @@ Bounded: the last ``limit`` calls; the trail is put into words only when a page 
 
 from __future__ import annotations
 
-import json
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -17,14 +16,13 @@ from typing import Any, Final
 
 import msgspec
 
-from fastgate.model import ExecutionContext, ToolResult
+from fastgate.model import ExecutionContext, ToolResult, json_preview
 from fastgate.permissions import ApprovalResponse, settings_path
 from fastgate.pipeline import CallTrace, CallTracer, ToolExecutor
 
 RESULT_HEAD: Final = 2_000  # characters of a result kept
 ARGUMENTS_LIMIT: Final = 16_384  # characters of a call's arguments kept
 _WAITING_LIMIT: Final = 65_536  # calls in flight whose arguments are kept
-_ENCODER: Final = msgspec.json.Encoder()
 UNKNOWN: Final = object()  # arguments of a call the gateway did not start (a call from code)
 
 
@@ -260,16 +258,16 @@ def _kept_arguments(canonical: bytes) -> Any:
 
 
 def _head(result: ToolResult) -> str:
+    """The head of a result's content: text as it is, anything else as pretty JSON; at most
+    ``RESULT_HEAD`` characters and a note. Nothing past the head is encoded, whatever the
+    content holds (a ``finalize_content`` may have replaced what the executor bounded)."""
     content = result.content
     if isinstance(content, str):
         text = content
     elif content is None:
         text = ""
     else:
-        try:
-            text = json.dumps(json.loads(_ENCODER.encode(content)), ensure_ascii=False, indent=2)
-        except (TypeError, ValueError, msgspec.EncodeError):
-            text = repr(content)
+        return json_preview(content, RESULT_HEAD, sort_keys=False)[0]
     if not text and result.error is not None:
         text = result.error.message
     if len(text) > RESULT_HEAD:

@@ -51,6 +51,8 @@ from fastgate.model import (
     ExecutionContext,
     PermissionMode,
     ToolResult,
+    cut,
+    json_preview,
 )
 from fastgate.permissions import ApprovalStore, PermissionResolver, Refusal
 from fastgate.pipeline import ToolExecutor
@@ -1059,6 +1061,7 @@ def _stopped_to_ask(result: ToolResult) -> bool:
     return error is not None and error.code is ErrorCode.ABORTED_BEFORE_DISPATCH
 
 
+PROGRESS_CHARS: Final = 1_000  # of a progress message sent on to the client
 _Report = Callable[[float, float | None, str | None], Awaitable[None]]
 """Sends one progress report to a call's client: progress, total, message."""
 
@@ -1084,9 +1087,11 @@ class _ProgressForwarder:
                 progress = float(data["progress"])
                 total = data.get("total") if isinstance(data.get("total"), (int, float)) else None
                 said = data.get("message")
-                message = said if isinstance(said, str) else None
-            elif data is not None:
-                message = data if isinstance(data, str) else json.dumps(data, default=str)[:500]
+                message = cut(said, PROGRESS_CHARS) if isinstance(said, str) else None
+            elif isinstance(data, str):
+                message = cut(data, PROGRESS_CHARS)
+            elif data is not None:  # written only as far as it is shown
+                message = json_preview(data, PROGRESS_CHARS, indent=None, sort_keys=False)[0]
             try:
                 await report(progress, total, message)
             except Exception:
