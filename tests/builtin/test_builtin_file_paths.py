@@ -1,7 +1,7 @@
 """What a file tool reads or removes is what stage 5 checked (SPEC §16 "Files", §21;
 RELIABILITY "Paths"): ``read`` reads the checked path and follows no symlink swapped in after the
 check (an approval never covers more than the user saw); apply_patch's ``Delete File`` and a
-move's source remove a symlink itself, never what it leads to; a path spelt as a directory
+move's source remove no symlink (the checks judged what it leads to); a path spelt as a directory
 (``a.txt/``) is not a file; a huge ``limit`` is taken, not raised on; a socket is not a file."""
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ async def test_edit_does_not_read_a_link_swapped_in_after_its_check(tmp_path: Pa
     assert (ws / ".env").read_text() == secret
 
 
-# -- apply_patch removes a symlink itself --------------------------------------------------
+# -- apply_patch removes no symlink --------------------------------------------------------
 
 
 def _gone(path: Path) -> bool:
@@ -176,35 +176,32 @@ def _linked(tmp_path: Path) -> Path:
     return tmp_path
 
 
-async def test_delete_file_of_a_symlink_removes_the_link_not_its_target(tmp_path: Path) -> None:
+async def test_delete_file_of_a_symlink_and_a_move_from_one_change_nothing(
+    tmp_path: Path,
+) -> None:
+    """The checks judged the file the link leads to, not the link: neither goes (the whole
+    class, with the approvals and rules it escaped, is in test_builtin_patch_links)."""
     ws = _linked(tmp_path)
     os.symlink("../src/missing.py", ws / "docs" / "dangling.py")
     ex = builtin_executor(ws)
-    for name in ("docs/example.py", "docs/dangling.py"):
-        result = await call(ex, "apply_patch", {"patch": patch(f"*** Delete File: {name}")})
-        assert text(result) == f"Success. Updated the following files:\nD {name}"
-        assert _gone(ws / name), name
-    assert (ws / "src" / "main.py").read_text() == "print('the real code')\n"
-    assert sorted(os.listdir(ws / "src")) == ["main.py", "other.py"]
-
-
-async def test_a_move_from_a_symlink_removes_the_link_and_keeps_its_target(
-    tmp_path: Path,
-) -> None:
-    ws = _linked(tmp_path)
-    ex = builtin_executor(ws)
-    body = (
+    move = (
         "*** Update File: docs/example.py",
         "*** Move to: docs/moved.py",
         "-print('the real code')",
         "+print('moved')",
     )
-    result = await call(ex, "apply_patch", {"patch": patch(*body)})
-    assert text(result) == "Success. Updated the following files:\nM docs/moved.py"
-    assert _gone(ws / "docs" / "example.py")
-    assert (ws / "docs" / "moved.py").read_text() == "print('moved')\n"
-    assert not (ws / "docs" / "moved.py").is_symlink()
+    for body in (
+        ("*** Delete File: docs/example.py",),
+        ("*** Delete File: docs/dangling.py",),
+        move,
+    ):
+        result = await call(ex, "apply_patch", {"patch": patch(*body)})
+        assert failure_code(result) == "symlink_not_removed", text(result)
+    assert os.readlink(ws / "docs" / "example.py") == "../src/main.py"
+    assert os.readlink(ws / "docs" / "dangling.py") == "../src/missing.py"
+    assert _gone(ws / "docs" / "moved.py")
     assert (ws / "src" / "main.py").read_text() == "print('the real code')\n"
+    assert sorted(os.listdir(ws / "src")) == ["main.py", "other.py"]
 
 
 async def test_a_link_repointed_while_the_user_decides_is_not_deleted(tmp_path: Path) -> None:
@@ -225,35 +222,6 @@ async def test_a_link_repointed_while_the_user_decides_is_not_deleted(tmp_path: 
     assert failure_code(result) == "path_changed", text(result)
     assert os.readlink(link) == "../src/other.py"
     assert sorted(os.listdir(ws / "src")) == ["main.py", "other.py"]
-
-
-class _FailingRemove(LocalFileSystem):
-    """The local disk where removing ``refused`` fails; records what was removed."""
-
-    def __init__(self, root: Path, refused: Path) -> None:
-        super().__init__(str(root))
-        self.refused = str(refused)
-        self.removed: list[str] = []
-
-    async def remove(self, path: str) -> None:
-        if path == self.refused:
-            raise PermissionError(13, "Permission denied", path)
-        self.removed.append(path)
-        await super().remove(path)
-
-
-async def test_a_removed_link_is_put_back_as_a_link_when_the_patch_fails(tmp_path: Path) -> None:
-    ws = _linked(tmp_path)
-    (ws / "b.txt").write_text("b\n")
-    fs = _FailingRemove(ws, ws / "b.txt")
-    ex = builtin_executor(ws, fs=fs)
-    body = ("*** Delete File: docs/example.py", "*** Delete File: b.txt")
-    result = await call(ex, "apply_patch", {"patch": patch(*body)})
-    assert failure_code(result) == "write_failed", text(result)
-    assert fs.removed == []  # the link went through remove_link; src/main.py was never removed
-    assert os.readlink(ws / "docs" / "example.py") == "../src/main.py"
-    assert (ws / "src" / "main.py").read_text() == "print('the real code')\n"
-    assert (ws / "b.txt").read_text() == "b\n"
 
 
 # -- bad arguments get a structured answer --------------------------------------------------

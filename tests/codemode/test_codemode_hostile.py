@@ -546,7 +546,7 @@ def test_the_scratch_directory_is_removed_whatever_modes_the_program_gave(
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["ok"], report
-    scratch = report["content"].splitlines()[0]
+    scratch = report["content"].splitlines()[1]  # the first line of the fenced output
     assert scratch.startswith(os.path.join(os.path.realpath("/tmp"), "fastgate-code-")) or (
         "fastgate-code-" in scratch
     )

@@ -181,7 +181,7 @@ async def test_a_flood_of_output_stops_the_program(
     result = await run(executor, PRINT_PID + "while True:\n    print('y' * 1000)")
     assert result.error is not None and result.error.code == ErrorCode.TOOL_FAILURE
     assert "The program was stopped: it printed more than 1 MiB" in result.content
-    assert result.content.startswith("pid ")
+    assert result.content.startswith("```\npid ")
     assert gone(pid_of(result))
 
 
@@ -325,7 +325,7 @@ async def test_syntax_errors_say_where(
     executor = env.make(noop_tool())
     result = await run(executor, code)
     assert result.error is not None and result.error.code == ErrorCode.TOOL_FAILURE
-    assert result.content.startswith(f"{kind} at line {line}, column {column}: ")
+    assert result.content.startswith(f"```\n{kind} at line {line}, column {column}: ")
     assert result.error.details["reason"] == "syntax_error"
     assert (result.error.details["line"], result.error.details["column"]) == (line, column)
 
@@ -343,7 +343,7 @@ async def test_a_program_that_exits_with_a_status(env: Env) -> None:
     executor = env.make(noop_tool())
     failed = await run(executor, "import sys\nprint('bye')\nsys.exit(3)")
     assert failed.error is not None and failed.error.code == ErrorCode.TOOL_FAILURE
-    assert failed.content == "bye\n\nThe program exited with status 3."
+    assert failed.content == "```\nbye\n```\n\nThe program exited with status 3."
     fine = await run(executor, "import sys\nsys.exit(0)")
     assert fine.ok, fine.content
 
@@ -362,7 +362,7 @@ async def test_warm_and_cold_starts_both_work_and_the_pool_refills(env: Env) -> 
     executor = env.make(noop_tool(), code_mode=cold)
     assert cold.idle_workers() == 0
     result = await run(executor, "print(1 + 1)")
-    assert result.content == "2"
+    assert result.content == "```\n2\n```"
 
 
 def test_dispose_stops_the_warm_workers(env: Env) -> None:

@@ -57,5 +57,6 @@ def test_a_line_per_call_with_repeats_counted() -> None:
         "- write: PERMISSION_DENIED",
         "- read: ok",
     ]
-    assert render({"stdout": "hi\n", "calls": calls[:1]}) == "hi\n\nTool calls:\n- read: ok"
+    rendered = render({"stdout": "hi\n", "calls": calls[:1]})
+    assert rendered == "```\nhi\n```\n\nTool calls:\n- read: ok"
     assert render({"stdout": "", "calls": []}) == "(the program printed nothing and called no tool)"

@@ -58,7 +58,7 @@ print(text, both)
     assert result.value["stdout"] == "alpha ['alpha', 'beta']\n"
     assert [c["name"] for c in result.value["calls"]] == ["read", "read", "read"]
     assert all(c["ok"] and c["code"] is None for c in result.value["calls"])
-    assert result.content == "alpha ['alpha', 'beta']\n\nTool calls:\n- read: ok (x3)"
+    assert result.content == "```\nalpha ['alpha', 'beta']\n```\n\nTool calls:\n- read: ok (x3)"
     nested = nested_results(seen, result)
     assert len(nested) == 3 and all(r.meta.tool_name == "read" for r in nested)
     assert {r.meta.execution_id for r in nested} == {
@@ -325,7 +325,7 @@ inner()
     result = await run(executor, code)
     assert result.error is not None and result.error.code == ErrorCode.TOOL_FAILURE
     content = result.content
-    assert content.startswith("before\n")
+    assert content.startswith("```\nbefore\n```\n\n```\nTraceback (most recent call last):")
     assert 'File "<program>", line 6, in <module>' in content
     assert 'File "<program>", line 5, in inner' in content
     assert "ValueError: bad value" in content

@@ -104,12 +104,13 @@ async def read_target(ctx: RunContext, fs: Any, given: str) -> str:
 
 async def entry_target(ctx: RunContext, fs: Any, given: str) -> tuple[str, str | None]:
     """What a change that acts on the name itself (apply_patch's ``Delete File``, a ``Move
-    to``'s source) removes: (path, the symlink's target when the name is a symlink, else None).
+    to``'s source) would remove: (path, the symlink's target when the name is a symlink, else
+    None).
 
     On the local disk a name that was a symlink when stage 5 checked it (it resolved to
-    ``RunContext.checked_path``) is the link itself, in its directory resolved and then pinned
-    (``LocalFileSystem.remove_link`` follows no symlink to it), and only while it still leads to
-    what stage 5 saw; any other name is the checked path, as for ``write_target``. Raises
+    ``RunContext.checked_path``) is the link itself, in its directory resolved, and only while
+    it still leads to what stage 5 saw (apply_patch then refuses: stage 5 judged the target,
+    not the link); any other name is the checked path, as for ``write_target``. Raises
     ``PathChanged`` when the name is no longer what stage 5 saw. Elsewhere: the path made
     absolute (a seam's ``remove`` removes a symlink itself)."""
     lexical = absolute(ctx, given)

@@ -12,7 +12,10 @@ surrounding-space and then Unicode-punctuation matching). Where it differs, on p
   ambiguous instead of taking the first;
 - line endings, BOM, encoding and the final newline of each file are kept outside the change,
   and a context line is written back as the file has it (its own ending, its own text);
-- ``Add File`` onto an existing file and ``Move to`` onto one are refused, not overwritten.
+- ``Add File`` onto an existing file and ``Move to`` onto one are refused, not overwritten;
+- a symbolic link is not removed (``Delete File`` of one, or a move from one): the pipeline
+  checks, and asks about, the file a path leads to, which is not what removing the link
+  removes.
 """
 
 from __future__ import annotations
@@ -309,9 +312,6 @@ class _File:
     current: bytes | None
     key: str  # the file's identity: a symlink and its target share one
     given: str  # the name the patch used for it, made absolute
-    # A symlink itself, which a Delete File (or a move's source) removes: its target. Its
-    # ``original`` and ``current`` are then b"" (there) or None (removed), never its bytes.
-    link: str | None = None
 
 
 class _Refused(Exception):
@@ -341,8 +341,7 @@ async def apply_patch(args: Any, ctx: RunContext) -> Any:
     for f in changed:
         key = ledger_key(fs, f.path)
         if f.current is None:
-            if f.link is None:
-                ledger.forget(ctx.session_id, key)
+            ledger.forget(ctx.session_id, key)
         else:
             try:
                 stat = await stat_file(fs, f.path)
@@ -388,9 +387,12 @@ async def _load(ctx: RunContext, fs: Any, files: dict[str, _File], given: str) -
 
 
 async def _load_entry(ctx: RunContext, fs: Any, files: dict[str, _File], given: str) -> _File:
-    """What a Delete File (or a move's source) removes: the name itself. A symlink there is
-    staged on its own (the link is removed, what it leads to is kept); any other name is the
-    file ``_load`` stages."""
+    """What a Delete File (or a move's source) removes: the name itself, the file ``_load``
+    stages. A symlink there is refused: the pipeline checked, and the user was asked about,
+    the file it leads to (``RunContext.checked_path``), while removing the name would remove
+    the link, a path no rule and no prompt judged (a link placed in a directory no rule allows,
+    or reached through a linked directory that no deny rule names). Removing the target
+    instead would remove what the model did not name."""
     refused = await file_path_refusal(ctx, fs, given, "changed")
     if refused is not None:
         raise _Refused(refused)
@@ -400,12 +402,18 @@ async def _load_entry(ctx: RunContext, fs: Any, files: dict[str, _File], given: 
         raise _Refused(os_failure(exc, given, "changed")) from None
     if link is None:
         return await _load(ctx, fs, files, given)
-    known = files.get(path)
-    if known is None:
-        # Keyed by the link's own path: its target is another file, which the patch may change
-        # too (through another name) without the two being one.
-        known = files[path] = _File(path, b"", b"", path, absolute(ctx, given), link)
-    return known
+    name, leads_to = shown(ctx, path), shown(ctx, ctx.checked_path(given))
+    raise _Refused(
+        Failure(
+            f"{given} is a symbolic link ({name} -> {leads_to}). apply_patch checks a path, and "
+            f"asks about it, by the file it leads to ({leads_to}), so it never removes a link "
+            "(Delete File, or a Move to from it): what it would remove is the link, which no "
+            f"check was about. No file was changed. Update File of {given} changes "
+            f"{leads_to}; remove the link itself some other way.",
+            code="symlink_not_removed",
+            details={"link": name, "leads_to": leads_to},
+        )
+    )
 
 
 async def _write_target(ctx: RunContext, fs: Any, given: str) -> str:
@@ -476,20 +484,10 @@ async def _stage(ctx: RunContext, fs: Any, files: dict[str, _File], hunk: Hunk) 
                 )
             )
         destination.current = new_bytes
-        # The source name goes: a symlink itself, not the file it led to (kept as it was).
-        source = await _load_entry(ctx, fs, files, hunk.path)
-        if source is target:
-            target.current = None
-        elif source.current is not None:
-            source.current = None
-        else:
-            raise _Refused(
-                Failure(
-                    f"Failed to move {name}: it was already deleted by this patch. No file was "
-                    "changed.",
-                    code="not_found",
-                )
-            )
+        # The source name goes: the file staged above (a symlink there is refused, as for
+        # Delete File).
+        await _load_entry(ctx, fs, files, hunk.path)
+        target.current = None
     else:
         target.current = new_bytes
     return f"M {hunk.move_to}"
@@ -625,9 +623,7 @@ async def _commit(ctx: RunContext, fs: Any, changed: list[_File]) -> Failure | N
     done: list[_File] = []
     for f in sorted(changed, key=lambda f: f.current is None):
         try:
-            if f.current is None and f.link is not None:  # only the local disk stages links
-                await fs.remove_link(f.path, f.link)  # the link, as long as it is the one seen
-            elif f.current is None:
+            if f.current is None:
                 await fs.remove(f.path)
             else:
                 await fs.write_bytes(f.path, f.current)
@@ -654,9 +650,7 @@ async def _restore(fs: Any, done: list[_File]) -> list[str]:
     failed: list[str] = []
     for f in reversed(done):
         try:
-            if f.link is not None:
-                await fs.make_link(f.path, f.link)  # a removed link is put back as a link
-            elif f.original is None:
+            if f.original is None:
                 await fs.remove(f.path)
             else:
                 await fs.write_bytes(f.path, f.original)

@@ -17,6 +17,7 @@ import dataclasses
 import errno
 import fcntl
 import os
+import re
 import select
 import signal
 import socket
@@ -66,6 +67,10 @@ _FDS_SPACE = socket.CMSG_SPACE(4 * array.array("i").itemsize)
 _encode = msgspec.json.Encoder().encode
 _UNSENDABLE = (TypeError, ValueError, OverflowError, RecursionError)
 _decode = msgspec.json.Decoder().decode
+# The runs of backticks in the program's text (its fence is longer than all of them), and an
+# exit status shown as it is (any other is quoted).
+_BACKTICKS = re.compile("`+")
+_STATUS = re.compile(r"-?[0-9]{1,200}")
 
 
 class WorkerExited(RuntimeError):
@@ -150,6 +155,8 @@ class Run:
         self.returncode: int | None = None
         self.channel_closed = False  # its end of the channel closed (by it, or at its exit)
         self._ids: set[int] = set()  # ids of calls not yet answered
+        # Calls answered with a value, by id: what an ``unread`` notice may turn into an error.
+        self._delivered: dict[int, dict[str, Any]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._inbox = bytearray()
         self._lines: collections.deque[bytearray] = collections.deque()  # read, not yet handled
@@ -422,6 +429,8 @@ class Run:
         kind = message.get("t") if type(message) is dict else None
         if kind == "call":
             self._on_call(message, size)
+        elif kind == "unread" and self._ready.done():
+            self._on_unread(message)
         elif kind == "done" and self._ready.done():
             self.done = message
             self.worker.kill()  # nothing of the program may outlive its end
@@ -433,11 +442,24 @@ class Run:
         else:
             raise ProtocolViolation(f"unexpected message {str(message)[:80]!r}")
 
+    def _on_unread(self, message: dict[str, Any]) -> None:
+        """The program could not read the value a call was answered with (its interpreter could
+        not decode it): the call's line says OUTPUT_INVALID, the error the program got. Only a
+        call answered with a value can be so marked, once; the notice for any other is moot."""
+        call_id = message.get("id")
+        if type(call_id) is not int:
+            raise ProtocolViolation("an unread notice needs a call's integer id")
+        entry = self._delivered.pop(call_id, None)
+        if entry is not None:
+            entry["ok"] = False
+            entry["code"] = ErrorCode.OUTPUT_INVALID.value
+
     def _on_call(self, message: dict[str, Any], size: int) -> None:
         call_id, name, args = message.get("id"), message.get("name"), message.get("args")
         if type(call_id) is not int or type(name) is not str or call_id in self._ids:
             raise ProtocolViolation("a call needs a fresh integer id and a tool name")
         self.attempts += 1
+        self._delivered.pop(call_id, None)  # an id used again names the new call from now on
         # A name no tool can have (every registered name matches NAME_PATTERN) is refused here,
         # before any stage: the program chose it, up to a whole line of the channel, and the
         # run keeps each call's name and shows it on a line of its result.
@@ -487,9 +509,14 @@ class Run:
             self._ids.discard(call_id)
             self._settled(size)
         entry["execution_id"] = result.meta.execution_id
-        entry["ok"] = result.ok
         if result.ok:
-            self._reply(call_id, True, value=result.value, fallback=result)
+            # The call's line says what the program got: its value, or OUTPUT_INVALID when the
+            # value could not be sent (here) or read (there: the worker's ``unread`` notice).
+            if self._reply(call_id, True, value=result.value, fallback=result):
+                entry["ok"] = True
+                self._delivered[call_id] = entry
+            else:
+                entry["code"] = ErrorCode.OUTPUT_INVALID.value
         else:
             assert result.error is not None
             entry["code"] = result.error.code.value
@@ -514,24 +541,25 @@ class Run:
         fallback: ToolResult | None = None,
         code: str | None = None,
         message: str | None = None,
-    ) -> None:
+    ) -> bool:
+        """Answer a call; whether the answer was a value (False: an error, the one given or
+        OUTPUT_INVALID for a value that cannot be sent)."""
         if ok:
             reply = {"t": "result", "id": call_id, "ok": True, "value": value}
             try:
                 self._send(reply)
-                return
+                return True
             except _UNSENDABLE:  # a value JSON cannot carry, or nested past the encoder: text
                 content = fallback.content if fallback is not None else None
             try:
                 reply["value"] = content if isinstance(content, str) else repr(content)
                 self._send(reply)
+                return True
             except _UNSENDABLE:
-                code, ok = ErrorCode.OUTPUT_INVALID.value, False
+                code = ErrorCode.OUTPUT_INVALID.value
                 message = "The tool's value cannot be sent to the program."
-        if not ok:
-            self._send(
-                {"t": "result", "id": call_id, "ok": False, "code": code, "message": message}
-            )
+        self._send({"t": "result", "id": call_id, "ok": False, "code": code, "message": message})
+        return False
 
     def _send(self, message: dict[str, Any]) -> None:
         data = _encode(message) + b"\n"  # raises before anything is queued
@@ -624,12 +652,16 @@ class Run:
             if _text(error.get("text")):
                 text += f"\n    {_text(error.get('text'))}"
             where_at = {"line": line, "column": column}
-            return _failure(stdout, calls, _cut(text, cut), "syntax_error", where_at)
+            return _failure(stdout, calls, quoted(_cut(text, cut)), "syntax_error", where_at)
         if kind == "exit":
             status = _text(error.get("message"))[:200]
+            if not _STATUS.fullmatch(status):  # sys.exit("text"): quoted, on this line
+                status = repr(status)
             return _failure(stdout, calls, f"The program exited with status {status}.", "exit")
         text = _text(error.get("traceback")) or f"{type_name}: {_text(error.get('message'))}"
-        return _failure(stdout, calls, _cut(text, cut), "exception", {"type": type_name or None})
+        return _failure(
+            stdout, calls, quoted(_cut(text, cut)), "exception", {"type": type_name or None}
+        )
 
 
 def _threads(pid: int) -> int:
@@ -689,7 +721,7 @@ def _failure(
     reason: str,
     extra: dict[str, Any] | None = None,
 ) -> Failure:
-    parts = [stdout.rstrip("\n")] if stdout.strip() else []
+    parts = [quoted(stdout.rstrip("\n"))] if stdout.strip() else []
     parts.append(error_text)
     lines = call_lines(calls)
     if lines:
@@ -715,12 +747,23 @@ def call_lines(calls: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
+def quoted(text: str) -> str:
+    """Text of the program's (its output, its traceback) as a block fenced with more backticks
+    than any run of them in it: no line of it can close the block, whatever it holds (a line
+    like ``Tool calls:``, a fence of its own, any line break), so nothing it prints reads as
+    the run's own lines around it."""
+    longest = max(map(len, _BACKTICKS.findall(text)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}\n{text}\n{fence}"
+
+
 def render(value: Any) -> str:
-    """run_code's content: the program's output, then a line per tool call."""
+    """run_code's content: the program's output (fenced, see ``quoted``), then a line per tool
+    call."""
     parts = []
     stdout = value.get("stdout", "") if isinstance(value, dict) else ""
     if stdout.strip():
-        parts.append(stdout.rstrip("\n"))
+        parts.append(quoted(stdout.rstrip("\n")))
     lines = call_lines(value.get("calls", [])) if isinstance(value, dict) else []
     if lines:
         parts.append("Tool calls:\n" + "\n".join(lines))

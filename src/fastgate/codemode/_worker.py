@@ -15,6 +15,8 @@ at once (``asyncio.gather``) are answered in any order::
     worker -> parent  {"t": "call", "id": 1, "name": "read", "args": {...}}
     parent -> worker  {"t": "result", "id": 1, "ok": true, "value": ...}
                       {"t": "result", "id": 1, "ok": false, "code": "...", "message": "..."}
+    worker -> parent  {"t": "unread", "id": 1}  (a reply this interpreter could not decode: the
+                      call raised OUTPUT_INVALID here, and the run's line for it says so)
     worker -> parent  {"t": "done", "ok": true} | {"t": "done", "ok": false, "error": {...}}
 
 A call made while nothing else of the program can run (the usual ``await tools.x()`` one after
@@ -249,12 +251,26 @@ class Channel:
                 raise ToolCallError("TOOL_ERROR", "the tool channel closed before the reply")
             self.buffer += chunk
 
+    def _reply(self, line: bytes) -> Any:
+        """One reply of the parent's (``decode_reply``); one that could not be decoded is told
+        to the parent, so that the run reports the error the call raised here, not the value
+        the parent sent."""
+        reply = decode_reply(line)
+        if reply.get("t") != "result" and type(reply.get("id")) is int:
+            # Written without the encoder: the stack may be at its limit right here.
+            notice = b'{"t":"unread","id":%d}\n' % reply["id"]
+            try:
+                self.sock.sendall(notice)
+            except OSError:
+                pass
+        return reply
+
     def _take_reply(self, call_id: int) -> dict[str, Any] | None:
         """The reply to ``call_id`` if a whole one is buffered (others go to their futures)."""
         found = None
         while b"\n" in self.buffer:
             line, _, self.buffer = self.buffer.partition(b"\n")
-            reply = decode_reply(line)
+            reply = self._reply(line)
             if reply.get("id") == call_id:
                 found = reply
                 continue
@@ -283,7 +299,7 @@ class Channel:
         self.buffer += chunk
         *lines, self.buffer = self.buffer.split(b"\n")
         for line in lines:
-            reply = decode_reply(line)
+            reply = self._reply(line)
             future = self.pending.pop(reply.get("id"), None)
             if future is not None and not future.done():
                 future.set_result(reply)
