@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
 import sys
+import tracemalloc
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -111,6 +113,31 @@ def test_blocks_within_the_budget_are_passed_on_as_they_came() -> None:
         {"type": "resource", "resource": {"uri": "file:///r", "text": "r", "mimeType": "x/y"}},
     )
     assert bounded_blocks(blocks) == blocks
+
+
+@pytest.mark.parametrize(
+    "nested",
+    [
+        functools.reduce(lambda inner, _: [inner], range(100_000), cast(Any, [])),
+        list(range(3_000_000)),
+        {"k": ["x" * 1000] * 100_000},
+    ],
+    ids=["deep", "a long list", "a wide object"],
+)
+def test_a_huge_nested_field_is_left_out_without_being_encoded(nested: Any) -> None:
+    # A server's nested value in a block (its _meta, annotations) is kept whole or left out;
+    # finding it too large costs the budget, not the value (nothing of it is encoded).
+    from fastgate.mcp._tools import bounded_blocks
+
+    blocks = ({"type": "text", "text": "hello", "_meta": nested},)
+    tracemalloc.start()
+    try:
+        (kept,) = bounded_blocks(blocks)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert kept["type"] == "text" and "left out" in kept["text"]
+    assert peak < 1_000_000
 
 
 # -- progress -------------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from fastgate import (
 )
 from fastgate.mcp._config import MCPServerConfig
 from fastgate.mcp._names import pool_name, server_rule_name, tool_name
-from fastgate.model import DEFAULT_MAX_CONTENT_CHARS, cut
+from fastgate.model import DEFAULT_MAX_CONTENT_CHARS, cut, json_size
 from fastgate.schema import from_json_schema
 
 # execute(remote_name, args, ctx) of the server's link
@@ -191,6 +191,7 @@ def render(value: Any) -> Any:
 MAX_BLOCK_CHARS: Final = DEFAULT_MAX_CONTENT_CHARS
 _LABEL_CHARS: Final = 1_000  # of a block's uri, name, mimeType, description, type
 _BINARY: Final = frozenset({"data", "blob"})  # base64: kept whole or left out, never cut
+_NESTING: Final = 64  # levels a nested value kept in a block may have
 _MIN_LEFT: Final = 256  # below this much budget, the blocks that remain are left out
 _FIELD_OVERHEAD: Final = 6  # quotes, colon, comma of a field (and braces of a block), as JSON
 
@@ -260,7 +261,12 @@ def _bounded_field(key: str, value: Any, left: int) -> tuple[Any, int]:
         return kept, len(kept)
     if value is None or isinstance(value, (bool, int, float)):
         return value, 8
-    encoded = len(msgspec.json.encode(value))  # a nested value of the server's: whole or not at all
+    # A nested value of the server's: whole or not at all. Measured first without encoding
+    # (a lower bound, work bounded by ``left``), so that only a value that may fit is encoded.
+    least = json_size(value, max(left, 0), _NESTING)
+    if least > left:
+        return _TOO_BIG, least
+    encoded = len(msgspec.json.encode(value))
     return (value, encoded) if encoded <= left else (_TOO_BIG, encoded)
 
 
