@@ -223,6 +223,15 @@ def big(chars: int) -> str:
     return "y" * chars
 
 
+@server.tool()
+async def big_streamed(chars: int, ctx: Context | None = None) -> str:
+    """Report progress once (an HTTP answer then comes as an event stream), then return a text
+    of ``chars`` characters."""
+    if ctx is not None:
+        await ctx.report_progress(1, 1)
+    return "y" * chars
+
+
 async def run_stdio() -> None:
     lowlevel = server._lowlevel_server
     async with stdio_server() as (read, write):

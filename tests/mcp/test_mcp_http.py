@@ -13,6 +13,7 @@ pytest.importorskip("mcp", reason="the mcp extra is not installed")
 
 from fastgate import ErrorCode, ExecutionContext, PermissionMode, ToolExecutor, ToolRegistry
 from fastgate.mcp import MCPServerConfig
+from fastgate.model import DEFAULT_MAX_CONTENT_CHARS
 from tests.mcp.servers import http_fixture, records, running
 
 CTX = ExecutionContext(session_id="s1")
@@ -69,3 +70,22 @@ async def test_an_unreachable_server_is_an_error_not_a_hang() -> None:
         status = bridge.status()["gone"]
         assert status["state"] == "restarting" and status["last_error"]
         assert registry.resolve("mcp__gone__anything") is None
+
+
+@pytest.mark.parametrize("chars", [2_000_000, 20_000_000])
+async def test_an_answer_over_a_megabyte_in_an_event_stream_is_received_and_cut(
+    chars: int,
+) -> None:
+    # The fixture answers calls with an SSE stream; one event holds the whole result. An event
+    # is bounded like a JSON body (64 MiB), not at the SDK's default of 1 MiB, which failed
+    # every result over a megabyte that the content budget would simply have cut.
+    with http_fixture() as (url, _):
+        registry = ToolRegistry()
+        async with running(registry, MCPServerConfig("web", url=url)):
+            executor = ToolExecutor(registry, mode=PermissionMode.YOLO)
+            result = await executor.execute("mcp__web__big_streamed", {"chars": chars}, CTX)
+    assert result.ok, result.error
+    text = result.content
+    assert isinstance(text, str)
+    assert text.startswith("yyy") and "characters cut" in text
+    assert len(text) <= DEFAULT_MAX_CONTENT_CHARS + 100

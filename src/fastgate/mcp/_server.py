@@ -32,6 +32,7 @@ from fastgate import ErrorCode, Failure, RunContext, ToolDefinition, ToolFault
 from fastgate.mcp._auth import HttpAuth, is_mcp_request, make_provider
 from fastgate.mcp._config import MCPServerConfig
 from fastgate.mcp._elicitation import CallInputs, Router, complete_call
+from fastgate.mcp._http import MAX_BODY_BYTES
 from fastgate.mcp._names import tool_name
 from fastgate.mcp._stdio import StderrTail, StdioTransport, Unreadable
 from fastgate.mcp._text import shown
@@ -761,7 +762,9 @@ async def _http_transport(
     )
     await stack.enter_async_context(http)
     assert config.url is not None
-    return streamable_http_client(config.url, http_client=http)
+    # An event of a stream is bounded like a JSON body: the SDK's default (1 MiB) failed every
+    # answer over a megabyte that came as an event, which the content budget would have cut.
+    return streamable_http_client(config.url, http_client=http, max_sse_event_size=MAX_BODY_BYTES)
 
 
 def _sse_transport(config: MCPServerConfig, http_auth: HttpAuth) -> Any:
