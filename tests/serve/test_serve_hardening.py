@@ -446,6 +446,69 @@ async def test_either_http_implementation_times_out_a_request_head(
     gateway.executor.dispose()
 
 
+async def _pour(port: int, opening: bytes, seconds: float) -> bytes:
+    """Connect, send ``opening``, then header bytes without a pause until the server ends the
+    stream (or ``seconds`` pass); everything it answered. A reset is an error here: it is what
+    a close with the client's bytes unread sends, and it can destroy the answer."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(opening)
+    answer = b""
+
+    async def pour() -> None:
+        with contextlib.suppress(ConnectionError):
+            while True:
+                writer.write(b"a" * 8)
+                await writer.drain()
+                await asyncio.sleep(0.001)
+
+    pouring = asyncio.create_task(pour())
+    try:
+        async with asyncio.timeout(seconds):
+            while chunk := await reader.read(4096):
+                answer += chunk
+    finally:
+        pouring.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await pouring
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+    return answer
+
+
+@pytest.mark.parametrize("implementation", ["httptools", "h11"])
+async def test_a_client_pouring_its_head_gets_the_408_before_the_close(
+    implementation: str,
+) -> None:
+    gateway = Gateway(executor(registry()))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(64)
+    config = uvicorn.Config(
+        gateway.asgi(),
+        http=http_protocol(implementation, 0.5),
+        lifespan="on",
+        log_level="warning",
+        access_log=False,
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            assert not task.done()
+            await asyncio.sleep(0.01)
+        port = sock.getsockname()[1]
+        for opening in (b"POST /mcp HTTP/1.1\r\nX-A: ", b"GET /healthz HTTP/1.1\r\nX-B: "):
+            for _ in range(3):
+                answer = await _pour(port, opening, 10.0)
+                assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    finally:
+        server.should_exit = True
+        await task
+        sock.close()
+    gateway.executor.dispose()
+
+
 @pytest.mark.parametrize("implementation", ["httptools", "h11"])
 async def test_the_app_times_a_slow_body_under_a_plain_server(implementation: str) -> None:
     """``gateway.asgi()`` under a server of someone else's (uvicorn as it comes, no head

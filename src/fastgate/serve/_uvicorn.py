@@ -29,10 +29,15 @@ def http_protocol(
 
         class HttpToolsWithHeadDeadline(HttpToolsProtocol):
             _head = _HeadDeadline(timeout, on_reject)
+            _head_lingering = False
 
             def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
                 super().connection_made(transport)
                 self._head.begin(self, seen=False)
+
+            def data_received(self, data: bytes) -> None:
+                if not self._head_lingering:  # (after a 408: read and dropped)
+                    super().data_received(data)
 
             def on_message_begin(self) -> None:
                 self._head.begin(self, seen=True)
@@ -53,12 +58,15 @@ def http_protocol(
 
         class H11WithHeadDeadline(H11Protocol):
             _head = _HeadDeadline(timeout, on_reject)
+            _head_lingering = False
 
             def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
                 super().connection_made(transport)
                 self._head.begin(self, seen=False)
 
             def data_received(self, data: bytes) -> None:
+                if self._head_lingering:  # (after a 408: read and dropped)
+                    return
                 if self.conn.their_state is h11.IDLE:  # waiting for a request's head
                     self._head.begin(self, seen=bool(data))
                 super().data_received(data)
@@ -71,6 +79,9 @@ def http_protocol(
 
         return H11WithHeadDeadline
     raise ValueError(f"expected httptools or h11, got {implementation!r}")
+
+
+_LINGER = 2.0  # seconds at most that a rejected client's bytes are drained before the close
 
 
 class _HeadDeadline:
@@ -113,8 +124,17 @@ class _HeadDeadline:
             # end, then close instead of reading the next request.
             cycle.keep_alive = False
             return
-        if protocol._head_seen:
-            if self._on_reject is not None:
-                self._on_reject(408)
-            transport.write(self._answer)
-        transport.close()
+        if not protocol._head_seen:
+            transport.close()
+            return
+        if self._on_reject is not None:
+            self._on_reject(408)
+        transport.write(self._answer)
+        # A lingering close: the answer, then our end of the stream, while what the client
+        # still sends is read and dropped for a moment. Closed at once with its bytes unread,
+        # the socket would answer them with a reset, which can destroy the 408 before the
+        # client reads it.
+        protocol._head_lingering = True
+        if transport.can_write_eof():
+            transport.write_eof()
+        protocol.loop.call_later(min(self.timeout, _LINGER), transport.close)
