@@ -26,6 +26,14 @@ as the script; anything else (a pipe, a file, an inherited descriptor) is unknow
 A heredoc or here-string fed to any other program is data, like a file it reads: the program's
 own words decide, and the substitutions of an unquoted body are commands of their own.
 
+What git runs for its options and subcommands (``rebase -x``, ``bisect run``, ``--upload-pack``,
+...) and the command lines of other programs' options (``tar --to-command``, ``rsync -e``, ``ssh
+-o ProxyCommand=``) are commands of their own too; ``git -c`` with a key that may run code is
+unknown; a runner's subcommand (``uv run``, ``bundle exec``) gives deny and ask rules every run
+of its words as a possible command. A command the lexer refuses keeps its error (never
+allowed) and one salvaged fact whose words are every token of its text, so sensitive and
+protected paths are still seen.
+
 Each command also records where it runs (``bases``, see ``places``: ``cd`` and its kin move
 it) and which of its words it writes to (``write_words``, see ``writes``; redirection targets
 included), so relative words name the files bash would open.
@@ -33,6 +41,7 @@ included), so relative words name the files bash would open.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from dataclasses import dataclass
@@ -49,6 +58,7 @@ from fastgate.permissions.shell import (
     ShellSyntaxError,
     SimpleCommand,
     Word,
+    ansi_escape,
     parse_command,
 )
 from fastgate.permissions.wrappers import WRAPPERS, is_assignment, unwrap
@@ -74,6 +84,10 @@ SHELLS = frozenset(
         "csh",
         "tcsh",
         "rbash",
+        "osh",  # Oils: bash's language
+        "ysh",
+        "bash-static",
+        "zsh-static",
     }
 )
 # Wrappers that run a builtin in the shell itself: ``command cd x`` moves the shell; ``env cd``
@@ -234,11 +248,72 @@ def analyze_command(text: str) -> CommandAnalysis:
         for cmd in simple:
             _analyze(cmd, out, 0, dirs)
         _analyze_later(out, dirs)
+        values = _literal_values(simple)
+        if values:
+            out = [_with_values(facts, values) for facts in out]
+        if "nocaseglob" in text:  # ``shopt -s nocaseglob``: ``.EN?`` matches ``.env``
+            out = [_caseless(facts) for facts in out]
     except ShellSyntaxError as exc:
-        return CommandAnalysis((), normalized, str(exc))
+        return CommandAnalysis(_salvaged(text), normalized, str(exc))
     except RecursionError:
-        return CommandAnalysis((), normalized, "nesting too deep")
+        return CommandAnalysis(_salvaged(text), normalized, "nesting too deep")
     return CommandAnalysis(tuple(out), normalized, None, any(c.overflow for c in simple))
+
+
+_SALVAGE_SEPARATORS = re.compile(r"[\s;&|()<>`]+")
+_ANSI_C_QUOTE = re.compile(r"\$'((?:[^'\\]|\\.)*)'", re.DOTALL)
+_DYNAMIC_CHARS = frozenset("$*?[~")
+_BLIND_REDIRECT = re.compile(r">[>|]?\s*[\"']?[$`]")
+
+
+def _salvaged(text: str) -> tuple[CommandFacts, ...]:
+    """What a command the lexer refuses (``case``, a function, an array) may touch: every
+    run of characters between blanks and operators (quotes removed), taken as a file it reads and
+    writes (so sensitive and protected paths are still seen, in every mode); a word with a
+    ``$`` is a write known only at run time where the text writes to such words. Never an
+    allow match."""
+    decoded = _ANSI_C_QUOTE.sub(lambda m: _decode_ansi_c(m.group(1)), text)
+    unquoted = re.sub(r"[\\'\"]", "", decoded)  # ``".e"nv`` is ``.env``
+    tokens = _SALVAGE_SEPARATORS.split(unquoted)
+    words: list[Word] = []
+    for token in dict.fromkeys(tokens):
+        if token:
+            words += _salvaged_words(token)
+    words += [v for w in words for v in path_variants(w)]
+    # A word known only at run time may be a file written where something writes to one: a
+    # redirection to such a word, or a program known to write its operands (``cp``, ``tee``).
+    blind = bool(_BLIND_REDIRECT.search(decoded)) or any(
+        not w.dynamic and takes_operands(program_name(w)) for w in words
+    )
+    written = tuple(w for w in words if blind or not w.dynamic)
+    # (never allowed all the same: the analysis keeps its parse error, and the fact is unknown)
+    why = "the command cannot be parsed: its words are checked as paths it reads and writes"
+    facts = CommandFacts((), (), True, True, False, tuple(words), "", why)
+    return (dataclasses.replace(facts, write_words=written),)
+
+
+def _salvaged_words(token: str) -> list[Word]:
+    """``token`` as a word, and what brace expansion makes of it (``.{env,}``)."""
+    found = [Word(token, token, any(c in _DYNAMIC_CHARS for c in token))]
+    if "{" in token:
+        try:
+            simple, _ = parse_command(": " + token)
+        except ShellSyntaxError:
+            return found
+        found += [w for cmd in simple for w in cmd.words[1:]]
+    return found
+
+
+def _decode_ansi_c(body: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(body):
+        if body[i] == "\\":
+            i = ansi_escape(body, i + 1, out)
+        else:
+            out.append(body[i])
+            i += 1
+    return "".join(out)
 
 
 def program_name(word: Word) -> str:
@@ -260,19 +335,26 @@ def _analyze(
         for r in cmd.redirects
         if r.target is not None and r.op != "<<<" and not _is_process_substitution(r.target)
     ]
+    # A value a variable takes (``x=.env``, ``for f in .env``, ``read x <<< .env``) may be the
+    # file a later ``$x`` names, and an operand may hold a path after a prefix (``if=.env``):
+    # checked against the sensitive and protected paths, not as files of this command itself.
+    values = [_assigned_value(w) for w in cmd.assignments] + cmd.values
+    values += [r.target for r in cmd.redirects if r.op == "<<<" and r.target is not None]
+    values += [v for w in (*path_words, *values) for v in path_variants(w)]
     written = _redirect_writes(cmd.redirects)
     words = tuple(cmd.words)
     if not words:
         dirs.ran(cmd, seen, None)
-        if blocker or why_unknown or written:
+        if blocker or why_unknown or written or cmd.values:
             out.append(
                 CommandFacts(
                     (),
                     (),
                     not blocker,
                     bool(why_unknown),
-                    False,
-                    tuple(path_words),
+                    # a loop's list runs nothing: nothing for an allow rule to cover
+                    bool(cmd.values) and not (blocker or why_unknown or written),
+                    (*path_words, *values),
                     blocker or why_unknown,
                     why_unknown,
                     seen.bases,
@@ -328,11 +410,22 @@ def _analyze(
         if name == "find":
             why_unknown = why_unknown or _find_exec(current, out, depth, dirs, place)
             break
+        if name.startswith("git-") and len(name) > 4:
+            # ``/usr/lib/git-core/git-push`` is ``git push`` (for deny and ask rules)
+            current = (Word("git", "git"), Word(name[4:], name[4:]), *current[1:])
+            forms.append(current)
+            name = "git"
+        if name == "git":
+            why_unknown = why_unknown or _git_nested(current, out, depth, dirs, place)
+            break
+        if name in EXEC_OPTIONS:
+            why_unknown = why_unknown or _exec_options(name, current, out, depth, dirs, place)
         if name == "ip" and _ip_may_exec(current[1:]):
             why_unknown = why_unknown or "ip may run a command in a namespace (netns/vrf exec)"
             break
         wrapper = WRAPPERS.get(name)
         if wrapper is None:
+            forms.extend(_runner_forms(name, current))
             why_unknown = why_unknown or _builtin_hazard(name, current[1:])
             if name in REDEFINERS:
                 why_unknown = why_unknown or f"{name} can change what a name runs"
@@ -406,7 +499,7 @@ def _analyze(
             not blocker,
             bool(why_unknown),
             delegated and transparent,
-            tuple(path_words),
+            (*path_words, *values),
             blocker,
             why_unknown,
             place.bases,
@@ -418,11 +511,210 @@ def _analyze(
     )
 
 
+# Tools whose subcommand runs the command its remaining words name (``uv run rm x``,
+# ``bundle exec rm x``, ``perf stat rm x``), after options of their own we do not model.
+RUNNERS: dict[str, frozenset[str]] = {
+    name: frozenset(subcommands.split())
+    for name, subcommands in {
+        "uv": "run",
+        "poetry": "run",
+        "pipenv": "run",
+        "pdm": "run",
+        "hatch": "run",
+        "rye": "run",
+        "conda": "run",
+        "mamba": "run",
+        "micromamba": "run",
+        "pixi": "run exec",
+        "bundle": "exec",
+        "npm": "exec",
+        "pnpm": "exec dlx",
+        "yarn": "exec",
+        "mise": "exec x",
+        "asdf": "exec",
+        "direnv": "exec",
+        "perf": "stat record trace",
+    }.items()
+}
+_MAX_RUNNER_FORMS = 64
+
+
+def _runner_forms(name: str, words: tuple[Word, ...]) -> list[tuple[Word, ...]]:
+    """For deny and ask rules, what ``uv run [opts] CMD`` may run: every run of its words
+    after the subcommand that starts with a word that is not an option (its options are not
+    modelled, so an option's argument is taken as a possible program too: more is checked)."""
+    subcommands = RUNNERS.get(name)
+    if subcommands is None:
+        return []
+    k = 1
+    while k < len(words) and not words[k].dynamic and words[k].value.startswith("-"):
+        k += 1  # the tool's own options (``uv --quiet run``)
+    if k >= len(words) or (not words[k].dynamic and words[k].value not in subcommands):
+        return []
+    return [
+        words[j:]
+        for j in range(k + 1, min(len(words), k + 1 + _MAX_RUNNER_FORMS))
+        if words[j].dynamic or not words[j].value.startswith("-")
+    ]
+
+
 _XARGS_INPUT = Word("$(the words xargs reads)", "(the words xargs reads)", dynamic=True)
 
 
 def _fed_by_xargs(forms: list[tuple[Word, ...]]) -> bool:
     return any(not f[0].dynamic and program_name(f[0]) == "xargs" for f in forms[:-1])
+
+
+_REFERENCE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
+_MAX_VALUES = 16
+
+
+def _literal_values(simple: list[SimpleCommand]) -> dict[str, list[str]]:
+    """The literal values each variable is given in the command (``x=.e``, ``export x=.e``,
+    ``for x in a b``), for words that use it later (``${x}nv``)."""
+    values: dict[str, list[str]] = {}
+    for cmd in simple:
+        named = list(cmd.assignments)
+        if cmd.words and not cmd.words[0].dynamic and cmd.words[0].value in DECLARATIONS:
+            named += [w for w in cmd.words[1:] if "=" in w.value and not w.value.startswith("-")]
+        for word in named:
+            name, _, value = word.value.partition("=")
+            if not word.dynamic and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                values.setdefault(name, []).append(value)
+    return values
+
+
+def _with_values(facts: CommandFacts, values: dict[str, list[str]]) -> CommandFacts:
+    """``facts`` with its words' references to those variables also read as their values."""
+    extra: list[Word] = []
+    for word in facts.path_words:
+        if not word.dynamic or "$" not in word.value:
+            continue
+        spelled = [word.value]
+        for m in _REFERENCE.finditer(word.value):
+            known = values.get(m.group(1) or m.group(2))
+            if known:
+                spelled = [
+                    s.replace(m.group(0), v, 1) for s in spelled for v in known[:_MAX_VALUES]
+                ][:_MAX_VALUES]
+        extra += [
+            Word(value, value, any(c in _DYNAMIC_CHARS for c in value))
+            for value in spelled
+            if value != word.value
+        ]
+    if not extra:
+        return facts
+    return dataclasses.replace(facts, path_words=facts.path_words + tuple(extra))
+
+
+def _caseless(facts: CommandFacts) -> CommandFacts:
+    """``facts`` with each glob also spelled to match letters of either case."""
+    extra: list[Word] = []
+    for word in facts.path_words:
+        if word.dynamic and any(c in "*?[" for c in word.value):
+            spelled, depth = [], 0
+            for c in word.value:
+                depth += c == "["
+                depth -= c == "]" and depth > 0
+                both = c.lower() + c.upper()
+                spelled.append(
+                    f"[{both}]" if depth == 0 and c.isalpha() and both[0] != both[1] else c
+                )
+            value = "".join(spelled)
+            extra.append(Word(value, value, True))
+    return (
+        dataclasses.replace(facts, path_words=facts.path_words + tuple(extra)) if extra else facts
+    )
+
+
+def _assigned_value(word: Word) -> Word:
+    """The value of ``NAME=VALUE`` as a word (``~`` after the ``=`` expands, as bash does)."""
+    value = word.value.partition("=")[2]
+    raw = word.raw.partition("=")[2]
+    return Word(value, raw or value, word.dynamic)
+
+
+# Bash's bracket expressions that Python's ``glob`` spells otherwise or not at all.
+_POSIX_CLASSES = {
+    "alpha": "a-zA-Z",
+    "upper": "A-Z",
+    "lower": "a-z",
+    "digit": "0-9",
+    "xdigit": "0-9A-Fa-f",
+    "alnum": "a-zA-Z0-9",
+    "word": "a-zA-Z0-9_",
+    "space": " \t\n\r\f\v",
+    "blank": " \t",
+    # (never a leading ``!``: Python's glob would read it as a negation)
+    "punct": ":-@!-.[-`{-~",  # (no "/": the glob would split the pattern there)
+    "graph": '"-~!',
+    "print": " -~",
+    "cntrl": "\x01-\x1f\x7f",  # a name holds no NUL
+}
+_MAX_VARIANTS = 8
+
+
+def path_variants(word: Word) -> list[Word]:
+    """Other spellings under which a word may name a file: the value after ``=``, ``:`` or
+    ``@`` of an operand (``dd if=.env``, ``git show HEAD:.env``, ``curl -d @.env``,
+    ``-F f=@.env``), ``~+`` as the working directory,
+    and a glob with bash's own bracket syntax (``[^x]``, ``[[:alpha:]]``) in the syntax
+    Python's ``glob`` reads."""
+    value = word.value
+    out: list[Word] = []
+    if "[" not in value and any(c in value for c in "=:@"):  # (``-d@.env`` too)
+        parts = re.split(r"[=:@]", value)[1:]
+        out += [Word(p, p, word.dynamic) for p in parts[:_MAX_VARIANTS] if p]
+    if value == "~+" or value.startswith("~+/"):  # bash's ``$PWD``
+        here = "." + value[2:]
+        out.append(Word(here, here, word.dynamic))
+    if word.dynamic and "[" in value:
+        translated = _python_glob(value)
+        if translated != value:
+            out.append(Word(translated, translated, True))
+    return out
+
+
+def _python_glob(value: str) -> str:
+    """``value``'s bracket expressions in Python's syntax: ``[^x]`` is ``[!x]``, a POSIX class
+    (``[:alpha:]``) its ranges, ``[=a=]`` and ``[.a.]`` the character. One pass, linear: an
+    unclosed ``[`` leaves the rest as it is."""
+    out: list[str] = []
+    i, n = 0, len(value)
+    while i < n:
+        if value[i] != "[":
+            out.append(value[i])
+            i += 1
+            continue
+        j = i + 1
+        negated = j < n and value[j] in "^!"
+        j += negated
+        body: list[str] = []
+        if j < n and value[j] == "]":  # a leading ``]`` is a member
+            body.append("]")
+            j += 1
+        closed = False
+        while j < n:
+            c = value[j]
+            if c == "[" and value[j + 1 : j + 2] in (":", "=", "."):
+                kind = value[j + 1]
+                end = value.find(kind + "]", j + 2, j + 16)  # class names are short
+                if end != -1:
+                    name = value[j + 2 : end]
+                    body.append(_POSIX_CLASSES.get(name, "") if kind == ":" else name)
+                    j = end + 2
+                    continue
+            if c == "]":
+                closed = True
+                break
+            body.append(c)
+            j += 1
+        if not closed:
+            out.append(value[i:])
+            break
+        out.append(("[!" if negated else "[") + "".join(body) + "]")
+        i = j + 1
+    return "".join(out)
 
 
 def _is_relative(word: Word) -> bool:
@@ -495,6 +787,12 @@ def _nested_shell(
         if not value.startswith("--"):
             has_c = has_c or "c" in value[1:]
             has_s = has_s or "s" in value[1:]
+            # ``-eo pipefail``, ``-xO extglob``: each ``o``/``O`` of a cluster takes the next
+            # word as its argument, as the shell's getopt reads it (``-o`` alone is above).
+            taken = sum(value[1:].count(letter) for letter in "oO")
+            if taken:
+                i += 1 + taken
+                continue
         i += 1
     for file in startup:
         fd = _script_descriptor(file.value) if not file.dynamic else -1
@@ -600,6 +898,208 @@ def _expanded_heredoc(body: str) -> str | None:
         out.append(c)
         i += 1
     return "".join(out)
+
+
+# ``git -c KEY=VALUE`` keys that change only how git shows or stamps its work, never what it
+# runs (aliases, pagers, editors, hooks, filters, ssh and credential helpers, ``ext::``
+# transports, included files do): any other key makes the command unknown.
+_GIT_HARMLESS_KEYS = re.compile(
+    r"(?:color|advice|column|i18n|status|log|blame|grep|format|http|fetch)\.[a-z0-9.-]*"
+    r"|user\.(?:name|email|signingkey|useconfigonly)|author\.(?:name|email)"
+    r"|committer\.(?:name|email)|init\.defaultbranch|safe\.directory"
+    r"|core\.(?:quotepath|autocrlf|safecrlf|eol|filemode|ignorecase|precomposeunicode|abbrev"
+    r"|commentchar|commentstring|whitespace|longpaths)"
+    r"|commit\.gpgsign|tag\.gpgsign|pull\.(?:rebase|ff)|push\.(?:default|autosetupremote)"
+    r"|fetch\.prune|gc\.auto|maintenance\.auto|protocol\.version|rebase\.autosquash"
+    r"|merge\.conflictstyle|diff\.(?:noprefix|renames|algorithm|mnemonicprefix|context)"
+    r"|checkout\.defaultremote|credential\.interactive|feature\.manyfiles"
+)
+_GIT_GLOBAL_WITH_ARGUMENT = frozenset(
+    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix"}
+)
+# Options of git commands whose argument is a shell command git runs.
+_GIT_SCRIPT_OPTIONS = {
+    "rebase": ("-x", "--exec"),
+    "grep": ("-O", "--open-files-in-pager"),
+    # the program run on the other side of a local transport, through a shell
+    "ls-remote": ("--upload-pack",),
+    "fetch": ("--upload-pack",),
+    "pull": ("--upload-pack",),
+    "clone": ("-u", "--upload-pack"),
+    "fetch-pack": ("--upload-pack", "--exec"),
+    "push": ("--receive-pack", "--exec"),
+    "send-pack": ("--receive-pack", "--exec"),
+    "archive": ("--exec",),
+    "difftool": ("-x", "--extcmd"),
+    "filter-branch": (
+        "--env-filter",
+        "--tree-filter",
+        "--index-filter",
+        "--parent-filter",
+        "--msg-filter",
+        "--commit-filter",
+        "--tag-name-filter",
+    ),
+}
+
+
+def _git_nested(
+    words: tuple[Word, ...],
+    out: list[CommandFacts],
+    depth: int,
+    dirs: DirectoryTracker,
+    place: Place,
+) -> str:
+    """Why a git command cannot be known before it runs (``""`` when it can): a ``-c`` key
+    that runs code (``alias.x=!cmd``, ``core.pager``, ...). The commands git runs for it
+    (``rebase --exec``, ``bisect run``, ``submodule foreach``, ``filter-branch --*-filter``,
+    ``difftool --extcmd``) are recorded as commands of their own."""
+    i = 1
+    while i < len(words) and (words[i].dynamic or words[i].value.startswith("-")):
+        word = words[i]
+        if word.dynamic:
+            return "git is given an option known only at run time"
+        name, eq, joined = word.value.partition("=")
+        if name in ("-c", "--config-env"):
+            if not eq and i + 1 >= len(words):
+                return ""
+            setting = Word(joined, joined) if eq else words[i + 1]
+            key = setting.value.partition("=")[0].lower()
+            if setting.dynamic or not _GIT_HARMLESS_KEYS.fullmatch(key):
+                return f"git configuration `{setting.raw}` may make git run other commands"
+        if word.value in _GIT_GLOBAL_WITH_ARGUMENT:
+            i += 2
+            continue
+        i += 1
+    if i >= len(words):
+        return ""
+    command, rest = words[i].value, words[i + 1 :]
+    argv: tuple[Word, ...] = ()
+    found = option_arguments(rest, _GIT_SCRIPT_OPTIONS.get(command, ()))
+    if found is None:
+        return f"git {command} is given an option known only at run time"
+    scripts = [argument for _, argument in found]
+    if command == "bisect" and rest[:1] and rest[0].value == "run":
+        argv = rest[1:]
+    if command == "submodule":
+        j = 0
+        while j < len(rest) and rest[j].value.startswith("-"):
+            j += 1
+        if j < len(rest) and rest[j].value == "foreach":
+            j += 1
+            while j < len(rest) and rest[j].value.startswith("-"):
+                j += 1
+            scripts.append(
+                Word(" ".join(w.value for w in rest[j:]), "", any(w.dynamic for w in rest[j:]))
+            )
+    for script in scripts:
+        if _nested_script((script,), out, depth, dirs, place) is None:
+            return f"git {command} runs a command known only at run time"
+    if argv:
+        _analyze(
+            SimpleCommand(words=list(argv)),
+            out,
+            depth + 1,
+            DirectoryTracker(place, dirs.searches, dirs.physical),
+        )
+    return ""
+
+
+def option_arguments(
+    words: tuple[Word, ...], options: tuple[str, ...]
+) -> list[tuple[str, Word]] | None:
+    """The arguments given to any of ``options`` among ``words`` (with the option), in every
+    getopt spelling: ``--opt=X``, ``--opt X``, a unique prefix (``--upload-p=X``), ``-oX``,
+    ``-o X`` and a cluster (``-io X``). None when a word is known only at run time (it may
+    be one of them)."""
+    if not options:
+        return []
+    found: list[tuple[str, Word]] = []
+    for k, word in enumerate(words):
+        if word.dynamic:
+            return None
+        value = word.value
+        following = words[k + 1 : k + 2]
+        for option in options:
+            joined: str | None = None
+            if value == option:
+                found.extend((option, w) for w in following)
+            elif option.startswith("--") and value.startswith(option + "="):
+                joined = value[len(option) + 1 :]
+            elif _abbreviates(value, option):
+                if "=" in value:
+                    joined = value.partition("=")[2]
+                else:
+                    found.extend((option, w) for w in following)
+            elif len(option) == 2 and value[:1] == "-" and value[1:2] != "-" and option[1] in value:
+                joined = value[1:].partition(option[1])[2]  # ``-xCMD``, ``-ix CMD``
+                if not joined:
+                    joined = None
+                    found.extend((option, w) for w in following)
+            if joined is not None:
+                found.append((option, Word(joined, joined)))
+    return found
+
+
+# Options of common programs whose argument is a command line they run (through a shell, or
+# split into a program and its arguments): each is judged as a command of its own.
+EXEC_OPTIONS: dict[str, tuple[str, ...]] = {
+    "tar": (
+        "-I",
+        "--use-compress-program",
+        "--to-command",
+        "-F",
+        "--info-script",
+        "--new-volume-script",
+        "--rsh-command",
+        "--rmt-command",
+        "--checkpoint-action",
+    ),
+    "sort": ("--compress-program",),
+    "rsync": ("-e", "--rsh", "--rsync-path"),
+    "rg": ("--pre",),
+    "zip": ("-TT", "--unzip-command"),
+    "man": ("-P", "--pager", "-H", "--html"),
+    "ssh": ("-o",),
+    "scp": ("-S", "-o"),
+    "sftp": ("-S", "-D", "-o"),
+}
+# ``ssh -o KEY=VALUE`` (and scp's, sftp's) keys whose value is a command ssh runs locally.
+_SSH_COMMAND_KEYS = frozenset({"proxycommand", "localcommand", "knownhostscommand"})
+
+
+def _exec_options(
+    name: str,
+    words: tuple[Word, ...],
+    out: list[CommandFacts],
+    depth: int,
+    dirs: DirectoryTracker,
+    place: Place,
+) -> str:
+    """Judge the command lines ``name``'s options run (``tar --to-command``, ``rsync -e``,
+    ``ssh -o ProxyCommand=``) as commands of their own; why one cannot be known, or ``""``."""
+    found = option_arguments(words[1:], EXEC_OPTIONS[name])
+    if found is None:
+        return f"{name} is given an option known only at run time (it may run a command)"
+    for option, argument in found:
+        text = argument.value
+        if option == "-o":  # ``KEY=VALUE`` or ``KEY VALUE``
+            key, _, text = re.sub(r"^\s*([^\s=]+)\s*[=\s]\s*", r"\1=", text).partition("=")
+            if key.lower() not in _SSH_COMMAND_KEYS:
+                continue
+        elif option == "--checkpoint-action":
+            if not text.startswith("exec="):
+                continue  # ``dot``, ``echo``, ``sleep=N``: no command
+            text = text[5:]
+        if _nested_script((Word(text, text),), out, depth, dirs, place) is None:
+            return f"{name} runs a command known only at run time"
+    return ""
+
+
+def _abbreviates(value: str, option: str) -> bool:
+    """``value`` (``--upload-p`` or ``--upload-p=x``) is a shortened spelling of ``option``."""
+    name = value.partition("=")[0]
+    return option.startswith("--") and len(name) > 3 and name != option and option.startswith(name)
 
 
 def _ip_may_exec(words: tuple[Word, ...]) -> bool:

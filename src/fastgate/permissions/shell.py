@@ -102,6 +102,9 @@ class SimpleCommand:
     in_loop: bool = False
     piped_out: bool = False  # a pipeline element with a ``|`` after it: a subshell
     overflow: bool = False  # a brace expansion past its bound (the hazard says so)
+    # Words that run nothing but become a variable's value (``for NAME in WORDS``): they may
+    # name files the loop's body reads through the variable.
+    values: list[Word] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -291,9 +294,11 @@ class _Lexer:
         if cmd.words and cmd.words[0].value == "for" and not cmd.words[0].dynamic:
             # ``for NAME in WORDS``: no program runs; substitutions inside the words were
             # already recorded as commands of their own.
+            if len(cmd.words) > 3 and cmd.words[2].value == "in":
+                cmd.values.extend(cmd.words[3:])
             cmd.words.clear()
         cmd.in_loop = cmd.in_loop or self.loops > 0
-        if cmd.words or cmd.assignments or cmd.redirects:
+        if cmd.words or cmd.assignments or cmd.redirects or cmd.values:
             self.out.append(cmd)
             return plain and bool(cmd.words)
         return False
@@ -656,7 +661,7 @@ class _Lexer:
                 out.append(c)
                 i += 1
                 continue
-            i = _ansi_escape(s, i + 1, out)
+            i = ansi_escape(s, i + 1, out)
 
     def scan_expansions(self) -> None:
         """Record the commands of every substitution in free text (a heredoc body, the inside
@@ -690,7 +695,7 @@ _SIMPLE_ESCAPES = {
 }
 
 
-def _ansi_escape(s: str, i: int, out: list[str]) -> int:
+def ansi_escape(s: str, i: int, out: list[str]) -> int:
     """Decode one ``$'...'`` escape starting after the backslash; return the next index."""
     c = s[i : i + 1]
     if c in _SIMPLE_ESCAPES:

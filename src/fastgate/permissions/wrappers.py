@@ -253,6 +253,54 @@ WRAPPERS: dict[str, Wrapper] = {
     ),
     "linux32": _w(flags="-R --addr-no-randomize -3 --3gb -v --verbose", transparent=True),
     "linux64": _w(flags="-R --addr-no-randomize -3 --3gb -v --verbose", transparent=True),
+    # Programs that run the command their remaining words name, in another security context,
+    # session, display, lock, clock or under a watchdog: deny and ask rules see through them,
+    # allow rules do not. Where the options vary (``runcon CONTEXT`` or ``runcon -t T``), any
+    # option is unknown.
+    "toybox": _w(transparent=True),  # ``toybox rm x``, as ``busybox``
+    "runcon": _w(positionals=1),
+    "ssh-agent": _w(flags="-c -s -D -d", with_arg="-a -E -O -P -t", stop_flags="-k"),
+    "dbus-run-session": _w(with_arg="--config-file --dbus-daemon", opaque_flags="--help --version"),
+    "dbus-launch": _w(
+        flags="--sh-syntax --csh-syntax --auto-syntax --exit-with-session --exit-with-x11 "
+        "--binary-syntax --close-stderr",
+        with_arg="--config-file --autolaunch",
+        opaque_flags="--help --version",
+    ),
+    "xvfb-run": _w(
+        flags="-a --auto-servernum -l --listen-tcp",
+        with_arg="-e --error-file -f --auth-file -n --server-num -p --xauth-protocol "
+        "-s --server-args -w --wait",
+        opaque_flags="-h --help",
+    ),
+    "sshpass": _w(flags="-e -v", with_arg="-f -d -p -P", opaque_flags="-h -V"),
+    "chronic": _w(flags="-e -v"),
+    "ifne": _w(flags="-n"),
+    "nocache": _w(with_arg="-n"),
+    "faketime": _w(flags="-m -f", with_arg="-p", positionals=1),
+    "catchsegv": _w(),
+    "rlwrap": _w(),
+    "aa-exec": _w(
+        flags="-i -v -d --immediate --verbose --debug",
+        with_arg="-p -n --profile --namespace",
+        opaque_flags="-h --help",
+    ),
+    "systemd-inhibit": _w(
+        flags="--no-pager --no-legend",
+        with_arg="--what --who --why --mode",
+        opaque_flags="--list -h --help --version",
+    ),
+    "flatpak-spawn": _w(),
+    "lckdo": _w(flags="-w -q", with_arg="-W", positionals=1),
+    "trickle": _w(flags="-v -V -s", with_arg="-d -u -w -t -l -n", opaque_flags="-h"),
+    "cpulimit": _w(
+        flags="-v --verbose -z --lazy -i --include-children -q --quiet -k --kill -r --restore",
+        with_arg="-l --limit",
+        opaque_flags="-p --pid -e --exe -P --path -h --help",
+    ),
+    # ``entr -s 'cmd'`` and ``watchexec 'cmd'`` hand a string to a shell.
+    "entr": _w(flags="-a -c -d -n -p -r -z", script_flags="-s"),
+    "watchexec": _w(joins_script=True),
 }
 
 

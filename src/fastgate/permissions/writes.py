@@ -173,7 +173,7 @@ def written_words(form: tuple[Word, ...]) -> list[Word]:
     words = _written_words(name, args)
     if name in _INTO_DIRECTORY:
         words += _placed_into_destination(name, args)
-    return words
+    return words + _copied_trees(name, args)
 
 
 def tree_words(form: tuple[Word, ...]) -> list[Word]:
@@ -189,7 +189,32 @@ def tree_words(form: tuple[Word, ...]) -> list[Word]:
         return _find_writes(args) if any(w.value == "-delete" for w in args) else []
     if name in _RECURSIVE and any(_recursive(w) for w in args):
         return _operands(args)
-    return []
+    return _copied_trees(name, args)
+
+
+# Copies whose recursive form lands a source directory's entries in the destination (``cp -r
+# /tmp/d/. .``, ``rsync -a /tmp/d/ .``, ``cp -r /tmp/repo sub`` making ``sub/.git/config``).
+_TREE_COPIERS = frozenset({"cp", "rsync", "scp"})
+_COPY_RECURSIVE_LONG = frozenset({"--recursive", "--archive"})
+
+
+def _copied_trees(name: str, args: tuple[Word, ...]) -> list[Word]:
+    """A recursive copy's sources: what they hold is written where they land, so they count
+    as written trees (a protected path right inside one is a protected path written)."""
+    if name not in _TREE_COPIERS:
+        return []
+    recursive = any(
+        w.dynamic
+        or w.value in _COPY_RECURSIVE_LONG
+        or (w.value[:1] == "-" and w.value[1:2] != "-" and any(c in w.value for c in "rRa"))
+        for w in args
+    )
+    if not recursive:
+        return []
+    operands = _operands(args)
+    if _option_values(args, ("-t", "--target-directory")):
+        return operands  # every operand is a source
+    return operands[:-1]
 
 
 def _recursive(word: Word) -> bool:
