@@ -155,7 +155,9 @@ async def test_rewrites_chain_and_are_snapshotted() -> None:
     kept: list[dict[str, Any]] = []
     seen: list[Any] = []
 
-    def first(event: PreToolUseEvent) -> PreToolUseResult:
+    def first(event: PreToolUseEvent) -> PreToolUseResult | None:
+        if "-la" in event.args["command"]:  # asked again about the final arguments: fine
+            return None
         new = {"command": event.args["command"] + " -la", "opts": {"depth": [1]}}
         kept.append(new)
         return PreToolUseResult(updated_args=new)
@@ -182,6 +184,108 @@ async def test_rewrites_chain_and_are_snapshotted() -> None:
         outcome.updated_args["command"] = "whoami"
     with pytest.raises(TypeError):
         outcome.updated_args["opts"]["depth"].append(3)
+
+
+def _no_rm(verdict: str) -> Callable[[Any], Any]:
+    """A guard that judges whatever command it is given."""
+
+    def guard(event: PreToolUseEvent) -> PreToolUseResult | None:
+        if "rm" in event.args["command"]:
+            return PreToolUseResult(decision=verdict, reason=f"guard: {event.args['command']}")
+        return None
+
+    return guard
+
+
+def _rewrite_to(command: str) -> Callable[[Any], Any]:
+    def rewrite(event: PreToolUseEvent) -> PreToolUseResult:
+        return PreToolUseResult(decision="allow", updated_args={**event.args, "command": command})
+
+    return rewrite
+
+
+@pytest.mark.parametrize("verdict", ["deny", "ask"])
+@pytest.mark.parametrize(
+    "rewriters",
+    [
+        [_rewrite_to("rm -rf data")],
+        [lambda e: PreToolUseResult(updated_args={"command": "rm -rf data"})],
+        [
+            lambda e: (
+                PreToolUseResult(updated_args={"command": "echo step"})
+                if e.args["command"] == "echo hi"
+                else None
+            ),
+            lambda e: None,
+            _rewrite_to("rm -rf data"),
+        ],
+    ],
+)
+async def test_a_hook_before_a_rewrite_judges_the_arguments_that_run(
+    verdict: str, rewriters: list[Callable[[Any], Any]]
+) -> None:
+    # The guard saw "echo hi" and had no opinion: it must also judge what runs instead.
+    hooks = Hooks()
+    hooks.add_pre_tool_use(_no_rm(verdict))
+    for rewriter in rewriters:
+        hooks.add_pre_tool_use(rewriter)
+    outcome = await run_pre_tool_use(hooks, pre_event(command="echo hi"))
+    assert outcome.decision is Decision.parse(verdict)
+    assert outcome.reason == "guard: rm -rf data"
+    if verdict == "ask":
+        assert outcome.updated_args == {"command": "rm -rf data"}
+
+
+async def test_a_recheck_that_rewrites_again_is_judged_again_and_endless_rewrites_deny() -> None:
+    asked: list[str] = []
+
+    def sanitize(event: PreToolUseEvent) -> PreToolUseResult | None:
+        asked.append(event.args["command"])
+        command = event.args["command"].replace(" --force", "")
+        return PreToolUseResult(updated_args={"command": command})
+
+    hooks = Hooks()
+    hooks.add_pre_tool_use(sanitize)  # idempotent: rewrites only what still needs it
+    hooks.add_pre_tool_use(_rewrite_to("git push --force"))
+    outcome = await run_pre_tool_use(hooks, pre_event(command="git push"))
+    # the sanitizer, asked about the forced push, takes "--force" out; the rewriter puts it back:
+    # they never agree on what runs
+    assert outcome.decision is Decision.DENY
+    assert "still rewrote the arguments after" in (outcome.reason or "")
+    assert asked[:2] == ["git push", "git push --force"]
+
+    converging = Hooks()
+    converging.add_pre_tool_use(sanitize)
+    converging.add_pre_tool_use(_rewrite_to("echo tidy"))  # same output whatever it is given
+    settled = await run_pre_tool_use(converging, pre_event(command="echo a --force"))
+    assert settled.decision is Decision.ALLOW and settled.updated_args == {"command": "echo tidy"}
+
+    endless = Hooks()
+    endless.add_pre_tool_use(lambda e: PreToolUseResult(updated_args={"command": "a"}))
+    endless.add_pre_tool_use(lambda e: PreToolUseResult(updated_args={"command": "b"}))
+    refused = await run_pre_tool_use(endless, pre_event())
+    assert refused.decision is Decision.DENY
+    assert "every hook must judge the arguments that run" in (refused.reason or "")
+
+
+async def test_hooks_given_the_final_arguments_run_once() -> None:
+    calls: list[str] = []
+
+    def record(label: str) -> Callable[[Any], Any]:
+        def hook(event: PreToolUseEvent) -> PreToolUseResult | None:
+            calls.append(f"{label}:{event.args['command']}")
+            return PreToolUseResult(additional_context=f"{label} context")
+
+        return hook
+
+    hooks = Hooks()
+    hooks.add_pre_tool_use(record("before"))
+    hooks.add_pre_tool_use(_rewrite_to("echo new"))
+    hooks.add_pre_tool_use(record("after"))
+    hooks.add_pre_tool_use(lambda e: PreToolUseResult(updated_args=dict(e.args)))  # the same
+    outcome = await run_pre_tool_use(hooks, pre_event(command="echo old"))
+    assert calls == ["before:echo old", "after:echo new", "before:echo new"]
+    assert outcome.additional_context == ("before context", "after context")
 
 
 async def test_no_rewrite_leaves_updated_args_none() -> None:

@@ -40,6 +40,9 @@ log = logging.getLogger("fastgate.hooks")
 
 _MCP_PREFIX: Final = "mcp__"
 _REASON_LIMIT: Final = 8000  # characters of a blocking hook's stderr kept as the reason
+# Claude Code's tools that take a ``file_path``: a hook matching them reads the file there.
+_FILE_TOOLS: Final = frozenset({"Edit", "Write", "Read", "MultiEdit", "NotebookEdit"})
+_MAX_FILE_VIEWS: Final = 64  # files of one call shown to a hook one by one
 _BLOCKING_STATUS: Final = 2
 
 # Every key of a reply, by event; anything else fails closed (it may have meant "deny").
@@ -95,18 +98,44 @@ def _event_name(event: Event) -> str:
     return "PostToolUseFailure"
 
 
-def claude_payload(event: Event, cwd: str) -> bytes:
-    """The JSON document a Claude Code hook reads on stdin."""
+def _tool_response(event: PostToolUseEvent, tool_input: Any) -> dict[str, Any]:
+    """What the call gave, as a hook after it reads it: ``ok`` and the model-visible
+    ``content``, and under the names Claude Code's own tools give their output, so that a filter
+    written for them sees it: ``stdout`` (every text the model sees) for ``Bash``, ``filePath``
+    for a file tool."""
+    content = event.result.content
+    response: dict[str, Any] = {"ok": event.result.ok, "content": content}
+    name = claude_tool_name(event.tool_name, event.tool)
+    if name == "Bash":
+        response["stdout"] = (
+            content
+            if isinstance(content, str)
+            else "\n".join(
+                block if isinstance(block, str) else str(block.get("text", ""))
+                for block in content
+                if isinstance(block, str) or (isinstance(block, Mapping) and "text" in block)
+            )
+        )
+    elif name in _FILE_TOOLS:
+        arguments = event.args if tool_input is None else tool_input
+        if isinstance(arguments, Mapping) and isinstance(arguments.get("file_path"), str):
+            response["filePath"] = arguments["file_path"]
+    return response
+
+
+def claude_payload(event: Event, cwd: str, tool_input: Any = None) -> bytes:
+    """The JSON document a Claude Code hook reads on stdin (``tool_input``: the arguments as the
+    hook sees them, ``event.args`` unless given)."""
     payload: dict[str, Any] = {
         "session_id": event.context.session_id,
         "cwd": cwd,
         "hook_event_name": _event_name(event),
         "tool_name": claude_tool_name(event.tool_name, event.tool),
-        "tool_input": event.args,
+        "tool_input": event.args if tool_input is None else tool_input,
     }
     if isinstance(event, PostToolUseEvent):
         # The canonical value never leaves the process (SPEC §10): the model-visible content does.
-        payload["tool_response"] = {"ok": event.result.ok, "content": event.result.content}
+        payload["tool_response"] = _tool_response(event, tool_input)
     elif isinstance(event, PostToolUseFailureEvent):
         error = event.error
         payload["error"] = error.message
@@ -118,13 +147,41 @@ def claude_payload(event: Event, cwd: str) -> bytes:
 async def call_claude_hook(
     hook: CommandHook, event: Event
 ) -> PreToolUseResult | PostToolUseResult | str | None:
-    """Run ``hook`` for ``event`` in Claude Code's protocol; raises ``HookFailed``."""
+    """Run ``hook`` for ``event`` in Claude Code's protocol; raises ``HookFailed``.
+
+    A file tool whose arguments name no ``file_path`` (``apply_patch``, which Claude Code's
+    ``Edit`` hooks match) is shown to the hook once per file it touches, each time with that
+    file as ``file_path``: hooks written for Claude Code read the file there, and a patch must
+    not slip past them by naming it elsewhere. The strictest answer wins."""
     root = event.context.workspace_root or os.getcwd()
     cwd = hook.cwd if hook.cwd is not None else root
     env = dict(hook.env if hook.env is not None else os.environ)
     env["CLAUDE_PROJECT_DIR"] = root
+    views = _file_views(event, root)
+    if views is None:
+        return await _call_once(hook, event, cwd, env, None)
+    replies: list[Any] = []
+    for view in views:
+        reply = await _call_once(hook, event, cwd, env, view, len(views) == 1)
+        if isinstance(reply, PreToolUseResult) and reply.decision is Decision.DENY:
+            return reply
+        if isinstance(reply, PostToolUseResult) and reply.block is not None:
+            return reply
+        replies.append(reply)
+    return _combined(event, replies)
+
+
+async def _call_once(
+    hook: CommandHook,
+    event: Event,
+    cwd: str,
+    env: dict[str, str],
+    view: Mapping[str, Any] | None,
+    whole: bool = True,
+) -> PreToolUseResult | PostToolUseResult | str | None:
+    """One run of ``hook``, shown ``view`` as its ``tool_input`` (``None``: the arguments)."""
     try:
-        payload = claude_payload(event, cwd)
+        payload = claude_payload(event, cwd, view)
     except (TypeError, ValueError) as exc:
         raise HookFailed(f"the event cannot be encoded as JSON: {exc}") from None
     try:
@@ -135,10 +192,74 @@ async def call_claude_hook(
         return _blocked(event, exited.stderr)
     reply = _reply_object(stdout)
     if isinstance(event, PreToolUseEvent):
-        return pre_result(event, reply)
+        return pre_result(event, reply, view, whole)
     if isinstance(event, PostToolUseEvent):
         return post_result(reply)
     return failure_context(reply)
+
+
+def _file_views(event: Event, root: str) -> list[dict[str, Any]] | None:
+    """The arguments once per file the call touches, with that file (absolute) as
+    ``file_path``; ``None`` for a call Claude Code's own tools could make (its arguments name
+    their ``file_path``, or the tool is no file tool, or declares no files)."""
+    tool, args = event.tool, event.args
+    if (
+        tool is None
+        or tool.paths is None
+        or not isinstance(args, Mapping)
+        or "file_path" in args
+        or claude_tool_name(event.tool_name, tool) not in _FILE_TOOLS
+    ):
+        return None
+    try:
+        declared = tool.paths(args)
+        paths = list(dict.fromkeys(declared))
+    except Exception:  # arguments the tool cannot read: the executor has refused them already
+        return None
+    if not paths or not all(isinstance(path, str) for path in paths):
+        return None
+    if len(paths) > _MAX_FILE_VIEWS:
+        raise HookFailed(
+            f"the call touches {len(paths)} files; a Claude Code hook is shown at most "
+            f"{_MAX_FILE_VIEWS} of them one by one (split the change)"
+        )
+    return [
+        {**args, "file_path": os.path.normpath(os.path.join(root, os.path.expanduser(path)))}
+        for path in paths
+    ]
+
+
+def _combined(
+    event: Event, replies: list[Any]
+) -> PreToolUseResult | PostToolUseResult | str | None:
+    """The replies of one hook about each file of a call, as one (none of them denies or
+    blocks: those were returned at once)."""
+    contexts: list[str] = []
+    for reply in replies:
+        text = reply if isinstance(reply, str) or reply is None else reply.additional_context
+        if text and text not in contexts:
+            contexts.append(text)
+    context = "\n".join(contexts) or None
+    if isinstance(event, PostToolUseFailureEvent):
+        return context
+    if isinstance(event, PostToolUseEvent):
+        contents = [r.content for r in replies if r is not None and r.content is not msgspec.UNSET]
+        return PostToolUseResult(
+            content=contents[-1] if contents else msgspec.UNSET, additional_context=context
+        )
+    decision, reason, updated = None, None, None
+    for reply in replies:
+        if reply is None:
+            continue
+        if reply.decision is not None and (
+            decision is None or reply.decision.strictness > decision.strictness
+        ):
+            decision, reason = reply.decision, reply.reason
+        if reply.updated_args is not None:
+            updated = reply.updated_args
+    return PreToolUseResult(
+        decision=decision, reason=reason, updated_args=updated, additional_context=context
+    )
 
 
 def _blocked(event: Event, stderr: str) -> PreToolUseResult | PostToolUseResult | str | None:
@@ -153,18 +274,27 @@ def _blocked(event: Event, stderr: str) -> PreToolUseResult | PostToolUseResult 
     return PostToolUseResult(block=reason)
 
 
-_BOM: Final = "\ufeff".encode()
+# What Claude Code trims around a reply (JavaScript's ``trim``: Unicode spaces, line and
+# paragraph separators, the byte order mark; older engines also U+180E) and what Python's
+# ``str.strip`` removes: a reply it would read behind any of them must not pass as plain text.
+_SPACES: Final = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005"
+    "\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff\u180e"
+)
 
 
 def _reply_object(stdout: bytes) -> dict[str, Any] | None:
     """Nothing or plain text is no opinion (plain text is not context); text that starts like a
-    JSON object must be exactly one valid object."""
-    text = stdout.strip()
-    while text.startswith(_BOM):  # Claude Code trims it as whitespace (a Windows editor's mark)
-        text = text[len(_BOM) :].strip()
-    if not text.startswith(b"{"):
+    JSON object, once the whitespace Claude Code trims is gone, must be exactly one valid
+    object."""
+    text = stdout.decode("utf-8", "replace").strip(_SPACES)
+    if not text.startswith("{"):
         return None
-    return parse_reply_object(text)
+    try:
+        stdout.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise HookFailed(f"stdout is not valid UTF-8 ({exc})") from None
+    return parse_reply_object(text.encode())
 
 
 class _Common(msgspec.Struct, frozen=True):
@@ -222,7 +352,12 @@ def _text(reply: Mapping[str, Any], key: str) -> str | None:
     return value
 
 
-def pre_result(event: PreToolUseEvent, reply: dict[str, Any] | None) -> PreToolUseResult | None:
+def pre_result(
+    event: PreToolUseEvent,
+    reply: dict[str, Any] | None,
+    view: Mapping[str, Any] | None = None,
+    whole: bool = True,
+) -> PreToolUseResult | None:
     """A PreToolUse reply as a ``PreToolUseResult``; the strictest of what it says wins."""
     if reply is None:
         return None
@@ -251,20 +386,37 @@ def pre_result(event: PreToolUseEvent, reply: dict[str, Any] | None) -> PreToolU
     return PreToolUseResult(
         decision=decision,
         reason=reason,
-        updated_args=_updated_input(event, specific),
+        updated_args=_updated_input(event, specific, view, whole),
         additional_context=_text(specific, "additionalContext"),
     )
 
 
-def _updated_input(event: PreToolUseEvent, specific: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``updatedInput``'s fields laid over the arguments (fields it leaves out are kept)."""
+def _updated_input(
+    event: PreToolUseEvent,
+    specific: Mapping[str, Any],
+    view: Mapping[str, Any] | None = None,
+    whole: bool = True,
+) -> dict[str, Any] | None:
+    """``updatedInput``'s fields laid over the arguments (fields it leaves out are kept). Over
+    one file's ``view`` of a call: only when that file is the whole call, and the
+    ``file_path`` it was shown must stay as it was (it is no argument of the tool)."""
     update = specific.get("updatedInput")
     if update is None:
         return None
     if not isinstance(update, dict):
         raise HookFailed(f"updatedInput must be a JSON object, got {type(update).__name__}")
-    base = event.args if isinstance(event.args, Mapping) else {}
-    return {**base, **update}
+    if view is None:
+        base = event.args if isinstance(event.args, Mapping) else {}
+        return {**base, **update}
+    if not whole:
+        raise HookFailed(
+            "updatedInput for one file of a call that changes several cannot be applied (the "
+            "hook was shown each file as file_path)"
+        )
+    merged = {**view, **update}
+    if merged.pop("file_path") != view["file_path"]:
+        raise HookFailed("updatedInput changes file_path, which this tool does not take")
+    return merged
 
 
 def post_result(reply: dict[str, Any] | None) -> PostToolUseResult | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import secrets
 import stat
 
 from fastgate.permissions.commands import analyze_command
@@ -37,14 +38,16 @@ class ScriptPins:
         self._by_root: dict[str, dict[str, str]] = {}
 
     def pin(self, root: str) -> None:
-        """Record the files the command names in ``root`` as they are now (once per root)."""
+        """Record the files the command names in ``root`` as they are now (once per root,
+        however it is spelled: a trailing slash, ``.`` or a symlink name the same root)."""
+        root = os.path.realpath(root)
         if root not in self._by_root:
             self._by_root[root] = {path: _fingerprint(path) for path in self._files(root)}
 
     def check(self, root: str) -> None:
         """Raise ``ChangedScript`` when a file pinned for ``root`` changed; pin it first if
         the hook never ran there."""
-        pinned = self._by_root.get(root)
+        pinned = self._by_root.get(os.path.realpath(root))
         if pinned is None:
             self.pin(root)
             return
@@ -58,9 +61,18 @@ class ScriptPins:
                 )
 
     def _files(self, root: str) -> list[str]:
-        # the root as shell text: the analysis reads ``\\`` as one ``\``, quoted or not
-        text = _PROJECT_DIR.sub(lambda _: root.replace("\\", "\\\\"), self.command)
-        analysis = analyze_command(text)
+        # The variable stands for a placeholder directory made of characters no shell context
+        # reads specially, mapped back to the root in what the analysis finds: the root pasted
+        # in as text would be read as shell (a quote, ``$``, a backtick or ``;`` in its name hid
+        # the script from the pins).
+        holder = f"/fastgate-project-dir-{secrets.token_hex(8)}"
+        analysis = analyze_command(_PROJECT_DIR.sub(holder, self.command))
+
+        def placed(path: str) -> str:
+            if path == holder or path.startswith(holder + "/"):
+                path = root + path[len(holder) :]
+            return os.path.realpath(os.path.join(root, os.path.expanduser(path)))
+
         found: dict[str, None] = {}
         programs = [
             form[0].value
@@ -69,10 +81,10 @@ class ScriptPins:
             if form and not form[0].dynamic and "/" in form[0].value
         ]
         for program in programs:
-            found[os.path.realpath(os.path.join(root, os.path.expanduser(program)))] = None
+            found[placed(program)] = None
         paths = command_paths(analysis, root)
         for resolved in paths.paths if paths is not None else ():
-            found[resolved.canonical] = None
+            found[placed(resolved.canonical)] = None
         files = [path for path in found if _is_file(path)]
         return files[:_MAX_PINNED]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from msgspec.structs import replace
@@ -74,6 +75,12 @@ async def _invoke(entry: HookEntry, event: object) -> Any:
         raise HookFailed(f"raised {type(exc).__name__}: {exc}") from None
 
 
+# Passes over the PreToolUse hooks of one call: the first, then the rechecks a rewrite calls for
+# (hooks that judged other arguments than the final ones are asked again); hooks that keep
+# rewriting each other's arguments past this deny the call.
+_MAX_PASSES = 4
+
+
 async def run_pre_tool_use(hooks: Hooks, event: PreToolUseEvent) -> PreHookOutcome:
     """Run the PreToolUse hooks matching ``event.tool_name``; never raises (but cancellation).
 
@@ -81,6 +88,11 @@ async def run_pre_tool_use(hooks: Hooks, event: PreToolUseEvent) -> PreHookOutco
     first one given with that decision (an ALLOW's reason says it is no opinion). A hook's
     ``updated_args`` is snapshotted at once (``fastgate.model.freeze``: a frozen deep copy)
     and is what the next hook sees. The chain stops at the first DENY.
+    Rewrites: a hook that ran before a later hook's rewrite judged arguments that will not run,
+    so once a pass is over, every hook that judged (or produced) other arguments than the final
+    ones runs again on them, in registration order; a rewrite in that recheck calls for another,
+    and hooks still rewriting after ``_MAX_PASSES`` passes deny the call. A hook that was given
+    the final arguments, or produced them, is not asked again.
     Errors: a hook that raises, times out, or returns anything but ``PreToolUseResult | None``
     (including ``updated_args`` that is not a JSON object) denies the call with a reason naming
     it; registered with ``on_error="ignore"`` it is skipped instead. Both are listed in
@@ -94,51 +106,76 @@ async def run_pre_tool_use(hooks: Hooks, event: PreToolUseEvent) -> PreHookOutco
     updated: Any = None
     contexts: list[str] = []
     failures: list[str] = []
-    current = event
-    for entry in entries:
-        try:
-            reply = await _invoke(entry, current)
-            if reply is not None and not isinstance(reply, PreToolUseResult):
-                raise HookFailed(
-                    f"returned {type(reply).__name__}; expected PreToolUseResult or None"
-                )
-            new_args = None
-            if reply is not None and reply.updated_args is not None:
-                try:
-                    new_args = freeze(reply.updated_args)
-                except NotJSON as exc:
-                    raise HookFailed(f"updated_args is not a JSON object: {exc}") from None
-        except HookFailed as failure:
-            if entry.on_error == "ignore":
-                note = f"PreToolUse hook {entry.name!r} failed and was ignored: {failure}"
-                log.warning("%s (tool %s)", note, event.tool_name)
+    args = event.args
+    judged: list[Any] = [None] * len(entries)  # the arguments each hook last judged or produced
+    pending: Sequence[int] = range(len(entries))
+    for passes in range(1, _MAX_PASSES + 1):
+        for index in pending:
+            entry = entries[index]
+            current = PreToolUseEvent(event.tool_name, args, event.context, event.tool)
+            try:
+                reply = await _invoke(entry, current)
+                if reply is not None and not isinstance(reply, PreToolUseResult):
+                    raise HookFailed(
+                        f"returned {type(reply).__name__}; expected PreToolUseResult or None"
+                    )
+                new_args = None
+                if reply is not None and reply.updated_args is not None:
+                    try:
+                        new_args = freeze(reply.updated_args)
+                    except NotJSON as exc:
+                        raise HookFailed(f"updated_args is not a JSON object: {exc}") from None
+            except HookFailed as failure:
+                judged[index] = args
+                if entry.on_error == "ignore":
+                    note = f"PreToolUse hook {entry.name!r} failed and was ignored: {failure}"
+                    log.warning("%s (tool %s)", note, event.tool_name)
+                    failures.append(note)
+                    continue
+                note = f"PreToolUse hook {entry.name!r} failed: {failure}"
+                log.warning("%s (tool %s); the call is denied", note, event.tool_name)
                 failures.append(note)
+                return PreHookOutcome(
+                    Decision.DENY,
+                    f"{note}. The call is denied because a failing hook fails closed.",
+                    updated,
+                    tuple(contexts),
+                    tuple(failures),
+                )
+            judged[index] = args
+            if reply is None:
                 continue
-            note = f"PreToolUse hook {entry.name!r} failed: {failure}"
-            log.warning("%s (tool %s); the call is denied", note, event.tool_name)
-            failures.append(note)
-            return PreHookOutcome(
-                Decision.DENY,
-                f"{note}. The call is denied because a failing hook fails closed.",
-                updated,
-                tuple(contexts),
-                tuple(failures),
-            )
-        if reply is None:
-            continue
-        if reply.decision is not None:
-            said = Decision.parse(reply.decision)  # already a Decision: an isinstance check
-            if decision is None or said.strictness > decision.strictness:
-                decision, reason = said, reply.reason
-            elif said is decision and reason is None:
-                reason = reply.reason
-        if reply.additional_context:
-            contexts.append(reply.additional_context)
-        if new_args is not None:
-            updated = new_args
-            current = PreToolUseEvent(event.tool_name, new_args, event.context, event.tool)
-        if decision is Decision.DENY:
+            if reply.decision is not None:
+                said = Decision.parse(reply.decision)  # already a Decision: an isinstance check
+                if decision is None or said.strictness > decision.strictness:
+                    decision, reason = said, reply.reason
+                elif said is decision and reason is None:
+                    reason = reply.reason
+            context = reply.additional_context
+            if context and (passes == 1 or context not in contexts):  # a recheck's once
+                contexts.append(context)
+            if new_args is not None and new_args != args:
+                updated = args = judged[index] = new_args
+            if decision is Decision.DENY:
+                return PreHookOutcome(decision, reason, updated, tuple(contexts), tuple(failures))
+        pending = [i for i, seen in enumerate(judged) if seen is not args and seen != args]
+        if not pending:
             break
+    else:
+        names = ", ".join(repr(entries[i].name) for i in pending)
+        note = (
+            f"the PreToolUse hooks still rewrote the arguments after {_MAX_PASSES} passes "
+            f"(not yet judged on the final ones: {names})"
+        )
+        log.warning("%s (tool %s); the call is denied", note, event.tool_name)
+        failures.append(note)
+        return PreHookOutcome(
+            Decision.DENY,
+            f"{note}. The call is denied: every hook must judge the arguments that run.",
+            updated,
+            tuple(contexts),
+            tuple(failures),
+        )
     if decision is Decision.ALLOW:
         reason = f"{reason} ({_ALLOW_NOTE})" if reason else _ALLOW_NOTE
     return PreHookOutcome(decision, reason, updated, tuple(contexts), tuple(failures))

@@ -50,10 +50,19 @@ def load_settings_hooks(paths: Iterable[str | os.PathLike[str]]) -> LoadedHooks:
     """Read every file, then warn (each note once, as a ``FastgateConfigWarning``)."""
     hooks: list[SettingsHook] = []
     notes: list[str] = []
-    for path in paths:
-        found, said = _read(os.fspath(path))
+    files = [os.fspath(path) for path in paths]
+    for path in files:
+        found, said = _read(path)
         hooks.extend(found)
         notes.extend(said)
+    # Every hook is pinned in the workspace of every file read (a user's hook naming
+    # "$CLAUDE_PROJECT_DIR"/scripts/check.sh runs the project's script), now: a hook first
+    # pinned when it first runs would pin what the model may have rewritten by then.
+    roots = dict.fromkeys(_project_of(path) for path in files)
+    for setting in hooks:
+        assert setting.hook.pins is not None
+        for root in roots:
+            setting.hook.pins.pin(root)
     for note in notes:
         warnings.warn(note, FastgateConfigWarning, stacklevel=3)
     return LoadedHooks(tuple(hooks), tuple(notes))
@@ -80,6 +89,11 @@ def _parse(document: Any, path: str) -> tuple[list[SettingsHook], list[str]]:
         notes.append(
             f"{path}: disableAllHooks is not acted on: the hooks of every settings file still "
             "run (a settings file never turns policy off)"
+        )
+    if document.get("allowManagedHooksOnly") is True:
+        notes.append(
+            f"{path}: allowManagedHooksOnly is not acted on: the hooks of every settings file "
+            "still run (hooks only tighten; a settings file never turns policy off)"
         )
     section = document.get("hooks")
     if section is None:
@@ -164,8 +178,7 @@ def _hook(entry: Any, where: str, path: str, notes: list[str]) -> CommandHook | 
     # confined by the command sandbox where this host has one (fastgate.sandbox), with the
     # server's environment but its secrets, and only while the files it names are what they
     # were (a model that may edit files must not rewrite what the hook runs).
-    pins = ScriptPins(command)
-    pins.pin(_project_of(path))
+    pins = ScriptPins(command)  # pinned by load_settings_hooks, in every workspace it read
     return CommandHook(
         ["sh", "-c", command],
         timeout=float(timeout),
