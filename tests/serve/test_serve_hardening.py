@@ -414,20 +414,15 @@ def test_fastgate_serve_times_out_a_request_head_that_never_ends(tmp_path: Path)
         assert 'fastgate_http_rejections_total{status="408"} 5.0' in metrics
 
 
-@pytest.mark.parametrize("implementation", ["httptools", "h11"])
-async def test_either_http_implementation_times_out_a_request_head(
-    tmp_path: Path, implementation: str
-) -> None:
-    gateway = Gateway(executor(registry()))
+@contextlib.asynccontextmanager
+async def _uvicorn(gateway: Gateway, http: Any) -> AsyncIterator[int]:
+    """``gateway.asgi()`` under uvicorn with the HTTP protocol ``http`` (a name, or a class of
+    ``http_protocol``) on a port of 127.0.0.1: the port, once it serves; stopped on the way out."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)
     config = uvicorn.Config(
-        gateway.asgi(),
-        http=http_protocol(implementation, 1.0),
-        lifespan="on",
-        log_level="warning",
-        access_log=False,
+        gateway.asgi(), http=http, lifespan="on", log_level="warning", access_log=False
     )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
@@ -435,14 +430,23 @@ async def test_either_http_implementation_times_out_a_request_head(
         while not server.started:
             assert not task.done()
             await asyncio.sleep(0.01)
-        await _check_heads_time_out(sock.getsockname()[1], 1.0)
-        async with httpx.AsyncClient(timeout=10) as http:  # a prompt client is served as ever
-            answer = await http.get(f"http://127.0.0.1:{sock.getsockname()[1]}/healthz")
-            assert answer.json() == {"status": "ok"}
+        yield sock.getsockname()[1]
     finally:
         server.should_exit = True
         await task
         sock.close()
+
+
+@pytest.mark.parametrize("implementation", ["httptools", "h11"])
+async def test_either_http_implementation_times_out_a_request_head(
+    tmp_path: Path, implementation: str
+) -> None:
+    gateway = Gateway(executor(registry()))
+    async with _uvicorn(gateway, http_protocol(implementation, 1.0)) as port:
+        await _check_heads_time_out(port, 1.0)
+        async with httpx.AsyncClient(timeout=10) as http:  # a prompt client is served as ever
+            answer = await http.get(f"http://127.0.0.1:{port}/healthz")
+            assert answer.json() == {"status": "ok"}
     gateway.executor.dispose()
 
 
@@ -481,31 +485,11 @@ async def test_a_client_pouring_its_head_gets_the_408_before_the_close(
     implementation: str,
 ) -> None:
     gateway = Gateway(executor(registry()))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    config = uvicorn.Config(
-        gateway.asgi(),
-        http=http_protocol(implementation, 0.5),
-        lifespan="on",
-        log_level="warning",
-        access_log=False,
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            assert not task.done()
-            await asyncio.sleep(0.01)
-        port = sock.getsockname()[1]
+    async with _uvicorn(gateway, http_protocol(implementation, 0.5)) as port:
         for opening in (b"POST /mcp HTTP/1.1\r\nX-A: ", b"GET /healthz HTTP/1.1\r\nX-B: "):
             for _ in range(3):
                 answer = await _pour(port, opening, 10.0)
                 assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
     gateway.executor.dispose()
 
 
@@ -514,19 +498,7 @@ async def test_the_app_times_a_slow_body_under_a_plain_server(implementation: st
     """``gateway.asgi()`` under a server of someone else's (uvicorn as it comes, no head
     deadline): a body that stops coming is still answered 408 within ``read_timeout``."""
     gateway = Gateway(executor(registry()), read_timeout=1.0)
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    config = uvicorn.Config(
-        gateway.asgi(), http=implementation, lifespan="on", log_level="warning", access_log=False
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            assert not task.done()
-            await asyncio.sleep(0.01)
-        port = sock.getsockname()[1]
+    async with _uvicorn(gateway, implementation) as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(
             f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
@@ -540,10 +512,6 @@ async def test_the_app_times_a_slow_body_under_a_plain_server(implementation: st
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
         assert answer.startswith(b"HTTP/1.1 408 "), answer
-    finally:
-        server.should_exit = True
-        await task
-        sock.close()
     assert 'fastgate_http_rejections_total{status="408"} 1.0' in gateway.metrics.render().decode()
     gateway.executor.dispose()
 
