@@ -85,6 +85,21 @@ def value_tool() -> ToolDefinition:
     )
 
 
+def deep_tool() -> ToolDefinition:
+    """Returns a list nested ``d`` deep; its content is short text, so that the value itself
+    is never encoded for the model."""
+
+    async def execute(args: Any, ctx: RunContext) -> Any:
+        value: list[Any] = []
+        for _ in range(args["d"]):
+            value = [value]
+        return value
+
+    params = schema.Object({"d": schema.Integer()}, required=("d",))
+    render = Output(render=lambda value: "nested")
+    return define_tool("deep", "Nested.", params, execute, kind=ToolKind.READ_ONLY, output=render)
+
+
 class Gate:
     """A slow tool's body: records who is inside, waits until released."""
 

@@ -12,7 +12,6 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,7 +19,6 @@ from fastgate import (
     CancelToken,
     ConcurrencyScheduler,
     ExecutionContext,
-    Output,
     RunContext,
     SchedulerLimits,
     ToolKind,
@@ -28,9 +26,9 @@ from fastgate import (
     schema,
 )
 from fastgate.codemode import CodeMode
-from fastgate.tools import ToolDefinition
 from tests.codemode_kit import (
     Env,
+    deep_tool,
     env_fixture,  # noqa: F401  (the fixture "env")
     noop_tool,
     read_tool,
@@ -407,20 +405,6 @@ async def test_a_program_cannot_fill_the_disk_through_its_scratch_directory(
     assert result.error.details["reason"] == "limit", result.content
     assert result.error.details["bound"] == "tmp"
     assert "scratch directory held more than 1 GiB" in str(result.content)
-
-
-def deep_tool() -> ToolDefinition:
-    """Returns a list nested ``d`` deep."""
-
-    async def execute(args: Any, ctx: RunContext) -> Any:
-        value: list[Any] = []
-        for _ in range(args["d"]):
-            value = [value]
-        return value
-
-    params = schema.Object({"d": schema.Integer()}, required=("d",))
-    render = Output(render=lambda value: "nested")  # the value itself is never encoded there
-    return define_tool("deep", "Nested.", params, execute, kind=ToolKind.READ_ONLY, output=render)
 
 
 DEEP = {

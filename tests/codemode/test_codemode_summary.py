@@ -19,6 +19,7 @@ from fastgate.codemode._run import render
 from fastgate.tools import ToolDefinition
 from tests.codemode_kit import (
     Env,
+    deep_tool,
     env_fixture,  # noqa: F401  (the fixture "env")
     noop_tool,
     run,
@@ -134,22 +135,6 @@ def test_the_fence_outgrows_any_run_of_backticks() -> None:
 
 
 # -- a call shows what the program got ----------------------------------------------------------
-
-
-def deep_tool() -> ToolDefinition:
-    """Returns a list nested ``d`` deep (its content is short text)."""
-
-    async def execute(args: Any, ctx: RunContext) -> Any:
-        value: list[Any] = []
-        for _ in range(args["d"]):
-            value = [value]
-        return value
-
-    params = schema.Object({"d": schema.Integer()}, required=("d",))
-    render_it = Output(render=lambda value: "nested")
-    return define_tool(
-        "deep", "Nested.", params, execute, kind=ToolKind.READ_ONLY, output=render_it
-    )
 
 
 def unsendable_tool() -> ToolDefinition:
