@@ -384,15 +384,6 @@ async def test_updated_input_rewrites_the_command_which_is_judged_again(ws: Path
     assert invalid.error is not None and invalid.error.code == ErrorCode.INVALID_ARGS
 
 
-async def test_updated_input_keeps_the_fields_it_leaves_out(ws: Path) -> None:
-    reply = {"hookSpecificOutput": {"updatedInput": {"content": "from the hook"}}}
-    command = f"cat > /dev/null; echo {shlex.quote(json.dumps(reply))}"
-    hooks = Hooks.load(settings(ws, {"PreToolUse": [group("Write", command)]}))
-    result = await call(executor(ws, hooks), "write", {"file_path": "a.txt", "content": "model"})
-    assert result.ok, result.content
-    assert (ws / "a.txt").read_text() == "from the hook"
-
-
 REWRITE_TO_RM = (
     "cat > /dev/null; echo '"
     + json.dumps(

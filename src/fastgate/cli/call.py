@@ -122,7 +122,7 @@ class _Setup:
                 self.settings = PermissionConfig.load(
                     *self.settings_files, workspace=self.workspace
                 )
-                self.hooks = Hooks.load(*self.settings_files)
+                self.hooks = Hooks.load(*self.settings_files, workspace=self.workspace)
             self.extra = PermissionConfig(
                 allow=args.allow, ask=args.ask, deny=args.deny, sensitive=()
             )

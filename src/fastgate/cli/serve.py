@@ -224,7 +224,7 @@ class _Setup:
         self.settings_files: list[str] = [*discovered, *args.settings]
         try:
             self.permissions = PermissionConfig.load(*self.settings_files, workspace=self.workspace)
-            self.hooks = Hooks.load(*self.settings_files)
+            self.hooks = Hooks.load(*self.settings_files, workspace=self.workspace)
             if args.mode is not None:
                 self.mode = PermissionMode.parse(args.mode)
             else:

@@ -192,7 +192,7 @@ async def _call_once(
         return _blocked(event, exited.stderr)
     reply = _reply_object(stdout)
     if isinstance(event, PreToolUseEvent):
-        return pre_result(event, reply, view, whole)
+        return pre_result(reply, view, whole)
     if isinstance(event, PostToolUseEvent):
         return post_result(reply)
     return failure_context(reply)
@@ -353,7 +353,6 @@ def _text(reply: Mapping[str, Any], key: str) -> str | None:
 
 
 def pre_result(
-    event: PreToolUseEvent,
     reply: dict[str, Any] | None,
     view: Mapping[str, Any] | None = None,
     whole: bool = True,
@@ -386,37 +385,36 @@ def pre_result(
     return PreToolUseResult(
         decision=decision,
         reason=reason,
-        updated_args=_updated_input(event, specific, view, whole),
+        updated_args=_updated_input(specific, view, whole),
         additional_context=_text(specific, "additionalContext"),
     )
 
 
 def _updated_input(
-    event: PreToolUseEvent,
     specific: Mapping[str, Any],
     view: Mapping[str, Any] | None = None,
     whole: bool = True,
 ) -> dict[str, Any] | None:
-    """``updatedInput``'s fields laid over the arguments (fields it leaves out are kept). Over
-    one file's ``view`` of a call: only when that file is the whole call, and the
-    ``file_path`` it was shown must stay as it was (it is no argument of the tool)."""
+    """``updatedInput`` as the new arguments, whole: as in Claude Code, it replaces the input
+    (a field it leaves out is gone; the executor validates what is left). Over one file's
+    ``view`` of a call: only when that file is the whole call, and a ``file_path`` it names
+    must be the one it was shown (it is no argument of the tool, and is dropped)."""
     update = specific.get("updatedInput")
     if update is None:
         return None
     if not isinstance(update, dict):
         raise HookFailed(f"updatedInput must be a JSON object, got {type(update).__name__}")
     if view is None:
-        base = event.args if isinstance(event.args, Mapping) else {}
-        return {**base, **update}
+        return dict(update)
     if not whole:
         raise HookFailed(
             "updatedInput for one file of a call that changes several cannot be applied (the "
             "hook was shown each file as file_path)"
         )
-    merged = {**view, **update}
-    if merged.pop("file_path") != view["file_path"]:
+    replaced = dict(update)
+    if replaced.pop("file_path", view["file_path"]) != view["file_path"]:
         raise HookFailed("updatedInput changes file_path, which this tool does not take")
-    return merged
+    return replaced
 
 
 def post_result(reply: dict[str, Any] | None) -> PostToolUseResult | None:

@@ -248,17 +248,23 @@ class Hooks:
             self.generation += 1
 
     @classmethod
-    def load(cls, *settings_paths: str | os.PathLike[str]) -> Hooks:
+    def load(
+        cls,
+        *settings_paths: str | os.PathLike[str],
+        workspace: str | os.PathLike[str] | None = None,
+    ) -> Hooks:
         """The hooks of Claude Code settings files (their ``hooks`` key), in file order (SPEC
         §6.5). Each command runs as ``sh -c`` from the call's workspace root, speaking Claude
-        Code's protocol (``CommandHook(..., protocol="claude")``). Events and hook types fastgate
-        does not run are ``FastgateConfigWarning``s naming the file, listed by ``warnings()``.
-        ``ValueError`` naming the file for a JSON error or a malformed ``hooks`` section; nothing
-        is half-loaded."""
+        Code's protocol (``CommandHook(..., protocol="claude")``). The files each command names
+        are pinned now in ``workspace`` (the workspace the calls will run in) and in the
+        workspace of every file read. Events and hook types fastgate does not run are
+        ``FastgateConfigWarning``s naming the file, listed by ``warnings()``. ``ValueError``
+        naming the file for a JSON error or a malformed ``hooks`` section; nothing is
+        half-loaded."""
         from fastgate.hooks._settings import load_settings_hooks
 
         hooks = cls()
-        loaded = load_settings_hooks(settings_paths)
+        loaded = load_settings_hooks(settings_paths, workspace)
         for setting in loaded.hooks:
             add = {
                 "PreToolUse": hooks.add_pre_tool_use,

@@ -30,6 +30,7 @@ from fastgate.hooks._types import (
     PreToolUseResult,
 )
 from fastgate.model import Decision, NotJSON, freeze
+from fastgate.model.rendering import DEFAULT_MAX_CONTENT_CHARS, bounded_blocks, cut
 from fastgate.tools import ToolDefinition
 
 log = logging.getLogger("fastgate.hooks")
@@ -181,15 +182,19 @@ async def run_pre_tool_use(hooks: Hooks, event: PreToolUseEvent) -> PreHookOutco
     return PreHookOutcome(decision, reason, updated, tuple(contexts), tuple(failures))
 
 
-async def run_post_tool_use(hooks: Hooks, event: PostToolUseEvent) -> PostHookOutcome:
+async def run_post_tool_use(
+    hooks: Hooks, event: PostToolUseEvent, *, max_content_chars: int = DEFAULT_MAX_CONTENT_CHARS
+) -> PostHookOutcome:
     """Run the PostToolUse hooks matching ``event.tool_name``; never raises (but cancellation).
 
     Each hook sees ``event.result`` as changed by the hooks before it: a new ``value`` (with the
     content it had: the executor renders the final value once) or new ``content``. A later value
     resets an earlier content change and the other way round keeps both. ``block`` stops the
-    chain. Errors: a hook that raises, times out or returns anything but
-    ``PostToolUseResult | None`` blocks the result with a reason naming it (the model does not see
-    output a filter failed on); registered with ``on_error="ignore"`` it is logged and skipped.
+    chain. New content and a block's feedback are bounded to ``max_content_chars`` as the
+    tool's own content is (``fastgate.model.rendering``), before any later hook sees them.
+    Errors: a hook that raises, times out or returns anything but ``PostToolUseResult | None``
+    blocks the result with a reason naming it (the model does not see output a filter failed
+    on); registered with ``on_error="ignore"`` it is logged and skipped.
     """
     entries = hooks.post_tool_use(_subject(event))
     if not entries:
@@ -211,26 +216,35 @@ async def run_post_tool_use(hooks: Hooks, event: PostToolUseEvent) -> PostHookOu
                 log.warning("%s (tool %s); ignored", note, event.tool_name)
                 continue
             log.warning("%s (tool %s); the result is blocked", note, event.tool_name)
-            return PostHookOutcome(
-                value, content, f"{note}. The result is withheld.", tuple(contexts)
-            )
+            withheld = cut(f"{note}. The result is withheld.", max_content_chars)
+            return PostHookOutcome(value, content, withheld, tuple(contexts))
         if reply is None:
             continue
         if reply.additional_context:
             contexts.append(reply.additional_context)
         if reply.block is not None:
             feedback = reply.block or f"The result was blocked by PostToolUse hook {entry.name!r}."
-            return PostHookOutcome(value, content, feedback, tuple(contexts))
+            return PostHookOutcome(
+                value, content, cut(feedback, max_content_chars), tuple(contexts)
+            )
         if reply.value is not UNSET:
             value, content = reply.value, UNSET
             result = replace(current.result, value=value)
         elif reply.content is not UNSET:
-            content = reply.content
+            content = _bounded(reply.content, max_content_chars)
             result = replace(current.result, content=content)
         else:
             continue
         current = PostToolUseEvent(event.tool_name, event.args, event.context, result, event.tool)
     return PostHookOutcome(value, content, None, tuple(contexts))
+
+
+def _bounded(content: str | tuple[Any, ...], max_chars: int) -> str | tuple[Any, ...]:
+    """A hook's content within the budget of the tool's own: a string cut head and tail,
+    blocks sharing the budget (the reply type made it one or the other)."""
+    if isinstance(content, str):
+        return cut(content, max_chars)
+    return bounded_blocks(content, max_chars)
 
 
 async def run_post_tool_use_failure(

@@ -46,8 +46,11 @@ class LoadedHooks:
     warnings: tuple[str, ...]
 
 
-def load_settings_hooks(paths: Iterable[str | os.PathLike[str]]) -> LoadedHooks:
-    """Read every file, then warn (each note once, as a ``FastgateConfigWarning``)."""
+def load_settings_hooks(
+    paths: Iterable[str | os.PathLike[str]], workspace: str | os.PathLike[str] | None = None
+) -> LoadedHooks:
+    """Read every file, pin every hook in ``workspace`` and in the workspace of every file,
+    then warn (each note once, as a ``FastgateConfigWarning``)."""
     hooks: list[SettingsHook] = []
     notes: list[str] = []
     files = [os.fspath(path) for path in paths]
@@ -55,10 +58,13 @@ def load_settings_hooks(paths: Iterable[str | os.PathLike[str]]) -> LoadedHooks:
         found, said = _read(path)
         hooks.extend(found)
         notes.extend(said)
-    # Every hook is pinned in the workspace of every file read (a user's hook naming
-    # "$CLAUDE_PROJECT_DIR"/scripts/check.sh runs the project's script), now: a hook first
-    # pinned when it first runs would pin what the model may have rewritten by then.
+    # Every hook is pinned now, in every workspace known now (a user's hook naming
+    # "$CLAUDE_PROJECT_DIR"/scripts/check.sh runs the project's script, and a workspace with
+    # no settings of its own is known only as ``workspace``): a hook first pinned when it
+    # first runs would pin what the model may have rewritten by then.
     roots = dict.fromkeys(_project_of(path) for path in files)
+    if workspace is not None:
+        roots[os.path.abspath(workspace)] = None
     for setting in hooks:
         assert setting.hook.pins is not None
         for root in roots:

@@ -1007,7 +1007,9 @@ class ToolExecutor:
                 call, call.elapsed_ms(), None, "", content=content, value=value
             )
             post = await run_post_tool_use(
-                self.hooks, PostToolUseEvent(tool.name, args, ctx, provisional, tool)
+                self.hooks,
+                PostToolUseEvent(tool.name, args, ctx, provisional, tool),
+                max_content_chars=self._max_content_chars,  # a hook's content: bounded alike
             )
             call.additional_context += tuple(post.additional_context)
             if post.block is not None:
