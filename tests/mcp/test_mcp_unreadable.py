@@ -2,18 +2,23 @@
 hostile_server.py``, modes ``unreadable`` and ``unreadable-list``): the request such a reply
 answers fails at once with a protocol error, never waits for a clock; a request of the server's
 is refused at once; the connection and every other call go on; nothing is left behind. And over
-streamable HTTP (``tests/mcp/unreadable_http_server.py``): a JSON body that is not UTF-8 is a
-protocol error too."""
+streamable HTTP (``tests/mcp/unreadable_http_server.py``): a JSON body or an event of an event
+stream that is not UTF-8 is a protocol error too, at once, and a character cut between two
+chunks of a stream is read whole."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 pytest.importorskip("mcp", reason="the mcp extra is not installed")
+
+import httpx2
 
 from fastgate import (
     ErrorCode,
@@ -23,7 +28,7 @@ from fastgate import (
     ToolExecutor,
     ToolRegistry,
 )
-from fastgate.mcp import MCPBridge, MCPServerConfig, MCPStartupError
+from fastgate.mcp import MCPBridge, MCPServerConfig, MCPStartupError, _http
 from tests.mcp.servers import (
     all_pids,
     assert_gone,
@@ -169,14 +174,150 @@ async def test_a_json_body_that_is_not_utf8_is_a_protocol_error_over_http() -> N
                     result.content
                 )
                 assert "refused" not in result.content and "input_value" not in result.content
-            # An event stream is decoded as event streams are (bytes that are not UTF-8 become
-            # U+FFFD): only one whose JSON breaks is unreadable.
-            broken = await executor.execute("mcp__web__sse", {"how": "between"}, CTX)
-            assert broken.error is not None
-            assert broken.error.details == {"reason": "protocol_error", "server": "web"}
-            replaced = await executor.execute("mcp__web__sse", {"how": "continuation"}, CTX)
-            assert replaced.ok and replaced.content == "caf\ufffd au lait"
             fine = await executor.execute("mcp__web__fine", {}, CTX)
             assert fine.ok and fine.content == "fine"
             assert bridge.status()["web"]["state"] == "ready"
-            assert_settled(executor, bridge, calls=calls + 3)
+            assert_settled(executor, bridge, calls=calls + 1)
+
+
+# Every way ``unreadable_http_server.py`` spells an event stream with bytes that are not UTF-8:
+# in the reply's data (its ``SPELLINGS``), or elsewhere in the stream (its ``EVENT_SPELLINGS``).
+EVENT_SPELLINGS = [
+    *HTTP_SPELLINGS,
+    "overlong-3",  # '/' in three bytes
+    "surrogate-low",  # U+DFFF
+    "latin-1",  # text of another encoding
+    "error",  # in the message of an error reply
+    "comment",  # in a comment line before the reply
+    "event-name",  # in the name of an event before the reply
+    "event-id",  # in the id of the reply's event
+    "notification",  # in a notification sent before the reply
+    "truncated-end",  # a multibyte sequence cut short after the reply's JSON
+    "truncated-split",  # and the newline after it in the next chunk
+    "cut-at-close",  # and the stream closing after it
+]
+
+
+@pytest.fixture(scope="module")
+def unreadable_url() -> Iterator[str]:
+    with http_script_server(UNREADABLE_HTTP) as (url, _):
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def web(url: str) -> AsyncIterator[tuple[MCPBridge, ToolExecutor]]:
+    registry = ToolRegistry()
+    config = MCPServerConfig("web", url=url, idle_timeout=IDLE, call_timeout=4 * IDLE)
+    async with running(registry, config) as bridge:
+        yield bridge, yolo(registry)
+
+
+@pytest.mark.parametrize("how", EVENT_SPELLINGS)
+async def test_an_event_that_is_not_utf8_fails_its_call_at_once(
+    unreadable_url: str, how: str
+) -> None:
+    async with web(unreadable_url) as (bridge, executor):
+        result = await executor.execute("mcp__web__sse", {"how": how}, CTX)
+        assert result.error is not None, (how, result)
+        # (a call failed by its clock would be a TIMEOUT; one failed as a lost stream,
+        # server_unavailable)
+        assert result.error.code is ErrorCode.TOOL_ERROR, result.error
+        assert result.error.details == {"reason": "protocol_error", "server": "web"}
+        assert not result.error.retryable
+        said = "answered the call of sse with a reply that is not valid UTF-8 ("
+        assert said in result.content and "of the event stream)" in result.content, result
+        assert "not repeated automatically" in result.content
+        # The connection goes on.
+        fine = await executor.execute("mcp__web__fine", {}, CTX)
+        assert fine.ok and fine.content == "fine", fine.error
+        status = bridge.status()["web"]
+        assert status["state"] == "ready" and status["restarts"] == 0, status
+        assert_settled(executor, bridge, calls=2)
+
+
+READ_WHOLE = {
+    "split-emoji": "coffee \u2615 and \U0001f600",  # cut inside the emoji
+    "split-cjk": "\u6f22\u5b57",  # after the first byte of the second character
+    "split-bytewise": "a face \U0001f600 here",  # each byte of the emoji in a chunk of its own
+    "gzip": "caf\u00e9",  # compressed: what is checked is what it decodes to
+    "charset": "caf\u00e9",  # named latin-1: an event stream is UTF-8 all the same
+}
+
+
+@pytest.mark.parametrize("how", READ_WHOLE)
+async def test_a_valid_event_stream_is_read_as_sent(unreadable_url: str, how: str) -> None:
+    expected = READ_WHOLE[how]
+    async with web(unreadable_url) as (_, executor):
+        result = await executor.execute("mcp__web__sse", {"how": how}, CTX)
+        assert result.ok and result.content == expected, result.error
+
+
+@pytest.mark.parametrize(
+    ("method", "request_name"), [("initialize", "the handshake"), ("tools/list", "tools/list")]
+)
+async def test_an_unreadable_event_at_start_is_a_clear_startup_error(
+    monkeypatch: pytest.MonkeyPatch, method: str, request_name: str
+) -> None:
+    monkeypatch.setenv("UNREADABLE_AT", method)
+    with http_script_server(UNREADABLE_HTTP) as (url, _):
+        registry = ToolRegistry()
+        config = MCPServerConfig("web", url=url, required=True, startup_timeout=4 * IDLE)
+        bridge = MCPBridge(registry, [config])
+        with pytest.raises(MCPStartupError) as raised:
+            await bridge.start()
+        await bridge.aclose()
+    reason = raised.value.reason
+    assert reason.startswith(f"the server's reply to {request_name} is not valid UTF-8 ("), reason
+    assert registry.resolve("mcp__web__fine") is None
+
+
+# -- the check itself, chunk by chunk -------------------------------------------------------------
+
+
+async def _passed(chunks: list[bytes]) -> tuple[bytes, BaseException | None]:
+    """What ``_Utf8Checked`` passes on of a body that comes in ``chunks``, and what it raised."""
+
+    class Body(httpx2.AsyncByteStream):
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            for chunk in chunks:
+                yield chunk
+
+    passed = b""
+    try:
+        async for part in _http._Utf8Checked(Body()):
+            passed += part
+    except httpx2.SSEError as exc:
+        return passed, exc
+    return passed, None
+
+
+VALID = "data: caf\u00e9 \u6f22 \U0001f600\n\n".encode()
+
+
+async def test_valid_utf8_passes_whole_wherever_its_chunks_are_cut() -> None:
+    for cut in range(len(VALID) + 1):
+        assert await _passed([VALID[:cut], VALID[cut:]]) == (VALID, None), cut
+    assert await _passed([bytes([b]) for b in VALID]) == (VALID, None)
+
+
+@pytest.mark.parametrize(
+    ("chunks", "bad", "offset"),
+    [
+        ([b"data: ok\n\ndata: caf\x80"], "80", 19),
+        ([b"data: ok\n\ndata: \xf0\x9f", b"!\n\n"], "f0 9f", 16),
+        ([b"data: \xed", b"\xa0\x80\n\n"], "ed", 6),
+        ([b": \xc0\xaf\n"], "c0", 2),
+        ([b"data: ok\n\n: cut \xe2\x82"], "e2 82", 16),
+    ],
+)
+async def test_the_first_byte_that_is_not_utf8_ends_the_stream(
+    chunks: list[bytes], bad: str, offset: int
+) -> None:
+    passed, raised = await _passed(chunks)
+    assert isinstance(raised, _http.UnreadableEvent), raised
+    assert f"byte(s) {bad} at offset {offset} of the event stream" in str(raised), raised
+    # What was passed on reads as exactly what came before the bad byte (the start of a
+    # character the next chunk broke is passed on with its chunk, and never finished).
+    body = b"".join(chunks)
+    assert body.startswith(passed), passed
+    assert passed.decode("utf-8", "ignore") == body[:offset].decode(), passed

@@ -1,11 +1,16 @@
 """``render``: the content a tool gives the model is bounded, content blocks given as objects
 (MCP's shape) as much as text: their text cut head and tail, their base64 data whole or left
-out, their other values whole or left out, and all the blocks together within the budget."""
+out, their other values whole or left out, and all the blocks together within the budget. A
+value that is neither (a dict, a list, ...) is its JSON, as before when it may fit, else written
+only as far as the budget goes: a huge or deeply nested value costs what is shown."""
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import tracemalloc
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -137,3 +142,75 @@ def test_a_budget_smaller_than_the_marker_keeps_only_the_marker(budget: int) -> 
     text = "x" * 10_000
     kept = cut(text, budget)
     assert kept.strip().startswith("[...") and len(kept) < 40
+
+
+# -- a value that is neither text nor blocks (the default renderer) --------------------------------
+
+CUT_NOTE = f"\n[... the rest cut: the value is over {BUDGET} characters as JSON ...]"
+
+
+def _shown(value: Any, budget: int = BUDGET) -> tuple[str, int]:
+    """What the default renderer makes of ``value``, and the memory it took at most."""
+    tracemalloc.start()
+    try:
+        out = render(None, value, budget)
+        return out, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _nested(levels: int, kind: str) -> Any:
+    value: Any = "leaf"
+    for _ in range(levels):
+        value = {"next": value} if kind == "object" else [value]
+    return value
+
+
+LARGE: dict[str, Callable[[], Any]] = {
+    "a million numbers": lambda: list(range(1_000_000)),
+    "rows": lambda: [{"id": i, "name": f"row {i}\n", "ok": True} for i in range(200_000)],
+    "a wide object": lambda: {f"key {i}": [i, None] for i in range(300_000)},
+    "a long string, many times": lambda: ("x" * 9_000,) * 5_000,
+    "a huge number, many times": lambda: [10**4_000] * 2_000,
+}
+
+
+@pytest.mark.parametrize("build", LARGE.values(), ids=LARGE.keys())
+def test_a_large_value_is_written_only_as_far_as_the_budget(build: Callable[[], Any]) -> None:
+    value = build()
+    out, peak = _shown(value)
+    assert peak < 400_000, peak  # what is shown, not the value's whole JSON (megabytes)
+    assert out.endswith(CUT_NOTE) and len(out) == BUDGET, out[-200:]
+    # The head is the value's own JSON, as far as it goes.
+    assert msgspec.json.encode(value).decode().startswith(out[: -len(CUT_NOTE)])
+
+
+@pytest.mark.parametrize("kind", ["object", "list"])
+def test_a_deeply_nested_value_is_shown_folded_not_refused(kind: str) -> None:
+    out, peak = _shown(_nested(100_000, kind))
+    opener = '{"next":' if kind == "object" else "["
+    assert out.startswith(opener * 64) and "\u2026" in out, out  # folded after 64 levels
+    assert len(out) < 2_000 and peak < 200_000, (len(out), peak)
+
+
+ORDINARY: dict[str, Any] = {
+    "an object": {"a": 1, "b": [1.5, None, True, False], "c": {"d": "caf\u00e9 \U0001f600\n"}},
+    "a list": [1, 2, 3],
+    "a tuple": ("t", 1),
+    "integer keys": {1: "one", 2: "two"},
+    "rows": [{"id": i, "name": f"row {i}"} for i in range(300)],
+    "large numbers": [10**30, -(2**63), 1e300],
+    "other kinds": [datetime.date(2026, 1, 2), uuid.UUID(int=7), decimal.Decimal("1.50")],
+    "nested to the limit": _nested(63, "object"),
+    "empty": {},
+}
+
+
+@pytest.mark.parametrize("value", ORDINARY.values(), ids=ORDINARY.keys())
+def test_an_ordinary_value_is_its_json_as_before(value: Any) -> None:
+    assert render(None, value, BUDGET) == msgspec.json.encode(value).decode()
+
+
+def test_a_value_whose_json_may_fit_is_cut_head_and_tail_as_before() -> None:
+    escaped = ["\x00" * 3_000]  # 3,000 characters, six times as many as JSON
+    assert render(None, escaped, BUDGET) == cut(msgspec.json.encode(escaped).decode(), BUDGET)

@@ -56,7 +56,7 @@ from mcp.shared.auth import (
 from mcp.shared.exceptions import MCPDeprecationWarning
 from pydantic import AnyUrl, ValidationError
 
-from fastgate.mcp._http import BodyTooLarge, BoundedBodies
+from fastgate.mcp._http import BodyTooLarge, BoundedBodies, UnreadableEvent
 from fastgate.mcp._text import shown
 
 log = logging.getLogger("fastgate.mcp")
@@ -910,7 +910,8 @@ class UnauthorizedAnswers(httpx2.AsyncBaseTransport):
         if response.status_code not in (401, 403) or not request.extensions.get(_MCP_REQUEST):
             return response
         try:
-            with contextlib.suppress(BodyTooLarge):  # only its status and headers are read
+            # (only its status and headers are read)
+            with contextlib.suppress(BodyTooLarge, UnreadableEvent):
                 await response.aread()
         finally:
             await response.aclose()
@@ -995,13 +996,18 @@ class HttpAuth:
         self.auth = ConnectionAuth(provider, config_secrets)
         self.post_seconds = post_seconds  # how long a POST's answer may take (BoundedBodies)
 
-    def client_options(self) -> dict[str, Any]:
+    def client_options(self, *, utf8_events: bool = False) -> dict[str, Any]:
+        """The options of the connection's HTTP client; ``utf8_events``: its event streams
+        checked to be UTF-8 (``BoundedBodies``)."""
+        bounded = BoundedBodies(
+            httpx2.AsyncHTTPTransport(), post_seconds=self.post_seconds, utf8_events=utf8_events
+        )
         return {
             "auth": self.auth,
             # Every body the server (or its authorization server) sends is bounded as it is
             # read, the unauthorized answers' included.
             "transport": UnauthorizedAnswers(
-                BoundedBodies(httpx2.AsyncHTTPTransport(), post_seconds=self.post_seconds),
+                bounded,
                 self.nonce,
                 self.auth,
             ),

@@ -32,7 +32,7 @@ from fastgate import ErrorCode, Failure, RunContext, ToolDefinition, ToolFault
 from fastgate.mcp._auth import HttpAuth, is_mcp_request, make_provider
 from fastgate.mcp._config import MCPServerConfig
 from fastgate.mcp._elicitation import CallInputs, Router, complete_call
-from fastgate.mcp._http import MAX_BODY_BYTES
+from fastgate.mcp._http import MAX_BODY_BYTES, UNREADABLE_EVENT
 from fastgate.mcp._names import tool_name
 from fastgate.mcp._stdio import StderrTail, StdioTransport, Unreadable
 from fastgate.mcp._text import shown
@@ -753,12 +753,13 @@ async def _http_transport(
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    # Reads are not timed here: a call is bounded by its idle and call timeouts.
+    # Reads are not timed here: a call is bounded by its idle and call timeouts. An event that
+    # is not UTF-8 fails the request whose stream it is in, as a JSON body that is not does.
     http = httpx2.AsyncClient(
         headers=dict(config.headers),
         timeout=httpx2.Timeout(30.0, read=None),
         event_hooks={"response": [on_response]},
-        **http_auth.client_options(),
+        **http_auth.client_options(utf8_events=True),
     )
     await stack.enter_async_context(http)
     assert config.url is not None
@@ -857,6 +858,9 @@ _HTTP_STREAM_LOST: Final = (
 # answers a request over streamable HTTP cannot be parsed (its bytes are not UTF-8, say).
 _HTTP_UNPARSED: Final = ("Failed to parse JSON response: ", "Failed to parse SSE message: ")
 _PARSE_FAILURE: Final = " validation error for "  # the parser's words, after those
+# What the SDK's client says, with CONNECTION_CLOSED and no data, when an event stream's bytes
+# are not UTF-8 (``fastgate.mcp._http.UnreadableEvent``); the reason follows.
+_HTTP_UNREADABLE_EVENT: Final = "SSE stream failed: " + UNREADABLE_EVENT
 
 
 def _connection_closed(exc: MCPError, over_http: bool) -> bool:
@@ -877,10 +881,18 @@ def _unreadable(exc: MCPError, over_http: bool) -> str | None:
     """Why the server's reply could not be read, when ``exc`` is the error the transport failed
     the request with for it: over stdio, its ``Unreadable`` data (never the server's own
     error); over HTTP, the SDK's own words, with the code PARSE_ERROR and no data, for a body
-    or an event it could not parse (a server answering with exactly those is taken at them)."""
+    or an event it could not parse, or with CONNECTION_CLOSED for an event stream that is not
+    UTF-8 (a server answering with exactly those is taken at them)."""
     error = exc.error
     if isinstance(error.data, Unreadable):
         return error.data.reason
+    if (
+        over_http
+        and error.code == mcp_types.CONNECTION_CLOSED
+        and error.data is None
+        and error.message.startswith(_HTTP_UNREADABLE_EVENT)
+    ):
+        return error.message[len(_HTTP_UNREADABLE_EVENT) :][:300]
     if (
         not over_http
         or error.code != mcp_types.PARSE_ERROR
@@ -899,11 +911,13 @@ def _refused(request: str, exc: BaseException, over_http: bool) -> ProtocolFailu
     wraps it in) as a ``ProtocolFailure``; None for anything else, a lost connection included."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
-    if not isinstance(exc, MCPError) or _connection_closed(exc, over_http):
+    if not isinstance(exc, MCPError):
         return None
-    unreadable = _unreadable(exc, over_http)
+    unreadable = _unreadable(exc, over_http)  # (before a lost stream: its words begin alike)
     if unreadable is not None:
         return ProtocolFailure(f"the server's reply to {request} is {unreadable}")
+    if _connection_closed(exc, over_http):
+        return None
     return ProtocolFailure(
         f"the server refused {request}: JSON-RPC error {exc.code}: {exc.error.message}"
     )

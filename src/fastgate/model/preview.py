@@ -6,7 +6,8 @@ piece, and stops after ``limit`` characters: nothing past the limit is encoded, 
 million items, a string of fifty megabytes or an object nested ten thousand levels deep costs no
 more to show than a small one. It can also fold a long string after ``fold`` characters and a
 list or an object after its first ``items`` items, and shows at most ``DEPTH`` levels of
-nesting. The console, the approval questions and the terminal prompt all show values through it.
+nesting. The console, the approval questions and the terminal prompt all show values through it,
+and so does the content a tool's large value gives the model (``compact``: as msgspec writes it).
 """
 
 from __future__ import annotations
@@ -36,15 +37,16 @@ def json_preview(
 class JsonPreview:
     """``json.dumps(value, indent=indent, sort_keys=sort_keys, ensure_ascii=False)`` written piece
     by piece, folding as asked, and stopping after ``limit`` characters (``indent`` None: on one
-    line, as ``json.dumps`` without ``indent``). After ``write``: ``text()`` (with a closing note
-    when cut) or ``written()`` (without), and whether a value was shortened (``folded``) or the
-    limit reached (``cut``).
+    line, as ``json.dumps`` without ``indent``; ``compact`` too: without a space after a comma or
+    a colon). After ``write``: ``text()`` (with a closing note when cut) or ``written()``
+    (without), and whether a value was shortened (``folded``) or the limit reached (``cut``).
 
     Values JSON has no spelling for are shown as JSON would hold them: a msgspec struct or a
     dataclass as an object of its fields, a set as a list, bytes as their size, anything else
     as the string ``str()`` makes of it."""
 
     __slots__ = (
+        "colon",
         "comma",
         "cut",
         "fold",
@@ -65,6 +67,7 @@ class JsonPreview:
         items: int | None = None,
         indent: str | None = _INDENT,
         sort_keys: bool = True,
+        compact: bool = False,
     ) -> None:
         self.limit = limit
         self.left = limit
@@ -72,7 +75,9 @@ class JsonPreview:
         self.items = items
         self.indent = indent
         self.sort_keys = sort_keys
-        self.comma = "," if indent else ", "  # pretty: each item on a line of its own
+        # Pretty: each item on a line of its own; compact: as msgspec writes JSON.
+        self.comma = "," if indent or compact else ", "
+        self.colon = ":" if compact else ": "
         self.parts: list[str] = []
         self.folded = False  # a value was shortened
         self.cut = False  # the limit was reached
@@ -172,7 +177,7 @@ class JsonPreview:
         inner, outer = self.margins(level)
         self.put("{")
         for index, key in enumerate(keys):
-            self.put(inner + self.string(key if isinstance(key, str) else str(key)) + ": ")
+            self.put(inner + self.string(key if isinstance(key, str) else str(key)) + self.colon)
             self.value(values[key], level + 1)
             if index + 1 < count:
                 self.put(self.comma)
@@ -247,7 +252,9 @@ def json_size(value: Any, limit: int, depth: int | None = None) -> int:
             size += len(item) + 2
         elif item is None or isinstance(item, bool):
             size += 4  # null, true, false
-        elif isinstance(item, (int, float)):
+        elif isinstance(item, int):
+            size += _digits(item)
+        elif isinstance(item, float):
             size += 1
         elif isinstance(item, Mapping):
             size += 2
@@ -269,6 +276,12 @@ def json_size(value: Any, limit: int, depth: int | None = None) -> int:
         if size > limit or (depth is not None and len(pending) > depth + 1):
             return max(size, limit + 1)
     return size
+
+
+def _digits(number: int) -> int:
+    """At least how many digits ``number`` has, from its size in bits (no conversion: an
+    integer of thousands of digits costs no more than a small one)."""
+    return max(number.bit_length() - 1, 0) * 3 // 10 + 1  # log10(2) > 0.3
 
 
 def _fields(of: Any, names: tuple[str, ...]) -> Iterator[Any]:

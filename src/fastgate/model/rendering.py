@@ -7,6 +7,8 @@ is cut head and tail, its labels (``type``, ``uri``, ``mimeType``, ...) are clip
 it (or a block that is neither text nor an object) is kept whole when it fits, else the block
 is left out; once the budget is spent, the blocks that remain are replaced by one note counting
 them. What is measured is only what can be kept: the work is the budget's, not the value's.
+A value that is neither text nor blocks is shown as its compact JSON, cut head and tail; one too
+large for the budget (or nested too deep) is written only as far as the budget goes.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, Final
 
 import msgspec
 
-from fastgate.model.preview import json_size
+from fastgate.model.preview import JsonPreview, json_size
 
 DEFAULT_MAX_CONTENT_CHARS = 200_000
 _LABEL_CHARS: Final = 1_000  # of a block's label (its type, uri, name, mimeType, ...)
@@ -44,7 +46,7 @@ def render(renderer: Callable[[Any], Any] | None, value: Any, max_chars: int) ->
         elif value is None:
             content = ""
         else:
-            content = msgspec.json.encode(value).decode()
+            content = _json_text(value, max_chars)
     except Exception as exc:
         message = f"the tool's result could not be rendered: {type(exc).__name__}: {exc}"
         raise RenderError(message) from exc
@@ -53,6 +55,18 @@ def render(renderer: Callable[[Any], Any] | None, value: Any, max_chars: int) ->
     if isinstance(content, (list, tuple)):
         return bounded_blocks(content, max_chars)
     raise RenderError(f"render returned {type(content).__name__}; expected str or content blocks")
+
+
+def _json_text(value: Any, max_chars: int) -> str:
+    """``value`` as msgspec writes it when it may fit in ``max_chars`` characters; else as much
+    of it as fits, written piece by piece, and a note: a value of a million items, or nested
+    ten thousand levels deep, costs what is shown, never its whole encoding."""
+    if json_size(value, max_chars, _DEPTH) <= max_chars:
+        return msgspec.json.encode(value).decode()
+    marker = f"\n[... the rest cut: the value is over {max_chars} characters as JSON ...]"
+    head = JsonPreview(max(max_chars - len(marker), 0), indent=None, sort_keys=False, compact=True)
+    head.write(value)
+    return head.written() + (marker if head.cut else "")
 
 
 def cut(text: str, max_chars: int) -> str:
