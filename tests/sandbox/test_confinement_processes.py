@@ -134,6 +134,27 @@ async def test_a_temporary_directory_filler_is_bounded_and_named(
     assert (await bash(sandboxed(tmp_path, policy), fresh)).ok  # nothing of the calls before
 
 
+# Commands that fill the temporary directory and give up at once, before the supervisor's next
+# look: the bound is named all the same.
+GIVING_UP = {
+    "head fails": 'head -c 64M /dev/zero > "$TMPDIR/fill"',
+    "dd, then true": 'dd if=/dev/zero of="$TMPDIR/fill" bs=1M count=64 2>/dev/null; true',
+    "python swallows the error": (
+        f"{PYTHON} -c \"import os\ntry:\n  open(os.environ['TMPDIR'] + '/fill', 'wb')"
+        '.write(bytes(64 << 20))\nexcept OSError: pass"'
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(GIVING_UP))
+async def test_a_filler_that_gives_up_at_once_is_named(
+    tmp_path: Path, mechanism: str, case: str
+) -> None:
+    policy = SandboxPolicy(max_tmp_bytes=8 << 20)
+    result = await bash(sandboxed(tmp_path, policy), GIVING_UP[case], seconds=60)
+    assert "[sandbox] The command was ended: its temporary directory is full" in output(result)
+
+
 def hook_settings(ws: Path, command: str) -> Path:
     path = ws / ".claude" / "settings.json"
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -952,6 +952,19 @@ static int watching(void) {
     return plan.watch_tasks > 0 || plan.watch_statfs || plan.watch_tree;
 }
 
+/* Reports a bound reached, if any; whether one was. Also looked at when the command has exited
+ * on its own: one that met a bound (a full temporary directory) may give up before the next
+ * look would have found it. */
+static int report_bound(void) {
+    const char *bound = watching() ? bound_reached() : NULL;
+    if (bound) {
+        char line[32];
+        snprintf(line, sizeof line, "B %s\n", bound);
+        report_text(line);
+    }
+    return bound != NULL;
+}
+
 static void quiet_stdio(void) {
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
     for (int fd = 0; fd < 3; fd++) {
@@ -1062,6 +1075,7 @@ static void be_init(int channel, int signals, long long grace, const char *execu
         while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
             if (pid == command) {
                 STAGE("init: command exited");
+                if (!ending) report_bound();
                 report('X', WIFSIGNALED(status) ? -WTERMSIG(status) : WEXITSTATUS(status));
                 if (!ending) {
                     ending = 1;
@@ -1083,15 +1097,9 @@ static void be_init(int channel, int signals, long long grace, const char *execu
             kill(-1, SIGKILL);
             end_at = -1;
         }
-        if (!ending && watching()) {
-            const char *bound = bound_reached();
-            if (bound) {
-                char line[32];
-                snprintf(line, sizeof line, "B %s\n", bound);
-                report_text(line);
-                ending = 1;
-                kill(-1, SIGKILL);
-            }
+        if (!ending && watching() && report_bound()) {
+            ending = 1;
+            kill(-1, SIGKILL);
         }
         long long wait = end_at >= 0 ? end_at - now : -1;
         if (!ending && watching()) wait = WATCH_MS;
@@ -1284,20 +1292,17 @@ static int run_launcher(int argc, char **argv) {
     int watch_here = watching() && !plan.namespaces;
     int all_gone = 0;
     for (;;) {
-        if (!reap(command, &command_done)) {
+        int was_done = command_done;
+        int left = reap(command, &command_done);
+        if (command_done && !was_done && watch_here && phase == 0) report_bound();
+        if (!left) {
             all_gone = 1;
             break;
         }
         if (command_done && stop_grace < 0) stop_grace = plan.namespaces ? 0 : grace;
         long long now = now_ms();
         if (watch_here && phase == 0 && now >= watch_at) {
-            const char *bound = bound_reached();
-            if (bound) {
-                char line[32];
-                snprintf(line, sizeof line, "B %s\n", bound);
-                report_text(line);
-                stop_grace = 0;
-            }
+            if (report_bound()) stop_grace = 0;
             watch_at = now + WATCH_MS;
         }
         if (stop_grace >= 0 && phase == 0) {

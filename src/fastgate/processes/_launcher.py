@@ -767,6 +767,14 @@ def _bound_reached(plan: _Plan, namespaced: bool) -> str | None:
     return None
 
 
+def _report_bound(plan: _Plan, namespaced: bool, report: int) -> None:
+    """Said when the command has exited on its own: a command that met a bound (a full
+    temporary directory) may give up before the next look would have found it."""
+    bound = _bound_reached(plan, namespaced) if plan.watching() else None
+    if bound:
+        _report(report, "B", bound)
+
+
 # -- the start ------------------------------------------------------------------------------
 
 
@@ -949,6 +957,8 @@ def _init_loop(plan: _Plan, command: int, report: int, grace_ms: int, wake: int)
             if pid == 0:
                 break
             if pid == command:
+                if not ending:
+                    _report_bound(plan, True, report)  # one it met and gave up on, too
                 code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
                 _report(report, "X", code)
                 if not ending:
@@ -1139,6 +1149,8 @@ def _supervise(
     watch_at = time.monotonic() + _WATCH_MS / 1000
     while True:
         left, ended = _reap(command, report, bool(plan.namespaces))
+        if ended and watch_here and phase == 0:
+            _report_bound(plan, False, report)  # one it met and gave up on, too
         if not left:
             _report(report, "Z", 0)  # every process of the command has ended: then cleanup
             return
