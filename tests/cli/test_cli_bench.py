@@ -1,7 +1,10 @@
-"""``fastgate bench --help`` names every registered scenario (the list a user picks from)."""
+"""``fastgate bench``'s command line: the scenarios a user picks from, and ``--json``."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -45,3 +48,21 @@ def test_the_validator_scenario_says_when_it_has_no_schemas(
     monkeypatch.setenv("FASTGATE_BENCH_SCHEMAS", f"{tmp_path}/absent.json")
     (row,) = run_validators(BenchConfig(rounds=1, ops=200, fairness_runs=1), "asyncio")
     assert row.metric.startswith("skipped: no bench schemas")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"), [(["--json"], "-"), (["--json", "out.json"], "out.json"), ([], None)]
+)
+def test_json_takes_an_optional_file(argv: list[str], expected: str | None) -> None:
+    assert build_parser().parse_args(["bench", *argv]).json == expected
+
+
+def test_json_without_a_file_is_alone_on_stdout(tmp_path: Path) -> None:
+    """``fastgate bench --json`` for CI: stdout is one JSON document, the table is on stderr."""
+    command = [sys.executable, "-m", "fastgate", "bench", "--smoke", "--json"]
+    unit = ["--scenario", "uncontended", "--core", "pure", "--loop", "asyncio"]
+    done = subprocess.run([*command, *unit], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert {m["metric"] for m in report["measurements"]} >= {"slot / Semaphore"}
+    assert "slot / Semaphore" in done.stderr  # the table, where it does not spoil the JSON

@@ -3,9 +3,11 @@ text, whatever the chunks (a character split between two reads included)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from fastgate.codemode import ToolCallError
 from fastgate.codemode._run import Output, call_lines, render
 
 
@@ -45,7 +47,7 @@ def test_bytes_that_are_not_utf8_are_replaced() -> None:
     assert output.text() == "ok \ufffd\ufffd end"
 
 
-def test_a_line_per_call_with_repeats_counted() -> None:
+def test_a_line_per_call_in_order_repeats_included() -> None:
     calls = [
         {"name": "read", "ok": True, "code": None},
         {"name": "read", "ok": True, "code": None},
@@ -53,10 +55,25 @@ def test_a_line_per_call_with_repeats_counted() -> None:
         {"name": "read", "ok": True, "code": None},
     ]
     assert call_lines(calls) == [
-        "- read: ok (x2)",
+        "- read: ok",
+        "- read: ok",
         "- write: PERMISSION_DENIED",
         "- read: ok",
     ]
     rendered = render({"stdout": "hi\n", "calls": calls[:1]})
     assert rendered == "```\nhi\n```\n\nTool calls:\n- read: ok"
     assert render({"stdout": "", "calls": []}) == "(the program printed nothing and called no tool)"
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        (("RESOURCE_EXHAUSTED",), "RESOURCE_EXHAUSTED"),
+        (("TIMEOUT", "too slow"), "TIMEOUT: too slow"),
+    ],
+)
+def test_a_tool_call_error_is_made_with_or_without_a_message(
+    args: tuple[str, ...], shown: str
+) -> None:
+    error = ToolCallError(*args)
+    assert (error.code, error.message, str(error)) == (args[0], "".join(args[1:]), shown)

@@ -58,7 +58,8 @@ print(text, both)
     assert result.value["stdout"] == "alpha ['alpha', 'beta']\n"
     assert [c["name"] for c in result.value["calls"]] == ["read", "read", "read"]
     assert all(c["ok"] and c["code"] is None for c in result.value["calls"])
-    assert result.content == "```\nalpha ['alpha', 'beta']\n```\n\nTool calls:\n- read: ok (x3)"
+    calls = "\n".join(["- read: ok"] * 3)
+    assert result.content == f"```\nalpha ['alpha', 'beta']\n```\n\nTool calls:\n{calls}"
     nested = nested_results(seen, result)
     assert len(nested) == 3 and all(r.meta.tool_name == "read" for r in nested)
     assert {r.meta.execution_id for r in nested} == {
@@ -341,7 +342,7 @@ async def test_nested_calls_do_not_use_up_the_turn(env: Env) -> None:
     ctx = ExecutionContext(turn_id="t1")
     result = await run(executor, "for _ in range(100):\n    await tools.noop()", ctx)
     assert result.ok, result.content
-    assert result.content == "Tool calls:\n- noop: ok (x100)"
+    assert result.content == "Tool calls:\n" + "\n".join(["- noop: ok"] * 100)
 
 
 async def test_the_store_records_run_code_and_every_nested_call(env: Env, tmp_path: Path) -> None:

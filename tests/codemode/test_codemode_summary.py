@@ -71,7 +71,7 @@ def outside_the_fences(content: str) -> tuple[list[str], list[str]]:
 
 
 def ok_summary(calls: int) -> list[str]:
-    return ["Tool calls:", "- noop: ok" + (f" (x{calls})" if calls > 1 else "")]
+    return ["Tool calls:", *["- noop: ok"] * calls]
 
 
 @pytest.mark.parametrize("stream", ["stdout", "stderr"])
@@ -230,9 +230,7 @@ async def test_a_value_the_program_could_not_decode_is_its_error_in_the_calls(
         assert entry["execution_id"] is not None  # the tool's own result, in the history
     assert calls[-1] == {**calls[-1], "name": "noop", "ok": True, "code": None}
     outside, _ = outside_the_fences(str(result.content))
-    counted = " (x2)" if len(got) > 1 else ""
-    assert outside[:2] == ["Tool calls:", "- deep: OUTPUT_INVALID" + counted]
-    assert outside[2:] == ["- noop: ok"]
+    assert outside == ["Tool calls:", *["- deep: OUTPUT_INVALID"] * len(got), "- noop: ok"]
     # The tools themselves succeeded: it is the program that could not have the value.
     deep_results = [r for r in seen if r.meta.tool_name == "deep"]
     assert len(deep_results) == len(got) and all(r.ok for r in deep_results)

@@ -53,6 +53,7 @@ def test_every_claude_code_mode_name_parses_and_loads(
     tmp_path: Path, spelling: str, mode: PermissionMode
 ) -> None:
     assert PermissionMode.parse(spelling) is mode
+    assert PermissionMode(spelling) is mode  # the constructor takes the same spellings
     settings = tmp_path / "settings.json"
     settings.write_text(json.dumps({"permissions": {"defaultMode": spelling, "allow": ["Read"]}}))
     assert PermissionConfig.load(settings).default_mode is mode
@@ -67,6 +68,8 @@ def test_an_unknown_mode_is_refused_naming_the_file(tmp_path: Path, spelling: An
         return
     with pytest.raises(ValueError, match=r"settings\.json"):
         PermissionConfig.load(settings)
+    with pytest.raises(ValueError):
+        PermissionMode(spelling)
 
 
 def test_the_mode_table_row() -> None:

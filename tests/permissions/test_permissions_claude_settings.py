@@ -3,10 +3,13 @@ loaded and merged with their sources, and warnings for rules that can never matc
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
 import os
+import warnings as std_warnings
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -20,6 +23,7 @@ from fastgate import (
     ApprovalStore,
     Decision,
     DecisionSource,
+    FastgateConfigWarning,
     PermissionConfig,
     PermissionMode,
     PermissionResolver,
@@ -217,10 +221,12 @@ def test_a_rule_whose_meaning_changed_is_warned_about(tmp_path: Path) -> None:
         tmp_path / "ws" / ".claude" / "settings.json",
         {"deny": [f"Read({existing}/**)", "Read(/no-such-directory-anywhere/**)"]},
     )
-    warnings = PermissionConfig.load(path).warnings()
+    with pytest.warns(FastgateConfigWarning) as issued:
+        warnings = PermissionConfig.load(path).warnings()
     named = [w for w in warnings if str(existing) in w]
     assert len(named) == 1 and str(path) in named[0] and f"//{str(existing)[1:]}" in named[0]
     assert not any("no-such-directory-anywhere" in w for w in warnings)
+    assert [str(w.message) for w in issued] == warnings  # the loader issued each one
 
 
 # -- wildcard command rules -------------------------------------------------------------------
@@ -471,7 +477,8 @@ def test_a_real_claude_code_settings_file_loads(tmp_path: Path) -> None:
             }
         )
     )
-    config = PermissionConfig.load(path)
+    with pytest.warns(FastgateConfigWarning, match="disableAutoMode"):
+        config = PermissionConfig.load(path)
     assert config.default_mode is PermissionMode.ACCEPT_EDITS
     assert len(tuple(config.allow)) == 3 and len(tuple(config.deny)) == 3
     assert len(tuple(config.ask)) == 1
@@ -490,6 +497,41 @@ def test_bypass_permissions_is_yolo() -> None:
 
 
 # -- warnings -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def warnings_allowed() -> Iterator[None]:
+    with std_warnings.catch_warnings():
+        std_warnings.simplefilter("ignore", FastgateConfigWarning)
+        yield
+
+
+def test_the_loader_issues_each_warning_it_lists(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    path = write_settings(
+        ws / ".claude" / "settings.json",
+        {
+            "allow": ['Bash("")'],
+            "defaultMode": "bypassPermissions",
+            "additionalDirectories": [str(tmp_path)],
+        },
+    )
+    with std_warnings.catch_warnings(record=True) as issued:
+        std_warnings.simplefilter("always")
+        config = PermissionConfig.load(path, workspace=ws)
+    listed = config.warnings()
+    assert len(listed) == 3, listed
+    assert [str(w.message) for w in issued] == listed
+    assert all(w.category is FastgateConfigWarning for w in issued)
+    assert all(str(path) in message for message in listed)
+
+
+def test_a_clean_settings_file_issues_nothing(tmp_path: Path) -> None:
+    path = write_settings(tmp_path / "settings.json", {"allow": ["Bash(npm run lint)"]})
+    with std_warnings.catch_warnings(record=True) as issued:
+        std_warnings.simplefilter("always")
+        PermissionConfig.load(path)
+    assert issued == []
 
 
 def _registry() -> ToolRegistry:
@@ -535,7 +577,9 @@ def _registry() -> ToolRegistry:
 )
 def test_every_dead_rule_is_named_with_its_file(rule: str, fragment: str, tmp_path: Path) -> None:
     path = write_settings(tmp_path / "settings.json", {"deny": [rule]})
-    warnings = PermissionConfig.load(path).warnings(_registry())
+    with warnings_allowed():  # a pattern problem is issued at load; a tool problem is not
+        loaded = PermissionConfig.load(path)
+    warnings = loaded.warnings(_registry())
     hits = [w for w in warnings if rule in w]
     assert len(hits) == 1 and fragment in hits[0] and str(path) in hits[0], warnings
 

@@ -198,6 +198,7 @@ async def test_resource_exhausted_when_the_queue_is_full() -> None:
     await asyncio.sleep(0.01)
     error = expect(await ex.execute("hold", {}), ErrorCode.RESOURCE_EXHAUSTED)
     assert error.details["reason"] == "tool_busy" and error.retryable
+    assert error.retry_after == "retry next turn"
     gate.set()
     assert (await first).ok
     assert_idle(ex)

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+import fastgate
+from fastgate import sandbox
+from fastgate.permissions import GIT_INDIRECTIONS
 from fastgate.sandbox import SandboxPolicy, _kernel, _planner, _support
 from tests.sandbox.confinement_kit import (
     PYTHON,
@@ -66,6 +69,14 @@ def hosts_git_ran_it(workspace: Path, mark: Path) -> bool:
     (workspace / "f").write_text(f"changed {time.monotonic()}\n")
     git(workspace, "commit", "-qam", "next")
     return mark.exists() and HOOK_MARK in mark.read_text()
+
+
+def test_the_sandbox_protects_the_rules_own_list() -> None:
+    """One list by one name: git's indirections in it are placed per git directory found, which
+    the commondir cases below show (git keeps working, and none can be created)."""
+    assert sandbox.DEFAULT_PROTECTED == fastgate.DEFAULT_PROTECTED
+    assert SandboxPolicy().protected == fastgate.DEFAULT_PROTECTED
+    assert set(GIT_INDIRECTIONS) <= set(SandboxPolicy().protected)
 
 
 # A command that points the repository's git at a directory it controls, spelled several ways.

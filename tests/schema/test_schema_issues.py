@@ -96,8 +96,14 @@ def test_const_discriminated_one_of_reports_the_leaf_of_the_selected_branch() ->
 def test_discriminator_with_unknown_or_missing_tag() -> None:
     validator = from_json_schema(DEPLOY_ITEM)
     (issue,) = validator.validate({"kind": "rack"})
-    assert issue.path == ("kind",) and issue.keyword == "oneOf"
+    assert issue.path == () and issue.keyword == "oneOf"  # no branch selected: at itself
     assert '"zone"' in issue.message and '"capacity"' in issue.message and '"rack"' in issue.message
+    assert '"kind"' in issue.message  # the property that selects the variant is named
+    (issue,) = validator.validate({"kind": 3})
+    assert issue.path == () and '"kind"' in issue.message
+    nested = from_json_schema({"type": "array", "items": DEPLOY_ITEM})
+    (issue,) = nested.validate([{"kind": "zone", "zone": "a"}, {"kind": "rack"}])
+    assert issue.path == (1,) and issue.keyword == "oneOf"
     (issue,) = validator.validate({"zone": "a"})
     assert issue.path == () and "kind" in issue.message
     (issue,) = validator.validate("text")

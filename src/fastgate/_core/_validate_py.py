@@ -1186,13 +1186,13 @@ def _discriminate(
         keyword = "oneOf" if op == S_ONE else "anyOf"
         sink.count += 1
         if not sink.silent and sink.count <= sink.limit:
-            _add(
+            # Reported at the oneOf/anyOf itself, as every branch failing is, naming the property.
+            add_issue(
                 sink,
                 loc,
-                name,
                 keyword,
-                f"expected one of {_choices(list(node.disc_map))} (it selects the variant), "
-                f"got {describe(tag)}",
+                f"property {_quote(name)} must be one of {_choices(list(node.disc_map))} (it "
+                f"selects the variant), got {describe(tag)}",
             )
         return True
     if node.disc_required:

@@ -164,14 +164,17 @@ class _Setup:
 
     def warnings(self, registry: Any) -> list[str]:
         """Rules that can never match: the settings files' (each naming its file, and what
-        the files hold that has no effect), then the command line's (naming the option)."""
+        the files hold that has no effect), the other loaders' (hooks, MCP servers), then the
+        command line's (naming the option)."""
         from fastgate.permissions.dead_rules import dead_rule_warnings
 
-        return [
-            *self.config_warnings,
+        # (the loaders issued some of the settings' own warnings already: each is said once)
+        said = [
             *self.settings.warnings(registry),
+            *self.config_warnings,
             *dead_rule_warnings(self.extra.all_rules, self._option_of, registry),
         ]
+        return list(dict.fromkeys(said))
 
 
 @contextlib.contextmanager

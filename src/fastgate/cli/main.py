@@ -71,7 +71,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         cores=args.core or ["compiled", "pure"],
         loops=args.loop or _loops(),
         scenarios=args.scenario or list(runner.SCENARIOS),
-        json_path=Path(args.json) if args.json else None,
+        json_path=None if args.json is None else Path(args.json),
         check=args.check,
         markdown_path=Path(args.markdown) if args.markdown else None,
     )
@@ -90,7 +90,14 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--profile", default="quick", choices=["smoke", "quick", "full"], help=argparse.SUPPRESS
     )
-    bench.add_argument("--json", metavar="FILE", help="also write every measurement as JSON")
+    bench.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="FILE",
+        help="also write every measurement as JSON to FILE; without FILE, JSON alone on stdout "
+        "(the table then goes to stderr)",
+    )
     bench.add_argument("--markdown", metavar="FILE", help="also write the table as markdown")
     bench.add_argument(
         "--check",

@@ -731,20 +731,9 @@ def _failure(
 
 
 def call_lines(calls: list[dict[str, Any]]) -> list[str]:
-    """A line per call (name, ok or error code); runs of the same line said once, counted."""
-    lines: list[str] = []
-    previous, count = "", 0
-    for entry in calls:
-        line = f"- {entry['name']}: {'ok' if entry['ok'] else entry['code']}"
-        if line == previous:
-            count += 1
-            continue
-        if count:
-            lines.append(previous + (f" (x{count})" if count > 1 else ""))
-        previous, count = line, 1
-    if count:
-        lines.append(previous + (f" (x{count})" if count > 1 else ""))
-    return lines
+    """A line per call, in the order they were made: its tool's name, ok or the error code
+    (as many as ``max_tool_calls`` allows, and the few refused past it)."""
+    return [f"- {entry['name']}: {'ok' if entry['ok'] else entry['code']}" for entry in calls]
 
 
 def quoted(text: str) -> str:

@@ -44,8 +44,8 @@ class ToolCallError(Exception):
     """A tool call from a program did not succeed: ``code`` is the result's ``ErrorCode`` name
     (``"PERMISSION_DENIED"``, ``"INVALID_ARGS"``, ...), ``message`` what the model can act on."""
 
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(f"{code}: {message}" if message else code)
         self.code = code
         self.message = message
 

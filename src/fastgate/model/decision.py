@@ -42,6 +42,14 @@ class PermissionMode(StrEnum):
     DONT_ASK = "dont_ask"
 
     @classmethod
+    def _missing_(cls, value: object) -> PermissionMode | None:
+        # ``PermissionMode("dontAsk")``, ``PermissionMode("acceptEdits")``: the constructor
+        # takes every spelling ``parse`` takes (Claude Code's names are the ones users copy).
+        if isinstance(value, str):
+            return _MODE_SPELLINGS.get(value.replace("-", "").replace("_", "").lower())
+        return None
+
+    @classmethod
     def parse(cls, value: object, *, field: str = "mode") -> PermissionMode:
         """A member, its value or its name in any case and with or without ``_``/``-``
         (``accept_edits``, ``acceptEdits``, ``DONTASK``), or Claude Code's ``bypassPermissions``

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from fastgate.errors import FastgateConfigWarning
 from fastgate.model.decision import PermissionMode
 from fastgate.paths.globs import PathPattern
 from fastgate.permissions.rules import (
@@ -144,7 +146,8 @@ class PermissionConfig:
         rules, but a ``defaultMode`` of ``bypassPermissions`` and ``additionalDirectories`` in
         them are ignored (each named in ``warnings()``): a cloned repository must not turn
         prompting off or open directories beyond itself. ``disableBypassPermissionsMode`` in
-        any file drops a ``bypassPermissions`` default and sets ``bypass_disabled``."""
+        any file drops a ``bypassPermissions`` default and sets ``bypass_disabled``. What
+        ``warnings()`` lists then is also issued, each as a ``FastgateConfigWarning``."""
         from fastgate.permissions.settings_files import read_settings_file
 
         inside = _within(workspace)
@@ -194,7 +197,7 @@ class PermissionConfig:
         def listed(kind: RuleKind) -> RuleTexts:
             return RuleTexts.of(parse_rules(rules[kind], kind), sources[kind])
 
-        return cls(
+        config = cls(
             allow=listed("allow"),
             ask=listed("ask"),
             deny=listed("deny"),
@@ -206,6 +209,10 @@ class PermissionConfig:
             bypass_disabled=disabled,
             _notes=tuple(notes),
         )
+        # What can be told without the tools (a registry names them: ``warnings(registry)``).
+        for note in config.warnings():
+            warnings.warn(note, FastgateConfigWarning, stacklevel=2)
+        return config
 
     def source_of(self, rule: str) -> str | None:
         """The settings file ``rule`` (its text) was first loaded from, as a deny, else an ask,

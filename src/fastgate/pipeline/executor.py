@@ -743,7 +743,7 @@ class ToolExecutor:
             ErrorCode.RESOURCE_EXHAUSTED,
             f"This turn already made {TURN_LIMIT} tool calls; retry in the next turn.",
             retryable=True,
-            retry_after="next_turn",
+            retry_after="retry next turn",
             details={"reason": "turn_limit"},
         )
 
@@ -874,7 +874,7 @@ class ToolExecutor:
             ErrorCode.RESOURCE_EXHAUSTED,
             f"The tool is busy ({exc}); retry in the next turn.",
             retryable=True,
-            retry_after="next_turn",
+            retry_after="retry next turn",
             details={"reason": "tool_busy", "cause": exc.reason},
         )
 

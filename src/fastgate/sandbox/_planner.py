@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from fastgate import ErrorCode, ToolFault
 from fastgate.paths import Glob, PathPattern
+from fastgate.permissions import GIT_INDIRECTIONS
 from fastgate.processes import (
     BIND_DEVICES,
     BIND_OPTIONAL,
@@ -236,6 +237,8 @@ def _layout(
         for directory, state in found.directories.items():
             watched.setdefault(directory, state)
         for pattern, text in zip(policy.protected_patterns, policy.protected, strict=True):
+            if text in GIT_INDIRECTIONS:
+                continue  # placed below, for each git directory found, as git reads them
             for top in (root, *tops):
                 if any(_within(top, ro) for ro in read_only):
                     continue  # read-only as a whole

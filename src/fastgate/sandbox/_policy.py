@@ -9,19 +9,18 @@ from typing import Any
 
 from fastgate.paths import PathPattern, compile_path_pattern
 from fastgate.permissions import DEFAULT_PROTECTED as _PERMISSIONS_PROTECTED
-from fastgate.permissions import DEFAULT_SENSITIVE, GIT_INDIRECTIONS
+from fastgate.permissions import DEFAULT_SENSITIVE
 from fastgate.sandbox._network import NetworkPolicy
 
 #: The server's home directory as it was when fastgate.sandbox was first imported: a program
 #: that changes ``HOME`` does not move what is hidden.
 HOME_AT_START = os.path.expanduser("~")
 
-#: Paths that stay read-only inside the writable roots, existing or not (SPEC §5's list). git's
-#: indirections are left to the planner, which finds every git directory of a root and protects
-#: them as git needs (an absent ``commondir`` becomes a placeholder git reads as none).
-DEFAULT_PROTECTED: tuple[str, ...] = tuple(
-    p for p in _PERMISSIONS_PROTECTED if p not in GIT_INDIRECTIONS
-)
+#: Paths that stay read-only inside the writable roots, existing or not: the rules' own list.
+#: Of it, git's indirections are the planner's to place (``GIT_INDIRECTIONS``): it finds every
+#: git directory of a root and protects them as git needs (an absent ``commondir`` becomes a
+#: placeholder git reads as none, where a plain one would break git).
+DEFAULT_PROTECTED: tuple[str, ...] = _PERMISSIONS_PROTECTED
 
 #: What a sandboxed program cannot read: the secret files of §5's sensitive list inside the
 #: roots (not ``.git/config`` nor git's hooks, which git must read; they stay protected), and

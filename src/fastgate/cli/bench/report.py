@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
@@ -83,9 +84,10 @@ def run_and_report(
 ) -> int:
     import fastgate
 
-    console = Console()
+    to_stdout = json_path is not None and str(json_path) == "-"  # JSON alone on stdout
+    console = Console(stderr=to_stdout)
     if not console.is_terminal:  # logs and CI: do not squeeze the table into 80 columns
-        console = Console(width=160)
+        console = Console(width=160, stderr=to_stdout)
     unknown = [s for s in scenarios if s not in runner.SCENARIOS]
     if unknown:
         console.print(f"[red]unknown scenario(s): {', '.join(unknown)}[/red]")
@@ -122,9 +124,14 @@ def run_and_report(
     for failure in failures:
         console.print(f"[red]{failure}[/red]")
     if json_path is not None:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
         report = Report(profile, fastgate.__version__, measurements, failures, seconds)
-        json_path.write_bytes(msgspec.json.format(msgspec.json.encode(report)))
+        encoded = msgspec.json.format(msgspec.json.encode(report))
+        if to_stdout:
+            sys.stdout.buffer.write(encoded + b"\n")
+            sys.stdout.flush()
+        else:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_bytes(encoded)
     if markdown_path is not None:
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
         markdown_path.write_text(markdown(measurements))
