@@ -44,6 +44,27 @@ async def test_a_tool_fault_can_be_a_timeout_and_failure_hooks_see_it() -> None:
     assert [e.code for e in seen] == [ErrorCode.TIMEOUT]
 
 
+async def test_a_failure_hook_is_given_the_failed_result() -> None:
+    seen: list[PostToolUseFailureEvent] = []
+    hooks = Hooks()
+    hooks.add_post_tool_use_failure(lambda event: seen.append(event) or "check the server")
+
+    def body(args: Any, ctx: Any) -> Any:
+        raise RuntimeError("boom")
+
+    ex = executor(tool("t", body), hooks=hooks)
+    final = await ex.execute("t", {"text": "x"})
+    (event,) = seen
+    failed = event.result
+    assert failed is not None and not failed.ok and failed.error == event.error
+    assert failed.content == final.content and failed.error == final.error
+    assert failed.meta.execution_id == final.meta.execution_id
+    # The hooks' context goes to the final result only; the history holds that one alone.
+    assert final.meta.additional_context == ("check the server",)
+    assert failed.meta.additional_context == ()
+    assert [r.meta.execution_id for r in ex.history()] == [final.meta.execution_id]
+
+
 async def test_an_ordinary_exception_is_still_a_tool_error_and_not_retryable() -> None:
     def body(args: Any, ctx: Any) -> Any:
         raise RuntimeError("boom")

@@ -39,13 +39,16 @@ class PostToolUseEvent(msgspec.Struct, frozen=True):
 
 
 class PostToolUseFailureEvent(msgspec.Struct, frozen=True):
-    """After a call failed with an exception path (timeout, tool error, ...)."""
+    """After a call failed with an exception path (timeout, tool error, ...). ``result`` is the
+    failed result as it stands, ``error`` its error (the executor sets it), before the hooks'
+    additional context is added to it."""
 
     tool_name: str
     args: Any
     context: ExecutionContext
     error: ToolError
     tool: ToolDefinition | None = None
+    result: ToolResult | None = None
 
 
 def _optional_str(name: str, value: object) -> None:

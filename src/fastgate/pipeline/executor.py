@@ -988,9 +988,12 @@ class ToolExecutor:
             if plan.has_post_failure(self.hooks):
                 if trace is not None:
                     trace.enter("post_hooks")
-                extra = await run_post_tool_use_failure(
-                    self.hooks, PostToolUseFailureEvent(tool.name, args, ctx, error, tool)
+                # The result as it stands (the hooks' context is added to the final one).
+                failed = self._result(
+                    call, call.elapsed_ms(), code, message, retryable=retryable, details=details
                 )
+                event = PostToolUseFailureEvent(tool.name, args, ctx, error, tool, failed)
+                extra = await run_post_tool_use_failure(self.hooks, event)
                 call.additional_context += tuple(extra)
             return self._finalize(call, code, message, retryable=retryable, details=details)
         # 13. the value checked against the output schema and rendered; then the PostToolUse
