@@ -1,7 +1,8 @@
 """The one Lua script every worker runs to refresh its lease (atomic inside Redis).
 
 KEYS: 1 the workers' records (hash: worker id -> JSON), 2 their lease expiries (sorted set:
-worker id -> Redis time in ms), 3 the namespace's epoch (a hash: ``id``, ``grace_until``).
+worker id -> Redis time in ms), 3 the namespace's epoch (a hash: ``id``, ``grace_until``,
+``run``: the run_id of the Redis process that last ran the script).
 ARGV: 1 worker id, 2 lease ttl (ms), 3 the worker's report (JSON), 4 ``refresh`` or ``leave``,
 5 the namespace's rebalancing channel (a worker short of its share, or one that gave some back,
 publishes its id there; the others refresh early).
@@ -21,7 +22,11 @@ allotment it still enforces and what it runs). Every grant fits in the limit min
 other live workers hold, so the limit holds however the workers' refreshes interleave. Targets
 are max-min fair: a limit is water-filled over the sessions' cluster-wide demand, and each
 session's share over the workers where it waits; what no demand takes is spread evenly, so a
-burst is admitted locally without a round trip. Time is Redis's (``TIME``), never a client's.
+burst is admitted locally without a round trip. Time is Redis's (``TIME``), never a client's;
+a record keeps its worker's ttl, and no lease end is left later than that from now (Redis's
+clock went back). Another Redis process than the epoch's (``INFO``'s run_id), or a worker whose
+unexpired lease Redis has no record of, starts a new epoch: the records may be older than what
+the workers enforce.
 """
 
 from __future__ import annotations
@@ -68,13 +73,40 @@ end
 -- The epoch names this namespace's state; a worker that held an allotment of another epoch
 -- means Redis lost its records (a restart): until what that worker (and any other like it)
 -- may still be running is known, nobody's grant grows beyond what it already enforces.
-local epoch = redis.call('HGET', epoch_key, 'id')
-if not epoch then
-  epoch = now .. '-' .. me
-  redis.call('HSET', epoch_key, 'id', epoch, 'grace_until', 0)
-end
 local rep = cjson.decode(ARGV[3])
+-- The Redis process answering (its run_id): another one means a restart or a failover, and
+-- records loaded from a snapshot (or a replica) may be older than what the workers enforce.
+-- Where INFO is refused (an ACL, a proxy) the check is skipped.
+local run = nil
+local info_ok, info = pcall(redis.call, 'INFO', 'server')
+if info_ok and type(info) == 'string' then run = string.match(info, 'run_id:(%x+)') end
+local epoch = redis.call('HGET', epoch_key, 'id')
+local new_run = run ~= nil and redis.call('HGET', epoch_key, 'run') ~= run
+local stale = false
+if epoch then
+  if new_run then stale = true end
+  -- This worker still runs a lease of this state, and Redis has no record of it: Redis's
+  -- clock jumped past the lease, or its records went back in time.
+  if rep.ep == epoch and (tonumber(rep.left) or 0) > 0
+    and redis.call('HEXISTS', workers_key, me) == 0 then
+    stale = true
+  end
+end
+if not epoch or stale then
+  -- A new epoch: every worker that holds an allotment of the old one reports it as a lease of
+  -- lost state (below), so no grant grows until what they may run is known.
+  epoch = now .. '-' .. me .. '-' .. redis.call('HINCRBY', epoch_key, 'n', 1)
+  redis.call('HSET', epoch_key, 'id', epoch)
+  if not stale then redis.call('HSET', epoch_key, 'grace_until', 0) end
+end
+if new_run then redis.call('HSET', epoch_key, 'run', run) end
 local grace_until = tonumber(redis.call('HGET', epoch_key, 'grace_until')) or 0
+if stale and new_run and grace_until < now + ttl then
+  -- Another Redis process with records of its own: the old leases may run for up to a lease
+  -- from now, and a worker without a lease (this one, maybe) cannot say how long.
+  grace_until = now + ttl
+  redis.call('HSET', epoch_key, 'grace_until', grace_until)
+end
 if rep.ep and rep.ep ~= epoch then
   -- Its lease may still run (``left``), and workers admitting their fallback share meanwhile
   -- report within a refresh interval (``ri``): until then no grant grows.
@@ -114,7 +146,17 @@ for i = 1, #raw, 2 do
     before = r.held
   end
 end
-local mine = {lim = rep.lim, dem = rep.dem}
+-- No lease ends later than its worker's ttl from now: a later end means Redis's clock went
+-- back, and a worker that died would otherwise keep its share for as long as the jump.
+local ends = redis.call('ZRANGE', leases_key, 0, -1, 'WITHSCORES')
+for i = 1, #ends, 2 do
+  local r = recs[ends[i]]
+  local most = r and tonumber(r.ttl)
+  if most and tonumber(ends[i + 1]) > now + most then
+    redis.call('ZADD', leases_key, now + most, ends[i])
+  end
+end
+local mine = {lim = rep.lim, dem = rep.dem, ttl = ttl}
 recs[me] = mine
 ids[#ids + 1] = me
 table.sort(ids)
