@@ -52,7 +52,9 @@ CALLS = [
 ]
 
 
-def _graph(model: GenericFakeChatModel, node_tools: list[BaseTool]) -> Any:
+def _graph(
+    model: GenericFakeChatModel, node_tools: list[BaseTool], checkpointer: Any = None
+) -> Any:
     async def agent(state: MessagesState) -> dict[str, Any]:
         return {"messages": [await model.ainvoke(state["messages"])]}
 
@@ -63,7 +65,7 @@ def _graph(model: GenericFakeChatModel, node_tools: list[BaseTool]) -> Any:
     graph.add_conditional_edges("agent", tools_condition)
     graph.add_edge("tools", "agent")
     graph.add_edge("agent", END)
-    return graph.compile()
+    return graph.compile(checkpointer=checkpointer)
 
 
 @pytest.mark.parametrize("approve", [True, False])
@@ -129,3 +131,65 @@ async def test_tools_outside_a_graph_and_their_context() -> None:
     assert isinstance(message, ToolMessage) and message.content == "x"
     assert seen == ["ada"]
     assert ex.history()[-1].meta.session_id == "from-config"
+
+
+async def _secret_value(args: Any, ctx: Any) -> Any:
+    return {"shown": "fine", "internal": _Secret()}
+
+
+class _Secret:
+    """A canonical value that lives in-process only: never in a checkpoint."""
+
+    def __init__(self) -> None:
+        self.token = "sk-never-serialized"
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        _call("echo", {"text": "hi"}, "plain"),
+        _call("run", {"command": "rm -rf /"}, "denied"),
+        _call("picture", {}, "blocks"),
+        _call("secret", {}, "own-value"),
+    ],
+    ids=lambda call: str(call["id"]),
+)
+async def test_messages_serialize_and_a_checkpointed_graph_runs(call: dict[str, Any]) -> None:
+    """A ``ToolMessage`` whose artifact is the ``ToolResult`` serializes (``model_dump_json``,
+    LangGraph's checkpointer) as the result's durable part, never its canonical value."""
+    import json
+
+    from langchain_core.messages import messages_to_dict
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from fastgate import Output, define_tool, schema
+
+    ex = _executor(permissions=PermissionConfig(deny=("run(rm:*)",)))
+    ex.registry.register(
+        define_tool(
+            "secret",
+            "Keeps a value of its own.",
+            schema.Object({}),
+            _secret_value,
+            kind="read_only",
+            output=Output(render=lambda value: str(value["shown"])),
+        )
+    )
+    model = GenericFakeChatModel(
+        messages=iter([AIMessage(content="", tool_calls=[call]), AIMessage(content="done")])
+    )
+    app = _graph(model, tools(ex), checkpointer=InMemorySaver())
+    config: Any = {"configurable": {"thread_id": "t1", CONTEXT_KEY: ExecutionContext()}}
+    state = await app.ainvoke({"messages": [HumanMessage("work")]}, config)
+    (message,) = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+    assert isinstance(message.artifact, ToolResult)
+    assert message.artifact.meta.call_id == call["id"]
+    for text in (message.model_dump_json(), json.dumps(messages_to_dict([message]))):
+        assert "sk-never-serialized" not in text and '"value":' not in text
+        assert json.loads(text)
+    saved = (await app.aget_state(config)).values["messages"]
+    (kept,) = [m for m in saved if isinstance(m, ToolMessage)]
+    assert kept.artifact["ok"] is message.artifact.ok
+    assert kept.artifact["meta"]["execution_id"] == message.artifact.meta.execution_id
+    assert set(kept.artifact) == {"ok", "content", "error", "meta"}
+    assert_idle(ex)

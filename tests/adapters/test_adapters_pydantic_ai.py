@@ -195,3 +195,65 @@ async def test_the_callers_turn_is_kept_across_responses() -> None:
     outcomes = [p.outcome for p in _returns(result.all_messages()).values()]
     assert outcomes.count("success") == 64 and outcomes.count("failed") == 16
     assert_idle(ex)
+
+
+class _Secret:
+    """A canonical value that lives in-process only: never in serialized history."""
+
+    def __init__(self) -> None:
+        self.token = "sk-never-serialized"
+
+
+async def _secret_value(args: Any, ctx: Any) -> Any:
+    return {"shown": "fine", "internal": _Secret()}
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        ToolCallPart("echo", {"text": "hi"}, tool_call_id="plain"),
+        ToolCallPart("picture", {}, tool_call_id="blocks"),
+        ToolCallPart("search", {"query": "q", "limit": None}, tool_call_id="strict"),
+        ToolCallPart("secret", {}, tool_call_id="own-value"),
+    ],
+    ids=lambda call: str(call.tool_call_id),
+)
+async def test_the_message_history_serializes_and_loads_again(call: ToolCallPart) -> None:
+    """``all_messages_json()`` (how a server keeps a conversation, and what durable runs do)
+    works with fastgate's results in it: their durable part, never the canonical value."""
+    from pydantic_ai.messages import ModelMessagesTypeAdapter
+
+    from fastgate import Output, define_tool, schema
+    from fastgate.adapters.pydantic_ai import ReturnedResult
+
+    ex = _executor()
+    ex.registry.register(
+        define_tool(
+            "secret",
+            "Keeps a value of its own.",
+            schema.Object({}),
+            _secret_value,
+            kind="read_only",
+            output=Output(render=lambda value: str(value["shown"])),
+        )
+    )
+    steps = iter([ModelResponse(parts=[call]), ModelResponse(parts=[TextPart("done")])])
+    agent = Agent(
+        FunctionModel(lambda messages, info: next(steps)),
+        toolsets=[toolset(ex)],
+        deps_type=ExecutionContext,
+    )
+    result = await agent.run("go", deps=ExecutionContext(session_id="s"))
+    returned = _returns(result.all_messages())[str(call.tool_call_id)]
+    assert isinstance(returned.metadata, ToolResult) and returned.metadata.ok
+    assert isinstance(returned.metadata, ReturnedResult)
+    assert returned.metadata.meta.call_id == call.tool_call_id
+    text = result.all_messages_json()
+    assert b"sk-never-serialized" not in text and b'"value":' not in text
+    loaded = ModelMessagesTypeAdapter.validate_json(text)
+    again = _returns(loaded)[str(call.tool_call_id)]
+    assert again.metadata["ok"] is True
+    assert again.metadata["meta"]["execution_id"] == returned.metadata.meta.execution_id
+    assert set(again.metadata) == {"ok", "content", "error", "meta"}
+    assert ModelMessagesTypeAdapter.dump_python(loaded, mode="json")
+    assert_idle(ex)

@@ -32,6 +32,8 @@ from fastgate import (
 from fastgate.telemetry import ATTRIBUTES, METRICS, Instrumentation, instrument, uninstrument
 from tests.pipeline_kit import assert_idle, echo, executor, tool
 
+NAME = "gen_ai.tool.name"
+
 
 @dataclass
 class Otel:
@@ -143,7 +145,7 @@ async def test_one_span_per_call_with_the_attributes_refusals_included(otel: Ote
     ):
         span = by_call[f"call-{i}"]
         attrs = dict(span.attributes or {})
-        assert span.name == f"execute_tool {name}"
+        assert span.name == f"execute_tool {'unknown' if name == 'nope' else name}"
         assert attrs["gen_ai.operation.name"] == "execute_tool"
         assert attrs["gen_ai.tool.name"] == name
         assert attrs["fastgate.session.id"] == "s1"
@@ -212,9 +214,9 @@ async def test_names_no_tool_answers_to_share_one_series_and_long_names_are_cut(
     calls = otel.counts("fastgate.tool.calls", "fastgate.outcome")
     assert calls == {("unknown", "UNKNOWN_TOOL"): 51, ("echo", "ok"): 1}
     assert otel.counts("fastgate.tool.errors", "error.type") == {("unknown", "UNKNOWN_TOOL"): 51}
-    longest = max(otel.finished(), key=lambda span: len(span.name))
-    assert longest.name == "execute_tool " + "x" * 64 + "…"
-    assert dict(longest.attributes or {})["gen_ai.tool.name"] == "x" * 64 + "…"
+    longest = max(otel.finished(), key=lambda span: len(str((span.attributes or {})[NAME])))
+    assert longest.name == "execute_tool unknown"
+    assert dict(longest.attributes or {})[NAME] == "x" * 64 + "…"
     assert_idle(ex)
 
 
@@ -328,3 +330,86 @@ async def test_with_the_api_alone_calls_run_and_nothing_is_kept() -> None:
     result = await ex.execute("echo", {"text": "hi"})
     assert result.ok and result.content == "hi"
     assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+async def test_invented_names_make_no_span_name_each(otel: Otel) -> None:
+    """Backends index span names and derive metrics from them: a name no tool answers to is
+    ``execute_tool unknown``, whatever the model sent and however the call was refused; the
+    name it sent stays in ``gen_ai.tool.name``."""
+    ex = _instrumented(otel)
+    invented = [f"tool_{i}" for i in range(40)] + ["Echo", "echo ", "ECHO", "x" * 70]
+    for name in invented:
+        await ex.execute(name, {"text": "x"})
+    ex.refuse("made_up", ErrorCode.INVALID_ARGS, "arguments are not JSON", call_id="bad")
+    await ex.execute("echo", {"text": "x"}, ExecutionContext(agent_scope="ghost"))
+    assert (await ex.execute("echo", {"text": "hi"})).ok
+    spans = otel.finished()
+    assert {span.name for span in spans} == {"execute_tool unknown", "execute_tool echo"}
+    names = [str((span.attributes or {})[NAME]) for span in spans]
+    assert names[: len(invented)] == [n if len(n) <= 64 else n[:64] + "…" for n in invented]
+    assert names[-3:] == ["made_up", "echo", "echo"]
+    assert [span.name for span in spans[-2:]] == ["execute_tool unknown", "execute_tool echo"]
+    assert_idle(ex)
+
+
+def _strings(span: ReadableSpan) -> dict[str, str]:
+    out = {"<span name>": span.name}
+    out.update({k: v for k, v in (span.attributes or {}).items() if isinstance(v, str)})
+    return out
+
+
+@pytest.mark.parametrize(
+    ("session", "name", "call_id"),
+    [
+        pytest.param("\ud800", "echo", "call-1", id="lone surrogate session"),
+        pytest.param("s\udfff\ud800", "ec\ud800ho", "call-1", id="lone surrogate tool name"),
+        pytest.param("s1", "echo", "call\udc80", id="lone surrogate call id"),
+        pytest.param("s" * 1_000_000, "echo", "c" * 1_000_000, id="megabyte ids"),
+        pytest.param("\ud800" * 10_000, "\udbff" * 100, "\udc00" * 10_000, id="both at once"),
+    ],
+)
+async def test_span_text_is_bounded_utf8_whatever_the_ids_hold(
+    otel: Otel, session: str, name: str, call_id: str
+) -> None:
+    """OTLP sends UTF-8: a string it cannot encode fails the export of a whole batch of spans,
+    other calls' included. Ids chosen by the caller or the model are cut and made valid text."""
+    ex = _instrumented(otel)
+    result = await ex.execute(
+        name, {"text": "x"}, ExecutionContext(session_id=session), call_id=call_id
+    )
+    assert result.ok is (name == "echo")
+    (span,) = otel.finished()
+    for key, text in _strings(span).items():
+        text.encode("utf-8")  # raises for a lone surrogate
+        assert len(text) <= 6 * 257, f"{key} kept {len(text)} characters"
+    attrs = dict(span.attributes or {})
+    assert str(attrs["fastgate.session.id"]).startswith(
+        session[:8].encode("utf-8", "backslashreplace").decode()
+    )
+    assert_idle(ex)
+
+
+async def test_valid_text_is_kept_as_it_is(otel: Otel) -> None:
+    ex = _instrumented(otel)
+    session, call_id = "sess-\U0001f600-é-\u65e5\u672c", "call-\U0001f680"
+    assert (await ex.execute("echo", {"text": "x"}, ExecutionContext(session_id=session),
+                             call_id=call_id)).ok  # fmt: skip
+    (span,) = otel.finished()
+    attrs = dict(span.attributes or {})
+    assert attrs["fastgate.session.id"] == session and attrs["gen_ai.tool.call.id"] == call_id
+    assert span.name == "execute_tool echo"
+
+
+async def test_a_model_name_with_a_lone_surrogate_through_the_openai_adapter(otel: Otel) -> None:
+    from fastgate.adapters import openai as fg_openai
+
+    ex = _instrumented(otel)
+    # What the SDK's JSON parser makes of a name the model wrote as "ec\\ud800ho".
+    call = {"id": "c1", "type": "function", "function": {"name": "ec\ud800ho", "arguments": "{}"}}
+    (message,) = await fg_openai.execute_tool_calls(ex, [call], ExecutionContext(session_id="s"))
+    assert str(message["content"]).startswith("Error (UNKNOWN_TOOL)")
+    (span,) = otel.finished()
+    assert span.name == "execute_tool unknown"
+    for text in _strings(span).values():
+        text.encode("utf-8")
+    assert_idle(ex)

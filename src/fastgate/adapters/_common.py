@@ -7,7 +7,7 @@ import base64
 import dataclasses
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -16,6 +16,9 @@ from fastgate.pipeline import ToolExecutor
 from fastgate.tools import ToolDefinition, ToolRegistry
 
 _NOT_JSON = (msgspec.DecodeError, msgspec.ValidationError, RecursionError)
+#: The image types Anthropic's and OpenAI's APIs take in a tool's answer; any other (an SVG
+#: chart, a BMP) would make the API refuse the next request, so it is named in text instead.
+PROVIDER_IMAGES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 
 
 class Pending:
@@ -35,6 +38,14 @@ def field(item: Any, name: str, default: Any = None) -> Any:
     if isinstance(item, Mapping):
         return item.get(name, default)
     return getattr(item, name, default)
+
+
+def call_id_of(value: Any) -> str:
+    """A provider's call id as text: a missing or ``null`` id is ``""`` (never ``"None"``, which
+    would make every call without an id one idempotency key)."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else str(value)
 
 
 def read_arguments(
@@ -195,6 +206,16 @@ def image_of(block: Any) -> tuple[str, str] | None:
     return None
 
 
+def provider_image(block: Any) -> tuple[str, str] | None:
+    """``image_of`` for an image of a type the providers' APIs take (``PROVIDER_IMAGES``)."""
+    image = image_of(block)
+    if image is None:
+        return None
+    media = image[0].lower()
+    media = "image/jpeg" if media == "image/jpg" else media
+    return (media, image[1]) if media in PROVIDER_IMAGES else None
+
+
 def resource_text(block: Any) -> str | None:
     """The text of an MCP embedded text resource block."""
     if isinstance(block, Mapping) and block.get("type") == "resource":
@@ -206,11 +227,17 @@ def resource_text(block: Any) -> str | None:
 
 
 def as_json_text(block: Any) -> str:
-    """A block no provider shape fits, as JSON text (so nothing is silently lost)."""
+    """A block no provider shape fits, as JSON text (so nothing is silently lost), else its
+    ``str``; a block whose ``str`` raises too is named by its type: answering the model never
+    raises."""
     try:
         return msgspec.json.encode(block).decode()
-    except (TypeError, msgspec.EncodeError):
+    except (TypeError, ValueError, RecursionError, msgspec.EncodeError):
+        pass
+    try:
         return str(block)
+    except Exception:
+        return f"[a {type(block).__name__} content block that cannot be shown as text]"
 
 
 def flat_text(content: Any) -> str:

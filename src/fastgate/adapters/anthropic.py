@@ -26,10 +26,12 @@ from typing import TYPE_CHECKING, Any, Final
 from fastgate.adapters._common import (
     as_json_text,
     blocks_of,
+    call_id_of,
     error_text,
     field,
     image_of,
     model_tools,
+    provider_image,
     read_arguments,
     resource_text,
     run_in_order,
@@ -75,7 +77,7 @@ async def execute_tool_uses(
     pending = [
         read_arguments(
             executor,
-            str(field(block, "id", "")),
+            call_id_of(field(block, "id")),
             str(field(block, "name", "")),
             field(block, "input", {}),
             ctx,
@@ -110,11 +112,13 @@ def _content_blocks(content: Any) -> Any:
             if text:  # the API refuses empty text blocks
                 out.append({"type": "text", "text": text})
             continue
-        image = image_of(block)
+        image = provider_image(block)
         if image is not None:
             media, data = image
             source = {"type": "base64", "media_type": media, "data": data}
             out.append({"type": "image", "source": source})
+        elif (other := image_of(block)) is not None:  # a type the API refuses: named
+            out.append({"type": "text", "text": f"[image: {other[0]}]"})
         elif isinstance(block, dict) and block.get("type") in _NATIVE:
             out.append(block)
         else:

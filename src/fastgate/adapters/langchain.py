@@ -9,7 +9,8 @@
 
 Each call (a model's tool call, with its id) runs the whole pipeline and answers with a
 ``ToolMessage``: ``status="success"`` and the tool's content, or ``status="error"`` and
-``Error (CODE): explanation``; its ``artifact`` is the fastgate ``ToolResult``. The tools are
+``Error (CODE): explanation``; its ``artifact`` is the fastgate ``ToolResult`` (serialized, by
+``model_dump_json()`` or a LangGraph checkpointer, as its durable part). The tools are
 asynchronous only (``ainvoke``; a sync ``invoke`` raises): the executor is.
 
 The call's ``ExecutionContext`` is ``context`` when one is given (or what a function of the
@@ -44,10 +45,11 @@ from fastgate.adapters._common import (
     resource_text,
     text_of,
 )
+from fastgate.adapters._serialized import ReturnedResult
 from fastgate.model import ExecutionContext, ToolResult
 from fastgate.pipeline import ToolExecutor
 
-__all__ = ("CONTEXT_KEY", "FastgateTool", "tools")
+__all__ = ("CONTEXT_KEY", "FastgateTool", "ReturnedResult", "tools")
 
 CONTEXT_KEY = "fastgate_context"  # in config["configurable"]
 ContextSource = ExecutionContext | Callable[[RunnableConfig], ExecutionContext] | None
@@ -85,7 +87,7 @@ class FastgateTool(BaseTool):
             tool_call_id=tool_call_id,
             name=self.name,
             status="success" if result.ok else "error",
-            artifact=result,
+            artifact=ReturnedResult.of(result),
         )
 
     def _context_of(self, config: RunnableConfig) -> ExecutionContext | None:

@@ -30,11 +30,12 @@ import msgspec
 from fastgate.adapters._common import (
     Pending,
     blocks_of,
+    call_id_of,
     error_text,
     field,
     flat_text,
-    image_of,
     model_tools,
+    provider_image,
     read_arguments,
     resource_text,
     run_in_order,
@@ -146,7 +147,7 @@ async def execute_response_calls(
     pending = [
         read_arguments(
             executor,
-            str(field(item, "call_id", "")),
+            call_id_of(field(item, "call_id")),
             str(field(item, "name", "")),
             field(item, "arguments", ""),
             ctx,
@@ -163,7 +164,7 @@ async def execute_response_calls(
 
 
 def _chat_call(executor: ToolExecutor, call: Any, ctx: ExecutionContext | None) -> Pending:
-    call_id = str(field(call, "id", ""))
+    call_id = call_id_of(field(call, "id"))
     kind = field(call, "type", "function")
     if kind == "custom":  # a free-form call: its input is read as the JSON arguments
         custom = field(call, "custom")
@@ -195,7 +196,7 @@ def _response_output(result: ToolResult) -> str | list[ResponseFunctionCallOutpu
         text = text_of(block)
         if text is None:
             text = resource_text(block)
-        image = image_of(block) if text is None else None
+        image = provider_image(block) if text is None else None
         if image is not None:
             media, data = image
             items.append({"type": "input_image", "image_url": f"data:{media};base64,{data}"})

@@ -38,10 +38,10 @@ from fastgate.adapters._common import (
     blocks_of,
     error_text,
     flat_text,
-    image_of,
     in_scope,
     key_of,
     model_tools,
+    provider_image,
     read_arguments,
     resource_text,
     text_of,
@@ -141,7 +141,7 @@ def _output(result: ToolResult) -> Any:
         text = text_of(block)
         if text is None:
             text = resource_text(block)
-        image = image_of(block) if text is None else None
+        image = provider_image(block) if text is None else None
         if image is not None:
             outputs.append(ToolOutputImage(image_url=f"data:{image[0]};base64,{image[1]}"))
         else:

@@ -7,11 +7,12 @@
     result = await agent.run("fix the test", deps=ExecutionContext(session_id="s1"))
 
 Each call runs the whole pipeline; the answer comes back in pydantic-ai's own shapes: a success
-is a ``ToolReturn`` (its ``metadata`` the fastgate ``ToolResult``), a refusal by policy or by the
-approver a ``ToolDenied`` (the part's outcome ``"denied"``), invalid arguments a ``ModelRetry``
-(the model is asked to fix them, within the tool's ``max_retries``), any other failure a
-``ToolFailed``. fastgate validates the arguments itself: the toolset's own validator accepts any
-JSON. The tools are listed again at every step, so registry changes take effect at once.
+is a ``ToolReturn`` (its ``metadata`` the fastgate ``ToolResult``, which serialized message
+history holds as its durable part), a refusal by policy or by the approver a ``ToolDenied``
+(the part's outcome ``"denied"``), invalid arguments a ``ModelRetry`` (the model is asked to
+fix them, within the tool's ``max_retries``), any other failure a ``ToolFailed``. fastgate
+validates the arguments itself: the toolset's own validator accepts any JSON. The tools are
+listed again at every step, so registry changes take effect at once.
 
 The call's ``ExecutionContext`` is ``context`` when one is given (or what a function of the run's
 ``RunContext`` returns), else the run's ``deps`` when they are an ``ExecutionContext``, else the
@@ -51,11 +52,12 @@ from fastgate.adapters._common import (
     resource_text,
     text_of,
 )
+from fastgate.adapters._serialized import ReturnedResult
 from fastgate.adapters._strict import decoder_for, strict_form_of
 from fastgate.model import ErrorCode, ExecutionContext, ToolResult
 from fastgate.pipeline import ToolExecutor
 
-__all__ = ("FastgateToolset", "toolset")
+__all__ = ("FastgateToolset", "ReturnedResult", "toolset")
 
 ContextSource = ExecutionContext | Callable[[RunContext[Any]], ExecutionContext] | None
 _ANY_JSON = SchemaValidator(core_schema.any_schema())  # fastgate validates, with its own errors
@@ -150,7 +152,9 @@ def toolset(
 
 def _answer(result: ToolResult) -> Any:
     if result.ok:
-        return ToolReturn(return_value=_value_of(result.content), metadata=result)
+        return ToolReturn(
+            return_value=_value_of(result.content), metadata=ReturnedResult.of(result)
+        )
     assert result.error is not None
     text = error_text(result)
     if result.error.code in _DENIED:

@@ -15,14 +15,15 @@ from fastgate.pipeline import CallTrace, ToolExecutor
 SCOPE: Final = "fastgate"
 OPERATION: Final = "execute_tool"  # the GenAI semantic conventions' name for a tool call
 MAX_NAME: Final = 64  # a registered tool name's longest
-UNKNOWN: Final = "unknown"  # the metrics' tool name for calls of a name no tool answers to
+MAX_TEXT: Final = 256  # the longest id (session, the model's call id) a span keeps
+UNKNOWN: Final = "unknown"  # the tool name of spans and metrics for names no tool answers to
 
 #: Span attributes, by name: what each says. Arguments and content are never recorded.
 ATTRIBUTES: Final = {
     "gen_ai.operation.name": 'always "execute_tool"',
-    "gen_ai.tool.name": "the tool's name, as the model called it",
-    "gen_ai.tool.call.id": "the model's id for the call, when it gave one",
-    "fastgate.session.id": "the call's session",
+    "gen_ai.tool.name": "the tool's name, as the model called it (cut at 64 characters)",
+    "gen_ai.tool.call.id": "the model's id for the call, when it gave one (cut at 256 characters)",
+    "fastgate.session.id": "the call's session (cut at 256 characters)",
     "fastgate.execution.id": "the result's meta.execution_id (joins history and the store)",
     "fastgate.model.decision": "allow, ask (approval needed, none given) or deny; absent when the "
     "call was refused before a decision (unknown tool, invalid arguments, worktree)",
@@ -91,15 +92,16 @@ class Instrumentation:
 
     def call_started(self, name: str, ctx: ExecutionContext) -> Any:
         # The name is the model's, registered or not: a long one is cut to a tool name's length.
-        if len(name) > MAX_NAME:
-            name = name[:MAX_NAME] + "…"
-        attributes: dict[str, Any] = {"gen_ai.operation.name": OPERATION, "gen_ai.tool.name": name}
-        if ctx.session_id is not None:
-            attributes["fastgate.session.id"] = ctx.session_id
-        span = self._tracer.start_span(
-            f"{OPERATION} {name}", kind=SpanKind.INTERNAL, attributes=attributes
-        )
+        name = _text(name, MAX_NAME)
         scope = ctx.agent_scope
+        attributes: dict[str, Any] = {"gen_ai.operation.name": OPERATION, "gen_ai.tool.name": name}
+        session = ctx.session_id
+        if session is not None:
+            attributes["fastgate.session.id"] = _text(session, MAX_TEXT)
+        # The span's name is a tool's, or "unknown": backends index span names (and derive
+        # metrics from them), so a model inventing names must not make one each.
+        span_name = f"{OPERATION} {name if self._registered(name, scope) else UNKNOWN}"
+        span = self._tracer.start_span(span_name, kind=SpanKind.INTERNAL, attributes=attributes)
         if not span.get_span_context().is_valid:  # no SDK: nothing to be the parent of
             return span, None, name, scope
         # Current while the call runs: the body's task copies the context, so spans the tool
@@ -161,7 +163,7 @@ class Instrumentation:
             attributes["fastgate.execution.id"] = meta.execution_id
             attributes["fastgate.attempts"] = meta.attempts
             if meta.call_id is not None:
-                attributes["gen_ai.tool.call.id"] = meta.call_id
+                attributes["gen_ai.tool.call.id"] = _text(meta.call_id, MAX_TEXT)
             if meta.decision_source is not None:
                 attributes["fastgate.model.decision.source"] = str(meta.decision_source)
         if outcome != "ok":
@@ -174,6 +176,22 @@ class Instrumentation:
         """Stop tracing the executor's calls (calls in flight still end their spans)."""
         if self.executor.tracer is self:
             self.executor.set_tracer(None)
+
+
+def _text(value: Any, limit: int) -> Any:
+    """A caller's or the model's text as a span keeps it: cut at ``limit`` characters, and valid
+    UTF-8 (a lone surrogate, which JSON's ``"\\ud800"`` decodes to, is written escaped): OTLP
+    sends UTF-8, and one string it cannot encode fails the export of the whole batch of spans.
+    Anything else than text is left to the SDK's own checks."""
+    if not isinstance(value, str):
+        return value
+    if len(value) > limit:
+        value = value[:limit] + "…"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        value = value.encode("utf-8", "backslashreplace").decode("utf-8")
+    return value
 
 
 def instrument(
