@@ -46,8 +46,13 @@ async def test_a_tool_fault_can_be_a_timeout_and_failure_hooks_see_it() -> None:
 
 async def test_a_failure_hook_is_given_the_failed_result() -> None:
     seen: list[PostToolUseFailureEvent] = []
+
+    def on_failure(event: PostToolUseFailureEvent) -> str:
+        seen.append(event)
+        return "check the server"
+
     hooks = Hooks()
-    hooks.add_post_tool_use_failure(lambda event: seen.append(event) or "check the server")
+    hooks.add_post_tool_use_failure(on_failure)
 
     def body(args: Any, ctx: Any) -> Any:
         raise RuntimeError("boom")
