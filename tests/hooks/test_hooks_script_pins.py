@@ -175,6 +175,34 @@ async def test_a_file_the_hook_creates_itself_does_not_stop_it(ws: Path, command
     assert_idle(ex)
 
 
+@pytest.mark.parametrize(
+    "writes",
+    [
+        '>> "$CLAUDE_PROJECT_DIR"/hooks.log',
+        "2>> hooks.log",
+        '>> "$CLAUDE_PROJECT_DIR/hooks.log" 2>&1',
+        ">>hooks.log 2>&1",
+        "> hooks.log",
+        '| tee -a "$CLAUDE_PROJECT_DIR"/hooks.log',
+    ],
+)
+async def test_a_log_the_hook_appends_to_does_not_stop_it(ws: Path, writes: str) -> None:
+    # A log that exists when the settings are loaded (a server that ran before) changes at
+    # every run: it is written, not run, and a long-running server must keep running the hook.
+    (ws / "hooks.log").write_text("earlier runs\n")
+    write_script(ws / SCRIPT, "#!/bin/sh\ncat > /dev/null\necho checked\necho noted >&2\n")
+    command = f'"$CLAUDE_PROJECT_DIR"/{SCRIPT} {writes}'
+    ex = yolo(ws, Hooks.load(settings_file(ws / ".claude" / "settings.json", command, "Write")))
+    for _ in range(3):
+        result = await write_call(ex)
+        assert result.ok, result.content
+    assert (ws / "hooks.log").read_text() != "earlier runs\n"  # the hook wrote it each time
+    # The script it runs is still pinned: the model's rewrite is refused.
+    await model_writes_script(ex, SCRIPT, REWRITTEN)
+    refused(await write_call(ex), "changed since the hook was loaded")
+    assert_idle(ex)
+
+
 # -- every spelling of the project directory --------------------------------------------------
 
 

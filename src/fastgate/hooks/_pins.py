@@ -72,8 +72,9 @@ class ScriptPins:
                 raise ChangedScript(_changed(path, fingerprint, now))
 
     def _paths(self, root: str) -> list[str]:
-        """The files the command names in ``root``, then the scripts it runs where no file is
-        yet (but those it writes itself first)."""
+        """The files the command names in ``root`` (but those it writes itself: a log it
+        appends to changes at every run), then the scripts it runs where no file is yet (but
+        those it writes itself first). A file it runs is pinned even where it also writes it."""
         named: dict[str, None] = {}
         scripts: dict[str, None] = {}
         written: set[str] = set()
@@ -81,7 +82,11 @@ class ScriptPins:
             named.update(dict.fromkeys(placed(path) for path in _named(analysis, root)))
             scripts.update(dict.fromkeys(placed(path) for path in _scripts(analysis)))
             written.update(placed(path) for path in _written(analysis))
-        files = [path for path in {**named, **scripts} if _is_file(path)]
+        files = [
+            path
+            for path in {**named, **scripts}
+            if _is_file(path) and (path in scripts or path not in written)
+        ]
         missing = [path for path in scripts if path not in written and not _is_file(path)]
         return files[:_MAX_PINNED] + missing[:_MAX_PINNED]
 
