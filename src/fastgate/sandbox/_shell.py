@@ -139,7 +139,10 @@ class SandboxedShell(LocalShell):
             limit = BOUND_LINES.get(bound, bound).format(
                 max_processes=self.policy.max_processes, max_tmp_bytes=self.policy.max_tmp_bytes
             )
-            lines.append(f"[sandbox] The command was ended: {limit}.")
+            # Ended by the supervisor (a signal's status), or it gave up on its own first.
+            ended = result.exit_code is None or result.exit_code > 128
+            happened = "was ended" if ended else "reached a bound"
+            lines.append(f"[sandbox] The command {happened}: {limit}.")
         refused = [event for event in network if not event.allowed]
         for event in refused[:_MAX_NETWORK_LINES]:
             where = f"{event.host}:{event.port}" if event.host else "(no host)"
