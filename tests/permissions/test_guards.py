@@ -1,11 +1,13 @@
-"""Guards (SPEC §6.3): deny-only, order-free, fail closed."""
+"""Guards: deny-only, order-free, fail closed; sync or async."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
+import fastgate.permissions.guards as guards_module
 from fastgate.model.context import ExecutionContext
 from fastgate.model.freeze import freeze
 from fastgate.permissions.guards import Guard, ToolCallView, run_guards
@@ -25,48 +27,75 @@ def broken(view: ToolCallView) -> str | None:
     raise RuntimeError("guard bug")
 
 
-def test_no_guards_and_passing_guards_allow() -> None:
-    assert run_guards((), VIEW) is None
-    assert run_guards([fine, fine], VIEW) is None
+async def test_no_guards_and_passing_guards_allow() -> None:
+    assert await run_guards((), VIEW) is None
+    assert await run_guards([fine, fine], VIEW) is None
 
 
 @pytest.mark.parametrize("order", [[no_rm, fine], [fine, no_rm]])
-def test_any_reason_denies_in_any_order(order: list[Guard]) -> None:
-    assert run_guards(order, VIEW) == "rm is not allowed"
+async def test_any_reason_denies_in_any_order(order: list[Guard]) -> None:
+    assert await run_guards(order, VIEW) == "rm is not allowed"
 
 
-def test_first_reason_wins() -> None:
-    assert run_guards([lambda v: "first", lambda v: "second"], VIEW) == "first"
+async def test_first_reason_wins() -> None:
+    assert await run_guards([lambda v: "first", lambda v: "second"], VIEW) == "first"
 
 
-def test_a_guard_that_raises_denies_naming_itself() -> None:
-    reason = run_guards([fine, broken], VIEW)
+async def test_a_guard_that_raises_denies_naming_itself() -> None:
+    reason = await run_guards([fine, broken], VIEW)
     assert reason is not None and "broken" in reason and "RuntimeError" in reason
 
 
 @pytest.mark.parametrize("returned", [False, True, 0, ["no"], {"deny": True}])
-def test_a_guard_returning_garbage_denies(returned: Any) -> None:
+async def test_a_guard_returning_garbage_denies(returned: Any) -> None:
     def sloppy(view: ToolCallView) -> Any:
         return returned
 
-    reason = run_guards([sloppy], VIEW)
+    reason = await run_guards([sloppy], VIEW)
     assert reason is not None and "sloppy" in reason
 
 
-def test_an_empty_reason_still_denies() -> None:
+async def test_an_empty_reason_still_denies() -> None:
     def terse(view: ToolCallView) -> str:
         return ""
 
-    reason = run_guards([terse], VIEW)
+    reason = await run_guards([terse], VIEW)
     assert reason is not None and "terse" in reason
 
 
-def test_an_async_guard_denies_and_is_not_left_unawaited() -> None:
-    async def async_guard(view: ToolCallView) -> None:
+async def test_an_async_guard_is_awaited() -> None:
+    async def async_no_rm(view: ToolCallView) -> str | None:
+        await asyncio.sleep(0)
+        return no_rm(view)
+
+    async def async_fine(view: ToolCallView) -> None:
         return None
 
-    reason = run_guards([async_guard], VIEW)  # type: ignore[list-item]
-    assert reason is not None and "sync" in reason
+    assert await run_guards([async_fine, fine], VIEW) is None
+    assert await run_guards([fine, async_no_rm], VIEW) == "rm is not allowed"
+
+
+async def test_an_async_guard_that_raises_or_returns_garbage_denies() -> None:
+    async def async_broken(view: ToolCallView) -> str | None:
+        raise RuntimeError("guard bug")
+
+    async def async_sloppy(view: ToolCallView) -> Any:
+        return True
+
+    for guard in (async_broken, async_sloppy):
+        reason = await run_guards([guard], VIEW)
+        assert reason is not None and guard.__name__ in reason
+
+
+async def test_an_async_guard_that_never_answers_denies(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(guards_module, "GUARD_TIMEOUT", 0.01)
+    never = asyncio.Event()
+
+    async def stuck(view: ToolCallView) -> None:
+        await never.wait()
+
+    reason = await run_guards([stuck], VIEW)
+    assert reason is not None and "stuck" in reason and "did not answer" in reason
 
 
 def test_the_view_is_frozen() -> None:

@@ -173,6 +173,18 @@ async def test_permission_denied_by_rule_no_approver_and_guard(tmp_path: Path) -
     assert "owner says no" in error.message
 
 
+async def test_an_async_guard_decides_as_a_sync_one() -> None:
+    async def no_secrets(view: Any) -> str | None:
+        await asyncio.sleep(0)  # it may look something up
+        return "no secrets here" if "secret" in view.args["text"] else None
+
+    ex = executor(echo(), guards=[no_secrets])
+    assert (await ex.execute("echo", {"text": "hello"})).ok
+    error = expect(await ex.execute("echo", {"text": "secret"}), ErrorCode.PERMISSION_DENIED)
+    assert "no secrets here" in error.message and error.details["source"] == "guard"
+    assert_idle(ex)
+
+
 async def test_user_rejection_carries_the_feedback() -> None:
     async def reject(request: Any) -> ApprovalResponse:
         return ApprovalResponse(False, feedback="use the staging database instead")

@@ -6,9 +6,10 @@ branch, so their order cannot matter: any reason denies.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import msgspec
@@ -27,24 +28,34 @@ class ToolCallView(msgspec.Struct, frozen=True):
     context: ExecutionContext
 
 
-Guard = Callable[[ToolCallView], str | None]
+Guard = Callable[[ToolCallView], str | Awaitable[str | None] | None]
+
+#: How long an async guard may take before the call is denied (as a hook's default timeout).
+GUARD_TIMEOUT = 30.0
 
 
 def _guard_name(guard: object) -> str:
     return str(getattr(guard, "__qualname__", None) or type(guard).__qualname__)
 
 
-def run_guards(guards: Iterable[Guard], view: ToolCallView) -> str | None:
+async def run_guards(guards: Iterable[Guard], view: ToolCallView) -> str | None:
     """The first reason any guard gives to deny ``view``, else ``None``.
 
-    Fails closed: a guard that raises, or returns anything but ``None`` or a string (an async
-    guard's coroutine, ``True``/``False``, ...), denies with a reason naming it. An empty string is
-    a reason too. Guards are sync and run inline; they must be quick.
+    A guard may be sync or async (an awaitable it returns is awaited, for at most
+    ``GUARD_TIMEOUT`` seconds). Fails closed: a guard that raises, times out, or returns
+    anything but ``None`` or a string (``True``/``False``, ...) denies with a reason naming it.
+    An empty string is a reason too. Guards run inline, one after another; keep them quick.
     """
     for guard in guards:
         name = _guard_name(guard)
         try:
             reason: object = guard(view)
+            if inspect.isawaitable(reason):
+                async with asyncio.timeout(GUARD_TIMEOUT):
+                    reason = await reason
+        except TimeoutError:
+            log.warning("guard %s timed out (tool %s)", name, view.tool_name)
+            return f"guard {name} did not answer within {GUARD_TIMEOUT:g}s; the call is denied"
         except Exception as exc:
             log.warning("guard %s raised %s (tool %s)", name, type(exc).__name__, view.tool_name)
             return f"guard {name} failed ({type(exc).__name__}: {exc}); the call is denied"
@@ -52,10 +63,8 @@ def run_guards(guards: Iterable[Guard], view: ToolCallView) -> str | None:
             continue
         if isinstance(reason, str):
             return reason or f"denied by guard {name}"
-        if inspect.iscoroutine(reason):
-            reason.close()  # never awaited: close it so it does not warn later
         return (
-            f"guard {name} returned {type(reason).__name__} instead of a reason or None "
-            "(guards must be sync functions); the call is denied"
+            f"guard {name} returned {type(reason).__name__} instead of a reason or None; the "
+            "call is denied"
         )
     return None

@@ -633,7 +633,7 @@ class ToolExecutor:
                 if trace is not None:
                     trace.enter("guards")
                 if self.guards:
-                    refusal = self._guard(call, tool, args)
+                    refusal = await self._guard(call, tool, args)
                     if refusal is not None:
                         return refusal
 
@@ -824,9 +824,9 @@ class ToolExecutor:
             return self._denied(call, reason, source)
         return None
 
-    def _guard(self, call: _Call, tool: ToolDefinition, args: Any) -> ToolResult | None:
+    async def _guard(self, call: _Call, tool: ToolDefinition, args: Any) -> ToolResult | None:
         """Stage 9: the first guard's reason to deny the call, as its refusal."""
-        reason = run_guards(self.guards, ToolCallView(tool.name, args, call.ctx))
+        reason = await run_guards(self.guards, ToolCallView(tool.name, args, call.ctx))
         if reason is None:
             return None
         if call.trace is not None:
