@@ -26,8 +26,9 @@ from fastgate import (
     ToolKind,
 )
 from fastgate.cli.bench.redis_server import RedisServer, pid_alive
-from fastgate.cluster import ClusterStats, RedisCluster
+from fastgate.cluster import RedisCluster
 from tests.cluster.links import DelayedLink, SilentServer
+from tests.cluster.workers_kit import cluster_view, until
 
 # Faults of real processes, the same under both builds and both loops: run once, in the
 # compiled build, on uvloop.
@@ -38,20 +39,6 @@ REFRESH = 0.25
 #: A bound on anything the code promises "within a refresh" or "at once", with room for a
 #: loaded 2-core machine; a guard, not a measurement.
 MARGIN = 2.0
-
-
-def _view(s: ConcurrencyScheduler) -> ClusterStats:
-    view = s.stats().cluster
-    assert view is not None
-    return view
-
-
-async def _until(check: Callable[[], bool], within: float, what: str) -> None:
-    """Poll a state (not a synchronization by sleeping) until it holds, or fail."""
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"never {what}"
-        await asyncio.sleep(0.02)
 
 
 def _cluster_tasks(before: set[asyncio.Task[object]]) -> list[asyncio.Task[object]]:
@@ -147,21 +134,21 @@ async def _frozen_redis(redis_server: RedisServer, probe: aioredis.Redis, baseli
     try:
         holders.start(scheduler, "a", ToolKind.READ_ONLY)
         holders.start(scheduler, "a", ToolKind.READ_ONLY)
-        await _until(lambda: holders.entered == 2, MARGIN, "admitted on the first lease")
+        await until(lambda: holders.entered == 2, MARGIN, "admitted on the first lease")
         assert await _client_count(probe) > baseline  # the worker's connections
         os.kill(redis_server.pid, signal.SIGSTOP)
         frozen = True
         # The lease still runs: admission does not wait on Redis.
         holders.start(scheduler, "a", ToolKind.READ_ONLY)
-        await _until(lambda: holders.entered == 3, 0.5, "admitted on the unexpired lease")
+        await until(lambda: holders.entered == 3, 0.5, "admitted on the unexpired lease")
 
         # Within the lease (90% of lease_ttl from its request) and a refresh: the fallback.
         def fallback() -> bool:
-            view = _view(scheduler)
+            view = cluster_view(scheduler)
             return view.degraded and view.lease_remaining_s is None
 
-        await _until(fallback, 2.0 + MARGIN, "fell back once the lease ran out")
-        view = _view(scheduler)
+        await until(fallback, 2.0 + MARGIN, "fell back once the lease ran out")
+        view = cluster_view(scheduler)
         assert view.degraded_reason is not None and "unreachable" in view.degraded_reason
         assert view.allotment_by_kind == {"READ_ONLY": 1, "WRITE": 1, "EXECUTE": 1}
         # Three still run, above the fallback: nothing more, and a caller gives up within
@@ -176,8 +163,8 @@ async def _frozen_redis(redis_server: RedisServer, probe: aioredis.Redis, baseli
         second = _Holders()
         second.start(scheduler, "b", ToolKind.READ_ONLY)
         second.start(scheduler, "c", ToolKind.READ_ONLY)
-        await _until(lambda: second.entered == 1, MARGIN, "admitted on the fallback")
-        await _until(lambda: scheduler.stats().queued_by_kind["READ_ONLY"] == 1, MARGIN, "queued")
+        await until(lambda: second.entered == 1, MARGIN, "admitted on the fallback")
+        await until(lambda: scheduler.stats().queued_by_kind["READ_ONLY"] == 1, MARGIN, "queued")
         assert second.entered == 1
         await second.finish()
 
@@ -212,15 +199,15 @@ async def test_a_redis_that_never_answers_bounds_every_call_and_close(tmp_path: 
             async with scheduler.slot("a", ToolKind.READ_ONLY):
                 pytest.fail("admitted with no lease and fallback_share 0")
         assert time.monotonic() - started < 0.5 + MARGIN
-        await _until(lambda: _view(scheduler).degraded, MARGIN, "degraded")
-        reason = _view(scheduler).degraded_reason
+        await until(lambda: cluster_view(scheduler).degraded, MARGIN, "degraded")
+        reason = cluster_view(scheduler).degraded_reason
         assert reason is not None and "unreachable" in reason, reason
         assert silent.accepted >= 1  # it did connect: the server hung, it was not absent
         started = time.monotonic()
         await scheduler.close()
         assert time.monotonic() - started < MARGIN, "close waited on the silent server"
         assert all(t.done() for t in mine)
-        await _until(lambda: silent.open_connections == 0, MARGIN, "closed its connections")
+        await until(lambda: silent.open_connections == 0, MARGIN, "closed its connections")
     finally:
         await scheduler.close()
         await silent.stop()
@@ -268,37 +255,39 @@ async def test_replies_slower_than_the_lease_admit_nothing_past_the_limit(
         peak.flood(b, "sb", 4)
 
         def steady() -> bool:
-            va, vb = _view(a), _view(b)
+            va, vb = cluster_view(a), cluster_view(b)
             return all(v.workers == 2 and v.allotment_global >= 1 for v in (va, vb)) and (
                 a.stats().admitted > 0 and b.stats().admitted > 0
             )
 
-        await _until(steady, MARGIN + 3, "shared the limit")
+        await until(steady, MARGIN + 3, "shared the limit")
         link.delay = delay
 
         # Its refreshes fail or their replies are dropped; its lease runs out on its own clock
         # and it admits nothing more.
         def starved() -> bool:
-            view = _view(a)
+            view = cluster_view(a)
             return view.degraded and view.allotment_global == 0 and a.stats().in_flight == 0
 
-        await _until(starved, ttl + MARGIN, "stopped admitting on its lapsed lease")
-        reason = _view(a).degraded_reason
+        await until(starved, ttl + MARGIN, "stopped admitting on its lapsed lease")
+        reason = cluster_view(a).degraded_reason
         assert reason is not None and reason.startswith(reasons), reason
         admitted = a.stats().admitted
-        failures = _view(a).refresh_failures
+        failures = cluster_view(a).refresh_failures
         # Several refreshes go by (each one's reply late): none of their grants is applied.
-        await _until(lambda: _view(a).refresh_failures >= failures + 3, MARGIN, "refreshed again")
+        await until(
+            lambda: cluster_view(a).refresh_failures >= failures + 3, MARGIN, "refreshed again"
+        )
         assert a.stats().admitted == admitted, "admitted on a grant that came too late"
-        assert _view(a).allotment_global == 0
+        assert cluster_view(a).allotment_global == 0
         assert b.stats().in_flight <= limits.global_limit
         link.delay = 0.0
-        await _until(
-            lambda: not _view(a).degraded and _view(a).allotment_global >= 1,
+        await until(
+            lambda: not cluster_view(a).degraded and cluster_view(a).allotment_global >= 1,
             MARGIN + ttl,
             "took leases again",
         )
-        await _until(lambda: a.stats().admitted > admitted, MARGIN, "admitted again")
+        await until(lambda: a.stats().admitted > admitted, MARGIN, "admitted again")
         await peak.finish()
         assert peak.peak <= limits.global_limit, peak.peak
     finally:
@@ -374,23 +363,23 @@ async def test_a_namespace_key_of_the_wrong_type_is_a_clear_degraded_state(
     try:
         async with _probe(redis_server.url) as client:
             async with scheduler.slot("a", ToolKind.READ_ONLY):
-                assert not _view(scheduler).degraded
+                assert not cluster_view(scheduler).degraded
             await corrupt(client)
 
             def refused() -> bool:
-                view = _view(scheduler)
+                view = cluster_view(scheduler)
                 return view.degraded and view.lease_remaining_s is None
 
             # Within its lease and a refresh: the fallback, the reason naming what is wrong.
-            await _until(refused, TTL + MARGIN, "refused the corrupt namespace")
-            view = _view(scheduler)
+            await until(refused, TTL + MARGIN, "refused the corrupt namespace")
+            view = cluster_view(scheduler)
             reason = view.degraded_reason
             assert reason is not None and named in reason and "ns" in reason, reason
             assert "unreachable" not in reason, reason
             assert view.allotment_by_kind == {"READ_ONLY": 1, "WRITE": 1, "EXECUTE": 1}
             failures = view.refresh_failures
-            await _until(
-                lambda: _view(scheduler).refresh_failures >= failures + 3, MARGIN, "retried"
+            await until(
+                lambda: cluster_view(scheduler).refresh_failures >= failures + 3, MARGIN, "retried"
             )
             # Retried on the refresher's schedule: one warning, no traceback.
             records = [r for r in caplog.records if r.name == "fastgate.cluster"]
@@ -398,8 +387,11 @@ async def test_a_namespace_key_of_the_wrong_type_is_a_clear_degraded_state(
             assert len([r for r in records if named in r.getMessage()]) == 1, records
             # The documented recovery: remove what the other client wrote.
             await repair(client)
-            await _until(
-                lambda: not _view(scheduler).degraded and _view(scheduler).allotment_global >= 1,
+            await until(
+                lambda: (
+                    not cluster_view(scheduler).degraded
+                    and cluster_view(scheduler).allotment_global >= 1
+                ),
                 TTL + MARGIN,
                 "recovered",
             )
@@ -425,7 +417,7 @@ async def test_close_wakes_callers_waiting_on_a_zero_allotment(redis_server: Red
         async with _probe(redis_server.url) as probe:
             holders.start(holder, "a", ToolKind.READ_ONLY)
             holders.start(holder, "a", ToolKind.READ_ONLY)
-            await _until(lambda: holders.entered == 2, MARGIN, "the first worker took it all")
+            await until(lambda: holders.entered == 2, MARGIN, "the first worker took it all")
             baseline = await _client_count(probe)
             before = set(asyncio.all_tasks())
             waiter = ConcurrencyScheduler(limits, cluster=cluster())
@@ -440,7 +432,7 @@ async def test_close_wakes_callers_waiting_on_a_zero_allotment(redis_server: Red
             callers = [asyncio.create_task(call()) for _ in range(3)]
 
             def queued_on_zero() -> bool:
-                view = _view(closing)
+                view = cluster_view(closing)
                 return (
                     view.workers == 2
                     and view.allotment_global == 0
@@ -448,8 +440,8 @@ async def test_close_wakes_callers_waiting_on_a_zero_allotment(redis_server: Red
                     and closing.stats().queued == 3
                 )
 
-            await _until(queued_on_zero, MARGIN, "queued on a zero allotment")
-            worker_id = _view(closing).worker_id
+            await until(queued_on_zero, MARGIN, "queued on a zero allotment")
+            worker_id = cluster_view(closing).worker_id
             assert await probe.hexists("z:workers", worker_id)
             started = time.monotonic()
             await closing.close()
@@ -467,7 +459,7 @@ async def test_close_wakes_callers_waiting_on_a_zero_allotment(redis_server: Red
             assert all(t.done() for t in mine)
             assert not await probe.hexists("z:workers", worker_id)  # its share given back
             await _until_async(lambda: _client_count(probe), baseline, "connections closed")
-            assert holder.stats().in_flight == 2 and not _view(holder).degraded
+            assert holder.stats().in_flight == 2 and not cluster_view(holder).degraded
     finally:
         await holders.finish()
         if waiter is not None:
@@ -499,7 +491,7 @@ async def test_a_burst_of_one_off_sessions_is_reported_only_up_to_a_bound(
     holders = _Holders()
     try:
         holders.start(scheduler, "busy", ToolKind.READ_ONLY)
-        await _until(lambda: holders.entered == 1, MARGIN, "admitted")
+        await until(lambda: holders.entered == 1, MARGIN, "admitted")
         for i in range(3 * MAX_IDLE_REPORTED):
             # asked for and given up before the next report, as a client's dropped call is
             scheduler.slot(f"one-off-{i}", ToolKind.READ_ONLY)

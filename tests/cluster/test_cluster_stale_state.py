@@ -19,8 +19,9 @@ import redis.asyncio as aioredis
 
 from fastgate import ConcurrencyScheduler, SchedulerLimits, ToolKind
 from fastgate.cli.bench.redis_server import RedisServer
-from fastgate.cluster import ClusterStats, RedisCluster
+from fastgate.cluster import RedisCluster
 from fastgate.cluster._names import redis_name
+from tests.cluster.workers_kit import cluster_view, until
 
 pytestmark = pytest.mark.slow
 
@@ -30,20 +31,6 @@ CAP = 4
 MARGIN = 6.0
 
 Disturb = Callable[[RedisServer, aioredis.Redis], Awaitable[None]]
-
-
-def _view(s: ConcurrencyScheduler) -> ClusterStats:
-    view = s.stats().cluster
-    assert view is not None
-    return view
-
-
-async def _until(check: Callable[[], bool], within: float, what: str) -> None:
-    """Poll a state (not a synchronization by sleeping) until it holds, or fail."""
-    deadline = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < deadline, f"never {what}"
-        await asyncio.sleep(0.02)
 
 
 async def _redis_now_ms(client: aioredis.Redis) -> int:
@@ -112,16 +99,16 @@ async def test_lost_records_never_let_a_worker_take_what_another_runs(
     try:
         first = [asyncio.create_task(hold(a, "a")) for _ in range(CAP)]
         tasks += first
-        await _until(lambda: a.stats().in_flight == CAP, MARGIN, "A ran the whole cap")
+        await until(lambda: a.stats().in_flight == CAP, MARGIN, "A ran the whole cap")
         epoch = await client.hget("fastgate:epoch", "id")
         await before(redis_server, client)
         gates["a"].set()
         await asyncio.gather(*first)
         tasks += [asyncio.create_task(hold(b, "b")) for _ in range(CAP)]
-        await _until(lambda: b.stats().in_flight == CAP, MARGIN, "B ran the whole cap")
+        await until(lambda: b.stats().in_flight == CAP, MARGIN, "B ran the whole cap")
         # Steady state: the epoch never changed, no grace.
         assert await client.hget("fastgate:epoch", "id") == epoch
-        assert not _view(a).grace and not _view(b).grace
+        assert not cluster_view(a).grace and not cluster_view(b).grace
 
         await client.aclose()
         client = aioredis.from_url(redis_server.url)
@@ -130,14 +117,14 @@ async def test_lost_records_never_let_a_worker_take_what_another_runs(
         tasks += [asyncio.create_task(hold(a, "c")) for _ in range(CAP)]
 
         def refreshed_since() -> bool:
-            view = _view(a)
+            view = cluster_view(a)
             age = view.lease_age_s
             return not view.degraded and age is not None and age < time.monotonic() - disturbed
 
-        await _until(refreshed_since, MARGIN, "A refreshed after the disturbance")
+        await until(refreshed_since, MARGIN, "A refreshed after the disturbance")
         assert a.stats().in_flight + b.stats().in_flight <= CAP
         assert live["peak"] <= CAP, f"{live['peak']} calls ran at once, the cap is {CAP}"
-        assert _view(a).grace, "no grace while B's lease runs on a share Redis lost"
+        assert cluster_view(a).grace, "no grace while B's lease runs on a share Redis lost"
         assert b.stats().in_flight == CAP  # B's calls run on
     finally:
         for gate in gates.values():
@@ -170,7 +157,7 @@ async def test_a_redis_that_refuses_info_still_grants_leases(redis_server: Redis
         for session in ("s1", "s2", "s3"):
             async with worker.slot(session, ToolKind.READ_ONLY):
                 pass
-        view = _view(worker)
+        view = cluster_view(worker)
         assert not view.degraded, view.degraded_reason
         assert not view.grace and view.allotment_global >= 1
         assert await admin.hget("fastgate:epoch", "run") is None
@@ -247,7 +234,7 @@ async def test_a_live_workers_share_stays_held_when_the_clock_went_back(
 
     tasks = [asyncio.create_task(hold(b, "b")) for _ in range(CAP)]
     try:
-        await _until(lambda: b.stats().in_flight == CAP, MARGIN, "B ran the whole cap")
+        await until(lambda: b.stats().in_flight == CAP, MARGIN, "B ran the whole cap")
         now = await _redis_now_ms(client)
         (b_id,) = [w for w in await client.zrange("fastgate:leases", 0, -1) if isinstance(w, bytes)]
         await client.zadd("fastgate:leases", {b_id: now + HOUR_MS})
@@ -259,14 +246,14 @@ async def test_a_live_workers_share_stays_held_when_the_clock_went_back(
         started = time.monotonic()
 
         def refreshed_twice() -> bool:
-            age = _view(waiting).lease_age_s
+            age = cluster_view(waiting).lease_age_s
             return (
-                _view(waiting).redis_round_trips >= 3
+                cluster_view(waiting).redis_round_trips >= 3
                 and age is not None
                 and (age < time.monotonic() - started - 2.0)
             )
 
-        await _until(refreshed_twice, MARGIN, "A refreshed past B's bounded lease end")
+        await until(refreshed_twice, MARGIN, "A refreshed past B's bounded lease end")
         assert a.stats().in_flight == 0 and b.stats().in_flight == CAP
         score = await client.zscore("fastgate:leases", b_id)
         assert score is not None and score <= await _redis_now_ms(client) + 2000
@@ -307,7 +294,7 @@ async def test_after_a_restart_from_a_snapshot_a_new_worker_waits_for_the_old_le
 
     tasks = [asyncio.create_task(hold(b, "b")) for _ in range(CAP)]
     try:
-        await _until(lambda: b.stats().in_flight == CAP, MARGIN, "B ran the whole cap")
+        await until(lambda: b.stats().in_flight == CAP, MARGIN, "B ran the whole cap")
         await client.aclose()
         redis_server.stop()
         redis_server.start()
@@ -322,12 +309,12 @@ async def test_after_a_restart_from_a_snapshot_a_new_worker_waits_for_the_old_le
         tasks += [asyncio.create_task(hold(c, "c")) for _ in range(CAP)]
 
         def answered() -> bool:  # a share for its session, or the grace (none to be had)
-            view = _view(newcomer)
+            view = cluster_view(newcomer)
             return "c" in view.allotment_by_session or view.grace
 
-        await _until(answered, MARGIN, "the new worker had its answer from Redis")
+        await until(answered, MARGIN, "the new worker had its answer from Redis")
         assert c.stats().in_flight + b.stats().in_flight <= CAP
-        assert _view(c).grace and b.stats().in_flight == CAP
+        assert cluster_view(c).grace and b.stats().in_flight == CAP
     finally:
         release.set()
         for task in tasks:

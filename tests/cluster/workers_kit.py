@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -9,8 +10,10 @@ from typing import Any
 
 import redis
 
+from fastgate import ConcurrencyScheduler
 from fastgate.cli.bench.cluster_worker import Workers
 from fastgate.cli.bench.redis_server import RedisServer, pid_alive
+from fastgate.cluster import ClusterStats
 
 
 def round_trips(server: RedisServer) -> tuple[int, int]:
@@ -71,3 +74,18 @@ def watch(
         latest[row["pid"]] = row
         if until(latest):
             return latest, time.monotonic()
+
+
+def cluster_view(s: ConcurrencyScheduler) -> ClusterStats:
+    """The scheduler's view of the cluster (it has one: the test made it with a cluster)."""
+    view = s.stats().cluster
+    assert view is not None
+    return view
+
+
+async def until(check: Callable[[], bool], within: float, what: str) -> None:
+    """Poll a state (not a synchronization by sleeping) until it holds, or fail."""
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, f"never {what}"
+        await asyncio.sleep(0.02)
