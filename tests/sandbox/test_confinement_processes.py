@@ -134,6 +134,17 @@ async def test_a_temporary_directory_filler_is_bounded_and_named(
     assert (await bash(sandboxed(tmp_path, policy), fresh)).ok  # nothing of the calls before
 
 
+async def test_a_temporary_directory_filled_with_empty_files_is_bounded(
+    tmp_path: Path, mechanism: str
+) -> None:
+    # 8 MiB allow 2,048 entries: empty files take no blocks, but each takes an inode.
+    policy = SandboxPolicy(max_tmp_bytes=8 << 20)
+    filler = 'cd "$TMPDIR" && for i in $(seq 6000); do : > "f$i"; done; sleep 5'
+    result = await bash(sandboxed(tmp_path, policy), filler, seconds=60)
+    assert not result.ok
+    assert "[sandbox] The command was ended: its temporary directory is full" in output(result)
+
+
 # Commands that fill the temporary directory and give up at once, before the supervisor's next
 # look: the bound is named all the same.
 GIVING_UP = {

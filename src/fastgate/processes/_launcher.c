@@ -302,9 +302,13 @@ static int remove_entry(const char *path, const struct stat *st, int type, struc
 /* The bytes of everything beneath `path` (bounded: it stops counting past `limit`). */
 static long long tree_bytes;
 static long long tree_limit;
+/* Each entry counts at least ENTRY_BYTES, as a private tmpfs allows one inode per 4 KiB of its
+ * size: a million empty files fill the directory as surely as a gigabyte does. */
+#define ENTRY_BYTES 4096LL
 static int add_bytes(const char *path, const struct stat *st, int type, struct FTW *ftw) {
     (void)path, (void)type, (void)ftw;
-    tree_bytes += (long long)st->st_blocks * 512;
+    long long bytes = (long long)st->st_blocks * 512;
+    tree_bytes += bytes > ENTRY_BYTES ? bytes : ENTRY_BYTES;
     return tree_bytes > tree_limit;
 }
 

@@ -726,6 +726,11 @@ def _tasks_here() -> int:
     return count
 
 
+# Each entry counts at least this much, as a private tmpfs allows one inode per 4 KiB of its
+# size: a million empty files fill the directory as surely as a gigabyte does.
+_ENTRY_BYTES = 4096
+
+
 def _tree_bytes(path: bytes, limit: int) -> int:
     total = 0
     todo = [path]
@@ -739,7 +744,7 @@ def _tree_bytes(path: bytes, limit: int) -> int:
                 st = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
-            total += st.st_blocks * 512
+            total += max(st.st_blocks * 512, _ENTRY_BYTES)
             if _is_dir(st.st_mode):
                 todo.append(entry.path)
     return total
