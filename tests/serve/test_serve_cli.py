@@ -91,6 +91,23 @@ async def test_discovery_serves_the_workspace_as_fastgate_call_reads_it(
     assert (workspace / ".fastgate" / "serve.db").exists()  # the default journal
 
 
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_call_the_journal_cannot_record_does_not_run(
+    workspace: Path, home: Path, tmp_path: Path, era: str
+) -> None:
+    """Every call goes to the store: with the store unreachable, a call without a key is refused
+    before its side effect, as a keyed one is."""
+    unreachable = f"postgresql://postgres@/postgres?host={tmp_path}/no-server&connect_timeout=1"
+    pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+    with gateway_process(
+        "--builtin", "write", "--store", unreachable, cwd=workspace, env={"HOME": str(home)}
+    ) as gw:
+        async with client(gw.url, era) as mcp:
+            written = await mcp.call_tool("write", {"file_path": "src/b.txt", "content": "beta\n"})
+    assert written.is_error and fastgate_meta(written)["code"] == "PERSISTENCE_FAILED"
+    assert not (workspace / "src" / "b.txt").exists()
+
+
 async def test_a_server_the_settings_disable_is_not_served(workspace: Path, home: Path) -> None:
     write(home / ".claude" / "settings.json", {"disabledMcpjsonServers": ["fx"]})
     with gateway_process("--builtin", "read", cwd=workspace, env={"HOME": str(home)}) as gw:
@@ -151,6 +168,8 @@ async def test_stdio_serves_one_client_as_local(workspace: Path, home: Path, era
         (["--stdio", "--tokens", "t.json"], "--tokens"),
         (["--workspace", "no/such/dir"], "not a directory"),
         (["--rate-limit", "-1"], "--rate-limit"),
+        (["--redis", "notaurl"], "--redis"),
+        (["--redis", "http://localhost:6379"], "--redis"),
     ],
 )
 def test_bad_usage_exits_2_naming_the_problem(

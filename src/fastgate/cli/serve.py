@@ -343,9 +343,10 @@ class _Setup:
         if self.args.redis:
             try:
                 from fastgate.cluster import RedisCluster
-            except ImportError as exc:
+
+                cluster = RedisCluster(self.args.redis)
+            except (ImportError, ValueError) as exc:
                 raise UsageError(f"--redis: {exc}") from None
-            cluster = RedisCluster(self.args.redis)
         return ConcurrencyScheduler(SchedulerLimits(), cluster=cluster)
 
     def _audit(self) -> Any:
@@ -394,6 +395,7 @@ class _Setup:
             "scheduler": scheduler,
             "locks": locks,
             "store": store,
+            "require_persistence": True,  # every call is journaled, or it does not run
             "context_defaults": {"workspace_root": self.workspace},
             "audit": audit,
         }

@@ -97,7 +97,7 @@ class RedisCluster:
         refresh_interval: float = 1.0,
         fallback_share: int = 1,
     ) -> None:
-        if type(url) is not str or not url:
+        if type(url) is not str or not url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError(f"url: expected a redis:// rediss:// or unix:// URL, got {url!r}")
         if type(namespace) is not str or not namespace:
             raise ValueError(f"namespace: expected a non-empty string, got {namespace!r}")
