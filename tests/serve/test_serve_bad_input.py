@@ -120,6 +120,30 @@ async def test_malformed_json_rpc_unknown_methods_and_batches_get_json_rpc_error
     gateway.executor.dispose()
 
 
+@pytest.mark.parametrize("arguments", [[1, 2], "hi", 3, True])
+async def test_arguments_that_are_not_an_object_are_an_invalid_args_result(
+    arguments: Any,
+) -> None:
+    """A refused call is a result the model can act on, never a JSON-RPC error: arguments of the
+    wrong JSON type are INVALID_ARGS in both eras, and nothing runs."""
+    gateway = Gateway(executor(), approvals="deny")
+    params = {"name": "echo", "arguments": arguments}
+    async with serving(gateway) as url, httpx.AsyncClient() as http:
+        modern = await post_modern(http, url, "tools/call", params)
+        headers = await legacy_session(http, url)
+        call = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": params}
+        legacy = await http.post(url, json=call, headers=headers)
+    for response in (modern, legacy):
+        result = rpc_result(response)
+        assert result["isError"] is True
+        assert result["_meta"]["fastgate"]["code"] == "INVALID_ARGS"
+        assert "object" in result["content"][0]["text"]
+    assert {r.error.code for r in gateway.executor.history() if r.error} == {
+        fastgate.ErrorCode.INVALID_ARGS
+    }
+    gateway.executor.dispose()
+
+
 async def test_a_slow_client_gets_408_and_holds_nothing() -> None:
     gateway = Gateway(executor(), approvals="deny", read_timeout=0.5)
     async with serving(gateway) as url:

@@ -19,7 +19,8 @@ import os
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from contextvars import ContextVar
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -273,6 +274,7 @@ class Gateway:
         security = RequestStateSecurity(
             codec=self._codec, ttl=self.state_ttl, bind_principal=self._principal_of
         )
+        server.middleware.append(_ArgumentsOfAnyType())
         server.middleware.append(_StateRefusals(self))
         server.middleware.append(RequestStateBoundary(security, default_audience=self.name))
         return server
@@ -451,7 +453,8 @@ class Gateway:
         session = session_id(caller.principal, client_session)
         executor = self._executor_for(caller)
         name = params.name
-        arguments: Any = params.arguments if params.arguments is not None else {}
+        sent = _SENT_ARGUMENTS.get()
+        arguments: Any = sent.value if sent is not None else params.arguments or {}
         execution_id = executor.new_execution_id()
         canonical = _state.canonical_arguments(arguments)
         digest = _state.digest_of(canonical)
@@ -1108,6 +1111,37 @@ async def _route_progress(executor: ToolExecutor, routes: _ProgressRoutes) -> No
         if queue is not None:
             with contextlib.suppress(asyncio.QueueFull):
                 queue.put_nowait(event.data)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sent:
+    value: Any
+
+
+# The arguments of the ``tools/call`` this task serves, when they are not a JSON object (the
+# SDK's params model would make them a JSON-RPC error before the handler sees them).
+_SENT_ARGUMENTS: ContextVar[_Sent | None] = ContextVar("fastgate_sent_arguments", default=None)
+
+
+class _ArgumentsOfAnyType:
+    """Server middleware: ``tools/call`` arguments that are not a JSON object (a list, a
+    string, a number) reach the pipeline, which refuses them as ``INVALID_ARGS``: a refused call
+    is an ``isError`` result the model can act on, never a JSON-RPC error."""
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        params = ctx.params
+        if ctx.method != "tools/call" or not isinstance(params, Mapping):
+            return await call_next(ctx)
+        arguments = params.get("arguments")
+        if arguments is None or isinstance(arguments, dict):
+            return await call_next(ctx)
+        token = _SENT_ARGUMENTS.set(_Sent(arguments))
+        try:  # the SDK checks an object in their place; the handler takes them from here
+            return await call_next(replace(ctx, params={**params, "arguments": {}}))
+        finally:
+            _SENT_ARGUMENTS.reset(token)
 
 
 class _StateRefusals:
