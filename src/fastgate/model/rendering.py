@@ -61,12 +61,89 @@ def _json_text(value: Any, max_chars: int) -> str:
     """``value`` as msgspec writes it when it may fit in ``max_chars`` characters; else as much
     of it as fits, written piece by piece, and a note: a value of a million items, or nested
     ten thousand levels deep, costs what is shown, never its whole encoding."""
-    if json_size(value, max_chars, _DEPTH) <= max_chars:
+    if _plainly_small(value, max_chars, _PLAIN_NODES):
         return msgspec.json.encode(value).decode()
     marker = f"\n[... the rest cut: the value is over {max_chars} characters as JSON ...]"
-    head = JsonPreview(max(max_chars - len(marker), 0), indent=None, sort_keys=False, compact=True)
+    room = max(max_chars - len(marker), 0)
+    kind = type(value)
+    if kind is list or kind is tuple or kind is dict:
+        shown = _encoded_items(value, room)
+        if shown is not None:
+            return shown if len(shown) <= room else shown[:room] + marker
+    if json_size(value, max_chars, _DEPTH) <= max_chars:
+        return msgspec.json.encode(value).decode()
+    head = JsonPreview(room, indent=None, sort_keys=False, compact=True)
     head.write(value)
     return head.written() + (marker if head.cut else "")
+
+
+_ESCAPED: Final = 6  # characters a string's character may take as JSON at most (``\u0000``)
+_NUMBER: Final = 24  # characters a float, a 64-bit integer, a bool or null takes at most
+_PLAIN_NODES: Final = 8192
+
+
+def _encoded_items(value: Any, room: int) -> str | None:
+    """A large list or dict written item by item, each by msgspec, until ``room`` characters are
+    passed (then the text may run past ``room`` by one item's JSON, at most ``room``); ``None``
+    when an item is not plainly small (the general measure then decides)."""
+    close = "}" if type(value) is dict else "]"
+    parts = ["{" if close == "}" else "["]
+    used = 1
+    items = value.items() if type(value) is dict else value
+    for item in items:
+        if not _plainly_small(item, room, _PLAIN_NODES):
+            return None
+        # A key and its value as one object's member, so keys are written as msgspec writes them.
+        piece = msgspec.json.encode({item[0]: item[1]} if close == "}" else item).decode()
+        parts.append(piece[1:-1] if close == "}" else piece)
+        used += len(parts[-1]) + 1
+        if used > room:
+            return parts[0] + ",".join(parts[1:])  # the caller cuts it and says so
+    return parts[0] + ",".join(parts[1:]) + close
+
+
+def _plainly_small(value: Any, max_chars: int, max_nodes: int) -> bool:
+    """Whether ``value`` is made of at most ``max_nodes`` dicts (with string keys), lists,
+    tuples, scalars and strings, and its JSON surely fits in ``max_chars``: the usual tool
+    result, told in a few compiled steps instead of the general measure's walk."""
+    stack = [value]
+    size = nodes = 0
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict or kind is list or kind is tuple:
+            nodes += len(item) + 1
+            if nodes > max_nodes:
+                return False
+            size += 2 + len(item)
+            if kind is dict:
+                for key, inner in item.items():
+                    if type(key) is not str:
+                        return False
+                    size += len(key) * _ESCAPED + 3
+                    stack.append(inner)
+            else:
+                stack.extend(item)
+        else:
+            size += _scalar_size(item)
+        if size > max_chars:
+            return False
+    return True
+
+
+def _scalar_size(item: Any) -> int:
+    """At most how many characters ``item`` takes as JSON; very large when it is not a plain
+    scalar or string (so the general measure decides)."""
+    kind = type(item)
+    if kind is str:
+        if item.isprintable() and '"' not in item and "\\" not in item:
+            return len(item) + 2  # written as it is
+        return len(item) * _ESCAPED + 2
+    if item is None or kind is bool or kind is float:
+        return _NUMBER
+    if kind is int and -(1 << 63) <= item < (1 << 64):
+        return _NUMBER
+    return 1 << 62
 
 
 def cut(text: str, max_chars: int) -> str:
