@@ -1,5 +1,6 @@
 """Content a PostToolUse hook puts in the tool's place is bounded like the tool's own: the model
-never gets more than ``max_content_chars``, whoever wrote it."""
+never gets more than ``max_content_chars``, whoever wrote it; a hook's additional context is
+bounded too."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from fastgate import ErrorCode, PostToolUseResult, ToolExecutor
+from fastgate import ErrorCode, PostToolUseResult, PreToolUseResult, ToolExecutor
 from fastgate.hooks import Hooks, PostToolUseEvent
-from tests.pipeline_kit import assert_idle, echo, executor
+from fastgate.hooks._runners import MAX_CONTEXT_CHARS
+from tests.pipeline_kit import assert_idle, echo, executor, tool
 
 BUDGET = 1_000
 HUGE = 200_000
@@ -100,3 +102,24 @@ async def test_a_claude_hooks_updated_output_is_bounded(ws: Path) -> None:
     assert result.ok, result.error
     assert len(result.content) <= BUDGET and "characters cut" in result.content
     assert_idle(ex)
+
+
+async def test_every_hooks_additional_context_is_bounded() -> None:
+    """A hook's context reaches the model beside the result: each is cut head and tail, from a
+    PreToolUse, a PostToolUse and a PostToolUseFailure hook alike."""
+    hooks = Hooks()
+    hooks.add_pre_tool_use(lambda event: PreToolUseResult(additional_context="a" * HUGE))
+    hooks.add_post_tool_use(lambda event: PostToolUseResult(additional_context="b" * HUGE))
+    ok = await executor(echo(), hooks=hooks).execute("echo", {"text": "x"})
+    assert ok.ok and len(ok.meta.additional_context) == 2
+    assert all(len(c) <= MAX_CONTEXT_CHARS for c in ok.meta.additional_context)
+    assert ok.meta.additional_context[0].startswith("a") and "cut" in ok.meta.additional_context[0]
+
+    def fails(args: Any, ctx: Any) -> Any:
+        raise RuntimeError("boom")
+
+    failing = Hooks()
+    failing.add_post_tool_use_failure(lambda event: "c" * HUGE)
+    failed = await executor(tool("t", fails), hooks=failing).execute("t", {"text": "x"})
+    (context,) = failed.meta.additional_context
+    assert not failed.ok and len(context) <= MAX_CONTEXT_CHARS and context.startswith("c")

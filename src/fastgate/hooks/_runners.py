@@ -153,6 +153,8 @@ async def run_pre_tool_use(hooks: Hooks, event: PreToolUseEvent) -> PreHookOutco
                 elif said is decision and reason is None:
                     reason = reply.reason
             context = reply.additional_context
+            if context:
+                context = _context(context)
             if context and (passes == 1 or context not in contexts):  # a recheck's once
                 contexts.append(context)
             if new_args is not None and new_args != args:
@@ -221,7 +223,7 @@ async def run_post_tool_use(
         if reply is None:
             continue
         if reply.additional_context:
-            contexts.append(reply.additional_context)
+            contexts.append(_context(reply.additional_context))
         if reply.block is not None:
             feedback = reply.block or f"The result was blocked by PostToolUse hook {entry.name!r}."
             return PostHookOutcome(
@@ -271,5 +273,14 @@ async def run_post_tool_use_failure(
             )
             continue
         if reply:
-            contexts.append(reply)
+            contexts.append(_context(reply))
     return tuple(contexts)
+
+
+#: Characters of one hook's additional context kept (it reaches the model beside the result).
+MAX_CONTEXT_CHARS = 10_000
+
+
+def _context(text: str) -> str:
+    """A hook's additional context, cut head and tail to ``MAX_CONTEXT_CHARS``."""
+    return text if len(text) <= MAX_CONTEXT_CHARS else cut(text, MAX_CONTEXT_CHARS)
