@@ -117,22 +117,28 @@ IMAGES = (
 )
 
 
-def _pictures() -> ToolExecutor:
-    async def pictures(args: Any, ctx: Any) -> Any:
-        return IMAGES
+def _returning(name: str, value: Any) -> ToolExecutor:
+    """An executor of one tool ``name`` whose content is ``value`` as it is (no rendering)."""
+
+    async def body(args: Any, ctx: Any) -> Any:
+        return value
 
     ex = executor()
     ex.registry = registry(
         define_tool(
-            "pictures",
-            "Images of several types.",
+            name,
+            "Returns its content as it is.",
             schema.Object({}),
-            pictures,
+            body,
             kind=READ,
             output=Output(render=lambda value: value),
         )
     )
     return ex
+
+
+def _pictures() -> ToolExecutor:
+    return _returning("pictures", IMAGES)
 
 
 async def test_anthropic_gets_only_image_types_it_takes() -> None:
@@ -217,21 +223,8 @@ class _UnprintableDict(dict[Any, Any]):
 
 
 def _unprintable() -> ToolExecutor:
-    async def body(args: Any, ctx: Any) -> Any:
-        return ("before", _Unprintable(), _UnprintableDict({(1, 2): "tuple key"}), "after")
-
-    ex = executor()
-    ex.registry = registry(
-        define_tool(
-            "odd",
-            "Blocks that cannot be shown.",
-            schema.Object({}),
-            body,
-            kind=READ,
-            output=Output(render=lambda value: value),
-        )
-    )
-    return ex
+    odd = ("before", _Unprintable(), _UnprintableDict({(1, 2): "tuple key"}), "after")
+    return _returning("odd", odd)
 
 
 def _texts(blocks: Any) -> list[str]:

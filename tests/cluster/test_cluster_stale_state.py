@@ -33,6 +33,12 @@ MARGIN = 6.0
 Disturb = Callable[[RedisServer, aioredis.Redis], Awaitable[None]]
 
 
+async def holding(worker: ConcurrencyScheduler, session: str, release: asyncio.Event) -> None:
+    """One slot of ``worker`` held for ``session`` until ``release``."""
+    async with worker.slot(session, ToolKind.READ_ONLY):
+        await release.wait()
+
+
 async def _redis_now_ms(client: aioredis.Redis) -> int:
     seconds, micros = await client.time()
     return int(seconds) * 1000 + int(micros) // 1000
@@ -228,11 +234,7 @@ async def test_a_live_workers_share_stays_held_when_the_clock_went_back(
     a: ConcurrencyScheduler | None = None
     release = asyncio.Event()
 
-    async def hold(worker: ConcurrencyScheduler, session: str) -> None:
-        async with worker.slot(session, ToolKind.READ_ONLY):
-            await release.wait()
-
-    tasks = [asyncio.create_task(hold(b, "b")) for _ in range(CAP)]
+    tasks = [asyncio.create_task(holding(b, "b", release)) for _ in range(CAP)]
     try:
         await until(lambda: b.stats().in_flight == CAP, MARGIN, "B ran the whole cap")
         now = await _redis_now_ms(client)
@@ -242,7 +244,7 @@ async def test_a_live_workers_share_stays_held_when_the_clock_went_back(
             limits, cluster=RedisCluster(redis_server.url, lease_ttl=2.0, refresh_interval=0.5)
         )
         waiting = a
-        tasks.append(asyncio.create_task(hold(a, "a")))
+        tasks.append(asyncio.create_task(holding(a, "a", release)))
         started = time.monotonic()
 
         def refreshed_twice() -> bool:
@@ -288,11 +290,7 @@ async def test_after_a_restart_from_a_snapshot_a_new_worker_waits_for_the_old_le
     c: ConcurrencyScheduler | None = None
     release = asyncio.Event()
 
-    async def hold(worker: ConcurrencyScheduler, session: str) -> None:
-        async with worker.slot(session, ToolKind.READ_ONLY):
-            await release.wait()
-
-    tasks = [asyncio.create_task(hold(b, "b")) for _ in range(CAP)]
+    tasks = [asyncio.create_task(holding(b, "b", release)) for _ in range(CAP)]
     try:
         await until(lambda: b.stats().in_flight == CAP, MARGIN, "B ran the whole cap")
         await client.aclose()
@@ -306,7 +304,7 @@ async def test_after_a_restart_from_a_snapshot_a_new_worker_waits_for_the_old_le
             ),
         )
         newcomer = c
-        tasks += [asyncio.create_task(hold(c, "c")) for _ in range(CAP)]
+        tasks += [asyncio.create_task(holding(c, "c", release)) for _ in range(CAP)]
 
         def answered() -> bool:  # a share for its session, or the grace (none to be had)
             view = cluster_view(newcomer)

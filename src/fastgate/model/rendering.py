@@ -61,7 +61,7 @@ def _json_text(value: Any, max_chars: int) -> str:
     """``value`` as msgspec writes it when it may fit in ``max_chars`` characters; else as much
     of it as fits, written piece by piece, and a note: a value of a million items, or nested
     ten thousand levels deep, costs what is shown, never its whole encoding."""
-    if _plainly_small(value, max_chars, _PLAIN_NODES):
+    if _plainly_small(value, max_chars):
         return msgspec.json.encode(value).decode()
     marker = f"\n[... the rest cut: the value is over {max_chars} characters as JSON ...]"
     room = max(max_chars - len(marker), 0)
@@ -86,24 +86,25 @@ def _encoded_items(value: Any, room: int) -> str | None:
     """A large list or dict written item by item, each by msgspec, until ``room`` characters are
     passed (then the text may run past ``room`` by one item's JSON, at most ``room``); ``None``
     when an item is not plainly small (the general measure then decides)."""
-    close = "}" if type(value) is dict else "]"
-    parts = ["{" if close == "}" else "["]
+    members = type(value) is dict
+    pieces: list[str] = []
     used = 1
-    items = value.items() if type(value) is dict else value
-    for item in items:
-        if not _plainly_small(item, room, _PLAIN_NODES):
+    for item in value.items() if members else value:
+        if not _plainly_small(item, room):
             return None
-        # A key and its value as one object's member, so keys are written as msgspec writes them.
-        piece = msgspec.json.encode({item[0]: item[1]} if close == "}" else item).decode()
-        parts.append(piece[1:-1] if close == "}" else piece)
-        used += len(parts[-1]) + 1
+        if members:  # written as one object's member, so the key is spelled as msgspec spells it
+            piece = msgspec.json.encode({item[0]: item[1]}).decode()[1:-1]
+        else:
+            piece = msgspec.json.encode(item).decode()
+        pieces.append(piece)
+        used += len(piece) + 1
         if used > room:
-            return parts[0] + ",".join(parts[1:])  # the caller cuts it and says so
-    return parts[0] + ",".join(parts[1:]) + close
+            return ("{" if members else "[") + ",".join(pieces)  # the caller cuts it, says so
+    return ("{%s}" if members else "[%s]") % ",".join(pieces)
 
 
-def _plainly_small(value: Any, max_chars: int, max_nodes: int) -> bool:
-    """Whether ``value`` is made of at most ``max_nodes`` dicts (with string keys), lists,
+def _plainly_small(value: Any, max_chars: int) -> bool:
+    """Whether ``value`` is made of at most ``_PLAIN_NODES`` dicts (with string keys), lists,
     tuples, scalars and strings, and its JSON surely fits in ``max_chars``: the usual tool
     result, told in a few compiled steps instead of the general measure's walk."""
     stack = [value]
@@ -113,14 +114,14 @@ def _plainly_small(value: Any, max_chars: int, max_nodes: int) -> bool:
         kind = type(item)
         if kind is dict or kind is list or kind is tuple:
             nodes += len(item) + 1
-            if nodes > max_nodes:
+            if nodes > _PLAIN_NODES:
                 return False
             size += 2 + len(item)
             if kind is dict:
                 for key, inner in item.items():
                     if type(key) is not str:
                         return False
-                    size += len(key) * _ESCAPED + 3
+                    size += _scalar_size(key) + 1
                     stack.append(inner)
             else:
                 stack.extend(item)

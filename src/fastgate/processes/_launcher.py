@@ -772,12 +772,14 @@ def _bound_reached(plan: _Plan, namespaced: bool) -> str | None:
     return None
 
 
-def _report_bound(plan: _Plan, namespaced: bool, report: int) -> None:
-    """Said when the command has exited on its own: a command that met a bound (a full
-    temporary directory) may give up before the next look would have found it."""
+def _report_bound(plan: _Plan, namespaced: bool, report: int) -> bool:
+    """Report a bound reached, if any; whether one was. Also looked at when the command has
+    exited on its own: one that met a bound (a full temporary directory) may give up before the
+    next look would have found it."""
     bound = _bound_reached(plan, namespaced) if plan.watching() else None
     if bound:
         _report(report, "B", bound)
+    return bound is not None
 
 
 # -- the start ------------------------------------------------------------------------------
@@ -975,12 +977,9 @@ def _init_loop(plan: _Plan, command: int, report: int, grace_ms: int, wake: int)
         if end_at is not None and now >= end_at:
             _kill(-1, _signal.SIGKILL)
             end_at = None
-        if not ending and plan.watching():
-            bound = _bound_reached(plan, True)
-            if bound:
-                _report(report, "B", bound)
-                ending = True
-                _kill(-1, _signal.SIGKILL)
+        if not ending and _report_bound(plan, True, report):
+            ending = True
+            _kill(-1, _signal.SIGKILL)
         if end_at is not None:
             timeout: float | None = max(end_at - now, 0)
         elif ending:
@@ -1165,9 +1164,7 @@ def _supervise(
                 stop_grace = grace_ms
         now = time.monotonic()
         if watch_here and phase == 0 and now >= watch_at:
-            bound = _bound_reached(plan, False)
-            if bound:
-                _report(report, "B", bound)
+            if _report_bound(plan, False, report):
                 stop_grace = 0
             watch_at = now + _WATCH_MS / 1000
         if stop_grace >= 0 and phase == 0:
