@@ -244,3 +244,20 @@ def test_decoding_refuses_what_is_not_one_json_value() -> None:
             continue
         raise AssertionError(f"{line!r} was decoded")
     assert worker.decode(b' {"id": 1} ') == {"id": 1}
+
+
+def test_a_lone_calls_poll_sees_a_reply_already_there_and_gives_up_when_none_comes() -> None:
+    """The poll before a lone call sleeps: it reports a reply that is there, and one that does
+    not come within its limit (then the call waits asleep on the loop's selector)."""
+    import socket
+    import time
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        channel = worker.Channel(theirs)
+        start = time.perf_counter()
+        assert channel._poll(0.001) is False
+        assert time.perf_counter() - start < 0.5  # bounded by the limit (and the yields)
+        ours.sendall(b'{"t":"result","id":1,"ok":true,"value":null}\n')
+        assert channel._poll(0.001) is True
+        assert theirs.recv(4096).endswith(b"\n")  # polling read nothing: the reply is intact

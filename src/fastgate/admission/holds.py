@@ -84,13 +84,57 @@ async def until_cancelled(
 ) -> Any:
     """Await ``awaitable`` unless the token ``cancel`` fires first; then raise ``Aborted``.
 
-    If the awaitable completed anyway while being cancelled, ``undo(result)`` gives back what it
-    got (a slot granted at the last moment). If the awaiting task itself is cancelled, the inner
+    If the awaitable completed anyway while being cancelled (it caught the cancellation),
+    ``undo(result)`` gives back what it got. If the awaiting task itself is cancelled, the
     wait is cancelled too and ``CancelledError`` propagates.
     """
     if cancel.cancelled:
         _close(awaitable)
         raise Aborted
+    task = asyncio.current_task()
+    if task is None:  # driven by hand, outside any task: wait for it in one of its own
+        return await _until_cancelled_apart(awaitable, cancel, undo)
+    # The token fires by cancelling this task where it waits: what the awaitable got meanwhile
+    # it gives back itself, as when its caller is cancelled (a scheduler's or a lock's wait
+    # does). No second task and no asyncio.wait: a call queued behind a cap with a token (every
+    # call from a program, every call of the gateway) waits at the price of one without.
+    loop = asyncio.get_running_loop()
+    interruption = _Interruption(task)
+    link = cancel.add_callback(lambda _: loop.call_soon_threadsafe(interruption.fire))
+    try:
+        result = await awaitable
+    except asyncio.CancelledError:
+        if interruption.fired and task.uncancel() == 0:
+            raise Aborted from None
+        raise
+    finally:
+        interruption.over = True
+        link.remove()
+    if interruption.fired:  # it caught the cancellation and went on to an end of its own
+        task.uncancel()
+        if undo is not None:
+            undo(result)
+        raise Aborted
+    return result
+
+
+class _Interruption:
+    __slots__ = ("fired", "over", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.fired = False
+        self.over = False  # the wait has ended: the task has moved on, never cancel it
+
+    def fire(self) -> None:
+        if not self.over and not self.fired:
+            self.fired = True
+            self.task.cancel()
+
+
+async def _until_cancelled_apart(
+    awaitable: Awaitable[Any], cancel: Any, undo: Callable[[Any], None] | None
+) -> Any:
     loop = asyncio.get_running_loop()
     inner = asyncio.ensure_future(_await(awaitable))
     fired: asyncio.Future[None] = loop.create_future()

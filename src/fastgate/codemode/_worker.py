@@ -34,10 +34,24 @@ import os
 import select
 import socket
 import sys
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 _CHUNK = 64 * 1024  # bytes asked of one recv (a large request costs an allocation per read)
+# How long a call's wait for its reply polls the channel before it sleeps. On a virtual machine,
+# waking a process whose CPU has gone idle costs tens of microseconds (the hypervisor must run
+# that CPU again): a reply that comes within the poll, a quick tool's, is read on a CPU that
+# never slept. The time polled counts against the program's CPU limit.
+_POLL_SECONDS = 200e-6
+_clock = time.perf_counter
+_yield = os.sched_yield
+_YIELDED = 5e-6
+_UNPOLLED = 64
+
+
+def _readable(fd: int) -> bool:
+    return bool(select.select((fd,), (), (), 0)[0])
 
 
 class ToolCallError(Exception):
@@ -139,6 +153,7 @@ class Channel:
         self.outbox: list[tuple[int, bytes]] = []  # calls not yet sent: (id, line)
         # The loop's selector as ``wait(timeout) -> [ready fd, ...]``; None: not a stdlib loop.
         self.wait: Callable[[float | None], list[int]] | None = None
+        self.unpolled = 0  # replies still to be waited for asleep, without a poll first
 
     def send(self, message: dict[str, Any]) -> None:
         self.sock.sendall(encode(message))  # blocking: the parent always reads
@@ -228,6 +243,7 @@ class Channel:
         this wait saw and did not read, the loop sees again."""
         assert self.wait is not None
         fd = self.sock.fileno()
+        polled = False
         while True:
             reply = self._take_reply(call_id)
             if reply is not None:
@@ -238,8 +254,17 @@ class Channel:
                 timeout = scheduled[0].when() - loop.time()
                 if timeout <= 0:
                     return None
-            if self.wait(timeout) != [fd]:
-                return None  # a timer is due, or another file descriptor is ready
+            if polled:
+                if self.wait(timeout) != [fd]:
+                    return None  # a timer is due, or another file descriptor is ready
+            elif self.unpolled:  # this CPU was lately shared with the parent: see _poll
+                self.unpolled -= 1
+                polled = True
+                continue
+            else:  # once per reply, first: see _POLL_SECONDS
+                polled = True
+                if not self._poll(_POLL_SECONDS if timeout is None else timeout):
+                    continue
             try:
                 chunk = self.sock.recv(_CHUNK, socket.MSG_DONTWAIT)
             except BlockingIOError:
@@ -250,6 +275,27 @@ class Channel:
                 self._closed_by_parent()
                 raise ToolCallError("TOOL_ERROR", "the tool channel closed before the reply")
             self.buffer += chunk
+
+    def _poll(self, limit: float) -> bool:
+        """Whether the channel became readable within ``limit`` seconds (at most
+        _POLL_SECONDS), asked without sleeping: each time it is not, this process yields its
+        CPU, so that a parent woken on this same CPU runs at once."""
+        deadline = _clock() + min(limit, _POLL_SECONDS)
+        fd = self.sock.fileno()
+        while not _readable(fd):
+            now = _clock()
+            if now >= deadline:
+                return False
+            _yield()
+            if _clock() - now > _YIELDED:
+                # Another process ran on this CPU; if the reply came meanwhile, the parent
+                # did, and polling would only take the CPU from it: the next replies are
+                # waited for asleep.
+                if _readable(fd):
+                    self.unpolled = _UNPOLLED
+                    return True
+                return False
+        return True
 
     def _reply(self, line: bytes) -> Any:
         """One reply of the parent's (``decode_reply``); one that could not be decoded is told

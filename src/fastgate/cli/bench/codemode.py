@@ -47,7 +47,7 @@ from fastgate.runtime import loop_factory
 # CI's bounds: loose, this machine's load moves both figures by several times (see
 # docs/performance.md); they catch a start that lost its pool or a channel gone pathological.
 CI_WARM_MS = 25.0
-CI_ADDED = 15.0
+CI_ADDED = 40.0
 CI_AT_ONCE = 30.0
 NESTED_CALLS = 1000
 
@@ -96,17 +96,21 @@ def run_code_scenario(config: BenchConfig, loop: str) -> list[Measurement]:
 async def _measure(config: BenchConfig, workspace: str) -> list[Measurement]:
     from fastgate.codemode import CodeMode
 
-    warm_mode = CodeMode(pool_size=1, max_tool_calls=NESTED_CALLS)
-    cold_mode = CodeMode(pool_size=0)
+    warm_mode = CodeMode(pool_size=1)
     warm = _executor(workspace, warm_mode)
-    cold = _executor(workspace, cold_mode)
+    cold = _executor(workspace, CodeMode(pool_size=0))
+    # The calls' programs run on a worker started for each, with no pool: a pool starts the
+    # next worker while the program runs, and that start (tens of ms of CPU) would share the
+    # machine with the calls, which the raw round trip it is held against never does.
+    coded = _executor(workspace, CodeMode(pool_size=0, max_tool_calls=NESTED_CALLS))
     direct = _executor(workspace, None)
     try:
         warm_ms, cold_ms = await _starts(config, warm, warm_mode, cold)
-        calls = await _calls(config, warm, direct)
+        calls = await _calls(config, coded, direct)
         nested_us, direct_us, gathered_us, direct_gathered_us, floor_us, raw_us = calls
+        placed = await _placed_calls(config, coded, direct)
     finally:
-        for executor in (warm, cold, direct):
+        for executor in (warm, cold, coded, direct):
             executor.dispose()
     warm_p50, cold_p50 = statistics.median(warm_ms), statistics.median(cold_ms)
     ratios = [n / d for n, d in zip(nested_us, direct_us, strict=True)]
@@ -114,7 +118,20 @@ async def _measure(config: BenchConfig, workspace: str) -> list[Measurement]:
     added = [a / r for a, r in zip(added_us, raw_us, strict=True)]
     at_once = [g / d for g, d in zip(gathered_us, direct_us, strict=True)]
     floors = [f / r for f, r in zip(floor_us, raw_us, strict=True)]
+    by_placement = [
+        Measurement(
+            "code",
+            f"nested call's extra time / raw socket round trip, {where}",
+            statistics.median(ratios_placed),
+            reference=f"two blocking processes passing a few bytes each way, {where}",
+            target=_held(Target("<=", 1.5, ci_bound=CI_ADDED)),
+            detail=f"(nested - direct) {statistics.median(added_placed):.1f} us vs a raw round "
+            f"trip of {statistics.median(raw_placed):.1f} us, both processes of each kept {where}",
+        )
+        for where, (ratios_placed, added_placed, raw_placed) in placed.items()
+    ]
     return [
+        *by_placement,
         Measurement(
             "code",
             "run_code start: warm pool p50",
@@ -216,6 +233,7 @@ async def _timed_run(executor: ToolExecutor) -> float:
 
 _SERIAL = """
 import time
+{pin}
 start = time.perf_counter()
 for _ in range({n}):
     await tools.concat(a="hello", b="world")
@@ -223,6 +241,7 @@ print((time.perf_counter() - start) / {n} * 1e6)
 """
 _GATHERED = """
 import time
+{pin}
 start = time.perf_counter()
 await asyncio.gather(*(tools.concat(a="hello", b="world") for _ in range({n})))
 print((time.perf_counter() - start) / {n} * 1e6)
@@ -236,22 +255,60 @@ async def _calls(
     ctx = ExecutionContext(session_id="bench")
     args = {"a": "hello", "b": "world"}
     nested, plain, gathered, plain_gathered, floor, raw = [], [], [], [], [], []
-    await _program_us(coded, _SERIAL.format(n=n // 5))  # warm up both
+    await _program_us(coded, _SERIAL.format(n=n // 5, pin=""))  # warm up both
     for _ in range(n // 5):
         await direct.execute("concat", args, ctx)
     for _ in range(max(3, config.rounds // 2)):
-        nested.append(await _program_us(coded, _SERIAL.format(n=n)))
+        nested.append(await _program_us(coded, _SERIAL.format(n=n, pin="")))
         start = time.perf_counter()
         for _ in range(n):
             await direct.execute("concat", args, ctx)
         plain.append((time.perf_counter() - start) / n * 1e6)
         floor.append(await _floor_us(n))
         raw.append(_raw_us(n))
-        gathered.append(await _program_us(coded, _GATHERED.format(n=n)))
+        gathered.append(await _program_us(coded, _GATHERED.format(n=n, pin="")))
         start = time.perf_counter()
         await asyncio.gather(*(direct.execute("concat", args, ctx) for _ in range(n)))
         plain_gathered.append((time.perf_counter() - start) / n * 1e6)
     return nested, plain, gathered, plain_gathered, floor, raw
+
+
+async def _placed_calls(
+    config: BenchConfig, coded: ToolExecutor, direct: ToolExecutor
+) -> dict[str, tuple[list[float], list[float], list[float]]]:
+    """A nested call's extra time and the raw round trip with both processes of each kept on
+    one CPU, then on two (where the machine has two): the kernel otherwise places them as it
+    sees fit, and on a virtual machine waking a process on the other, idle, CPU costs several
+    times a round trip on one. Per placement: ratios, extra times, raw round trips."""
+    own = os.sched_getaffinity(0)
+    first, *others = sorted(own)
+    placements = {"on one CPU": first}
+    if others:
+        placements["on two CPUs"] = others[0]
+    n = NESTED_CALLS
+    ctx = ExecutionContext(session_id="bench")
+    args = {"a": "hello", "b": "world"}
+    found: dict[str, tuple[list[float], list[float], list[float]]] = {}
+    # This thread's CPU: the threads that start workers, and the workers, inherit it.
+    os.sched_setaffinity(0, {first})
+    try:
+        for where, other in placements.items():
+            program = _SERIAL.format(n=n, pin=f"import os; os.sched_setaffinity(0, {{{other}}})")
+            ratios, added, raws = [], [], []
+            for _ in range(max(2, config.rounds // 4)):
+                nested_us = await _program_us(coded, program)
+                start = time.perf_counter()
+                for _ in range(n):
+                    await direct.execute("concat", args, ctx)
+                direct_us = (time.perf_counter() - start) / n * 1e6
+                raw = _raw_us(n, cpu=other)
+                ratios.append((nested_us - direct_us) / raw)
+                added.append(nested_us - direct_us)
+                raws.append(raw)
+            found[where] = (ratios, added, raws)
+    finally:
+        os.sched_setaffinity(0, own)
+    return found
 
 
 # The floor: the worker's own channel code in a child process, calling a parent that answers at
@@ -318,15 +375,18 @@ async def _floor_us(n: int) -> float:
 _RAW_CHILD = """
 import os, sys
 fd = int(sys.argv[1])
+if len(sys.argv) > 2:
+    os.sched_setaffinity(0, {int(sys.argv[2])})
 while os.read(fd, 64):
     os.write(fd, b"r" * 48)
 """
 
 
-def _raw_us(n: int) -> float:
+def _raw_us(n: int, cpu: int | None = None) -> float:
     ours, theirs = socket.socketpair()
+    pinned = [] if cpu is None else [str(cpu)]
     child = subprocess.Popen(
-        [sys.executable, "-I", "-S", "-c", _RAW_CHILD, str(theirs.fileno())],
+        [sys.executable, "-I", "-S", "-c", _RAW_CHILD, str(theirs.fileno()), *pinned],
         pass_fds=(theirs.fileno(),),
     )
     theirs.close()
