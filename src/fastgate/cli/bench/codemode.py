@@ -131,7 +131,6 @@ async def _measure(config: BenchConfig, workspace: str) -> list[Measurement]:
         for where, (ratios_placed, added_placed, raw_placed) in placed.items()
     ]
     return [
-        *by_placement,
         Measurement(
             "code",
             "run_code start: warm pool p50",
@@ -172,6 +171,7 @@ async def _measure(config: BenchConfig, workspace: str) -> list[Measurement]:
             f"of {statistics.median(raw_us):.1f} us: what the crossing costs beyond the call, "
             "against the machine's own price for the crossing",
         ),
+        *by_placement,
         Measurement(
             "code",
             "bare channel round trip / raw socket round trip",
