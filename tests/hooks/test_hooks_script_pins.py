@@ -203,6 +203,49 @@ async def test_a_log_the_hook_appends_to_does_not_stop_it(ws: Path, writes: str)
     assert_idle(ex)
 
 
+# The hook's own script appends to the file named last on its command line.
+APPENDS_TO_LAST = '#!/bin/sh\ncat > /dev/null\nfor last; do :; done\necho call >> "$last"\n'
+
+
+@pytest.mark.parametrize(
+    "names",
+    [
+        '"$CLAUDE_PROJECT_DIR"/calls.log',
+        "--log calls.log",
+        "-o ./calls.log",
+        '--quiet "${CLAUDE_PROJECT_DIR}/calls.log"',
+    ],
+)
+async def test_a_file_the_hook_writes_through_an_argument_does_not_stop_it(
+    ws: Path, names: str
+) -> None:
+    # The file exists at load (pinned: the command names it) and the hook's own code appends to
+    # it at every run: the hook keeps running, and a change made between runs still stops it.
+    (ws / "calls.log").write_text("earlier runs\n")
+    write_script(ws / SCRIPT, APPENDS_TO_LAST)
+    command = f'"$CLAUDE_PROJECT_DIR"/{SCRIPT} {names}'
+    ex = yolo(ws, Hooks.load(settings_file(ws / ".claude" / "settings.json", command, "Write")))
+    for _ in range(3):
+        result = await write_call(ex)
+        assert result.ok, result.content
+    assert (ws / "calls.log").read_text() == "earlier runs\n" + "call\n" * 3
+    await model_writes_script(ex, "./calls.log", "the model's line\n")
+    refused(await write_call(ex), "calls.log, which the hook's command names, changed since it")
+    assert_idle(ex)
+
+
+async def test_the_script_a_hook_runs_stays_pinned_whatever_its_run_does_to_it(ws: Path) -> None:
+    # A script that rewrites itself as it runs: its first run is its last.
+    body = '#!/bin/sh\ncat > /dev/null\necho "# ran" >> "$0"\n'
+    write_script(ws / SCRIPT, body)
+    command = f'"$CLAUDE_PROJECT_DIR"/{SCRIPT}'
+    ex = yolo(ws, Hooks.load(settings_file(ws / ".claude" / "settings.json", command, "Write")))
+    first = await write_call(ex)
+    assert first.ok, first.content
+    refused(await write_call(ex), "changed since the hook was loaded")
+    assert_idle(ex)
+
+
 # -- every spelling of the project directory --------------------------------------------------
 
 

@@ -248,11 +248,21 @@ class CommandHook:
         self, event: PreToolUseEvent | PostToolUseEvent | PostToolUseFailureEvent
     ) -> PreToolUseResult | PostToolUseResult | str | None:
         """Run the command for ``event`` and return its typed reply. Raises ``HookFailed``."""
-        if self.pins is not None:
-            try:
-                self.pins.check(event.context.workspace_root or os.getcwd())
-            except ChangedScript as changed:
-                raise HookFailed(str(changed)) from None
+        if self.pins is None:
+            return await self._reply(event)
+        root = event.context.workspace_root or os.getcwd()
+        try:
+            self.pins.check(root)
+        except ChangedScript as changed:
+            raise HookFailed(str(changed)) from None
+        try:
+            return await self._reply(event)
+        finally:
+            self.pins.settle(root)  # what the run wrote of the files it does not run
+
+    async def _reply(
+        self, event: PreToolUseEvent | PostToolUseEvent | PostToolUseFailureEvent
+    ) -> PreToolUseResult | PostToolUseResult | str | None:
         if self.protocol == "claude":
             from fastgate.hooks._claude import call_claude_hook  # it builds on this module
 

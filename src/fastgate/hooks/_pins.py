@@ -8,6 +8,11 @@ command names (its path words and the scripts it runs, as the bash analysis read
 in a workspace, and a script with no file then is recorded as absent. A hook whose files changed
 since, or where a script appeared, is not run: it fails (a PreToolUse hook's failure denies the
 call).
+
+A file the command names but does not run (``--rules rules.json``, ``--log calls.jsonl``) may
+be the hook's own to write: after each run it is pinned again as the run left it, so a hook
+that updates it keeps running, while a change made between runs still stops the hook. The
+scripts it runs are pinned once, whatever a run does to them.
 """
 
 from __future__ import annotations
@@ -45,11 +50,12 @@ class ChangedScript(Exception):
 class ScriptPins:
     """The pinned files of one hook command, per workspace root."""
 
-    __slots__ = ("_by_root", "command")
+    __slots__ = ("_by_root", "_data", "command")
 
     def __init__(self, command: str) -> None:
         self.command = command
         self._by_root: dict[str, dict[str, str]] = {}
+        self._data: dict[str, tuple[str, ...]] = {}  # root -> the pinned files it does not run
 
     def pin(self, root: str) -> None:
         """Record the files the command names in ``root`` as they are now, absent ones too
@@ -57,7 +63,18 @@ class ScriptPins:
         same root)."""
         root = os.path.realpath(root)
         if root not in self._by_root:
-            self._by_root[root] = {path: _fingerprint(path) for path in self._paths(root)}
+            paths, data = self._paths(root)
+            self._by_root[root] = {path: _fingerprint(path) for path in paths}
+            self._data[root] = data
+
+    def settle(self, root: str) -> None:
+        """After a run in ``root``: the files the command names but does not run are pinned
+        again as the run left them (the hook may write them)."""
+        root = os.path.realpath(root)
+        pinned = self._by_root.get(root)
+        if pinned is not None:
+            for path in self._data.get(root, ()):
+                pinned[path] = _fingerprint(path)
 
     def check(self, root: str) -> None:
         """Raise ``ChangedScript`` when a file pinned for ``root`` changed, or appeared where
@@ -69,12 +86,14 @@ class ScriptPins:
         for path, fingerprint in pinned.items():
             now = _fingerprint(path)
             if now != fingerprint:
-                raise ChangedScript(_changed(path, fingerprint, now))
+                runs = path not in self._data.get(os.path.realpath(root), ())
+                raise ChangedScript(_changed(path, fingerprint, now, runs))
 
-    def _paths(self, root: str) -> list[str]:
+    def _paths(self, root: str) -> tuple[list[str], tuple[str, ...]]:
         """The files the command names in ``root`` (but those it writes itself: a log it
         appends to changes at every run), then the scripts it runs where no file is yet (but
-        those it writes itself first). A file it runs is pinned even where it also writes it."""
+        those it writes itself first); and which of the files it does not run. A file it runs
+        is pinned even where it also writes it."""
         named: dict[str, None] = {}
         scripts: dict[str, None] = {}
         written: set[str] = set()
@@ -88,7 +107,8 @@ class ScriptPins:
             if _is_file(path) and (path in scripts or path not in written)
         ]
         missing = [path for path in scripts if path not in written and not _is_file(path)]
-        return files[:_MAX_PINNED] + missing[:_MAX_PINNED]
+        kept = files[:_MAX_PINNED]
+        return kept + missing[:_MAX_PINNED], tuple(path for path in kept if path not in scripts)
 
     def _readings(self, root: str) -> Iterator[tuple[CommandAnalysis, Callable[[str], str]]]:
         """The command analysed twice, with where each path it finds is. First with the
@@ -155,14 +175,17 @@ def _written(analysis: CommandAnalysis) -> Iterator[str]:
                 yield os.path.join(base, word.value)
 
 
-def _changed(path: str, then: str, now: str) -> str:
+def _changed(path: str, then: str, now: str, runs: bool) -> str:
     if then == _ABSENT:
         return (
             f"{path}, which the hook's command names, did not exist when the hook was loaded "
             "and exists now: not run. Reload the settings to run it"
         )
+    since = (
+        "runs, changed since the hook was loaded" if runs else "names, changed since it last ran"
+    )
     return (
-        f"{path}, which the hook's command runs, changed since the hook was loaded "
+        f"{path}, which the hook's command {since} "
         f"({'it is gone' if now == _ABSENT else 'its content differs'}): not run. Reload "
         "the settings to run the new version"
     )
