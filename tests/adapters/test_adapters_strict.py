@@ -104,3 +104,19 @@ def test_what_the_strict_schema_accepts_the_tool_accepts(value: dict[str, Any]) 
     assert FORM is not None
     jsonschema.Draft202012Validator(FORM.schema).validate(value)
     assert VALIDATOR.validate(FORM.decode(value)) == []
+
+
+def test_a_chain_of_refs_that_loops_decodes_without_hanging() -> None:
+    # Registration refuses such a schema; the strict form, made from any parameters, must still
+    # end: each definition only names the next, back to the first.
+    defs = {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/c"}, "c": {"$ref": "#/$defs/a"}}
+    parameters = {
+        "type": "object",
+        "properties": {"x": {"$ref": "#/$defs/a"}},
+        "required": ["x"],
+        "additionalProperties": False,
+        "$defs": defs,
+    }
+    form = strict_form(parameters)
+    assert form is not None
+    assert form.decode({"x": {"z": None}}) == {"x": {"z": None}}

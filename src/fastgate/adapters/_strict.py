@@ -113,9 +113,11 @@ _DECODE_DEPTH: Final = 64  # deeper (recursive schemas only) is left as sent: va
 
 
 def _decode(value: Any, plan: _Plan, defs: dict[str, _Plan], depth: int) -> Any:
+    hops = 0
     while plan.ref is not None:  # a $ref: the definition's plan applies
         target = defs.get(plan.ref)
-        if target is None:
+        hops += 1
+        if target is None or hops > len(defs):  # unknown, or a chain of refs that loops
             return value
         plan = target
     if depth > _DECODE_DEPTH:
