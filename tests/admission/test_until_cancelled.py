@@ -141,6 +141,28 @@ async def test_an_awaitable_that_catches_the_cancellation_is_undone_and_aborted(
     assert task.cancelling() == 0
 
 
+async def test_an_awaitable_that_turns_the_cancellation_into_an_error_is_aborted() -> None:
+    token = CancelToken()
+    started = asyncio.Event()
+
+    async def converts() -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            raise RuntimeError("stopped") from None
+
+    async def wait() -> None:
+        await until_cancelled(converts(), token)
+
+    task = asyncio.create_task(wait())
+    await started.wait()
+    token.cancel("stop")
+    with pytest.raises(Aborted):
+        await task
+    assert task.cancelling() == 0
+
+
 async def test_a_token_already_fired_closes_the_awaitable_unstarted() -> None:
     token = CancelToken()
     token.cancel("before")

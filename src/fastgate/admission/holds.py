@@ -107,6 +107,11 @@ async def until_cancelled(
         if interruption.fired and task.uncancel() == 0:
             raise Aborted from None
         raise
+    except BaseException:
+        if interruption.fired:  # it turned the cancellation into an error of its own
+            task.uncancel()
+            raise Aborted from None
+        raise
     finally:
         interruption.over = True
         link.remove()
