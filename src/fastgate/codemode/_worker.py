@@ -240,7 +240,9 @@ class Channel:
         the wait: another file descriptor of the loop, its self-pipe (a signal, another
         thread's call_soon_threadsafe), or the loop's next timer. It then returns ``None`` and
         the caller waits for the reply on the loop as usual; epoll is level-triggered, so what
-        this wait saw and did not read, the loop sees again."""
+        this wait saw and did not read, the loop sees again. Before it sleeps there, it polls
+        the channel alone for at most _POLL_SECONDS (``_poll``; a timer due sooner ends the
+        poll), so the rest of the loop waits that long at most."""
         assert self.wait is not None
         fd = self.sock.fileno()
         polled = False

@@ -289,7 +289,8 @@ async def _placed_calls(
     ctx = ExecutionContext(session_id="bench")
     args = {"a": "hello", "b": "world"}
     found: dict[str, tuple[list[float], list[float], list[float]]] = {}
-    # This thread's CPU: the threads that start workers, and the workers, inherit it.
+    # This thread (the loop that answers the program) on the first CPU; each program, and each
+    # raw child, keeps itself on its placement's CPU.
     os.sched_setaffinity(0, {first})
     try:
         for where, other in placements.items():
