@@ -146,14 +146,15 @@ async def test_content_blocks_errors_and_odd_text_round_trip(db: Path) -> None:
     assert isinstance(call.result.content, tuple)
 
 
-def deeply_nested(depth: int) -> list[Any]:
-    value: list[Any] = []
+def deeply_nested(depth: int, leaf: Any) -> list[Any]:
+    value: list[Any] = [leaf]
     for _ in range(depth):
         value = [value]
     return value
 
 
-@pytest.mark.parametrize("args", [{"x": object()}, {"deep": deeply_nested(20_000)}])
+# Not JSON: an object, shallow or nested past the encoder's depth (which a JSON value may be).
+@pytest.mark.parametrize("args", [{"x": object()}, {"deep": deeply_nested(20_000, object())}])
 async def test_a_record_that_cannot_be_encoded_writes_nothing(db: Path, args: Any) -> None:
     async with SqliteToolUseStore(db) as store:
         with pytest.raises(StoreError, match="cannot be encoded") as caught:

@@ -1,9 +1,11 @@
 """How the stores write arguments and results: msgpack (msgspec), with text UTF-8 cannot encode
-kept losslessly; and how a session's rows become ``StoredCall`` s in model order."""
+kept losslessly, and any JSON value the pipeline admits kept whole (integers past 64 bits, any
+depth); and how a session's rows become ``StoredCall`` s in model order."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import struct
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -16,7 +18,13 @@ from fastgate.model.results import DurableResult
 # msgpack extensions, used only for text UTF-8 cannot encode (lone surrogates, e.g. from
 # surrogateescape'd tool output): such a str, and a map with such a key (as [key, value] pairs).
 _SURROGATE_TEXT, _SURROGATE_MAP = 1, 2
+# And for what msgpack cannot hold, though JSON can and validation admits it: an integer past 64
+# bits (its two's complement bytes), and a value nested past the encoder's depth, written flat:
+# one extension holding the value's items in order, each array or object a marker with its
+# length followed by its items (an object's as key, value), so no depth is ever recursed into.
+_BIG_INT, _FLAT, _FLAT_ARRAY, _FLAT_MAP = 3, 4, 5, 6
 _encoder = msgspec.msgpack.Encoder()
+_length = struct.Struct(">I")
 
 
 def _escape_surrogates(value: Any) -> Any:
@@ -43,13 +51,109 @@ def encode(value: Any, path: str, what: str) -> bytes:
         return _encoder.encode(value)
     except UnicodeEncodeError:
         pass  # lone surrogates (surrogateescape'd tool output): stored losslessly below
-    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+    except (OverflowError, RecursionError):
+        return _encode_flat(value, path, what)
+    except (TypeError, ValueError) as exc:
         raise StoreError(path, f"{what} cannot be encoded (nothing was written): {exc}") from None
     try:
         builtins = msgspec.to_builtins(value, builtin_types=(bytes, bytearray, memoryview))
         return _encoder.encode(_escape_surrogates(builtins))
+    except (OverflowError, RecursionError):
+        return _encode_flat(value, path, what)
+    except (TypeError, ValueError, UnicodeError) as exc:
+        raise StoreError(path, f"{what} cannot be encoded (nothing was written): {exc}") from None
+
+
+def _encode_flat(value: Any, path: str, what: str) -> bytes:
+    try:
+        return _encoder.encode(msgspec.msgpack.Ext(_FLAT, _encoder.encode(_flat_items(value))))
     except (TypeError, ValueError, OverflowError, RecursionError, UnicodeError) as exc:
         raise StoreError(path, f"{what} cannot be encoded (nothing was written): {exc}") from None
+
+
+def _flat_items(value: Any) -> list[Any]:
+    """``value``'s items in order, each container a marker and its length (iterative)."""
+    items: list[Any] = []
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, msgspec.Struct):
+            item = _struct_fields(item)
+        if isinstance(item, Mapping):
+            items.append(msgspec.msgpack.Ext(_FLAT_MAP, _length.pack(len(item))))
+            for key, child in reversed(list(item.items())):
+                stack.append(child)
+                stack.append(key)
+        elif isinstance(item, (list, tuple)):
+            items.append(msgspec.msgpack.Ext(_FLAT_ARRAY, _length.pack(len(item))))
+            stack.extend(reversed(item))
+        elif isinstance(item, int) and not isinstance(item, bool):
+            in_range = -(2**63) <= item < 2**64
+            items.append(item if in_range else msgspec.msgpack.Ext(_BIG_INT, _int_bytes(item)))
+        elif isinstance(item, str):
+            items.append(_escape_surrogates(item))
+        elif item is None or isinstance(item, (bool, float, bytes)):
+            items.append(item)
+        elif isinstance(item, (bytearray, memoryview)):
+            items.append(bytes(item))
+        else:  # a leaf msgspec knows (an enum, a date, ...)
+            items.append(msgspec.to_builtins(item, builtin_types=(bytes, bytearray, memoryview)))
+    return items
+
+
+def _struct_fields(value: msgspec.Struct) -> dict[str, Any]:
+    """A struct as msgspec writes it: its fields, and its tag where it has one."""
+    fields = msgspec.structs.asdict(value)
+    config = value.__struct_config__
+    if config.tag_field is not None:
+        fields = {config.tag_field: config.tag, **fields}
+    return fields
+
+
+def _int_bytes(value: int) -> bytes:
+    return value.to_bytes(value.bit_length() // 8 + 1, "big", signed=True)
+
+
+def _unflatten(items: list[Any]) -> Any:
+    """The value ``_flat_items`` wrote (iterative)."""
+    root: list[Any] = []
+    # Each open container: (the container, the items it still takes, the key awaiting a value).
+    open_: list[list[Any]] = [[root, 1, None]]
+    for item in items:
+        if isinstance(item, _Open):
+            value: Any = {} if item.is_map else []
+            taken = item.size * 2 if item.is_map else item.size
+        else:
+            value, taken = item, 0
+        frame = open_[-1]
+        container = frame[0]
+        if isinstance(container, dict):
+            if frame[2] is _NO_KEY:
+                frame[2] = value  # a key; its value comes next
+            else:
+                container[frame[2]] = value
+                frame[2] = _NO_KEY
+        else:
+            container.append(value)
+        frame[1] -= 1
+        if taken:
+            open_.append([value, taken, _NO_KEY])
+        while len(open_) > 1 and open_[-1][1] == 0:
+            open_.pop()
+    return root[0]
+
+
+class _Open:
+    """An array's or an object's marker in a flat value."""
+
+    __slots__ = ("is_map", "size")
+
+    def __init__(self, is_map: bool, size: int) -> None:
+        self.is_map = is_map
+        self.size = size
+
+
+_NO_KEY = object()
 
 
 def _ext_hook(code: int, data: memoryview) -> Any:
@@ -57,6 +161,12 @@ def _ext_hook(code: int, data: memoryview) -> Any:
         return bytes(data).decode("utf-8", "surrogatepass")
     if code == _SURROGATE_MAP:
         return dict(_decoder.decode(data))
+    if code == _BIG_INT:
+        return int.from_bytes(data, "big", signed=True)
+    if code in (_FLAT_ARRAY, _FLAT_MAP):
+        return _Open(code == _FLAT_MAP, _length.unpack(data)[0])
+    if code == _FLAT:
+        return _unflatten(_decoder.decode(data))
     raise ValueError(f"unknown msgpack extension {code}")
 
 

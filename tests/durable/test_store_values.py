@@ -1,0 +1,62 @@
+"""Every JSON value the pipeline admits is recorded whole, in both stores: integers past 64 bits
+(JSON numbers have no bound) and values nested past the encoder's depth, alone or with text
+UTF-8 cannot encode. Such a call used to run with no record saved (SPEC §21: no durable record
+is lost)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fastgate import ExecutionContext
+from fastgate.durable.store import args_digest
+from tests.durable.conftest import Backend
+from tests.pipeline_kit import assert_idle, executor, tool
+
+
+def nested(depth: int, leaf: Any) -> Any:
+    value = leaf
+    for level in range(depth):
+        value = {"k": value, "n": level} if level % 2 else [value, "x"]
+    return value
+
+
+VALUES = {
+    "an integer past 64 bits": {"n": 10**400},
+    "a negative one": {"n": -(2**64), "m": [2**64, -(10**30)]},
+    "nested 2,000 deep": {"v": nested(2_000, None)},
+    "nested 20,000 deep, big integers inside": {"v": nested(20_000, 2**70)},
+    "nested deep, with a lone surrogate in a key and a value": {
+        "v": nested(1_500, {"k\udcff": "v\udcfe"})
+    },
+}
+
+
+@pytest.mark.parametrize("args", VALUES.values(), ids=VALUES.keys())
+async def test_a_call_with_any_admitted_value_is_recorded_whole(
+    backend: Backend, args: dict[str, Any]
+) -> None:
+    ran: list[Any] = []
+
+    def keep(args: Any, ctx: Any) -> str:
+        ran.append(args)
+        return "kept"
+
+    store = backend.open()
+    try:
+        ex = executor(
+            tool("keep", keep, {"type": "object"}),
+            store=store,
+            require_persistence=True,
+        )
+        ctx = ExecutionContext(session_id="values")
+        result = await ex.execute("keep", args, ctx)
+        assert result.ok, result.content
+        assert len(ran) == 1
+        (stored,) = await store.load("values")
+        assert stored.status == "completed"
+        assert args_digest(stored.args) == args_digest(args)
+        assert_idle(ex)
+    finally:
+        await store.close()
