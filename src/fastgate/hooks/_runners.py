@@ -30,7 +30,12 @@ from fastgate.hooks._types import (
     PreToolUseResult,
 )
 from fastgate.model import Decision, NotJSON, freeze
-from fastgate.model.rendering import DEFAULT_MAX_CONTENT_CHARS, bounded_blocks, cut
+from fastgate.model.rendering import (
+    DEFAULT_MAX_CONTENT_CHARS,
+    bounded_blocks,
+    cut,
+    exception_line,
+)
 from fastgate.tools import ToolDefinition
 
 log = logging.getLogger("fastgate.hooks")
@@ -66,14 +71,14 @@ async def _invoke(entry: HookEntry, event: object) -> Any:
     except TimeoutError as exc:
         if deadline is not None and deadline.expired():
             raise HookFailed(f"timed out after {entry.timeout:g} s") from None
-        raise HookFailed(f"raised TimeoutError: {exc}") from None
+        raise HookFailed(f"raised {exception_line(exc)}") from None
     except asyncio.CancelledError:
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             raise
         raise HookFailed("raised CancelledError") from None
     except Exception as exc:
-        raise HookFailed(f"raised {type(exc).__name__}: {exc}") from None
+        raise HookFailed(f"raised {exception_line(exc)}") from None
 
 
 # Passes over the PreToolUse hooks of one call: the first, then the rechecks a rewrite calls for

@@ -33,6 +33,17 @@ class RenderError(Exception):
     """The value could not be turned into content (the result becomes ``OUTPUT_INVALID``)."""
 
 
+def exception_line(exc: BaseException) -> str:
+    """``"Type: message"`` of an exception raised by user code (a tool, a guard, a hook, an
+    approver, a renderer), whose ``__str__`` is user code too: one that raises, or returns no
+    text, is named by its type alone."""
+    try:
+        text = str(exc)
+    except Exception:
+        return f"{type(exc).__name__} (its message could not be read)"
+    return f"{type(exc).__name__}: {text}"
+
+
 def render(renderer: Callable[[Any], Any] | None, value: Any, max_chars: int) -> Any:
     """``str`` or a tuple of content blocks, bounded to ``max_chars`` characters of text;
     ``renderer`` is the tool's ``Output.render``."""
@@ -48,7 +59,7 @@ def render(renderer: Callable[[Any], Any] | None, value: Any, max_chars: int) ->
         else:
             content = _json_text(value, max_chars)
     except Exception as exc:
-        message = f"the tool's result could not be rendered: {type(exc).__name__}: {exc}"
+        message = f"the tool's result could not be rendered: {exception_line(exc)}"
         raise RenderError(message) from exc
     if isinstance(content, str):
         return cut(content, max_chars)

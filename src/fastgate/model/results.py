@@ -89,6 +89,18 @@ class Failure(msgspec.Struct, frozen=True):
     code: str | None = None
     details: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        # Checked here, in the tool's own code: a malformed Failure is the tool's error
+        # (TOOL_ERROR naming it), never a crash of the pipeline that reads it.
+        if not isinstance(self.message, str):
+            raise TypeError(f"Failure(message): expected str, got {type(self.message).__name__}")
+        if self.code is not None and not isinstance(self.code, str):
+            raise TypeError(f"Failure(code=): expected str or None, got {type(self.code).__name__}")
+        if self.details is not None and not isinstance(self.details, dict):
+            raise TypeError(
+                f"Failure(details=): expected a dict or None, got {type(self.details).__name__}"
+            )
+
 
 class ToolFault(Exception):
     """Raised by a tool body whose failure is not the tool's own exception: a bridge that lost

@@ -23,6 +23,7 @@ from fastgate.admission.holds import Aborted, until_cancelled
 from fastgate.model.approvals import ApprovalRequest, ApprovalResponse
 from fastgate.model.context import ExecutionContext
 from fastgate.model.decision import Decision, DecisionSource, PermissionMode
+from fastgate.model.rendering import exception_line
 from fastgate.model.results import ErrorCode
 from fastgate.permissions.approval_store import ApprovalStore
 from fastgate.permissions.resolver import PermissionResolver, RuleDecision
@@ -141,7 +142,7 @@ class _Prompt:
                 raise
             return _failed("raised CancelledError")  # the approver's own, not a cancellation
         except Exception as exc:
-            return _failed(f"{type(exc).__name__}: {exc}")
+            return _failed(exception_line(exc))
 
     def done(self) -> None:
         thread_done = self._thread_done

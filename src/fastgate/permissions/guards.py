@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from fastgate.model.context import ExecutionContext
+from fastgate.model.rendering import exception_line
 
 log = logging.getLogger("fastgate.permissions.guards")
 
@@ -58,7 +59,7 @@ async def run_guards(guards: Iterable[Guard], view: ToolCallView) -> str | None:
             return f"guard {name} did not answer within {GUARD_TIMEOUT:g}s; the call is denied"
         except Exception as exc:
             log.warning("guard %s raised %s (tool %s)", name, type(exc).__name__, view.tool_name)
-            return f"guard {name} failed ({type(exc).__name__}: {exc}); the call is denied"
+            return f"guard {name} failed ({exception_line(exc)}); the call is denied"
         if reason is None:
             continue
         if isinstance(reason, str):

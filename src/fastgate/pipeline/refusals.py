@@ -6,6 +6,7 @@ import difflib
 from collections.abc import Iterable
 from typing import Any
 
+from fastgate.model.rendering import exception_line
 from fastgate.model.results import ErrorCode, ToolFault
 from fastgate.pipeline.invocation import ABORTED, TIMEOUT, Outcome
 from fastgate.schema import ValidationIssue
@@ -109,5 +110,5 @@ def failure_of(
         details.update(exc.details)
         return exc.code, exc.message, details, exc.retryable
     details["type"] = type(exc).__name__
-    message = f"{tool.name} raised {type(exc).__name__}: {exc}"
+    message = f"{tool.name} raised {exception_line(exc)}"
     return ErrorCode.TOOL_ERROR, message, details, False

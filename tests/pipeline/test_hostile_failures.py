@@ -1,0 +1,147 @@
+"""User code that fails badly still gets a result: an exception whose message cannot be read
+(from a tool, a guard, a hook, an approver, a renderer) and a malformed ``Failure`` are named,
+recorded in history, and hold nothing; a batch goes on past them (SPEC §9.3, §21)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fastgate import (
+    ApprovalResponse,
+    ErrorCode,
+    ExecutionContext,
+    Failure,
+    Output,
+    PermissionConfig,
+    ToolCall,
+)
+from fastgate.hooks import Hooks
+from tests.pipeline_kit import NOTHING, assert_idle, executor, tool
+
+
+class RaisingMessage(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("the message itself fails")
+
+
+class TextlessMessage(Exception):
+    def __str__(self) -> Any:
+        return 42  # str() of it raises TypeError
+
+
+class RecursiveMessage(Exception):
+    def __str__(self) -> str:
+        return str(self)
+
+
+UNREADABLE = [RaisingMessage, TextlessMessage, RecursiveMessage]
+
+
+def fails_with(kind: type[Exception]) -> Any:
+    def body(args: Any, ctx: Any) -> Any:
+        raise kind()
+
+    return body
+
+
+@pytest.mark.parametrize("kind", UNREADABLE, ids=lambda k: k.__name__)
+async def test_a_tool_raising_an_unreadable_exception_gets_tool_error(
+    kind: type[Exception],
+) -> None:
+    ex = executor(tool("bad", fails_with(kind), NOTHING))
+    result = await ex.execute("bad", {})
+    assert result.error is not None and result.error.code is ErrorCode.TOOL_ERROR
+    assert f"bad raised {kind.__name__}" in result.error.message
+    assert [entry.meta.execution_id for entry in ex.history()] == [result.meta.execution_id]
+    assert_idle(ex)
+
+
+@pytest.mark.parametrize("kind", UNREADABLE, ids=lambda k: k.__name__)
+async def test_a_batch_goes_on_past_an_unreadable_exception(kind: type[Exception]) -> None:
+    ran: list[str] = []
+
+    def fine(args: Any, ctx: Any) -> str:
+        ran.append("fine")
+        return "ok"
+
+    ex = executor(tool("bad", fails_with(kind), NOTHING), tool("fine", fine, NOTHING))
+    calls = [ToolCall("1", "bad", {}), ToolCall("2", "fine", {}), ToolCall("3", "fine", {})]
+    results = await ex.execute_parallel(calls, ExecutionContext(session_id="s1"))
+    assert [r.ok for r in results] == [False, True, True]
+    assert ran == ["fine", "fine"]
+    assert_idle(ex)
+
+
+MALFORMED = {
+    "a message that is None": lambda: Failure(None),  # type: ignore[arg-type]
+    "a message that is a number": lambda: Failure(123),  # type: ignore[arg-type]
+    "a code that is a number": lambda: Failure("no", code=5),  # type: ignore[arg-type]
+    "details that are a list": lambda: Failure("no", details=["x"]),  # type: ignore[arg-type]
+}
+
+
+@pytest.mark.parametrize("make", MALFORMED.values(), ids=MALFORMED.keys())
+async def test_a_malformed_failure_is_the_tools_error(make: Any) -> None:
+    ex = executor(tool("sloppy", lambda args, ctx: make(), NOTHING))
+    result = await ex.execute("sloppy", {})
+    assert result.error is not None and result.error.code is ErrorCode.TOOL_ERROR
+    assert "sloppy raised TypeError: Failure(" in result.error.message
+    assert len(ex.history()) == 1
+    assert_idle(ex)
+
+
+@pytest.mark.parametrize("kind", UNREADABLE, ids=lambda k: k.__name__)
+async def test_a_guard_raising_an_unreadable_exception_denies_naming_itself(
+    kind: type[Exception],
+) -> None:
+    def strict_guard(view: Any) -> None:
+        raise kind()
+
+    ex = executor(tool("t", lambda a, c: "ran", NOTHING), guards=[strict_guard])
+    result = await ex.execute("t", {})
+    assert result.error is not None and result.error.code is ErrorCode.PERMISSION_DENIED
+    assert "strict_guard" in result.error.message and kind.__name__ in result.error.message
+    assert_idle(ex)
+
+
+@pytest.mark.parametrize("kind", UNREADABLE, ids=lambda k: k.__name__)
+async def test_a_hook_raising_an_unreadable_exception_fails_closed(kind: type[Exception]) -> None:
+    hooks = Hooks()
+
+    def hook(event: Any) -> None:
+        raise kind()
+
+    hooks.add_pre_tool_use(hook)
+    ex = executor(tool("t", lambda a, c: "ran", NOTHING), hooks=hooks)
+    result = await ex.execute("t", {})
+    assert result.error is not None and result.error.code is ErrorCode.PERMISSION_DENIED
+    assert kind.__name__ in result.error.message
+    assert_idle(ex)
+
+
+@pytest.mark.parametrize("kind", UNREADABLE, ids=lambda k: k.__name__)
+async def test_an_approver_raising_an_unreadable_exception_denies(kind: type[Exception]) -> None:
+    async def approver(request: Any) -> ApprovalResponse:
+        raise kind()
+
+    ex = executor(tool("t", lambda a, c: "ran", NOTHING), permissions=PermissionConfig(ask=("t",)))
+    result = await ex.execute("t", {}, ExecutionContext(session_id="s1", approver=approver))
+    assert result.error is not None and result.error.code is ErrorCode.PERMISSION_DENIED
+    assert kind.__name__ in result.error.message
+    assert_idle(ex)
+
+
+@pytest.mark.parametrize("kind", UNREADABLE, ids=lambda k: k.__name__)
+async def test_a_renderer_raising_an_unreadable_exception_is_output_invalid(
+    kind: type[Exception],
+) -> None:
+    def render(value: Any) -> str:
+        raise kind()
+
+    ex = executor(tool("t", lambda a, c: {"v": 1}, NOTHING, output=Output(render=render)))
+    result = await ex.execute("t", {})
+    assert result.error is not None and result.error.code is ErrorCode.OUTPUT_INVALID
+    assert kind.__name__ in result.error.message
+    assert_idle(ex)
