@@ -67,6 +67,7 @@ async def test_a_completed_key_is_answered_from_the_journal(backend: Backend) ->
         third = await ex.execute("t", {"n": 1}, keyed("k"))
         calls = await store.load("s")
     assert first.ok and not first.meta.replayed
+    assert (again.meta.call_id, third.meta.call_id) == ("retry", None)  # each its own call's
     for repeat in (again, third):
         assert repeat.ok and repeat.content == first.content == "run 1"
         assert repeat.meta.replayed is True
@@ -598,5 +599,21 @@ async def test_a_result_write_that_fails_is_tried_again_while_the_claim_is_held(
         again = await ex.execute("t", {"n": 1}, keyed("k"))
     assert done.ok and done.content == "run 1"
     assert again.meta.replayed and again.content == "run 1", again.error
+    assert len(body.runs) == 1
+    assert_idle(ex)
+
+
+async def test_a_repeat_in_one_batch_is_answered_under_its_own_call_id(backend: Backend) -> None:
+    body = Counter()
+    async with backend.open() as store:
+        ex = executor(tool("t", body, ANY), store=store)
+        calls = [
+            ToolCall("first", "t", {"n": 1}, idempotency_key="k"),
+            ToolCall("second", "t", {"n": 1}, idempotency_key="k"),
+        ]
+        for run in (ex.execute_all, ex.execute_parallel):
+            results = await run(calls, ExecutionContext(session_id="s"))
+            assert [r.meta.call_id for r in results] == ["first", "second"]
+            assert results[1].meta.replayed
     assert len(body.runs) == 1
     assert_idle(ex)

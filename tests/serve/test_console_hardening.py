@@ -366,7 +366,7 @@ async def test_a_live_stream_ends_when_its_session_does(tmp_path: Path) -> None:
 async def test_a_live_stream_ends_when_its_session_expires(tmp_path: Path) -> None:
     gateway = console_gateway(tmp_path)
     assert gateway._console is not None
-    gateway._console.sessions.ttl = 1.0  # (eight hours otherwise)
+    gateway._console.sessions.ttl = 3.0  # (eight hours otherwise; room to sign in under load)
     async with serving(gateway) as url, httpx.AsyncClient(timeout=30) as http:
         origin = origin_of(url)
         await _signed_in(http, origin)

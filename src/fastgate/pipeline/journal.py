@@ -175,9 +175,11 @@ def _in_progress(executor: ToolExecutor, call: _Call, key: str, execution_id: st
 
 
 def _replay(executor: ToolExecutor, call: _Call, durable: DurableResult) -> ToolResult:
-    """The recorded result, as the repeat's answer: its original meta, ``replayed`` set. Like
-    every result it goes to the history and the result observers."""
-    meta = msgspec.structs.replace(durable.meta, replayed=True)
+    """The recorded result, as the repeat's answer: its original meta (the execution id that
+    ran), ``replayed`` set, and the repeat's own call id (what a caller pairs the answer with:
+    the model's id for this tool call). Like every result it goes to the history and the
+    result observers."""
+    meta = msgspec.structs.replace(durable.meta, replayed=True, call_id=call.call_id)
     result = ToolResult(durable.ok, durable.content, durable.error, meta)
     code = durable.error.code if durable.error is not None else None
     executor._history.add(result, call.name, code, call.elapsed_ms())
