@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from fastgate import ExecutionContext
+from fastgate import ErrorCode, ExecutionContext, StreamingToolExecutor, ToolCall
 from fastgate.durable.store import args_digest
 from tests.durable.conftest import Backend
 from tests.pipeline_kit import assert_idle, executor, tool
@@ -58,5 +58,43 @@ async def test_a_call_with_any_admitted_value_is_recorded_whole(
         assert stored.status == "completed"
         assert args_digest(stored.args) == args_digest(args)
         assert_idle(ex)
+    finally:
+        await store.close()
+
+
+# Text no store can hold as it is: a lone surrogate (a model's JSON may carry "\udcff"), a NUL.
+ODD_IDS = ["call\udcff", "\ud800", "call\x00id"]
+
+
+@pytest.mark.parametrize("odd", ODD_IDS, ids=["surrogate", "lone high", "NUL"])
+async def test_a_call_whose_id_cannot_be_recorded_is_refused_not_run_unrecorded(
+    backend: Backend, odd: str
+) -> None:
+    ran: list[Any] = []
+
+    def keep(args: Any, ctx: Any) -> str:
+        ran.append(args)
+        return "kept"
+
+    store = backend.open()
+    try:
+        ex = executor(tool("keep", keep, {"type": "object"}), store=store)  # persistence optional
+        by_call_id = await ex.execute("keep", {}, ExecutionContext(session_id="ids"), call_id=odd)
+        by_session = await ex.execute("keep", {}, ExecutionContext(session_id=odd))
+        plain = executor(tool("keep", keep, {"type": "object"}))  # the stream records
+        streaming = StreamingToolExecutor(plain, ExecutionContext(session_id="ids"), store=store)
+        streaming.add_tool(ToolCall(odd, "keep", {}))
+        streaming.add_tool(ToolCall("fine", "keep", {}))
+        streaming.finish()
+        streamed = [result async for result in streaming.results()]
+        for refused in (by_call_id, by_session, streamed[0]):
+            assert refused.error is not None, refused
+            assert refused.error.code is ErrorCode.INVALID_ARGS
+            assert refused.error.details["reason"] == "unrecordable"
+        assert streamed[1].ok
+        assert len(ran) == 1  # only the streamed call with a plain id ran
+        assert [c.call_id for c in await store.load("ids")] == ["fine"]
+        assert_idle(ex)
+        assert_idle(plain)
     finally:
         await store.close()

@@ -50,6 +50,28 @@ class ToolUseRecord(msgspec.Struct, frozen=True):
     read_only: bool = False
 
 
+def unrecordable(record: ToolUseRecord) -> str | None:
+    """Why no store can hold ``record``'s text as given (a lone surrogate, which UTF-8 cannot
+    encode, or a NUL, which PostgreSQL text cannot hold, in an id or the tool's name), or None.
+    Such a call is bad input: it is refused, never run unrecorded."""
+    fields = (
+        ("call id", record.call_id),
+        ("session id", record.session_id),
+        ("turn id", record.turn_id),
+        ("tool name", record.tool_name),
+    )
+    for what, text in fields:
+        if text is None:
+            continue
+        if "\x00" in text:
+            return f"its {what} contains a NUL character"
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            return f"its {what} is not valid Unicode text (it holds a lone surrogate)"
+    return None
+
+
 class StoredCall(msgspec.Struct, frozen=True):
     """One recovered call: ``result`` is the durable part (content, error, meta) or None."""
 

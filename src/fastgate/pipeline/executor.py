@@ -22,7 +22,7 @@ from fastgate.admission.gate import ToolConcurrencyGate
 from fastgate.admission.holds import Aborted, Holds, until_cancelled
 from fastgate.admission.locks import FileLockManager, default_lock_manager
 from fastgate.admission.scheduler import ConcurrencyScheduler, default_scheduler
-from fastgate.durable.store import ToolUseRecord, ToolUseStore
+from fastgate.durable.store import ToolUseRecord, ToolUseStore, unrecordable
 from fastgate.errors import GateClosed, ResourceExhausted, SchedulerClosed
 from fastgate.hooks import (
     UNSET,
@@ -1084,6 +1084,14 @@ class ToolExecutor:
             args,
             tool.kind is _READ_ONLY,
         )
+        why = unrecordable(record)
+        if why is not None:
+            return self._finalize(
+                call,
+                ErrorCode.INVALID_ARGS,
+                f"The call was not run: {why}, so it cannot be recorded.",
+                details={"reason": "unrecordable"},
+            )
         try:
             await self.store.record_tool_use(record)
         except Exception as exc:

@@ -22,7 +22,7 @@ import logging
 from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import Any, TypeVar
 
-from fastgate.durable.store import ToolUseRecord, ToolUseStore
+from fastgate.durable.store import ToolUseRecord, ToolUseStore, unrecordable
 from fastgate.model.cancel import CancelToken
 from fastgate.model.context import ExecutionContext, ToolCall, with_idempotency_key
 from fastgate.model.kinds import ToolKind
@@ -30,6 +30,12 @@ from fastgate.model.results import ErrorCode, ToolResult
 from fastgate.pipeline.executor import ToolExecutor
 
 log = logging.getLogger("fastgate.pipeline.streaming")
+
+
+class Unrecordable(Exception):
+    """A call's record holds text no store can hold (``unrecordable``): the call is refused."""
+
+
 T = TypeVar("T")
 
 
@@ -235,6 +241,9 @@ class StreamingToolExecutor:
             call.args,
             self._reads_only(call.name),
         )
+        why = unrecordable(record)
+        if why is not None:
+            return Unrecordable(why)
         try:
             await self.store.record_tool_use(record)
         except Exception as exc:
@@ -246,7 +255,17 @@ class StreamingToolExecutor:
         call = entry.call
         assert entry.record is not None
         record_error = await entry.record
-        if record_error is not None and self.require_persistence:
+        if isinstance(record_error, Unrecordable):  # bad input: refused whatever the setting
+            result = self.executor.refuse(
+                call.name,
+                ErrorCode.INVALID_ARGS,
+                f"The call was not run: {record_error}, so it cannot be recorded.",
+                self._ctx,
+                call_id=call.id,
+                details={"reason": "unrecordable"},
+                execution_id=entry.execution_id,
+            )
+        elif record_error is not None and self.require_persistence:
             result = self.executor.refuse(
                 call.name,
                 ErrorCode.PERSISTENCE_FAILED,
