@@ -145,3 +145,50 @@ async def test_a_renderer_raising_an_unreadable_exception_is_output_invalid(
     assert result.error is not None and result.error.code is ErrorCode.OUTPUT_INVALID
     assert kind.__name__ in result.error.message
     assert_idle(ex)
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        ([1], "an array"),
+        ((1, 2), "an array"),
+        ([], "an array"),
+        ("text", "a string"),
+        (True, "a boolean"),
+        (None, "null"),
+        (3.5, "a number"),
+    ],
+)
+async def test_arguments_that_are_not_an_object_are_named_in_json_terms(
+    args: Any, named: str
+) -> None:
+    ex = executor(tool("t", lambda a, c: "ran", NOTHING))
+    result = await ex.execute("t", args)
+    assert result.error is not None and result.error.code is ErrorCode.INVALID_ARGS
+    assert result.error.message.endswith(f"got {named}."), result.error.message
+
+
+@pytest.mark.parametrize("bad_items", [50, 51, 200])
+async def test_a_refusal_cut_at_the_validators_limit_says_more_may_follow(bad_items: int) -> None:
+    strings = {
+        "type": "object",
+        "properties": {"xs": {"type": "array", "items": {"type": "string"}}},
+    }
+    ex = executor(tool("t", lambda a, c: "ran", strings))
+    result = await ex.execute("t", {"xs": list(range(bad_items))})
+    assert result.error is not None and result.error.code is ErrorCode.INVALID_ARGS
+    assert len(result.error.details["issues"]) == 50
+    assert result.error.details["truncated"] is True
+    assert "there may be more" in result.error.message
+
+
+async def test_a_refusal_under_the_limit_is_whole() -> None:
+    strings = {
+        "type": "object",
+        "properties": {"xs": {"type": "array", "items": {"type": "string"}}},
+    }
+    ex = executor(tool("t", lambda a, c: "ran", strings))
+    result = await ex.execute("t", {"xs": list(range(49))})
+    assert result.error is not None and len(result.error.details["issues"]) == 49
+    assert "truncated" not in result.error.details
+    assert "there may be more" not in result.error.message

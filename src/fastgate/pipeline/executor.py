@@ -779,7 +779,8 @@ class ToolExecutor:
             return self._finalize(call, ErrorCode.INVALID_ARGS, _refusals.not_an_object(args))
         issues = plan.validator.validate(args)
         if issues:
-            message, details = _refusals.invalid_args(call.name, issues)
+            limit = getattr(plan.validator, "max_issues", None)
+            message, details = _refusals.invalid_args(call.name, issues, limit)
             return self._finalize(call, ErrorCode.INVALID_ARGS, message, details=details)
         return None
 

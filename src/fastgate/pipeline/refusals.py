@@ -37,29 +37,41 @@ def unknown_tool(name: str, visible: Iterable[str]) -> tuple[str, dict[str, Any]
 
 
 def not_an_object(args: Any) -> str:
-    kind = {
-        list: "an array",
-        tuple: "an array",
-        str: "a string",
-        bool: "a boolean",
-        type(None): "null",
-        int: "a number",
-        float: "a number",
-    }.get(type(args))
-    return (
-        f"Tool arguments must be a JSON object (named fields), got {kind or type(args).__name__}."
-    )
+    """Arguments that are not an object, named in JSON's terms (the frozen array the pipeline
+    made of a list is an array)."""
+    if isinstance(args, (list, tuple)):
+        kind = "an array"
+    elif isinstance(args, str):
+        kind = "a string"
+    elif isinstance(args, bool):
+        kind = "a boolean"
+    elif args is None:
+        kind = "null"
+    elif isinstance(args, (int, float)):
+        kind = "a number"
+    else:
+        kind = type(args).__name__
+    return f"Tool arguments must be a JSON object (named fields), got {kind}."
 
 
-def invalid_args(tool_name: str, issues: list[ValidationIssue]) -> tuple[str, dict[str, Any]]:
+def invalid_args(
+    tool_name: str, issues: list[ValidationIssue], limit: int | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The refusal of arguments with ``issues``; ``limit``: the most the validator reports (at
+    it, the model is told that more may follow once these are fixed)."""
     lines = [f"Invalid arguments for {tool_name}:"]
     lines += [f"- {issue.message}" for issue in issues]
-    details = {
+    details: dict[str, Any] = {
         "issues": [
             {"path": _shown_path(issue.path), "keyword": issue.keyword, "message": issue.message}
             for issue in issues
         ]
     }
+    if limit is not None and len(issues) >= limit:
+        lines.append(
+            f"(Validation stopped at {limit} issues; there may be more once these are fixed.)"
+        )
+        details["truncated"] = True
     return "\n".join(lines), details
 
 
