@@ -63,7 +63,9 @@ def test_base64_data_is_kept_whole_or_its_block_left_out() -> None:
     small = {"type": "image", "data": "QUJD" * 100, "mimeType": "image/png"}
     huge = {"type": "image", "data": "QUJD" * 10_000_000, "mimeType": "image/png"}
     out, _ = _rendered([small, huge, "after"])
-    assert out[0] is small  # a block that fits is the tool's own
+    assert out[0] == small  # a block that fits is kept whole, as a frozen snapshot
+    with pytest.raises(TypeError):
+        out[0]["data"] = "changed"
     note = f"[... a 'image' content block left out: over the budget of {BUDGET} characters ...]"
     assert out[1] == {"type": "text", "text": note}
     assert out[2] == "after"
@@ -115,7 +117,10 @@ def test_blocks_that_fit_are_returned_as_they_are() -> None:
         {"type": "image", "data": "QUJD", "mimeType": "x"},
     )
     out = render(_as_given, blocks, BUDGET)
-    assert all(o is b for o, b in zip(out, blocks, strict=True))
+    assert out == blocks  # whole, each a frozen snapshot of the tool's block
+    with pytest.raises(TypeError):
+        out[0]["text"] = "changed"
+    assert blocks[0]["text"] == "a"
     assert render(None, "short", BUDGET) == "short"
 
 

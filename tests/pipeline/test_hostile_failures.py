@@ -4,6 +4,7 @@ recorded in history, and hold nothing; a batch goes on past them (SPEC §9.3, §
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -192,3 +193,39 @@ async def test_a_refusal_under_the_limit_is_whole() -> None:
     assert result.error is not None and len(result.error.details["issues"]) == 49
     assert "truncated" not in result.error.details
     assert "there may be more" not in result.error.message
+
+
+async def test_a_results_details_and_blocks_cannot_be_changed_after_the_fact() -> None:
+    def failing(args: Any, ctx: Any) -> Failure:
+        return Failure("no", code="C1", details={"rows": [1, 2], "where": {"line": 3}})
+
+    def blocks(args: Any, ctx: Any) -> list[Any]:
+        return [{"type": "text", "text": "a", "_meta": {"tags": ["x"]}}]
+
+    as_blocks = Output(render=lambda value: value)  # the value is the content blocks
+    ex = executor(
+        tool("failing", failing, NOTHING), tool("blocks", blocks, NOTHING, output=as_blocks)
+    )
+    failed = await ex.execute("failing", {})
+    shown = await ex.execute("blocks", {})
+    assert failed.error is not None
+    details = failed.error.details
+    attempts: list[Callable[[], Any]] = [
+        lambda: details.__setitem__("code", "FORGED"),
+        lambda: details["rows"].append(3),
+        lambda: details["where"].update(line=4),
+        lambda: shown.content[0].__setitem__("text", "forged"),
+        lambda: shown.content[0]["_meta"]["tags"].append("y"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(TypeError):
+            attempt()
+    recorded = {entry.meta.tool_name: entry for entry in ex.history()}
+    assert recorded["failing"].error is not None
+    assert recorded["failing"].error.details["code"] == "C1"
+    assert recorded["failing"].error.details["rows"] == [1, 2]
+    assert recorded["blocks"].content[0]["text"] == "a"
+    # A copy is the caller's to change.
+    mine = dict(details)
+    mine["code"] = "mine"
+    assert failed.error.details["code"] == "C1"

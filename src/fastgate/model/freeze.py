@@ -14,7 +14,7 @@ from typing import Any, NoReturn
 
 
 def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
-    raise TypeError(f"tool arguments are read-only ({type(self).__name__})")
+    raise TypeError(f"read-only snapshot ({type(self).__name__}): copy() gives a mutable one")
 
 
 class FrozenDict(dict[str, Any]):
@@ -73,6 +73,38 @@ def freeze(value: Any) -> Any:
     """Deep, iterative copy of a JSON-like value into frozen containers (scalars are shared).
     The executor checks the usual arguments, an object of scalars, in compiled code first."""
     return _convert(value, FrozenDict, FrozenList)
+
+
+def freeze_loosely(value: Any) -> Any:
+    """``freeze`` for what a result carries (an error's details, content blocks): plain dicts
+    and lists become frozen (a tuple's items too), any other object is kept as it is, and
+    there is no size bound (a tool
+    may put anything there; it is frozen so that nobody changes the result after the fact, the
+    history's copy included). Iterative."""
+    if type(value) in SCALAR_TYPES or type(value) is FrozenDict:
+        return value
+    root: list[Any] = [None]
+    stack: list[tuple[Any, list[Any], int]] = [(value, root, 0)]
+    found: list[tuple[type, list[Any], list[Any] | None, list[Any], int]] = []
+    while stack:
+        source, into, index = stack.pop()
+        kind_of = type(source)
+        if kind_of is not dict and kind_of is not list and kind_of is not tuple:
+            # A scalar, frozen already, or an object of the tool's own (a dict subclass too:
+            # its type may be what it means).
+            into[index] = source
+            continue
+        keys = list(source.keys()) if kind_of is dict else None
+        items = [source[key] for key in keys] if keys is not None else list(source)
+        # A tuple stays a tuple (of frozen items): it was immutable, and equal to tuples.
+        kind = FrozenDict if keys is not None else tuple if kind_of is tuple else FrozenList
+        found.append((kind, items, keys, into, index))
+        for i, item in enumerate(items):
+            if type(item) not in SCALAR_TYPES:
+                stack.append((item, items, i))
+    for kind, children, keys, into, index in reversed(found):
+        into[index] = kind(children) if keys is None else kind(zip(keys, children, strict=True))
+    return root[0]
 
 
 def thaw(value: Any) -> Any:

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import msgspec
 
+from fastgate.model.freeze import freeze_loosely
 from fastgate.model.preview import JsonPreview, json_size
 
 DEFAULT_MAX_CONTENT_CHARS = 200_000
@@ -170,8 +171,9 @@ def cut(text: str, max_chars: int) -> str:
 
 
 def bounded_blocks(blocks: list[Any] | tuple[Any, ...], budget: int) -> tuple[Any, ...]:
-    """``blocks`` holding about ``budget`` characters in all (see the module's docstring); a
-    block that fits whole is kept as it is (the same object)."""
+    """``blocks`` holding about ``budget`` characters in all (see the module's docstring), each
+    frozen (``freeze_loosely``: a result's content is nobody's to change, the history's copy
+    included)."""
     out: list[Any] = []
     left = budget
     count = len(blocks)
@@ -184,7 +186,7 @@ def bounded_blocks(blocks: list[Any] | tuple[Any, ...], budget: int) -> tuple[An
         if kept is None:
             kept = _left_out(block, budget)
             used = len(kept["text"]) + _OVERHEAD
-        out.append(kept)
+        out.append(freeze_loosely(kept))
         left -= used
     return tuple(out)
 

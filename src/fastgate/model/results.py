@@ -11,6 +11,8 @@ from typing import Any
 
 import msgspec
 
+from fastgate.model.freeze import FrozenDict, freeze_loosely
+
 
 class ErrorCode(StrEnum):
     """Why a call did not succeed; values are the names (``ErrorCode.TIMEOUT == "TIMEOUT"``)."""
@@ -40,6 +42,12 @@ class ToolError(msgspec.Struct, frozen=True):
     retryable: bool = False
     retry_after: str | float | None = None
     details: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Frozen like the rest of the result: a caller, an observer or an adapter that changes
+        # the details of its result would otherwise change the history's copy too.
+        if type(self.details) is not FrozenDict:
+            msgspec.structs.force_setattr(self, "details", freeze_loosely(self.details))
 
 
 class ResultMeta(msgspec.Struct, frozen=True):
