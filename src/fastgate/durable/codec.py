@@ -140,6 +140,8 @@ def _unflatten(items: list[Any]) -> Any:
             open_.append([value, taken, _NO_KEY])
         while len(open_) > 1 and open_[-1][1] == 0:
             open_.pop()
+    if len(open_) > 1 or len(root) != 1:  # a damaged row: read as unreadable, not half a value
+        raise ValueError("a flat value that ends early or runs on")
     return root[0]
 
 
