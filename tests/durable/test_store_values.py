@@ -11,6 +11,7 @@ import pytest
 
 from fastgate import ErrorCode, ExecutionContext, StreamingToolExecutor, ToolCall
 from fastgate.durable.store import args_digest
+from fastgate.tools import ToolDefinition
 from tests.durable.conftest import Backend
 from tests.pipeline_kit import assert_idle, executor, tool
 
@@ -20,6 +21,16 @@ def nested(depth: int, leaf: Any) -> Any:
     for level in range(depth):
         value = {"k": value, "n": level} if level % 2 else [value, "x"]
     return value
+
+
+def kept_in(ran: list[Any]) -> ToolDefinition:
+    """A tool taking any object, which keeps each arguments it runs with in ``ran``."""
+
+    def keep(args: Any, ctx: Any) -> str:
+        ran.append(args)
+        return "kept"
+
+    return tool("keep", keep, {"type": "object"})
 
 
 VALUES = {
@@ -38,18 +49,10 @@ async def test_a_call_with_any_admitted_value_is_recorded_whole(
     backend: Backend, args: dict[str, Any]
 ) -> None:
     ran: list[Any] = []
-
-    def keep(args: Any, ctx: Any) -> str:
-        ran.append(args)
-        return "kept"
-
+    keep = kept_in(ran)
     store = backend.open()
     try:
-        ex = executor(
-            tool("keep", keep, {"type": "object"}),
-            store=store,
-            require_persistence=True,
-        )
+        ex = executor(keep, store=store, require_persistence=True)
         ctx = ExecutionContext(session_id="values")
         result = await ex.execute("keep", args, ctx)
         assert result.ok, result.content
@@ -71,17 +74,13 @@ async def test_a_call_whose_id_cannot_be_recorded_is_refused_not_run_unrecorded(
     backend: Backend, odd: str
 ) -> None:
     ran: list[Any] = []
-
-    def keep(args: Any, ctx: Any) -> str:
-        ran.append(args)
-        return "kept"
-
+    keep = kept_in(ran)
     store = backend.open()
     try:
-        ex = executor(tool("keep", keep, {"type": "object"}), store=store)  # persistence optional
+        ex = executor(keep, store=store)  # persistence optional
         by_call_id = await ex.execute("keep", {}, ExecutionContext(session_id="ids"), call_id=odd)
         by_session = await ex.execute("keep", {}, ExecutionContext(session_id=odd))
-        plain = executor(tool("keep", keep, {"type": "object"}))  # the stream records
+        plain = executor(keep)  # the stream records
         streaming = StreamingToolExecutor(plain, ExecutionContext(session_id="ids"), store=store)
         streaming.add_tool(ToolCall(odd, "keep", {}))
         streaming.add_tool(ToolCall("fine", "keep", {}))

@@ -251,36 +251,37 @@ class StreamingToolExecutor:
             return exc
         return None
 
+    def _refusal(
+        self, entry: _Entry, record_error: BaseException | None
+    ) -> tuple[ErrorCode, str, dict[str, Any] | None] | None:
+        """Why the call is not run, if it is not: its record holds text no store can hold
+        (whatever the persistence setting), its record was not saved and persistence is
+        required, or the model was switched before it started."""
+        if isinstance(record_error, Unrecordable):
+            message = f"The call was not run: {record_error}, so it cannot be recorded."
+            return ErrorCode.INVALID_ARGS, message, {"reason": "unrecordable"}
+        if record_error is not None and self.require_persistence:
+            message = f"The call was not run: its record could not be saved ({record_error})."
+            return ErrorCode.PERSISTENCE_FAILED, message, None
+        if entry.epoch != self._epoch or self._epoch_cancel.cancelled:
+            message = "The model was switched before this call started; it was not run."
+            return ErrorCode.ABORTED_BEFORE_DISPATCH, message, None
+        return None
+
     async def _run(self, entry: _Entry) -> None:
         call = entry.call
         assert entry.record is not None
         record_error = await entry.record
-        if isinstance(record_error, Unrecordable):  # bad input: refused whatever the setting
+        refusal = self._refusal(entry, record_error)
+        if refusal is not None:
+            code, message, details = refusal
             result = self.executor.refuse(
                 call.name,
-                ErrorCode.INVALID_ARGS,
-                f"The call was not run: {record_error}, so it cannot be recorded.",
+                code,
+                message,
                 self._ctx,
                 call_id=call.id,
-                details={"reason": "unrecordable"},
-                execution_id=entry.execution_id,
-            )
-        elif record_error is not None and self.require_persistence:
-            result = self.executor.refuse(
-                call.name,
-                ErrorCode.PERSISTENCE_FAILED,
-                f"The call was not run: its record could not be saved ({record_error}).",
-                self._ctx,
-                call_id=call.id,
-                execution_id=entry.execution_id,
-            )
-        elif entry.epoch != self._epoch or self._epoch_cancel.cancelled:
-            result = self.executor.refuse(
-                call.name,
-                ErrorCode.ABORTED_BEFORE_DISPATCH,
-                "The model was switched before this call started; it was not run.",
-                self._ctx,
-                call_id=call.id,
+                details=details,
                 execution_id=entry.execution_id,
             )
         else:
