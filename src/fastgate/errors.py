@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import Final
+
+USER_CODE_ERRORS: Final = (Exception, asyncio.CancelledError)
+"""What a synchronous callback of the user's (an observer, a classifier, ``paths``, a renderer)
+may raise as an error of its own: a ``CancelledError`` raised there is never a cancellation of
+the caller's task (those arrive only where it awaits), so it is the callback's failure."""
+
 
 class FastgateError(Exception):
     """Base class of every exception fastgate raises on purpose."""

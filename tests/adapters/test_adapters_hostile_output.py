@@ -203,6 +203,52 @@ async def test_the_agents_sdk_gets_only_image_types_the_api_takes() -> None:
     assert_idle(ex)
 
 
+# -- no content at all -------------------------------------------------------------------------
+
+
+async def test_a_result_without_content_is_an_empty_string_never_an_empty_list() -> None:
+    # The API refuses a tool message or output item whose content is an empty list.
+    ex = _returning("nothing", ())
+    (message,) = await fg_openai.execute_tool_calls(ex, [_call_of("c", "nothing")])
+    assert message["content"] == ""
+    output: list[Any] = [
+        {"type": "function_call", "call_id": "f", "name": "nothing", "arguments": "{}"},
+        {"type": "custom_tool_call", "call_id": "k", "name": "nothing", "input": "{}"},
+    ]
+    items = await fg_openai.execute_response_calls(ex, output)
+    assert [item["output"] for item in items] == ["", ""]
+    uses = [{"type": "tool_use", "id": "a", "name": "nothing", "input": {}}]
+    (block,) = await fg_anthropic.execute_tool_uses(ex, uses)
+    assert block["content"] == ""  # the same answer from every adapter
+    assert [r.content for r in ex.history()] == [(), (), (), ()]
+    assert_idle(ex)
+
+
+async def test_the_agents_sdk_gets_an_empty_string_for_no_content() -> None:
+    pytest.importorskip("agents", reason="needs the test extra (openai-agents)")
+    from agents import FunctionTool
+    from agents.tool_context import ToolContext
+
+    from fastgate.adapters.openai_agents import function_tools
+
+    ex = _returning("nothing", ())
+    (nothing,) = [t for t in function_tools(ex) if isinstance(t, FunctionTool)
+                  and t.name == "nothing"]  # fmt: skip
+    context = ToolContext(
+        context=ExecutionContext(session_id="s"),
+        tool_name="nothing",
+        tool_call_id="n",
+        tool_arguments="{}",
+    )
+    # An empty list would reach the model as the text "[]".
+    assert await nothing.on_invoke_tool(context, "{}") == ""
+    assert_idle(ex)
+
+
+def _call_of(call_id: str, name: str) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
 # -- content blocks that cannot be shown ------------------------------------------------------
 
 
@@ -233,8 +279,8 @@ def _texts(blocks: Any) -> list[str]:
 
 UNPRINTABLE_TEXTS = [
     "before",
-    "[a _Unprintable content block that cannot be shown as text]",
-    "[a _UnprintableDict content block that cannot be shown as text]",
+    "[... a '_Unprintable' content block left out: not JSON ...]",
+    "[... a '_UnprintableDict' content block left out: not JSON ...]",
     "after",
 ]
 

@@ -46,7 +46,7 @@ def store_context_fields_by_descriptor() -> None:
     ) -> None:
         session_id_(self, session_id)
         if workspace_root is not None and (
-            type(workspace_root) is not str or workspace_root[:1] != "/"
+            type(workspace_root) is not str or workspace_root[:1] != "/" or "\x00" in workspace_root
         ):
             workspace_root = _absolute(workspace_root)
         workspace_root_(self, workspace_root)

@@ -99,7 +99,7 @@ class ExecutionContext:
         # mypyc turns that into a store in the instance's own struct (a context is made per call).
         object.__setattr__(self, "session_id", session_id)
         if workspace_root is not None and (
-            type(workspace_root) is not str or workspace_root[:1] != "/"
+            type(workspace_root) is not str or workspace_root[:1] != "/" or "\x00" in workspace_root
         ):
             workspace_root = _absolute(workspace_root)  # "." means where the caller is now
         object.__setattr__(self, "workspace_root", workspace_root)
@@ -211,8 +211,12 @@ class ExecutionContext:
 
 def _absolute(root: Any) -> str:
     """A workspace root as an absolute path (a relative one is taken from the working
-    directory when the context is made, not when a tool later runs)."""
-    return str(os.path.abspath(os.fspath(root)))
+    directory when the context is made, not when a tool later runs). No path holds a NUL:
+    one that does is refused here rather than by the first system call given it."""
+    path = str(os.path.abspath(os.fspath(root)))
+    if "\x00" in path:
+        raise ValueError("workspace_root: a path cannot hold a NUL character")
+    return path
 
 
 class ToolCall(msgspec.Struct, frozen=True):

@@ -18,6 +18,7 @@ from typing import Any, Final
 
 import msgspec
 
+from fastgate.errors import USER_CODE_ERRORS
 from fastgate.model.freeze import freeze_loosely
 from fastgate.model.preview import JsonPreview, json_size
 
@@ -59,7 +60,7 @@ def render(renderer: Callable[[Any], Any] | None, value: Any, max_chars: int) ->
             content = ""
         else:
             content = _json_text(value, max_chars)
-    except Exception as exc:
+    except USER_CODE_ERRORS as exc:
         message = f"the tool's result could not be rendered: {exception_line(exc)}"
         raise RenderError(message) from exc
     if isinstance(content, str):
@@ -183,7 +184,10 @@ def bounded_blocks(blocks: list[Any] | tuple[Any, ...], budget: int) -> tuple[An
         if not whole and index > 0 and left < _MIN_LEFT:
             out.append(f"[... {count - index} more content block(s) left out: over the budget ...]")
             break
-        if kept is None:
+        if kept is not None and type(kept) is not str and not _is_json(kept):
+            kept = _not_json(block)
+            used = len(kept["text"]) + _OVERHEAD
+        elif kept is None:
             kept = _left_out(block, budget)
             used = len(kept["text"]) + _OVERHEAD
         out.append(freeze_loosely(kept))
@@ -261,6 +265,55 @@ def _bounded_fields(fields: dict[Any, Any], left: int, outer: bool) -> tuple[Any
     if whole:
         return fields, used, used <= left
     return {key: kept[key] for key in fields}, used, False
+
+
+def _is_json(value: Any) -> bool:
+    """Whether ``value`` can be written as JSON (and so recorded with its result); called on
+    what the budget kept, so the work stays the budget's."""
+    try:
+        msgspec.json.encode(value)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        return False
+    return True
+
+
+def _not_json(block: Any) -> dict[str, Any]:
+    kind = block.get("type") if isinstance(block, dict) else None
+    label = kind[:100] if isinstance(kind, str) else type(block).__name__
+    return {"type": "text", "text": f"[... a {label!r} content block left out: not JSON ...]"}
+
+
+def bounded_details(details: dict[Any, Any], budget: int) -> dict[str, Any]:
+    """An error's ``details`` as JSON within about ``budget`` characters, so that the result can
+    be recorded and shown: details that are (the usual case) come back as they are; otherwise
+    each value that cannot be written as JSON, or does not fit in what is left, is replaced by
+    a note, and keys that are not strings by their text."""
+    if (
+        json_size(details, budget, _DEPTH) <= budget
+        and all(type(key) is str for key in details)
+        and _is_json(details)
+    ):
+        return details
+    bounded: dict[str, Any] = {}
+    left = budget
+    for key, value in details.items():
+        name = key[:_LABEL_CHARS] if type(key) is str else _key_text(key)
+        size = json_size(value, left, _DEPTH)
+        if size > left:
+            bounded[name] = f"[... left out: over the budget of {budget} characters ...]"
+        elif not _is_json(value):
+            bounded[name] = f"[... a {type(value).__name__[:100]} left out: not JSON ...]"
+        else:
+            bounded[name] = value
+        left -= min(size, left) + len(name) + _OVERHEAD
+    return bounded
+
+
+def _key_text(key: Any) -> str:
+    try:
+        return str(key)[:_LABEL_CHARS]
+    except Exception:  # its __str__ is user code
+        return type(key).__name__
 
 
 def _left_out(block: Any, budget: int) -> dict[str, Any]:

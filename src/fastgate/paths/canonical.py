@@ -29,6 +29,7 @@ from errno import ENOENT, ENOSYS, EPERM
 from typing import Any, Final
 
 from fastgate._core import open_no_symlinks
+from fastgate.errors import USER_CODE_ERRORS
 
 _O_PATH = getattr(os, "O_PATH", 0)
 _FAST = bool(_O_PATH) and os.path.isdir("/proc/self/fd")
@@ -282,14 +283,21 @@ class DeclaredPathsError(ValueError):
     as ``INVALID_ARGS`` with this message)."""
 
 
+def _message_of(exc: BaseException) -> str:
+    try:
+        text = str(exc)
+    except Exception:  # its __str__ is the user's code too
+        text = ""
+    return text or type(exc).__name__
+
+
 def declared_paths(paths_of: Any, args: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """("paths", value) for each path a tool's ``paths(args)`` declares (SPEC §5): checked,
     resolved and locked like path arguments. Raises ``DeclaredPathsError``."""
     try:
         declared = paths_of(args)
-    except Exception as exc:
-        message = str(exc) or type(exc).__name__
-        raise DeclaredPathsError(message) from exc
+    except USER_CODE_ERRORS as exc:
+        raise DeclaredPathsError(_message_of(exc)) from exc
     if isinstance(declared, (str, bytes)) or not isinstance(declared, (list, tuple)):
         raise DeclaredPathsError(
             f"the tool's paths() returned {type(declared).__name__}, not a list of paths"

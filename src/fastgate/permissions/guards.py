@@ -57,6 +57,12 @@ async def run_guards(guards: Iterable[Guard], view: ToolCallView) -> str | None:
         except TimeoutError:
             log.warning("guard %s timed out (tool %s)", name, view.tool_name)
             return f"guard {name} did not answer within {GUARD_TIMEOUT:g}s; the call is denied"
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the caller's cancellation (or its token's), not the guard's failure
+            log.warning("guard %s raised CancelledError (tool %s)", name, view.tool_name)
+            return f"guard {name} failed ({exception_line(exc)}); the call is denied"
         except Exception as exc:
             log.warning("guard %s raised %s (tool %s)", name, type(exc).__name__, view.tool_name)
             return f"guard {name} failed ({exception_line(exc)}); the call is denied"

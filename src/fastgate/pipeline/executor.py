@@ -17,13 +17,15 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
+import msgspec
+
 from fastgate._mypyc import mypyc_attr
 from fastgate.admission.gate import ToolConcurrencyGate
 from fastgate.admission.holds import Aborted, Holds, until_cancelled
 from fastgate.admission.locks import FileLockManager, default_lock_manager
 from fastgate.admission.scheduler import ConcurrencyScheduler, default_scheduler
 from fastgate.durable.store import ToolUseRecord, ToolUseStore, unrecordable
-from fastgate.errors import GateClosed, ResourceExhausted, SchedulerClosed
+from fastgate.errors import USER_CODE_ERRORS, GateClosed, ResourceExhausted, SchedulerClosed
 from fastgate.hooks import (
     UNSET,
     Hooks,
@@ -39,7 +41,15 @@ from fastgate.model.context import ExecutionContext, ToolCall, with_idempotency_
 from fastgate.model.decision import Decision, DecisionSource, PermissionMode
 from fastgate.model.freeze import SCALAR_TYPES, FrozenDict, NotJSON, freeze
 from fastgate.model.kinds import ToolKind
-from fastgate.model.rendering import DEFAULT_MAX_CONTENT_CHARS, RenderError, cut, render
+from fastgate.model.rendering import (
+    DEFAULT_MAX_CONTENT_CHARS,
+    RenderError,
+    bounded_blocks,
+    bounded_details,
+    cut,
+    exception_line,
+    render,
+)
 from fastgate.model.results import ErrorCode, ResultMeta, ToolError, ToolResult
 from fastgate.paths.canonical import (
     DeclaredPathsError,
@@ -116,6 +126,9 @@ _SCALAR_TYPES: Final = SCALAR_TYPES
 # Pauses before a failed result write is tried again (None: given up), while the call's claim
 # is held: a completed call whose result is lost is an ambiguous outcome for every repeat.
 _RESULT_RETRY_PAUSES: Final = (0.05, 0.25, 1.0, None)
+UNKNOWN_TOOLS: Final = "(unknown tools)"
+"""The ``stats()`` entry of the calls of names no tool has."""
+_LONGEST_TOOL_NAME: Final = 64  # a registered name is at most this long
 
 
 class _Call:
@@ -135,6 +148,7 @@ class _Call:
         "execution_id",
         "hook_decision",
         "hook_reason",
+        "launched",
         "lease",
         "lock_keys",
         "name",
@@ -145,6 +159,7 @@ class _Call:
         "started_at",
         "t0",
         "trace",
+        "unknown",
     )
 
     rule: RuleDecision  # stage 6's (after a hook's rewrite, the stricter); read from stage 8 on
@@ -162,6 +177,8 @@ class _Call:
         self.args: Any = None
         self.attempts = 0
         self.aborted_before_launch = False
+        self.launched = False  # the body's task was started (stage 12)
+        self.unknown = False  # the lookup (stage 2) found no tool of this name
         self.decision: Decision | None = None
         self.decision_source: DecisionSource | None = None
         self.decision_reason = ""  # the merged decision's reason (stage 8), for an approval
@@ -497,12 +514,22 @@ class ToolExecutor:
         call.aborted_before_launch = True
         tracer = self._tracer
         if tracer is None:
-            return self._finalize(call, code, message, details=details)
+            return self._refused(call, code, message, details)
         token = _started(tracer, call)
         trace = call.trace = CallTrace()
-        result = self._finalize(call, code, message, details=details)
+        result = self._refused(call, code, message, details)
         _ended(tracer, token, result, call, trace)
         return result
+
+    def _refused(
+        self, call: _Call, code: ErrorCode, message: str, details: dict[str, Any] | None
+    ) -> ToolResult:
+        """``refuse``'s result: a call refused before ``execute`` is still one of its turn's
+        calls (a turn past its limit answers it as it answers any later call)."""
+        turn_id = call.ctx.turn_id
+        if turn_id is not None and not self._admit_turn(turn_id):
+            return self._turn_exhausted(call)
+        return self._finalize(call, code, message, details=details)
 
     def classify(self, name: str, args: Any, ctx: ExecutionContext | None = None) -> str:
         """``"shared"`` or ``"exclusive"`` for this call now (unknown tools are exclusive)."""
@@ -565,6 +592,7 @@ class ToolExecutor:
                 tool = self.registry.resolve(call.name, ctx.agent_scope)
             except KeyError:
                 return self._unknown_scope(call)
+            call.unknown = tool is None
             if self._interceptor is not None:
                 refusal = self._intercepted(call, tool)
                 if refusal is not None:
@@ -704,10 +732,11 @@ class ToolExecutor:
     def _caller_cancelled(self, call: _Call) -> ToolResult:
         """The ABORTED result of a call whose awaiting task was cancelled: in history, and in the
         store once the background can write it."""
-        elapsed_ms = call.elapsed_ms()
+        call.aborted_before_launch = not call.launched
         message = "the caller cancelled the call"
-        aborted = self._result(call, elapsed_ms, ErrorCode.ABORTED, message)
-        self._history.add(aborted, call.name, ErrorCode.ABORTED, elapsed_ms)
+        if not call.launched:
+            message += " before it started; nothing was run"
+        aborted = self._finalize(call, ErrorCode.ABORTED, message)
         if call.recorded:  # we cannot await here: record it in the background
             task = asyncio.ensure_future(self._record_result(call, aborted))
             self._background.add(task)
@@ -722,12 +751,15 @@ class ToolExecutor:
         turn's calls used up)."""
         if self._disposed:
             return self._finalize(call, ErrorCode.DISPOSED, _DISPOSED)
+        ctx = call.ctx
         try:
             call.args = _snapshot(raw_args)
         except NotJSON as exc:
             message = f"Tool arguments must be JSON values: {exc}."
+            if ctx.turn_id is not None and call.parent_execution_id is None:
+                if not self._admit_turn(ctx.turn_id):  # a call of its turn all the same
+                    return self._turn_exhausted(call)
             return self._finalize(call, ErrorCode.INVALID_ARGS, message)
-        ctx = call.ctx
         cancel = ctx.cancel
         if cancel is not None and cancel.cancelled:
             return self._aborted_before_launch(call)
@@ -759,6 +791,7 @@ class ToolExecutor:
     def _unknown_scope(self, call: _Call) -> ToolResult:
         """Stage 2: the context names an agent scope the registry does not have (a host's
         mistake, not the model's: no tool is visible there)."""
+        call.unknown = True
         scope = call.ctx.agent_scope
         message = (
             f"{call.name!r} was called in the agent scope {scope!r}, which is not registered "
@@ -806,9 +839,7 @@ class ToolExecutor:
         refusal = self._validate(call, plan, args) or self._check_paths(call, tool, args, plan)
         if refusal is not None:
             return refusal
-        rewritten = self._resolver.decide(tool, args, ctx)
-        if rewritten.decision.strictness > call.rule.decision.strictness:
-            call.rule = rewritten
+        call.rule = _rebuilt_rule(call.rule, self._resolver.decide(tool, args, ctx))
         return None
 
     def _merge(self, call: _Call) -> ToolResult | None:
@@ -827,7 +858,9 @@ class ToolExecutor:
 
     async def _guard(self, call: _Call, tool: ToolDefinition, args: Any) -> ToolResult | None:
         """Stage 9: the first guard's reason to deny the call, as its refusal."""
-        reason = await run_guards(self.guards, ToolCallView(tool.name, args, call.ctx))
+        guards = run_guards(self.guards, ToolCallView(tool.name, args, call.ctx))
+        cancel = call.ctx.cancel
+        reason = await (until_cancelled(guards, cancel) if cancel is not None else guards)
         if reason is None:
             return None
         if call.trace is not None:
@@ -910,6 +943,7 @@ class ToolExecutor:
         """Stage 12: the body in its own task, under its deadline and the caller's token,
         retried where that is safe; its progress followed meanwhile."""
         self._progress.start(call.execution_id)
+        call.launched = True
         try:
             outcome = await invoke(
                 tool,
@@ -1184,6 +1218,8 @@ class ToolExecutor:
         )
         if code is None:
             return _TOOL_RESULT(True, content, None, meta, value)
+        if details:
+            details = bounded_details(details, self._max_content_chars)
         error = ToolError(code, message, retryable, retry_after, details or {})
         return ToolResult(False, message if content is None else content, error, meta)
 
@@ -1203,24 +1239,56 @@ class ToolExecutor:
         elapsed_ms = call.elapsed_ms()
         if len(message) > self._max_content_chars:  # a tool's own failure or exception text
             message = cut(message, self._max_content_chars)
+        plan = call.plan
+        stats_name = call.name if plan is not None else self._stats_name(call)
         result = self._result(
             call, elapsed_ms, code, message, content, value, retryable, retry_after, details
         )
-        plan = call.plan
         if plan is not None and plan.finalize_content is not None:
             try:
-                changed = plan.finalize_content(result)
-            except Exception as exc:
-                log.warning("finalize_content of %s failed: %s", call.name, exc)
+                changed = self._content_checked(plan.finalize_content(result), call.name)
+            except USER_CODE_ERRORS as exc:
+                log.warning("finalize_content of %s failed: %s", call.name, exception_line(exc))
                 changed = None
             if changed is not None:
                 result = ToolResult(result.ok, changed, result.error, result.meta, result.value)
-        self._history.add(result, call.name, code, elapsed_ms)
+        self._history.add(result, stats_name, code, elapsed_ms)
         for observer in self._result_observers:
             _isolated(observer, result, "result observer")
         return result
 
     # -- small helpers --------------------------------------------------------------------------
+
+    def _stats_name(self, call: _Call) -> str:
+        """The name a call refused before its tool was found is counted under in ``stats()``:
+        its own if a tool has it, else one shared name (a model inventing names must not grow
+        the counters without bound). A name too long to be a tool's is also cut in the result."""
+        known = False
+        if not call.unknown:  # refused before the lookup (stage 2): is the name a tool's?
+            try:
+                known = call.name in self.registry.visible(call.ctx.agent_scope)
+            except KeyError:  # an unknown scope
+                pass
+        if len(call.name) > _LONGEST_TOOL_NAME:
+            call.name = f"{call.name[:_LONGEST_TOOL_NAME]}... ({len(call.name)} characters)"
+        return call.name if known else UNKNOWN_TOOLS
+
+    def _content_checked(self, content: Any, tool_name: str) -> Any:
+        """What ``finalize_content`` returned, bounded as rendered content is; ``None`` (the
+        content stays as it was) for anything but text or content blocks."""
+        if content is None:
+            return None
+        if isinstance(content, str):
+            return cut(content, self._max_content_chars)
+        if isinstance(content, (list, tuple)):
+            return bounded_blocks(content, self._max_content_chars)
+        log.warning(
+            "finalize_content of %s returned %s, not text or content blocks; the content is "
+            "unchanged",
+            tool_name,
+            type(content).__name__,
+        )
+        return None
 
     def _plan(self, tool: ToolDefinition) -> _Plan:
         plan = self._plans.get(tool)  # by identity: definitions compare by identity
@@ -1344,6 +1412,20 @@ def _forget_id_pool() -> None:
 os.register_at_fork(after_in_child=_forget_id_pool)
 
 
+def _rebuilt_rule(original: RuleDecision, rewritten: RuleDecision) -> RuleDecision:
+    """Stage 7's decision for arguments a hook rewrote: the stricter of the two decisions, but
+    always naming the rewritten arguments, which are what runs, what an approver is shown and
+    all that a session approval may cover (the original's signature would let one approval of
+    the rewrite cover later calls the user never saw)."""
+    if rewritten.decision.strictness >= original.decision.strictness:
+        return rewritten
+    return msgspec.structs.replace(
+        original,
+        signature=rewritten.signature,
+        sensitive=original.sensitive or rewritten.sensitive,
+    )
+
+
 def _snapshot(raw_args: Any) -> Any:
     """Stage 1's frozen copy. The usual arguments, an object of scalars, are checked here in a
     compiled loop; anything else is copied by ``freeze``."""
@@ -1390,7 +1472,7 @@ def _ended(
 def _isolated(callback: Callable[..., Any], argument: Any, what: str) -> None:
     try:
         callback(argument)
-    except Exception:
+    except USER_CODE_ERRORS:
         log.exception("%s %r failed; the result is unchanged", what, callback)
 
 

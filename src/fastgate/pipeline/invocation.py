@@ -44,6 +44,9 @@ _deadlines: Deadlines | None = None  # those of the loop that last ran a call wi
 _FAILURE: Final = Failure
 _running_loop: Final = asyncio.get_running_loop  # every call: a C static, not two lookups
 _Task: Final = asyncio.Task
+# A body raising these stops the event loop as asyncio means them to; any other exception of
+# the body (a BaseException subclass of its own, a GeneratorExit) is the tool's error.
+_LOOP_STOPPERS: Final = (KeyboardInterrupt, SystemExit)
 
 # Outcome kinds (Final: compiled, they are constants rather than lookups in the module's dict)
 VALUE: Final = "value"
@@ -109,7 +112,9 @@ class _Attempts:
                             value = await value
                 except asyncio.CancelledError:
                     raise
-                except Exception as exc:
+                except BaseException as exc:  # any exception of the tool's own
+                    if isinstance(exc, _LOOP_STOPPERS):
+                        raise
                     if not self._should_retry(tool, exc, signal):
                         self.ended_before_cancel = not signal.cancelled
                         self.kind, self.payload = ERROR, exc
@@ -132,7 +137,7 @@ class _Attempts:
             if settled is not None and not settled.done():
                 settled.set_result(None)
 
-    def _should_retry(self, tool: ToolDefinition, exc: Exception, signal: CancelToken) -> bool:
+    def _should_retry(self, tool: ToolDefinition, exc: BaseException, signal: CancelToken) -> bool:
         return (
             tool.retry_safe
             and self.attempts <= len(BACKOFF)
@@ -206,7 +211,11 @@ async def invoke(
                 body = _start(loop, tool.execute(args, ctx), task_name)
                 try:
                     value = await body
-                except Exception as exc:  # the tool's error (or execute() refused its arguments)
+                except asyncio.CancelledError:
+                    raise
+                except BaseException as exc:  # the tool's error (or execute() refused its args)
+                    if isinstance(exc, _LOOP_STOPPERS):
+                        raise
                     _drop_own_frames(exc)
                     kind, payload = ERROR, exc
                 else:

@@ -17,6 +17,7 @@ from typing import Any, Union, get_args, get_origin, get_type_hints, overload
 
 import msgspec
 
+from fastgate.errors import USER_CODE_ERRORS
 from fastgate.model.kinds import ToolKind
 from fastgate.schema import SchemaNode, Validator, compile
 from fastgate.tools._annotations import is_record_class, node_for
@@ -100,7 +101,7 @@ class ToolDefinition:
         if callable(value):
             try:
                 value = value(args)
-            except Exception:
+            except USER_CODE_ERRORS:
                 return "exclusive"
         return "shared" if value == "shared" and type(value) is str else "exclusive"
 
@@ -110,7 +111,7 @@ class ToolDefinition:
         if callable(value):
             try:
                 value = value(args)
-            except Exception:
+            except USER_CODE_ERRORS:
                 return False
         return value is True
 
