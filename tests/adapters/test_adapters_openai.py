@@ -21,7 +21,13 @@ from openai.types.chat import (
     ChatCompletionToolParam,
 )
 from openai.types.chat.chat_completion_message_function_tool_call import Function
-from openai.types.responses import FunctionTool, FunctionToolParam, ResponseFunctionToolCall
+from openai.types.responses import (
+    FunctionTool,
+    FunctionToolParam,
+    ResponseCustomToolCall,
+    ResponseCustomToolCallOutputParam,
+    ResponseFunctionToolCall,
+)
 from openai.types.responses.response_input_item_param import FunctionCallOutput
 from openai.types.responses.response_input_param import ResponseInputParam
 
@@ -36,7 +42,7 @@ from fastgate import (
 )
 from fastgate.adapters import openai as fg_openai
 from fastgate.adapters._strict import strict_form
-from tests.adapters_kit import READ, ScriptedServer, assert_fits, registry, wait_all
+from tests.adapters_kit import PNG, READ, ScriptedServer, assert_fits, registry, wait_all
 from tests.pipeline_kit import assert_idle
 
 STRICT_ELIGIBLE = {"echo", "search", "note_null", "picture", "boom", "run"}
@@ -167,8 +173,9 @@ def test_strict_form_follows_refs_and_keeps_what_strict_mode_supports() -> None:
     form = strict_form(parameters)
     assert form is not None
     props = form.schema["properties"]
-    assert props["when"] == {"type": "string", "format": "date-time", "description": "When."}
-    assert props["where"] == {"type": ["string", "null"]}  # an unknown format: an annotation
+    # format is an annotation to fastgate: dropped, strict mode would enforce it.
+    assert props["when"] == {"type": "string", "description": "When."}
+    assert props["where"] == {"type": ["string", "null"]}
     assert props["node"]["description"] == "The root node."  # inlined: nothing beside a $ref
     assert props["node"]["properties"]["child"] == {"anyOf": [{"$ref": "#/$defs/node"},
                                                               {"type": "null"}]}  # fmt: skip
@@ -332,6 +339,40 @@ async def test_chat_content_blocks_become_text_parts() -> None:
         {"type": "text", "text": "[image: image/png]"},  # a tool message holds no image
     ]
     assert_fits(ChatCompletionToolMessageParam, message)
+
+
+async def test_custom_tool_calls_get_custom_outputs_in_model_order() -> None:
+    ex = _executor()
+    output: list[Any] = [
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": ["custom_tool_call"], "call_id": "odd"},  # not a type name: skipped
+        ResponseCustomToolCall(
+            type="custom_tool_call", call_id="k1", name="echo", input='{"text": "one"}'
+        ),
+        {"type": "function_call", "call_id": "f2", "name": "echo", "arguments": '{"text": "two"}'},
+        {"type": "custom_tool_call", "call_id": "k3", "name": "picture", "input": ""},
+        {"type": "custom_tool_call", "call_id": "k4", "name": "echo", "input": "one, please"},
+    ]
+    items: list[Any] = await fg_openai.execute_response_calls(ex, output)
+    assert [(item["type"], item["call_id"]) for item in items] == [
+        ("custom_tool_call_output", "k1"),
+        ("function_call_output", "f2"),
+        ("custom_tool_call_output", "k3"),
+        ("custom_tool_call_output", "k4"),
+    ]
+    assert [items[0]["output"], items[1]["output"]] == ["one", "two"]
+    assert items[2]["output"] == [
+        {"type": "input_text", "text": "a chart"},
+        {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}", "detail": "auto"},
+    ]
+    assert items[3]["output"].startswith("Error (INVALID_ARGS): The arguments of echo are not")
+    for item in items:
+        kind = FunctionCallOutput if item["type"] == "function_call_output" else None
+        assert_fits(kind or ResponseCustomToolCallOutputParam, item)
+    from pydantic import TypeAdapter
+
+    TypeAdapter(ResponseInputParam).validate_python(items)
+    assert {r.meta.call_id for r in ex.history()} == {"k1", "f2", "k3", "k4"}
 
 
 # -- a whole loop through the SDK's client --------------------------------------------------------

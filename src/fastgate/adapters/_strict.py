@@ -3,8 +3,12 @@
 Strict mode (Structured Outputs) accepts a subset of JSON Schema and wants every object closed
 (``additionalProperties: false``) with every property required. A tool's schema converts when:
 
-- every keyword is one strict mode supports (annotations it does not know are dropped: the
-  validator ignores them too), and every object is already closed;
+- every keyword is one strict mode supports, and every object is already closed. Annotations
+  are dropped, ``format`` among them: the validator ignores it, strict mode enforces it, so
+  keeping it would refuse values the tool accepts (``"ops-team"`` for an ``email``);
+- every ``pattern`` means one set of strings in every regex dialect (``_portable``), and every
+  ``multipleOf`` is a whole number (fastgate divides exactly, on the decimal value; a provider
+  may divide in floating point and refuse ``0.0075`` as a multiple of ``0.0001``);
 - every optional property either rejects ``null`` (it becomes required and nullable, and a
   ``null`` from the model is read back as "absent", so the tool sees what it would have seen) or
   declares ``"default": null`` (absent and ``null`` mean the same by the schema's own word).
@@ -19,19 +23,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from fastgate.adapters._portable import portable_pattern
 from fastgate.tools import ToolDefinition
 
 # Strict mode's limits (OpenAI's Structured Outputs guide): past them the API refuses the schema.
 MAX_OBJECT_DEPTH: Final = 10
 MAX_PROPERTIES: Final = 5000
 MAX_ENUM_VALUES: Final = 1000
-FORMATS: Final = frozenset(
-    {"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"}
-)
-# Ignored by fastgate's validator and unknown to strict mode: dropping them changes nothing.
+# Ignored by fastgate's validator: dropping them changes nothing the tool accepts (strict mode
+# would enforce ``format``, so it must go).
 _DROPPED: Final = frozenset(
     {
         "$schema",
+        "format",
         "$comment",
         "$id",
         "default",
@@ -47,19 +51,19 @@ _KEPT: Final = frozenset(
     {
         "title",
         "description",
-        "pattern",
         "minimum",
         "maximum",
         "exclusiveMinimum",
         "exclusiveMaximum",
-        "multipleOf",
         "minItems",
         "maxItems",
     }
 )
+# Kept only where strict mode reads them as fastgate does (``_checked``).
+_CHECKED: Final = frozenset({"pattern", "multipleOf"})
 _STRUCTURE: Final = frozenset(
     {"type", "properties", "required", "additionalProperties", "items", "enum", "const"}
-    | {"anyOf", "$ref", "$defs", "definitions", "format", "uniqueItems"}
+    | {"anyOf", "$ref", "$defs", "definitions", "uniqueItems"}
 )
 _JSON_TYPES: Final = {
     str: "string",
@@ -177,9 +181,8 @@ class _Converter:
         for key, value in node.items():
             if key in _DROPPED or (root and key in ("$defs", "definitions")):
                 continue
-            if key == "format":
-                if value in FORMATS:
-                    out[key] = value
+            if key in _CHECKED:
+                out[key] = _checked(key, value)
             elif key == "uniqueItems":
                 if value is not False:
                     raise _NotStrict("uniqueItems")
@@ -206,7 +209,7 @@ class _Converter:
                 if not branch_plan.empty():  # which branch a null belongs to is unknowable
                     raise _NotStrict("optional properties inside anyOf")
                 converted.append(schema)
-            if set(node) - {"anyOf"} - _KEPT - _DROPPED - {"format"}:
+            if set(node) - {"anyOf"} - _KEPT - _CHECKED - _DROPPED:
                 raise _NotStrict("keywords beside anyOf")
             out["anyOf"] = converted
             return out, plan
@@ -307,6 +310,19 @@ class _Converter:
         if types is None:
             return True
         return types == "null" or (isinstance(types, list) and "null" in types)
+
+
+def _checked(keyword: str, value: Any) -> Any:
+    """A ``pattern`` or ``multipleOf`` as strict mode is sent it, where it reads it as fastgate
+    does."""
+    if keyword == "pattern":
+        portable = portable_pattern(value)
+        if portable is None:
+            raise _NotStrict(f"pattern {value!r} may mean other strings to other dialects")
+        return portable
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value % 1 != 0:
+        raise _NotStrict(f"multipleOf {value!r} is not a whole number")
+    return value
 
 
 def _types_of(values: list[Any]) -> str | list[str]:

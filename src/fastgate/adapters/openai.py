@@ -12,18 +12,18 @@ Chat Completions::
     messages += await fg_openai.execute_tool_calls(executor, message.tool_calls or [], ctx)
 
 The Responses API has ``response_tools`` and ``execute_response_calls`` (``response.output`` in,
-``function_call_output`` items out). Calls are read from the SDK's objects or from plain dicts;
-the SDK itself is not needed at run time. Several calls of one message run through
-``executor.execute_parallel`` (shared tools overlap, exclusive ones are barriers) and the answers
-come back in the order the model made the calls. A message is one turn (at most 64 calls run)
-unless ``ctx`` names its own ``turn_id``. Arguments that are not JSON get an ``INVALID_ARGS``
-answer, never an exception.
+``function_call_output`` and ``custom_tool_call_output`` items out). Calls are read from the
+SDK's objects or from plain dicts; the SDK itself is not needed at run time. Several calls of one
+message run through ``executor.execute_parallel`` (shared tools overlap, exclusive ones are
+barriers) and the answers come back in the order the model made the calls. A message is one
+turn (at most 64 calls run) unless ``ctx`` names its own ``turn_id``. Arguments that are not
+JSON get an ``INVALID_ARGS`` answer, never an exception.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import msgspec
 
@@ -52,11 +52,17 @@ if TYPE_CHECKING:  # the SDK's own types, for callers' type checkers; not needed
         ChatCompletionToolMessageParam,
         ChatCompletionToolParam,
     )
-    from openai.types.responses import FunctionToolParam
+    from openai.types.responses import (
+        FunctionToolParam,
+        ResponseCustomToolCallOutputParam,
+        ResponseInputImageContentParam,
+    )
     from openai.types.responses.response_function_call_output_item_list_param import (
         ResponseFunctionCallOutputItemParam,
     )
     from openai.types.responses.response_input_item_param import FunctionCallOutput
+
+    ResponseCallOutput = FunctionCallOutput | ResponseCustomToolCallOutputParam
 
 __all__ = ("execute_response_calls", "execute_tool_calls", "response_tools", "tools")
 
@@ -140,27 +146,44 @@ async def execute_response_calls(
     *,
     max_parallel: int = 10,
     idempotent: bool = False,
-) -> list[FunctionCallOutput]:
-    """Run the ``function_call`` items of a response's ``output`` (other items are skipped);
-    one ``function_call_output`` item per call, in model order. ``idempotent``: as for
-    ``execute_tool_calls`` (the key is the item's ``call_id``)."""
-    pending = [
-        read_arguments(
-            executor,
-            call_id_of(field(item, "call_id")),
-            str(field(item, "name", "")),
-            field(item, "arguments", ""),
-            ctx,
-            decoder_for,
-        )
-        for item in output_items or ()
-        if field(item, "type") == "function_call"
-    ]
+) -> list[ResponseCallOutput]:
+    """Run the ``function_call`` and ``custom_tool_call`` items of a response's ``output``
+    (other items are skipped); one ``function_call_output`` or ``custom_tool_call_output`` item
+    per call, in model order. A custom call's ``input`` is read as its JSON arguments.
+    ``idempotent``: as for ``execute_tool_calls`` (the key is the item's ``call_id``)."""
+    calls = [item for item in output_items or () if _answer_type(item) is not None]
+    pending = [_response_call(executor, item, ctx) for item in calls]
     results = await run_in_order(executor, pending, ctx, max_parallel, idempotent)
     return [
-        {"type": "function_call_output", "call_id": call.call_id, "output": _response_output(r)}
-        for call, r in zip(pending, results, strict=True)
+        _response_answer(str(_answer_type(item)), call.call_id, result)
+        for item, call, result in zip(calls, pending, results, strict=True)
     ]
+
+
+# The Responses API's call items, and the type of the item that answers each.
+_RESPONSE_CALLS: Final = {
+    "function_call": "function_call_output",
+    "custom_tool_call": "custom_tool_call_output",
+}
+
+
+def _answer_type(item: Any) -> str | None:
+    """The type of the item that answers ``item``; None for an item that is not a call."""
+    kind = field(item, "type")
+    return _RESPONSE_CALLS.get(kind) if isinstance(kind, str) else None
+
+
+def _response_call(executor: ToolExecutor, item: Any, ctx: ExecutionContext | None) -> Pending:
+    raw = field(item, "input" if field(item, "type") == "custom_tool_call" else "arguments", "")
+    call_id = call_id_of(field(item, "call_id"))
+    return read_arguments(executor, call_id, str(field(item, "name", "")), raw, ctx, decoder_for)
+
+
+def _response_answer(kind: str, call_id: str, result: ToolResult) -> ResponseCallOutput:
+    # A custom call's output item names an image's detail (its type requires it).
+    output = _response_output(result, image_detail=kind == "custom_tool_call_output")
+    answer: Any = {"type": kind, "call_id": call_id, "output": output}
+    return cast("ResponseCallOutput", answer)
 
 
 def _chat_call(executor: ToolExecutor, call: Any, ctx: ExecutionContext | None) -> Pending:
@@ -182,25 +205,35 @@ def _chat_content(result: ToolResult) -> str | list[ChatCompletionContentPartTex
         return error_text(result)
     if isinstance(result.content, str):
         return result.content
-    return [{"type": "text", "text": flat_text(block)} for block in blocks_of(result.content)]
+    # No blocks: "" (the API refuses an empty list of parts).
+    return [{"type": "text", "text": flat_text(block)} for block in blocks_of(result.content)] or ""
 
 
-def _response_output(result: ToolResult) -> str | list[ResponseFunctionCallOutputItemParam]:
-    """A ``function_call_output``'s output: text, or input_text / input_image items."""
+def _response_output(
+    result: ToolResult, *, image_detail: bool = False
+) -> str | list[ResponseFunctionCallOutputItemParam]:
+    """A call output item's output: text, or input_text / input_image items (``image_detail``:
+    each image with ``"detail": "auto"``, the API's default)."""
     if not result.ok:
         return error_text(result)
     if isinstance(result.content, str):
         return result.content
-    items: list[ResponseFunctionCallOutputItemParam] = []
-    for block in blocks_of(result.content):
-        text = text_of(block)
-        if text is None:
-            text = resource_text(block)
-        image = provider_image(block) if text is None else None
-        if image is not None:
-            media, data = image
-            items.append({"type": "input_image", "image_url": f"data:{media};base64,{data}"})
-        else:
-            text = text if text is not None else flat_text(block)
-            items.append({"type": "input_text", "text": text})
-    return items
+    items = [_output_item(block, image_detail) for block in blocks_of(result.content)]
+    return items or ""  # no blocks: "" (the API refuses an empty list, as for Chat)
+
+
+def _output_item(block: Any, image_detail: bool) -> ResponseFunctionCallOutputItemParam:
+    text = text_of(block)
+    if text is None:
+        text = resource_text(block)
+    image = provider_image(block) if text is None else None
+    if image is None:
+        return {"type": "input_text", "text": text if text is not None else flat_text(block)}
+    media, data = image
+    item: ResponseInputImageContentParam = {
+        "type": "input_image",
+        "image_url": f"data:{media};base64,{data}",
+    }
+    if image_detail:
+        item["detail"] = "auto"
+    return item

@@ -146,4 +146,4 @@ def _output(result: ToolResult) -> Any:
             outputs.append(ToolOutputImage(image_url=f"data:{image[0]};base64,{image[1]}"))
         else:
             outputs.append(ToolOutputText(text=text if text is not None else flat_text(block)))
-    return outputs
+    return outputs or ""  # no blocks: "" (the SDK would send an empty list as the text "[]")
