@@ -21,6 +21,7 @@ import math
 import os
 import secrets
 import socket
+import sys
 import time
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,9 @@ log = logging.getLogger("fastgate.cluster")
 LEASE_SAFETY = 0.9
 MAX_IDLE_REPORTED = 256  # idle sessions (seen since the last report) a report names, newest first
 KINDS = tuple(ToolKind)
+#: The local limit of a pool no worker of the namespace limits: the core still counts its slots,
+#: so that what runs there is known the moment some worker declares a limit for it.
+UNLIMITED = sys.maxsize
 
 
 def _seconds(name: str, value: object) -> float:
@@ -78,6 +82,19 @@ class _Lease:
         self.until = until
         self.epoch = epoch
         self.shown: dict[str, int] = {}  # the session shares by readable name, for stats()
+
+
+class _Limits:
+    """The limits in force over the namespace: the smallest any live worker declared (pools by
+    their name in Redis), as Redis last computed them."""
+
+    __slots__ = ("global_", "kinds", "pools", "session")
+
+    def __init__(self, global_: int, session: int, kinds: list[int], pools: dict[str, int]) -> None:
+        self.global_ = global_
+        self.session = session
+        self.kinds = kinds
+        self.pools = pools
 
 
 class RedisCluster:
@@ -131,11 +148,15 @@ class RedisCluster:
         self._client: Any = None
         self._script: Any = None
         self._task: asyncio.Task[None] | None = None
+        self._drainer: asyncio.Task[None] | None = None  # after close(), while calls still run
         self._wake: asyncio.Event | None = None
         self._lease: _Lease | None = None
         self._caps: dict[Hashable, int] = {}  # the lease's session shares, by local session id
         self._seen: dict[Hashable, None] = {}  # sessions that asked for a slot since the report
         self._reported: dict[Hashable, int] = {}  # session demand in the last report
+        self._pools: dict[str, str] = {}  # every pool used or limited here -> its name in Redis
+        self._cluster_limits: _Limits | None = None  # from the last grant
+        self._reported_pools: set[str] | None = None  # the pools the last report enforced
         self._workers = 0
         self._grace = False
         self._short = False
@@ -168,6 +189,8 @@ class RedisCluster:
         )
         self._script = self._client.register_script(REFRESH_LUA)
         self._wake = asyncio.Event()
+        for name in scheduler.limits.pool_limits:
+            self._pools[name] = redis_name(name)
         # Nothing is admitted before the first allotment (or the fallback, if Redis is away).
         self._apply_zero()
         self._task = loop.create_task(self._run(), name=f"fastgate-cluster-{self.namespace}")
@@ -178,11 +201,15 @@ class RedisCluster:
         caps = self._caps
         seen = self._seen
         wake = self._wake
+        pools = self._pools
+        track_pool = self._track_pool
 
         def slot(
             session_id: Hashable, kind: object, owner: object = None, pool: object = None
         ) -> AsyncHold:
             seen[session_id] = None
+            if type(pool) is str and pool not in pools:
+                track_pool(pool)
             if session_id not in caps and not self._fallback:
                 wake.set()  # a session this worker has no share for: ask now
             hold: AsyncHold = core_slot(session_id, kind, owner, pool)
@@ -191,11 +218,20 @@ class RedisCluster:
         return slot
 
     def limits_changed(self) -> None:
+        for name in self._limits().pool_limits:
+            self._pools.setdefault(name, redis_name(name))
         if self._wake is not None:
             self._wake.set()
 
+    def _track_pool(self, name: str) -> None:
+        """Count the slots of a pool from its first call here, with whatever limit some worker
+        of the namespace gave it (none: ``UNLIMITED``)."""
+        self._pools[name] = redis_name(name)
+        self._core.set_pool_limit(name, self._local_pools()[name])
+
     async def detach(self) -> None:
-        """Stop refreshing and give the allotment back (best effort: a lease also lapses)."""
+        """Stop admitting and give the allotment back: at once when nothing runs here, else what
+        the running calls hold as each ends (a lease also lapses, should this process die)."""
         self._closing = True
         if self._wake is not None:
             self._wake.set()
@@ -206,17 +242,65 @@ class RedisCluster:
                 task.cancel()
                 await asyncio.wait([task], timeout=0.1)
         self._task = self._listener = None
+        if self._client is None or self._drainer is not None:
+            return
+        # The core is closed: it admits nothing more, and only what runs is held from now on.
+        self._lease = None
+        self._fallback = False
+        if self._core.in_flight:
+            self._drainer = asyncio.get_running_loop().create_task(
+                self._drain(), name=f"fastgate-cluster-drain-{self.namespace}"
+            )
+            return
+        await self._leave()
+
+    async def wait_closed(self) -> None:
+        """After ``close()``: wait until this worker has left Redis, which is once the calls it
+        was running have released their slots."""
+        if self._drainer is not None:
+            await asyncio.shield(self._drainer)
+
+    async def _drain(self) -> None:
+        """Hold in Redis what the calls still running hold, less as each ends, then leave."""
+        # The core tells nobody when a slot is released, so it is polled, at the rate of early
+        # refreshes and only while a closed worker still runs calls.
+        poll = min(0.05, self.refresh_interval / 20)
+        core = self._core
+        reported, reported_at = -1, 0.0
+        try:
+            while core.in_flight:
+                now = time.monotonic()
+                if core.in_flight != reported or now - reported_at >= self.refresh_interval:
+                    reported, reported_at = core.in_flight, now
+                    await self._report_draining(now)
+                await asyncio.sleep(poll)
+        finally:
+            await self._leave()
+
+    async def _report_draining(self, now: float) -> None:
+        body, _ = self._report(now)  # no allotment in it: the closed core admits nothing
+        self._round_trips += 1
+        try:
+            await self._script(
+                keys=self._keys,
+                args=[self.worker_id, int(self.lease_ttl * 1000), body, "drain", self._channel],
+            )
+        except (TimeoutError, RedisError, OSError) as exc:
+            # Redis sees a worker that stopped refreshing: its record lapses with its lease.
+            self._failures += 1
+            self._degraded_reason = f"redis unreachable: {type(exc).__name__}: {exc}"
+
+    async def _leave(self) -> None:
         client = self._client
         if client is None:
             return
+        self._client = None
         with contextlib.suppress(RedisError, OSError, asyncio.TimeoutError):
             await self._script(
                 keys=self._keys, args=[self.worker_id, 0, "{}", "leave", self._channel]
             )
             self._round_trips += 1
-        self._lease = None
         await client.aclose()
-        self._client = None
 
     def stats(self) -> ClusterStats:
         lease = self._lease
@@ -224,11 +308,11 @@ class RedisCluster:
         core = self._core
         kinds: list[int]
         if lease is not None and now < lease.until:
-            allot_global, kinds = lease.global_, lease.kinds
-            pools, sessions = self._local_pools(lease), lease.shown
+            allot_global, kinds, sessions = lease.global_, lease.kinds, lease.shown
+            pools = self._limited_pools()
         elif self._fallback:
-            allot_global, kinds, pools = self._fallback_caps()
-            sessions = {}
+            allot_global, kinds = self._fallback_caps()
+            pools, sessions = self._limited_pools(), {}
         else:
             allot_global, kinds, pools, sessions = 0, [0, 0, 0], {}, {}
         return ClusterStats(
@@ -313,7 +397,7 @@ class RedisCluster:
         if not core.queued:
             return False
         in_flight, queued = core.session_counts()
-        limit = self._limits().session_limit
+        limit = self._session_limit()
         reported = self._reported
         for sid, waiting in queued.items():
             if min(waiting + in_flight.get(sid, 0), limit) > reported.get(sid, 0):
@@ -324,10 +408,32 @@ class RedisCluster:
         assert self._scheduler is not None
         return self._scheduler.limits
 
+    def _session_limit(self) -> int:
+        """The session limit in force: this worker's, or a smaller one another worker declared."""
+        own: int = self._limits().session_limit
+        known = self._cluster_limits
+        return own if known is None else min(own, known.session)
+
+    def _kind_limit(self, kind: ToolKind) -> int:
+        own: int = self._limits().limit_for(kind)
+        known = self._cluster_limits
+        return own if known is None else min(own, known.kinds[kind])
+
+    def _pool_limits(self) -> dict[str, int]:
+        """Every pool limit in force here, by the pool's name in Redis: this worker's, and the
+        ones other workers declared (the smallest of each)."""
+        known = self._cluster_limits
+        limits = dict(known.pools) if known is not None else {}
+        for name, limit in self._limits().pool_limits.items():
+            rname = redis_name(name)
+            limits[rname] = min(limit, limits.get(rname, limit))
+        return limits
+
     def _report(self, now: float) -> tuple[str, dict[str, Hashable]]:
         """The report as sent (JSON), and the local session of each session name in it."""
         core = self._core
         lim = self._limits()
+        session_limit = self._session_limit()
         in_flight, queued = core.session_counts()
         kind_in, kind_queued = core.kind_counts()
         pool_in, pool_queued = core.pool_counts()
@@ -346,7 +452,7 @@ class RedisCluster:
             name = redis_name(sid)
             names[name] = sid
             running = in_flight.get(sid, 0)
-            demand[name] = reported[sid] = min(running + queued.get(sid, 0), lim.session_limit)
+            demand[name] = reported[sid] = min(running + queued.get(sid, 0), session_limit)
             if running:
                 use[name] = running
         self._seen.clear()
@@ -384,14 +490,16 @@ class RedisCluster:
             report["left"] = int((lease.until - now) * 1000)
         elif self._fallback:
             # What the fallback may admit until the next report counts as held, like a lease.
-            global_, kinds, pools = self._fallback_caps()
-            per_session = min(global_, lim.session_limit)
+            global_, kinds = self._fallback_caps()
+            per_session = min(global_, session_limit)
             report["app"] = {
                 "g": global_,
                 "s": dict.fromkeys(demand, per_session),
                 "k": kinds,
-                "p": _pool_names(pools),
+                "p": self._pool_caps(),
             }
+        app = report.get("app")
+        self._reported_pools = None if app is None else set(app["p"])
         return json.dumps(report, separators=(",", ":")), names
 
     async def _refresh(self) -> None:
@@ -423,6 +531,7 @@ class RedisCluster:
         if time.monotonic() >= until:
             self._failed("the refresh took longer than the lease")
             return
+        self._cluster_limits = _cluster_limits(reply)
         self._workers = int(reply["workers"])
         self._grace = bool(reply["grace"])
         self._short = bool(reply["short"])
@@ -449,7 +558,11 @@ class RedisCluster:
             log.warning("fastgate.cluster %s: redis is back, leases again", self.namespace)
         self._degraded_reason = None
         self._fallback = False
-        self._confirm = self._lease is not None and _shrank(self._lease, lease)
+        # Tell Redis at once that a smaller share is in force, or a limit on a pool new here:
+        # until then the others are granted as if it were not.
+        enforced = self._reported_pools
+        new_pools = enforced is not None and not lease.pools.keys() <= enforced
+        self._confirm = new_pools or (self._lease is not None and _shrank(self._lease, lease))
         self._lease = lease
         self._apply_lease(lease, names)
 
@@ -480,20 +593,41 @@ class RedisCluster:
     def _enter_fallback(self, reason: str) -> None:
         self._degraded_reason = reason
         self._fallback = True
-        global_, kinds, pools = self._fallback_caps()
+        global_, kinds = self._fallback_caps()
         self._caps.clear()
-        self._set(global_, kinds, pools, None, 0.0)
+        self._set(global_, kinds, None, 0.0)
 
-    def _fallback_caps(self) -> tuple[int, list[int], dict[str, int]]:
-        lim = self._limits()
+    def _fallback_caps(self) -> tuple[int, list[int]]:
+        """(global, per kind) the fallback admits, within the smallest limits known."""
         share = self.fallback_share
-        kinds = [min(lim.limit_for(kind), share) for kind in KINDS]
-        pools = {name: min(limit, share) for name, limit in lim.pool_limits.items()}
-        return min(lim.global_limit, sum(kinds)), kinds, pools
+        kinds = [min(self._kind_limit(kind), share) for kind in KINDS]
+        global_: int = self._limits().global_limit
+        known = self._cluster_limits
+        if known is not None:
+            global_ = min(global_, known.global_)
+        return min(global_, sum(kinds)), kinds
+
+    def _pool_caps(self) -> dict[str, int]:
+        """What this worker may run now in each pool that has a limit, by its name in Redis."""
+        if self._fallback:
+            share = self.fallback_share
+            return {rname: min(limit, share) for rname, limit in self._pool_limits().items()}
+        caps = dict.fromkeys(self._pool_limits(), 0)  # no share yet
+        if self._lease is not None:
+            caps.update(self._lease.pools)
+        return caps
+
+    def _local_pools(self) -> dict[str, int]:
+        """The local limit of every pool used or limited here (``UNLIMITED``: no worker limits
+        it)."""
+        caps = self._pool_caps()
+        return {name: caps.get(rname, UNLIMITED) for name, rname in self._pools.items()}
+
+    def _limited_pools(self) -> dict[str, int]:
+        return {name: cap for name, cap in self._local_pools().items() if cap != UNLIMITED}
 
     def _apply_zero(self) -> None:
-        pools = dict.fromkeys(self._limits().pool_limits, 0)
-        self._set(0, [0, 0, 0], pools, self._caps, 0.0)
+        self._set(0, [0, 0, 0], self._caps, 0.0)
 
     def _apply_lease(self, lease: _Lease, names: dict[str, Hashable]) -> None:
         """Apply the shares Redis granted, each session's to the local session of that name
@@ -505,27 +639,35 @@ class RedisCluster:
                 sid = names[name]
                 caps[sid] = share
                 lease.shown[shown(sid)] = share
-        self._set(lease.global_, lease.kinds, self._local_pools(lease), caps, lease.until)
-
-    def _local_pools(self, lease: _Lease) -> dict[str, int]:
-        """The lease's pool shares by local pool name (Redis knows them by ``redis_name``)."""
-        return {name: lease.pools.get(redis_name(name), 0) for name in self._limits().pool_limits}
+        self._set(lease.global_, lease.kinds, caps, lease.until)
 
     def _set(
-        self,
-        global_: int,
-        kinds: list[int],
-        pools: dict[str, int],
-        caps: dict[Hashable, int] | None,
-        until: float,
+        self, global_: int, kinds: list[int], caps: dict[Hashable, int] | None, until: float
     ) -> None:
         core = self._core
-        core.wake(core.set_limits(global_, kinds, list(pools.items()), caps, until))
+        if core.closed:
+            return
+        core.session_limit = self._session_limit()
+        pools = list(self._local_pools().items())
+        core.wake(core.set_limits(global_, kinds, pools, caps, until))
 
 
 def _pool_names(by_pool: Any) -> dict[str, int]:
     """Counts per pool, keyed by the pools' names in Redis."""
     return {redis_name(name): count for name, count in by_pool.items()}
+
+
+def _cluster_limits(reply: dict[str, Any]) -> _Limits | None:
+    lim = reply.get("lim")
+    if not isinstance(lim, dict):
+        return None
+    pools = lim.get("p")
+    return _Limits(
+        int(lim["g"]),
+        int(lim["s"]),
+        [int(v) for v in lim["k"]],
+        {str(k): int(v) for k, v in pools.items()} if isinstance(pools, dict) else {},
+    )
 
 
 def _cause(reason: str) -> str:

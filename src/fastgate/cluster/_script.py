@@ -3,9 +3,10 @@
 KEYS: 1 the workers' records (hash: worker id -> JSON), 2 their lease expiries (sorted set:
 worker id -> Redis time in ms), 3 the namespace's epoch (a hash: ``id``, ``grace_until``,
 ``run``: the run_id of the Redis process that last ran the script).
-ARGV: 1 worker id, 2 lease ttl (ms), 3 the worker's report (JSON), 4 ``refresh`` or ``leave``,
-5 the namespace's rebalancing channel (a worker short of its share, or one that gave some back,
-publishes its id there; the others refresh early).
+ARGV: 1 worker id, 2 lease ttl (ms), 3 the worker's report (JSON), 4 ``refresh``, ``drain``
+(a closed worker whose calls still run: it is granted nothing and holds what it runs) or
+``leave``, 5 the namespace's rebalancing channel (a worker short of its share, or one that gave
+some back, publishes its id there; the others refresh early).
 
 A namespace another client wrote into is refused, nothing granted: the reply is then
 ``{"err": "wrong_type", "key", "type", "want"}`` for a key of another type, or
@@ -18,15 +19,17 @@ has lapsed), ``ep``/``left`` the epoch of that allotment and how many ms it stil
 
 Per dimension (global ``g``, each session ``s``, kind ``k``, pool ``p``) Redis keeps a worker's
 ``held``: what that worker may be running until its next refresh (the larger of its grant, the
-allotment it still enforces and what it runs). Every grant fits in the limit minus what the
-other live workers hold, so the limit holds however the workers' refreshes interleave. Targets
-are max-min fair: a limit is water-filled over the sessions' cluster-wide demand, and each
-session's share over the workers where it waits; what no demand takes is spread evenly, so a
-burst is admitted locally without a round trip. Time is Redis's (``TIME``), never a client's;
-a record keeps its worker's ttl, and no lease end is left later than that from now (Redis's
-clock went back). Another Redis process than the epoch's (``INFO``'s run_id), or a worker whose
-unexpired lease Redis has no record of, starts a new epoch: the records may be older than what
-the workers enforce.
+allotment it still enforces and what it runs). A pool limit any worker declares holds for all:
+a record's ``ack`` names the pools its worker enforces a limit on until its next refresh, and a
+worker that may be admitting in a pool without one counts as holding all of that pool. Every
+grant fits in the limit minus what the other live workers hold, so the limit holds however the
+workers' refreshes interleave. Targets are max-min fair: a limit is water-filled over the
+sessions' cluster-wide demand, and each session's share over the workers where it waits; what no
+demand takes is spread evenly, so a burst is admitted locally without a round trip. Time is
+Redis's (``TIME``), never a client's; a record keeps its worker's ttl, and no lease end is left
+later than that from now (Redis's clock went back). Another Redis process than the epoch's
+(``INFO``'s run_id), or a worker whose unexpired lease Redis has no record of, starts a new
+epoch: the records may be older than what the workers enforce.
 """
 
 from __future__ import annotations
@@ -52,6 +55,22 @@ local function record(raw)
     return nil
   end
   return r
+end
+
+-- The pools a worker enforces a limit on from its report until its next one: before the reply
+-- those of the allotment it runs now (``app``; none: it admits nothing), after it those of the
+-- limits ``L`` (all of them, with its share), and its own throughout.
+local function enforced(rep, L)
+  local ack = {}
+  local before = nil
+  if type(rep.app) == 'table' and type(rep.app.p) == 'table' then before = rep.app.p end
+  local own = (type(rep.lim) == 'table' and type(rep.lim.p) == 'table') and rep.lim.p or {}
+  for name, _ in pairs(L.p) do
+    if rep.app == nil or (before ~= nil and before[name] ~= nil) or own[name] ~= nil then
+      ack[name] = true
+    end
+  end
+  return ack
 end
 
 local function run()
@@ -203,6 +222,7 @@ local function even(keys, amount)
   return out
 end
 
+local draining = ARGV[4] == 'drain'
 local target = {g = 0, s = {}, k = {0, 0, 0}, p = {}}
 -- Sessions: each one's cluster-wide demand, then the global limit water-filled over sessions.
 local sdemand, hosts, snames = {}, {}, {}
@@ -233,11 +253,11 @@ for _, sid in ipairs(snames) do
   -- The session's unused room goes to its hosts: a burst there needs no round trip.
   local spare = even(hs, L.s - sshare[sid] + left)
   for _, id in ipairs(hs) do gfair[id] = gfair[id] + split[id] end
-  if split[me] ~= nil then
+  if split[me] ~= nil and not draining then
     target.s[sid] = split[me] + spare[me]
   end
 end
-target.g = gfair[me] + even(ids, gleft)[me]
+if not draining then target.g = gfair[me] + even(ids, gleft)[me] end
 -- Kinds and pools: water-filled over the workers' demand, the rest spread evenly. A worker's
 -- demand counts up to its fair global share: it could not run more at once, and so a kind
 -- shared by many sessions follows the sessions' max-min split, not an equal split per worker.
@@ -247,7 +267,7 @@ for k = 1, 3 do
     wd[id] = math.min(num(list3(map(recs[id].dem).k)[k]), L.k[k], gfair[id])
   end
   local share, left = waterfill(ids, wd, L.k[k])
-  target.k[k] = share[me] + even(ids, left)[me]
+  if not draining then target.k[k] = share[me] + even(ids, left)[me] end
 end
 for name, limit in pairs(L.p) do
   local wd = {}
@@ -255,7 +275,7 @@ for name, limit in pairs(L.p) do
     wd[id] = math.min(num(map(map(recs[id].dem).p)[name]), limit, gfair[id])
   end
   local share, left = waterfill(ids, wd, limit)
-  target.p[name] = share[me] + even(ids, left)[me]
+  if not draining then target.p[name] = share[me] + even(ids, left)[me] end
 end
 
 -- What the others hold, per dimension.
@@ -266,7 +286,12 @@ for _, id in ipairs(ids) do
     others.g = others.g + h.g
     for sid, v in pairs(h.s) do others.s[sid] = num(others.s[sid]) + num(v) end
     for k = 1, 3 do others.k[k] = others.k[k] + h.k[k] end
-    for name, v in pairs(h.p) do others.p[name] = num(others.p[name]) + num(v) end
+    local ack = map(recs[id].ack)
+    for name, limit in pairs(L.p) do
+      -- A worker that may admit in this pool without a limit holds all of it.
+      local v = ack[name] and num(h.p[name]) or limit
+      others.p[name] = num(others.p[name]) + v
+    end
   end
 end
 
@@ -300,6 +325,7 @@ for name, limit in pairs(L.p) do
 end
 
 mine.held = held
+mine.ack = enforced(rep, L)
 -- Rebalancing: when this worker is short of its fair share, or gave some back, the others
 -- hear it now (and refresh) instead of at their next interval.
 local gave_back = false
@@ -318,6 +344,7 @@ redis.call('ZADD', leases_key, now + ttl, me)
 -- An abandoned namespace cleans itself up.
 redis.call('PEXPIRE', workers_key, 2 * ttl)
 redis.call('PEXPIRE', leases_key, 2 * ttl)
+out.lim = {g = L.g, s = L.s, k = L.k, p = L.p}
 out.workers = #ids
 out.epoch = epoch
 out.grace = grace
