@@ -12,6 +12,7 @@ import asyncio
 import gc
 import inspect
 import os
+import tempfile
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
@@ -24,6 +25,16 @@ from fastgate.runtime import loop_factory
 # suite may be busy (CI shares its cores), and a per-example deadline then fails at random.
 settings.register_profile("fastgate", deadline=None)
 settings.load_profile("fastgate")
+
+# What the sandbox remembers of its searches goes to the user's cache directory; a test run
+# (its subprocesses too) keeps it in a directory of its own, removed at the end.
+_CACHE = tempfile.TemporaryDirectory(prefix="fastgate-test-cache-")
+os.environ["XDG_CACHE_HOME"] = _CACHE.name
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _CACHE.cleanup()
+
 
 LOOPS: tuple[str, ...]
 try:

@@ -107,6 +107,7 @@ async def test_protected_paths_stay_read_only_existing_or_not(tmp_path: Path, ca
     workspace.mkdir()
     repository(workspace)
     (workspace / "scratch").mkdir()
+    await bash(sandboxed(workspace), "true")  # makes the kept cover: an empty config.worktree
     before = snapshot(workspace)
     result = await bash(sandboxed(workspace), f"cd . && {PROTECTED_WRITES[case]}; touch scratch/ok")
     assert snapshot(workspace) == before, output(result)

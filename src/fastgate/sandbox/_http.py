@@ -3,8 +3,9 @@
 Two requests are served: ``CONNECT host:port`` (a tunnel: after ``200`` the bytes go both ways
 untouched) and an absolute-form request (``GET http://host[:port]/path``), which is sent on in
 origin form with ``Host`` set from the URL (the URL is what was judged, so a different ``Host``
-header cannot name another site on the same address) and ``Connection: close`` (one request
-per connection: the next one on it would be judged by nobody). Anything else, and any head
+header cannot name another site on the same address) and ``Connection: close``: one request
+per connection, its body framed by its ``Content-Length`` or chunked encoding, and nothing
+after it (a next request on it would be judged by nobody). Anything else, and any head
 that is not strict HTTP/1.1 (lines end in CRLF; no NUL, bare CR or LF, or other control
 character; no obsolete folding), is refused.
 """
@@ -43,6 +44,7 @@ STATUS: Final = {
 #: The response header naming why the proxy refused.
 REFUSAL_HEADER: Final = "X-Fastgate-Refusal"
 TUNNEL_OPEN: Final = b"HTTP/1.1 200 Connection established\r\n\r\n"
+CHUNKED: Final = -1  # the body length of a chunked request
 
 
 class Refused(Exception):
@@ -65,6 +67,7 @@ class ProxyRequest:
     port: int
     head: bytes
     authorization: bytes | None = None  # the Proxy-Authorization header's value, if any
+    body: int = 0  # a plain request's body length, or ``CHUNKED``
 
 
 def refusal(reason: str) -> bytes:
@@ -104,8 +107,35 @@ def parse_request(head: bytes) -> ProxyRequest:
     if any(c < 0x21 or c == 0x7F for c in path.encode("utf-8", "surrogateescape")):
         raise Refused("bad_request", host.text, port)
     origin = path if path.startswith("/") else "/" + path
+    try:
+        body = body_length(headers)
+    except Refused:
+        raise Refused("bad_request", host.text, port) from None
     head = _rewrite(method, origin, host, port, headers)
-    return ProxyRequest(False, host, port, head, authorization)
+    return ProxyRequest(False, host, port, head, authorization, body)
+
+
+def body_length(headers: list[bytes]) -> int:
+    """The body's length (``0`` without one), or ``CHUNKED``; ``Refused`` when it cannot be
+    framed unambiguously."""
+    lengths: list[bytes] = []
+    codings: list[bytes] = []
+    for line in headers:
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"content-length":
+            lengths.append(value.strip())
+        elif name == b"transfer-encoding":
+            codings += [c.strip().lower() for c in value.split(b",")]
+    if codings:
+        if lengths or codings != [b"chunked"]:
+            raise Refused("bad_request")
+        return CHUNKED
+    if not lengths:
+        return 0
+    if len(lengths) > 1 or not (1 <= len(lengths[0]) <= 18) or not lengths[0].isdigit():
+        raise Refused("bad_request")
+    return int(lengths[0])
 
 
 def _proxy_authorization(headers: list[bytes]) -> bytes | None:

@@ -40,7 +40,7 @@ from fastgate.processes import (
     Plan,
     Step,
 )
-from fastgate.sandbox import _kernel
+from fastgate.sandbox import _kernel, _links, _memory, _submodules
 from fastgate.sandbox._policy import SandboxPolicy
 
 CLONE_NEWNS = 0x00020000
@@ -61,6 +61,7 @@ SKIPPED = frozenset(
      ".ruff_cache", ".cache"}
 )  # fmt: skip
 WALK_BUDGET = 20_000  # entries per root: past it, the rest of a huge tree is not searched
+LINK_BUDGET = 100_000  # entries looked through for a hidden file's other names, when needed
 _GLOB = re.compile(r"[*?\[\\]")
 log = logging.getLogger("fastgate.sandbox")
 
@@ -255,9 +256,14 @@ def _layout(
                 continue  # outside every root: read-only as it is
             for name, is_dir, cover in _GIT_CONTROL:
                 path = os.path.join(git_dir, name)
+                if cover == _KEPT_EMPTY:
+                    _make_empty_config(path)
+                    cover = None
                 if is_dir or cover is not None or os.path.lexists(path):
                     _protect(path, is_dir, home, protected, placeholders, cover)
                 _watch_along(watched, home, path)
+        for work_tree, git_dir in _checkouts(found):
+            _protect_submodules(work_tree, git_dir, writable, protected, placeholders, watched)
     for root in _outermost(r for r in asked if os.path.isdir(r) and r not in writable):
         if any(_within(root, w) for w in writable):
             continue  # searched with its writable root
@@ -274,6 +280,7 @@ def _layout(
         if home is not None:
             _protect(path, text.endswith("/"), home, protected, placeholders)
             _watch_along(watched, home, path)
+    protected.update(_memory_inside(writable))
     hosts = {directory for directory, _, _ in placeholders.values()}
     for states in (watched, *(found.directories for found in walked)):
         _list_hosts(states, hosts)
@@ -311,6 +318,19 @@ def _layout(
         hidden_outside=tuple(sorted(hidden_outside)),
         cwd=cwd,
     )
+
+
+def _memory_inside(writable: Sequence[str]) -> list[str]:
+    """The directory where searches are kept, when a writable root holds it: read-only, so
+    that no command can make the sandbox forget what it found."""
+    memory = _canonical(_memory.directory())
+    if not any(_within(memory, w) for w in writable):
+        return []
+    try:
+        os.makedirs(memory, mode=0o700, exist_ok=True)
+    except OSError:
+        return []
+    return [memory]
 
 
 def _list_hosts(watched: Watched, hosts: Iterable[str]) -> None:
@@ -406,14 +426,112 @@ def _is_placeholder(path: str) -> bool:
 # git's control files in a git directory, what it reads its configuration and hooks from, and
 # what covers each while it is absent: an empty directory for hooks, an unreadable file for the
 # configuration, and a commondir naming the directory itself (git cannot read an empty or
-# unreadable one). ``config.worktree`` is read only where the configuration enables it, and
-# then exists: it is protected when it does.
+# unreadable one). ``config.worktree`` is read where the configuration enables it (which the
+# user's own git may do later: ``git sparse-checkout init``), and git cannot read an unreadable
+# one: an absent one is made, empty and kept (``_KEPT_EMPTY``), which git reads as none.
+_KEPT_EMPTY = "kept-empty"
 _GIT_CONTROL: tuple[tuple[str, bool, str | None], ...] = (
     ("hooks", True, None),
     ("config", False, "f"),
     ("commondir", False, "c"),
-    ("config.worktree", False, None),
+    ("config.worktree", False, _KEPT_EMPTY),
 )
+_EMPTY_CONFIG_MODE = 0o444
+
+
+def _make_empty_config(path: str) -> None:
+    """An empty configuration file at ``path`` where there is none, to be protected as an
+    existing one is (an empty config is no configuration to git, whatever reads it)."""
+    if os.path.lexists(path):
+        return
+    flags = os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW
+    try:
+        os.close(os.open(path, flags, _EMPTY_CONFIG_MODE))
+        os.chmod(path, _EMPTY_CONFIG_MODE, follow_symlinks=False)  # whatever the umask
+    except OSError:
+        pass  # not ours to write: then no command of this user can write it either
+
+
+def _checkouts(found: _Walked) -> list[tuple[str, str]]:
+    """``(work tree, git directory)`` of each ``.git`` the search found (a directory, or a file
+    naming its git directory)."""
+    pairs = [(os.path.dirname(d), d) for d in found.git_dirs if os.path.basename(d) == ".git"]
+    for git_file in found.git_files:
+        target = _gitfile_target(git_file)
+        if target is not None:
+            pairs.append((os.path.dirname(git_file), target))
+    return pairs
+
+
+def _protect_submodules(
+    work_tree: str,
+    git_dir: str,
+    writable: Sequence[str],
+    protected: set[str],
+    placeholders: dict[str, tuple[str, str, str]],
+    watched: Watched,
+) -> None:
+    """What git would enter for each submodule the repository knows, initialised or not:
+    ``<path>/.git`` and ``<git dir>/modules/<name>``, protected whether they exist or not (a
+    command must not initialise one with a configuration of its own)."""
+    for path in (os.path.join(git_dir, "index"), os.path.join(work_tree, ".gitmodules")):
+        _watch(watched, path)
+    paths, names = _submodules.known_submodules(work_tree, git_dir)
+    for relative in sorted(paths):
+        checkout = os.path.join(work_tree, relative)
+        home = _home(checkout, writable)
+        if home is not None:
+            _protect_checkout(checkout, home, protected, placeholders)
+            _watch_along(watched, home, os.path.join(checkout, ".git"))
+    for name in sorted(names):
+        module = os.path.join(git_dir, "modules", name)
+        home = _home(module, writable)
+        if home is not None:
+            _protect_module(module, home, protected, placeholders)
+            _watch_along(watched, home, module)
+
+
+def _home(path: str, writable: Sequence[str]) -> str | None:
+    return next((w for w in writable if _within(path, w) and path != w), None)
+
+
+def _protect_checkout(
+    checkout: str, home: str, protected: set[str], placeholders: dict[str, tuple[str, str, str]]
+) -> None:
+    """A submodule's checkout: its ``.git`` (a file, or absent) read-only; an empty checkout,
+    as git leaves an uninitialised one, read-only as a whole (no cover needed)."""
+    dot_git = os.path.join(checkout, ".git")
+    if _is_directory(dot_git):
+        return  # a git directory of its own: found by the search, its control files protected
+    if os.path.lexists(dot_git) and not _is_placeholder(dot_git):
+        protected.add(_canonical(dot_git))
+    elif _is_directory(checkout) and not os.path.islink(checkout) and _is_empty(checkout):
+        protected.add(_canonical(checkout))
+    else:
+        _protect(dot_git, False, home, protected, placeholders)
+
+
+def _protect_module(
+    module: str, home: str, protected: set[str], placeholders: dict[str, tuple[str, str, str]]
+) -> None:
+    """A submodule's git directory: absent, covered for the call; present but not a git
+    directory (no ``HEAD``), read-only as a whole. A real one is found with its repository and
+    has its control files protected."""
+    if os.path.lexists(module) and not _is_placeholder(module):
+        if not os.path.lexists(os.path.join(module, "HEAD")):
+            protected.add(_canonical(module))
+        return
+    _protect(module, True, home, protected, placeholders)
+
+
+def _is_empty(directory: str) -> bool:
+    try:
+        with os.scandir(directory) as entries:
+            return next(entries, None) is None
+    except OSError:
+        return False
+
+
 _COMMONDIR_MODE = 0o444  # the launcher's commondir placeholder (it holds ".\n")
 _GIT_NESTED_LIMIT = 256  # submodule and worktree git directories looked at per repository
 
@@ -527,6 +645,7 @@ def _search(root: str, policy: SandboxPolicy, tops: tuple[str, ...] = ()) -> _Wa
     git_dirs: list[str] = []
     git_files: list[str] = []
     unlistable: list[str] = []
+    met: dict[int, list[str]] = {}  # inode number -> the names listed with it
     budget = WALK_BUDGET
     todo = [(root, 0)]
     while todo and budget > 0:
@@ -554,6 +673,7 @@ def _search(root: str, policy: SandboxPolicy, tops: tuple[str, ...] = ()) -> _Wa
             if protect is not None and protect.matches(path):
                 protected.append(path)
                 continue
+            met.setdefault(entry.inode(), []).append(path)
             try:
                 is_dir = entry.is_dir(follow_symlinks=False)
                 is_file = not is_dir and entry.is_file(follow_symlinks=False)
@@ -571,6 +691,7 @@ def _search(root: str, policy: SandboxPolicy, tops: tuple[str, ...] = ()) -> _Wa
                 todo.append((path, -1))  # one level: its config and hooks
             elif depth >= 0:
                 todo.append((path, depth + 1))
+    hidden += _hard_links(root, hidden, met)
     repositories: list[str] = []
     for git_dir in git_dirs:
         _repository_dirs(git_dir, repositories)
@@ -587,9 +708,10 @@ def _search(root: str, policy: SandboxPolicy, tops: tuple[str, ...] = ()) -> _Wa
         complete=not todo,
         unlistable=tuple(unlistable),
     )
-    earlier = _LAST_FOUND.get(root)
-    if not found.complete and earlier is not None and earlier.key == key:
-        found = _keep_earlier(found, earlier)
+    if not found.complete:
+        earlier = _earlier_search(root, key)
+        if earlier is not None:
+            found = _keep_earlier(found, earlier)
     if not found.complete:
         if root not in _CUT_SHORT_TOLD:
             _CUT_SHORT_TOLD.add(root)
@@ -602,11 +724,44 @@ def _search(root: str, policy: SandboxPolicy, tops: tuple[str, ...] = ()) -> _Wa
     if len(_LAST_FOUND) >= 64 and root not in _LAST_FOUND:
         _LAST_FOUND.pop(next(iter(_LAST_FOUND)))
     _LAST_FOUND[root] = found
+    _memory.save(root, key, _kept_fields(found))
     if _settled(directories):
         if len(_WALKED) >= 64:
             _WALKED.clear()
         _WALKED[root] = found
     return found
+
+
+def _earlier_search(root: str, key: tuple[str, ...]) -> _Walked | None:
+    """What an earlier search of ``root`` under ``key`` found: this process's, else the one
+    kept on disk by an earlier process (a restart must not forget it)."""
+    earlier = _LAST_FOUND.get(root)
+    if earlier is not None and earlier.key == key:
+        return earlier
+    kept = _memory.load(root, key)
+    if kept is None:
+        return None
+    return _Walked(key, {}, kept["hidden"], kept["protected"], kept["git_dirs"], kept["git_files"],
+                   complete=False)  # fmt: skip
+
+
+def _kept_fields(found: _Walked) -> dict[str, Sequence[str]]:
+    return {
+        "hidden": found.hidden,
+        "protected": found.protected,
+        "git_dirs": found.git_dirs,
+        "git_files": found.git_files,
+    }
+
+
+def _hard_links(root: str, hidden: Sequence[str], met: dict[int, list[str]]) -> list[str]:
+    """The other names in ``root`` of hidden files with several (outside hidden directories,
+    which are covered whole)."""
+    linked = _links.linked_files(hidden)
+    if not linked:
+        return []
+    names = _links.other_names(root, linked, met, LINK_BUDGET)
+    return [p for p in names if not any(_within(p, h) for h in hidden)]
 
 
 def _keep_earlier(found: _Walked, earlier: _Walked) -> _Walked:

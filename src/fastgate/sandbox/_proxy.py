@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
+from fastgate.sandbox._framing import exchange
 from fastgate.sandbox._hosts import IPAddress, canonical_host, is_public
 from fastgate.sandbox._http import TUNNEL_OPEN, ProxyRequest, Refused, parse_request, refusal
 from fastgate.sandbox._network import NetworkEvent, NetworkPolicy
@@ -388,9 +389,10 @@ class NetworkProxy:
                 await loop.sock_sendall(client, TUNNEL_OPEN)
                 if rest:
                     await loop.sock_sendall(upstream, rest)
+                await relay(client, upstream, use_splice=self._splice)
             else:
-                await loop.sock_sendall(upstream, request.head + rest)
-            await relay(client, upstream, use_splice=self._splice)
+                await loop.sock_sendall(upstream, request.head)
+                await exchange(client, upstream, request.body, rest)
         except asyncio.CancelledError:
             raise
         except _ClientGone:
