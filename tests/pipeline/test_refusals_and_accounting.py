@@ -82,7 +82,8 @@ async def test_a_caller_cancelled_before_launch_is_recorded_and_observed(where: 
     assert (await first).ok
 
     [aborted] = [r for r in ex.history() if r.meta.tool_name == "wait"]
-    assert aborted.error is not None and aborted.error.code is ErrorCode.ABORTED
+    assert aborted.error is not None
+    assert aborted.error.code is ErrorCode.ABORTED_BEFORE_DISPATCH
     assert aborted.meta.aborted_before_launch, "nothing ran, so no side effect may have happened"
     assert aborted in observed
     assert ran == []

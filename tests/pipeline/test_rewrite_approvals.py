@@ -4,6 +4,7 @@ arguments the model first sent, which the user never saw."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from fastgate import (
     ExecutionContext,
     Hooks,
     PermissionConfig,
+    PermissionMode,
     PreToolUseResult,
     ToolKind,
 )
@@ -111,4 +113,42 @@ async def test_a_rewrite_to_a_sensitive_path_is_asked_as_sensitive(tmp_path: Pat
     await ex.execute("write", {"file_path": "notes.txt"}, ctx)
     assert len(approver.shown) == 2
     assert ran == [".env", "notes.txt"]
+    assert_idle(ex)
+
+
+async def test_a_rewrite_into_a_call_the_tool_runs_alone_takes_the_gate_alone() -> None:
+    """``parallelism`` judged the original arguments at stage 4; a hook's rewrite into arguments
+    the tool runs alone waits for the shared calls already running, and holds the rest back."""
+    reader_started, release_reader = asyncio.Event(), asyncio.Event()
+    events: list[str] = []
+
+    async def body(args: Any, ctx: Any) -> str:
+        events.append(f"start {args['command']}")
+        if args["command"] == "read-long":
+            reader_started.set()
+            await release_reader.wait()
+        events.append(f"end {args['command']}")
+        return "ok"
+
+    def parallelism(args: Any) -> str:
+        return "exclusive" if args["command"] == "write" else "shared"
+
+    def rewrite(event: Any) -> PreToolUseResult | None:
+        if event.args["command"] == "read-then-write":
+            return PreToolUseResult(updated_args={"command": "write"})
+        return None
+
+    hooks = Hooks()
+    hooks.add_pre_tool_use(rewrite)
+    shell = tool("shell", body, COMMAND, parallelism=parallelism, is_concurrency_safe=True)
+    ex = executor(shell, hooks=hooks, mode=PermissionMode.YOLO)
+    reader = asyncio.ensure_future(ex.execute("shell", {"command": "read-long"}))
+    await reader_started.wait()
+    rewritten = asyncio.ensure_future(ex.execute("shell", {"command": "read-then-write"}))
+    for _ in range(20):  # let it pass the gate as shared, reach the hook and wait again
+        await asyncio.sleep(0)
+    assert events == ["start read-long"], events
+    release_reader.set()
+    assert (await reader).ok and (await rewritten).ok
+    assert events == ["start read-long", "end read-long", "start write", "end write"]
     assert_idle(ex)

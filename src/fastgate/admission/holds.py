@@ -50,6 +50,11 @@ class Holds:
         """Record a hold entered elsewhere (``RunContext.lock_paths``)."""
         self._held.append(hold)
 
+    def leave(self, hold: AsyncHold) -> None:
+        """Release ``hold`` alone, keeping the others."""
+        self._held.remove(hold)
+        _exit(hold)
+
     def release(self) -> None:
         """Release everything, last entered first."""
         held, self._held = self._held, []

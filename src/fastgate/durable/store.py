@@ -292,13 +292,13 @@ def _plain(value: Any) -> bool:
 
 
 def _normalized(value: Any) -> Any:
-    """A copy of a JSON value with every integral float (within 64 bits) as the int it equals.
-    Iterative: any depth."""
+    """A copy of a JSON value with every integral float as the int it equals (whatever its size:
+    ``2.0**63 == 2**63``). Iterative: any depth."""
     root: list[Any] = [None]
     stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
     while stack:
         item, parent, slot = stack.pop()
-        if isinstance(item, float) and item.is_integer() and abs(item) < 2**63:
+        if isinstance(item, float) and item.is_integer():  # (inf and nan are not)
             parent[slot] = int(item)
         elif isinstance(item, dict):
             copy: dict[Any, Any] = dict(item)
@@ -329,7 +329,7 @@ def _canonical(value: Any) -> Iterator[bytes]:
         elif isinstance(item, int):
             yield _number(item)
         elif isinstance(item, float):
-            if item.is_integer() and abs(item) < 2**63:
+            if item.is_integer():
                 yield _number(int(item))
             else:
                 yield b"d" + repr(item).encode()

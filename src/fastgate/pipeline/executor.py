@@ -9,12 +9,11 @@ types) and for ``CancelledError`` when the awaiting task itself is cancelled.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import os
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -23,6 +22,7 @@ from fastgate._mypyc import mypyc_attr
 from fastgate.admission.gate import ToolConcurrencyGate
 from fastgate.admission.holds import Aborted, Holds, until_cancelled
 from fastgate.admission.locks import FileLockManager, default_lock_manager
+from fastgate.admission.protocol import AsyncHold
 from fastgate.admission.scheduler import ConcurrencyScheduler, default_scheduler
 from fastgate.durable.store import ToolUseRecord, ToolUseStore, unrecordable
 from fastgate.errors import USER_CODE_ERRORS, GateClosed, ResourceExhausted, SchedulerClosed
@@ -348,7 +348,7 @@ class ToolExecutor:
         self.store = store
         self.auto_verify = auto_verify
         self._require_persistence = require_persistence
-        self._store_seq = itertools.count()
+        self._store_seq = _positions()
         self._cancel_grace = cancel_grace
         self._max_content_chars = max_content_chars
         self._resolver = PermissionResolver(self.permissions, self.mode, self.approvals)
@@ -617,13 +617,17 @@ class ToolExecutor:
             # 4. the executor's gate: shared calls overlap, exclusive ones are barriers.
             if trace is not None:
                 trace.enter("gate")
+            shared: AsyncHold | None = None  # the passage, when shared
             if plan.admitted:
                 gate = self._gates.get(ctx.session_id) or self._new_gate(ctx.session_id)
-                passage = gate.shared() if plan.is_shared(args) else gate.exclusive()
+                is_shared = plan.is_shared(args)
+                passage = gate.shared() if is_shared else gate.exclusive()
                 try:
                     await holds.enter(passage, cancel)
                 except GateClosed:
                     return self._finalize(call, ErrorCode.DISPOSED, _DISPOSED)
+                if is_shared:
+                    shared = passage
 
             # Stages 5 to 10 resolve each path once, so the worktree check, the rules and the
             # lock keys agree (no window between them), and nothing is cached beyond the call.
@@ -648,7 +652,12 @@ class ToolExecutor:
                     refusal = await self._pre_tool_use(call, plan, tool)
                     if refusal is not None:
                         return refusal
-                    args = call.args  # as the hooks left them
+                    if call.args is not args:  # rewritten: it may have to run alone now
+                        args = call.args
+                        if shared is not None and not plan.is_shared(args):
+                            refusal = await self._gate_alone(call, holds, shared)
+                            if refusal is not None:
+                                return refusal
 
                 # 8. decision merge: the strictest of rule and hook; a hook tightens, never loosens.
                 if trace is not None:
@@ -732,11 +741,12 @@ class ToolExecutor:
     def _caller_cancelled(self, call: _Call) -> ToolResult:
         """The ABORTED result of a call whose awaiting task was cancelled: in history, and in the
         store once the background can write it."""
-        call.aborted_before_launch = not call.launched
-        message = "the caller cancelled the call"
-        if not call.launched:
-            message += " before it started; nothing was run"
-        aborted = self._finalize(call, ErrorCode.ABORTED, message)
+        if call.launched:
+            aborted = self._finalize(call, ErrorCode.ABORTED, "the caller cancelled the call")
+        else:  # nothing ran: a keyed call's key is free again
+            call.aborted_before_launch = True
+            message = "the caller cancelled the call before it started; nothing was run"
+            aborted = self._finalize(call, ErrorCode.ABORTED_BEFORE_DISPATCH, message)
         if call.recorded:  # we cannot await here: record it in the background
             task = asyncio.ensure_future(self._record_result(call, aborted))
             self._background.add(task)
@@ -840,6 +850,19 @@ class ToolExecutor:
         if refusal is not None:
             return refusal
         call.rule = _rebuilt_rule(call.rule, self._resolver.decide(tool, args, ctx))
+        return None
+
+    async def _gate_alone(self, call: _Call, holds: Holds, shared: AsyncHold) -> ToolResult | None:
+        """Stage 7: arguments a hook rewrote into a call the tool runs alone take the gate
+        exclusively (the shared passage of stage 4 is let go first: held, it would wait for
+        itself)."""
+        holds.leave(shared)
+        ctx = call.ctx
+        gate = self._gates.get(ctx.session_id) or self._new_gate(ctx.session_id)
+        try:
+            await holds.enter(gate.exclusive(), ctx.cancel)
+        except GateClosed:
+            return self._finalize(call, ErrorCode.DISPOSED, _DISPOSED)
         return None
 
     def _merge(self, call: _Call) -> ToolResult | None:
@@ -1410,6 +1433,16 @@ def _forget_id_pool() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_id_pool)
+
+
+def _positions() -> Iterator[int]:
+    """The positions (``seq``) of this executor's tool-use records: increasing, and from the
+    wall clock's nanoseconds, so that a session's calls recorded by a later process (a restart,
+    another replica) come after its earlier ones."""
+    last = 0
+    while True:
+        last = max(last + 1, time.time_ns())
+        yield last
 
 
 def _rebuilt_rule(original: RuleDecision, rewritten: RuleDecision) -> RuleDecision:
