@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 from fastgate import schema
 from fastgate.builtin._bash import MAX_COMMAND, MAX_TIMEOUT, bash, render_bash
 from fastgate.builtin._files import edit, read, write
@@ -19,6 +22,30 @@ SEARCH_PATH = schema.Nullable(
         description="The directory (or file, for grep) to search; default: the workspace root.",
     )
 )
+
+
+def git_configs_behind(paths: list[str]) -> list[str]:
+    """For each ``.git`` among ``paths``, the configuration git reads through it. A ``.git``
+    entry (a ``gitdir:`` file, or the directory) tells git where its configuration and hooks
+    are, so writing, creating or deleting one counts as writing ``<it>/config``: a protected
+    path, asked in every mode."""
+    return [
+        path.rstrip("/") + "/config"
+        for path in paths
+        if isinstance(path, str) and os.path.basename(os.path.normpath(path)) == ".git"
+    ]
+
+
+def _file_path_configs(args: Any) -> list[str]:
+    """``ToolDefinition.paths`` of write and edit: what git reads through ``file_path``."""
+    return git_configs_behind([args["file_path"]])
+
+
+def _patch_paths(args: Any) -> list[str]:
+    """``ToolDefinition.paths`` of apply_patch: its files, and what git reads through them."""
+    paths = patch_paths(args)
+    return [*paths, *git_configs_behind(paths)]
+
 
 READ = define_tool(
     "read",
@@ -52,6 +79,7 @@ WRITE = define_tool(
     write,
     kind=ToolKind.WRITE,
     path_args=("file_path",),
+    paths=_file_path_configs,
     rule_names=("Edit", "Write"),
 )
 
@@ -72,6 +100,7 @@ EDIT = define_tool(
     edit,
     kind=ToolKind.WRITE,
     path_args=("file_path",),
+    paths=_file_path_configs,
     rule_names=("Edit",),
 )
 
@@ -91,7 +120,7 @@ APPLY_PATCH = define_tool(
     apply_patch,
     kind=ToolKind.WRITE,
     path_args=(),
-    paths=patch_paths,
+    paths=_patch_paths,
     rule_names=("Edit",),
 )
 

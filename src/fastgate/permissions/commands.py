@@ -62,7 +62,13 @@ from fastgate.permissions.shell import (
     parse_command,
 )
 from fastgate.permissions.wrappers import WRAPPERS, is_assignment, unwrap
-from fastgate.permissions.writes import guessed_words, takes_operands, tree_words, written_words
+from fastgate.permissions.writes import (
+    git_directory_words,
+    guessed_words,
+    takes_operands,
+    tree_words,
+    written_words,
+)
 
 SHELLS = frozenset(
     {
@@ -187,6 +193,8 @@ CODE_VARIABLE_PREFIXES = ("BASH_FUNC_", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")
 # Builtins that set the variables named by their arguments.
 DECLARATIONS = frozenset({"declare", "typeset", "local", "export", "readonly"})
 HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdin", "/dev/stdout", "/dev/stderr"})
+# ``/dev/fd/N`` and nothing more: ``/dev/fd/../..`` climbs out of /dev to any file.
+_DESCRIPTOR_TARGET = re.compile(r"/dev/fd/[0-9]+")
 _MAX_NESTING = 16
 _NAME_ARGUMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)(\[.*\])?(?:\+?=|$)", re.DOTALL)
 _LITERAL_INDEX = re.compile(r"\[\s*-?[0-9]+\s*\]")
@@ -344,6 +352,7 @@ def _analyze(
     written = _redirect_writes(cmd.redirects)
     words = tuple(cmd.words)
     if not words:
+        written.extend(git_directory_words(written, []))
         dirs.ran(cmd, seen, None)
         if blocker or why_unknown or written or cmd.values:
             out.append(
@@ -447,8 +456,8 @@ def _analyze(
         if unwrapped.chdir is not None:
             chdir = unwrapped.chdir
             place = place | (NOWHERE if chdir.dynamic else place.moved(chdir.value))
-        if name == "xargs":
-            inner = _xargs_replaced(current[1 : len(current) - len(inner)], inner)
+        if name == "xargs" and inner:
+            inner = _xargs_command(current[1 : len(current) - len(inner)], inner)
         if script is not None or wrapper.joins_script:
             words_of_script = (script,) if script is not None else inner
             if _nested_script(words_of_script, out, depth, dirs, place) is None:
@@ -485,6 +494,7 @@ def _analyze(
         guessed.extend(guessed_words(form))
     if _fed_by_xargs(forms) and takes_operands(program_name(current[0])):
         written.append(_XARGS_INPUT)  # xargs appends operands known only at run time
+    written.extend(git_directory_words(written, trees))
     if place.unknown and not blocker:
         relative = next((w for w in (*path_words, *written) if _is_relative(w)), None)
         if relative is not None:
@@ -1151,6 +1161,14 @@ def _replaced(word: Word, placeholder: str) -> Word:
     return Word(word.value, word.raw, True) if placeholder in word.value else word
 
 
+def _xargs_command(options: tuple[Word, ...], inner: tuple[Word, ...]) -> tuple[Word, ...]:
+    """What xargs runs: its command with the words it reads from its input, which only run
+    time knows, appended (``echo tag | xargs git`` is ``git tag``), and its placeholder filled
+    in. The words are appended in every case: a later ``-n``/``-L`` cancels ``-I``, and an
+    extra unknown word only makes deny and ask rules match more."""
+    return (*_xargs_replaced(options, inner), _XARGS_INPUT)
+
+
 def _xargs_replaced(options: tuple[Word, ...], inner: tuple[Word, ...]) -> tuple[Word, ...]:
     """With ``-I R`` (``-i``, ``--replace``) xargs puts each input line where R stands, the
     program's own word included: those words are known only at run time."""
@@ -1374,9 +1392,13 @@ def _redirect_blocker(redirects: list[Redirect]) -> str:
             and (target.value == "-" or target.value.isdigit())
         ):
             continue  # descriptor duplication
-        if not target.dynamic and (
-            target.value in HARMLESS_TARGETS or target.value.startswith("/dev/fd/")
-        ):
+        if not target.dynamic and _is_harmless_target(target.value):
             continue
         return f"redirects to {target.text}"
     return ""
+
+
+def _is_harmless_target(value: str) -> bool:
+    """A device that opens no file of the disk, spelled exactly: a prefix test would pass
+    ``/dev/fd/../../w/x`` or ``/dev/null/..``, which name other files."""
+    return value in HARMLESS_TARGETS or _DESCRIPTOR_TARGET.fullmatch(value) is not None

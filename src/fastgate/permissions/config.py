@@ -254,17 +254,28 @@ def _parse_dirs(dirs: Iterable[object]) -> tuple[str, ...]:
 
 def _within(workspace: str | os.PathLike[str] | None) -> Callable[[str], bool]:
     """Whether a settings file is one of ``workspace``'s own (never, without a workspace; the
-    user's own file is not, even in a workspace at ``$HOME``)."""
+    user's own file is not, even in a workspace at ``$HOME``). A file is the workspace's when
+    it is found inside it or resolves inside it: a ``.claude/settings.json`` (or a ``.claude``
+    folder) linking to a file outside is still what the repository put there."""
     if workspace is None:
         return lambda path: False
-    root = os.path.realpath(workspace)
+    roots = _spellings(os.fspath(workspace))
     home = os.environ.get("HOME")
-    users = os.path.realpath(os.path.join(home, ".claude", "settings.json")) if home else None
+    users = _spellings(os.path.join(home, ".claude", "settings.json")) if home else set()
 
     def inside(path: str) -> bool:
-        real = os.path.realpath(path)
-        if real == users:
+        found = _spellings(path)
+        if found & users:
             return False
-        return real == root or real.startswith(root.rstrip("/") + "/")
+        return any(_is_under(spelling, root) for spelling in found for root in roots)
 
     return inside
+
+
+def _spellings(path: str) -> set[str]:
+    """A path as written (made absolute, ``..`` collapsed) and as resolved (links followed)."""
+    return {os.path.abspath(path), os.path.realpath(path)}
+
+
+def _is_under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")

@@ -54,7 +54,12 @@ class SettingsFile:
 
 
 def project_of(path: str) -> str:
-    """The canonical project directory of the settings file ``path`` (see the module docs)."""
+    """The canonical project directory of the settings file ``path`` (see the module docs).
+    The folder it is found in decides first: ``<dir>/.claude/settings.json`` stands for
+    ``<dir>`` even when it (or ``.claude``) links to a file elsewhere."""
+    found = os.path.dirname(os.path.abspath(path))
+    if os.path.basename(found) in SETTINGS_FOLDERS:
+        return os.path.realpath(os.path.dirname(found))
     folder = os.path.dirname(os.path.realpath(path))
     if os.path.basename(folder) in SETTINGS_FOLDERS:
         return os.path.dirname(folder)

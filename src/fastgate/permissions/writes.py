@@ -439,3 +439,33 @@ def _git_config_writes(args: tuple[Word, ...]) -> list[Word]:
     if scoped:
         return scoped
     return [Word(found.config, found.config)]
+
+
+# What git reads from a git directory it finds: a change to one changes what runs later.
+_GIT_DIRECTORY_ENTRIES = ("config", "hooks")
+
+
+def git_directory_words(written: list[Word], trees: list[Word]) -> list[Word]:
+    """Words for the files git reads through what a command writes, checked against the
+    protected paths like the words themselves. A ``.git`` entry, a directory or a ``gitdir:``
+    file, tells git where its configuration and hooks are: writing, replacing, deleting or
+    moving it changes them (``mv g2 .git``, ``rm -rf .git``, ``> sub/.git``). A whole tree
+    a command changes may itself be a git directory under any name (a link to ``.git``, a
+    submodule's or a worktree's git directory), so its ``config`` and ``hooks`` count too,
+    and so do those one level down in a tree inside a ``.git`` directory
+    (``.git/worktrees``, ``.git/modules``)."""
+    out: list[Word] = []
+    for word in dict.fromkeys((*written, *trees)):
+        components = os.path.normpath(word.value).split("/")
+        if word in trees or components[-1] == ".git":
+            out += [_inside(word, entry) for entry in _GIT_DIRECTORY_ENTRIES]
+        if word in trees and ".git" in components[:-1]:
+            out += [_inside(word, f"*/{entry}", glob=True) for entry in _GIT_DIRECTORY_ENTRIES]
+    return out
+
+
+def _inside(word: Word, below: str, glob: bool = False) -> Word:
+    """``word``'s path with ``below`` appended (a glob when ``glob``: expanded where it runs)."""
+    value, raw = word.value.rstrip("/") or "/", word.raw.rstrip("/") or "/"
+    joint = "" if value.endswith("/") else "/"
+    return Word(value + joint + below, raw + joint + below, word.dynamic or glob)
