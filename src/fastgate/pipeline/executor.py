@@ -88,7 +88,7 @@ from fastgate.pipeline.invocation import (
     invoke,
     is_async_tool,
 )
-from fastgate.pipeline.journal import KeyLease, claim_key
+from fastgate.pipeline.journal import KeyLease, RecordPlace, claim_key
 from fastgate.pipeline.progress import ProgressEvent, ProgressHub
 from fastgate.pipeline.refusals import failure_of
 from fastgate.pipeline.tracing import CallTrace, CallTracer
@@ -153,6 +153,7 @@ class _Call:
         "lock_keys",
         "name",
         "parent_execution_id",
+        "place",
         "plan",
         "recorded",
         "rule",
@@ -193,6 +194,8 @@ class _Call:
         self.parent_execution_id: str | None = None  # the call whose body made it (nested)
         # A keyed call's claim (``journal.KeyLease``): renewed until its result is recorded.
         self.lease: KeyLease | None = None
+        # A streamed call's epoch and position; its stream wrote its record (or its claim will).
+        self.place: RecordPlace | None = None
 
     def elapsed_ms(self) -> float:
         return (_perf_clock() - self.t0) * 1000.0
@@ -422,6 +425,29 @@ class ToolExecutor:
             raise TypeError(f"ctx: expected an ExecutionContext, got {type(ctx).__name__}")
         call = _Call(_new_execution_id(), name, None, self._merge_defaults(ctx))
         call.parent_execution_id = parent_execution_id
+        return await self._execute_call(call, args)
+
+    async def _execute_streamed(
+        self,
+        place: RecordPlace,
+        name: str,
+        args: Any,
+        ctx: ExecutionContext,
+        *,
+        call_id: str | None,
+        execution_id: str,
+    ) -> ToolResult:
+        """A call of a stream over this executor when it has a store (SPEC §12): every stage
+        as ``execute``, recorded at the epoch and position its stream gave it (``place``). The
+        stream wrote its tool-use record already (``place.recorded``), or its claim writes it.
+        Not a keyword of ``execute``, so subclasses overriding ``execute`` keep working."""
+        call = _Call(execution_id, name, call_id, self._merge_defaults(ctx))
+        call.place = place
+        call.recorded = place.recorded
+        return await self._execute_call(call, args)
+
+    async def _execute_call(self, call: _Call, args: Any) -> ToolResult:
+        """The call through the pipeline, then its result recorded."""
         if self._tracer is not None:
             return await self._execute_traced(self._tracer, call, args)
         try:  # as in execute (not shared through one more coroutine: execute is the hot path)
@@ -463,6 +489,11 @@ class ToolExecutor:
         """A fresh execution id (unique across executors, processes and hosts), for a caller
         that records a call before passing it to ``execute(..., execution_id=)``."""
         return _new_execution_id()
+
+    def _next_position(self) -> int:
+        """The next tool-use record's position (``seq``); a stream takes one per call as the
+        model streams it, so its calls sort in model order among this executor's records."""
+        return next(self._store_seq)
 
     def set_tracer(self, tracer: CallTracer | None) -> CallTracer | None:
         """Install ``tracer`` (``None`` removes it) for the calls that start from now on;
@@ -692,7 +723,8 @@ class ToolExecutor:
             # 11b. the durable tool-use record, before any side effect.
             if trace is not None:
                 trace.enter("record")
-            if self.store is not None and not call.recorded:  # (a keyed call's claim wrote it)
+            # (a keyed call's claim wrote it; a streamed call's stream did, or tried to)
+            if self.store is not None and not call.recorded and call.place is None:
                 refusal = await self._record_tool_use(call, tool, args)
                 if refusal is not None:
                     return refusal
@@ -1137,7 +1169,7 @@ class ToolExecutor:
             ctx.session_id,
             ctx.turn_id,
             0,
-            next(self._store_seq),
+            self._next_position(),
             tool.name,
             args,
             tool.kind is _READ_ONLY,

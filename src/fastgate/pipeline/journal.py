@@ -16,7 +16,8 @@ store with its arguments' digest; the store decides atomically what the call doe
 
 A keyed call whose entry cannot be written (the store fails, or keeps no journal) does not run
 (``PERSISTENCE_FAILED``); an executor without a store records nothing, keys included. Calls made
-by a ``run_code`` program are not keyed: their parent call is.
+by a ``run_code`` program are not keyed: their parent call is. A streamed call's claim records it
+at the epoch and model-order position its stream gave it (``RecordPlace``).
 """
 
 from __future__ import annotations
@@ -70,13 +71,14 @@ async def claim_key(
         )
         return executor._finalize(call, ErrorCode.PERSISTENCE_FAILED, message)
     ctx = call.ctx
-    seq = next(executor._store_seq)
+    place = call.place
+    epoch, seq = (0, executor._next_position()) if place is None else (place.epoch, place.seq)
     record = ToolUseRecord(
         call.execution_id,
         call.call_id,
         ctx.session_id,
         ctx.turn_id,
-        0,
+        epoch,
         seq,
         tool.name,
         args,
@@ -94,6 +96,9 @@ async def claim_key(
         except Exception as exc:
             message = f"The call was not run: its journal entry could not be saved ({exc})."
             return executor._finalize(call, ErrorCode.PERSISTENCE_FAILED, message, retryable=True)
+        finally:
+            if place is not None:  # the stream may write the next call's record now
+                place.settle()
         if entry.status == "claimed":
             call.recorded = True  # the claim wrote its tool-use record
             claim = (ctx.session_id, key, entry.execution_id, scope)
@@ -115,6 +120,27 @@ async def claim_key(
         else:
             await waiting
         pause = min(2 * pause, longest)
+
+
+class RecordPlace:
+    """Where a streamed call is recorded (SPEC §12): the epoch and the model-order position its
+    ``StreamingToolExecutor`` gave it. The stream writes an unkeyed call's tool-use record
+    before the call starts (``recorded``: it was saved); a keyed call's record is its claim, and
+    ``claimed`` is done once the claim has answered, so that the stream writes the next call's
+    record after it, in model order."""
+
+    __slots__ = ("claimed", "epoch", "recorded", "seq")
+
+    def __init__(self, epoch: int, seq: int, recorded: bool) -> None:
+        self.epoch = epoch
+        self.seq = seq
+        self.recorded = recorded
+        self.claimed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def settle(self) -> None:
+        """The claim answered, or the call ended without one."""
+        if not self.claimed.done():
+            self.claimed.set_result(None)
 
 
 # Whether a store's class keeps the journal: a runtime protocol check walks the protocol's

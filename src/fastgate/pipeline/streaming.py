@@ -7,8 +7,14 @@
   ``finish()``; then ``parallelism`` shapes the batch (shared pool, exclusive barriers), as in
   ``execute_parallel``. Parallelism never widens pre-launch.
 - Each call's tool-use record is written to the store before the call can start, one record
-  after another in model order. With ``require_persistence=True`` a call whose record cannot be
-  written fails with ``PERSISTENCE_FAILED`` and never runs. Results are recorded too.
+  after another in model order, with the call's epoch and its model-order position (taken from
+  the executor's positions as the call arrives). With ``require_persistence=True`` a call whose
+  record cannot be written fails with ``PERSISTENCE_FAILED`` and never runs. Results are
+  recorded too, refusals included.
+- The store is the stream's or the executor's (never both). With the executor's, keyed calls
+  are journaled (SPEC §24): a keyed call's record is its claim, made when it starts, and the
+  next call's record waits for it. The stream's own store keeps no journal for the executor,
+  so a keyed call there is a ``ValueError`` naming the fix.
 - ``results()`` yields results in model order. ``fallback()`` (the model was switched mid-stream)
   starts a new epoch: old calls that have not started never start, running ones are cancelled,
   and no old result is ever delivered; their outcomes are still recorded.
@@ -28,6 +34,7 @@ from fastgate.model.context import ExecutionContext, ToolCall, with_idempotency_
 from fastgate.model.kinds import ToolKind
 from fastgate.model.results import ErrorCode, ToolResult
 from fastgate.pipeline.executor import ToolExecutor
+from fastgate.pipeline.journal import RecordPlace
 
 log = logging.getLogger("fastgate.pipeline.streaming")
 
@@ -42,7 +49,17 @@ T = TypeVar("T")
 class _Entry:
     """One call of the stream: its place, its record, its task and its result."""
 
-    __slots__ = ("call", "epoch", "execution_id", "record", "result", "seq", "task")
+    __slots__ = (
+        "call",
+        "claim",
+        "epoch",
+        "execution_id",
+        "previous",
+        "record",
+        "result",
+        "seq",
+        "task",
+    )
 
     def __init__(self, call: ToolCall, execution_id: str, epoch: int, seq: int) -> None:
         self.call = call
@@ -51,6 +68,9 @@ class _Entry:
         self.execution_id = execution_id
         self.epoch = epoch
         self.seq = seq
+        # A keyed call of an executor with a store: its journal claim writes its record.
+        self.claim: RecordPlace | None = None
+        self.previous: asyncio.Task[BaseException | None] | None = None  # the record before
         self.record: asyncio.Task[BaseException | None] | None = None
         self.task: asyncio.Task[None] | None = None
         self.result: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
@@ -79,6 +99,8 @@ class StreamingToolExecutor:
             raise ValueError("store: the executor already records calls; give the store to one")
         self.executor = executor
         self.store = store
+        # Where the stream writes records: its store, else the executor's (which journals keys).
+        self._records_to = store if store is not None else executor.store
         self.require_persistence = require_persistence
         self.prelaunch = frozenset(prelaunch)
         self.max_parallel = max_parallel
@@ -106,8 +128,20 @@ class StreamingToolExecutor:
             raise TypeError(f"call: expected a ToolCall, got {type(call).__name__}")
         if self._finished:
             raise RuntimeError("the stream is finished: call fallback() to start a new epoch")
-        entry = _Entry(call, self.executor.new_execution_id(), self._epoch, len(self._entries))
+        keyed = self._key_of(call) is not None
+        if keyed and self.store is not None:
+            raise ValueError(
+                f"call {call.id!r} has an idempotency key, but the stream's executor has no store "
+                "to journal keys in, so a repeat would run it again: give the store to the "
+                "executor (ToolExecutor(..., store=store)) instead of the stream"
+            )
+        entry = _Entry(
+            call, self.executor.new_execution_id(), self._epoch, self.executor._next_position()
+        )
+        if keyed and self._records_to is not None:
+            entry.claim = RecordPlace(entry.epoch, entry.seq, recorded=False)
         self._entries.append(entry)
+        entry.previous = self._last_record
         entry.record = self._spawn(self._write_record(entry, self._last_record))
         self._last_record = entry.record
         if not self._held_back and self._may_prelaunch(call):
@@ -191,6 +225,11 @@ class StreamingToolExecutor:
         )
         return dataclasses.replace(self._ctx, cancel=cancel)
 
+    def _key_of(self, call: ToolCall) -> str | None:
+        return (
+            call.idempotency_key if call.idempotency_key is not None else self._ctx.idempotency_key
+        )
+
     def _reads_only(self, name: str) -> bool:
         try:
             tool = self.executor.registry.resolve(name, self._ctx.agent_scope)
@@ -227,7 +266,13 @@ class StreamingToolExecutor:
         """Write this call's tool-use record after the previous one: serial, in model order."""
         if previous is not None:
             await asyncio.wait((previous,))
-        if self.store is None:
+        if entry.claim is not None:  # its claim writes it once the call starts (or it is refused)
+            await asyncio.wait((entry.claim.claimed,))
+            return None
+        return await self._save_tool_use(entry)
+
+    async def _save_tool_use(self, entry: _Entry) -> BaseException | None:
+        if self._records_to is None:
             return None
         call, ctx = entry.call, self._ctx
         record = ToolUseRecord(
@@ -245,11 +290,18 @@ class StreamingToolExecutor:
         if why is not None:
             return Unrecordable(why)
         try:
-            await self.store.record_tool_use(record)
+            await self._records_to.record_tool_use(record)
         except Exception as exc:
             log.warning("tool-use record of %s not saved: %s", call.id, exc)
             return exc
         return None
+
+    async def _save_result(self, entry: _Entry, result: ToolResult) -> None:
+        assert self._records_to is not None
+        try:
+            await self._records_to.record_result(entry.execution_id, result.durable())
+        except Exception as exc:
+            log.warning("result record of %s not saved: %s", entry.call.id, exc)
 
     def _refusal(
         self, entry: _Entry, record_error: BaseException | None
@@ -260,7 +312,7 @@ class StreamingToolExecutor:
         if isinstance(record_error, Unrecordable):
             message = f"The call was not run: {record_error}, so it cannot be recorded."
             return ErrorCode.INVALID_ARGS, message, {"reason": "unrecordable"}
-        if record_error is not None and self.require_persistence:
+        if record_error is not None and self._requires_persistence():
             message = f"The call was not run: its record could not be saved ({record_error})."
             return ErrorCode.PERSISTENCE_FAILED, message, None
         if entry.epoch != self._epoch or self._epoch_cancel.cancelled:
@@ -268,37 +320,78 @@ class StreamingToolExecutor:
             return ErrorCode.ABORTED_BEFORE_DISPATCH, message, None
         return None
 
+    def _requires_persistence(self) -> bool:
+        executor = self.executor
+        return self.require_persistence or (
+            executor.store is not None and executor._require_persistence
+        )
+
     async def _run(self, entry: _Entry) -> None:
-        call = entry.call
-        assert entry.record is not None
-        record_error = await entry.record
-        refusal = self._refusal(entry, record_error)
-        if refusal is not None:
-            code, message, details = refusal
-            result = self.executor.refuse(
-                call.name,
-                code,
-                message,
-                self._ctx,
-                call_id=call.id,
-                details=details,
-                execution_id=entry.execution_id,
-            )
-        else:
-            result = await self.executor.execute(
-                call.name,
-                call.args,
-                with_idempotency_key(self._epoch_ctx, call.idempotency_key),
-                call_id=call.id,
-                execution_id=entry.execution_id,
-            )
-        if self.store is not None and record_error is None:
-            try:
-                await self.store.record_result(entry.execution_id, result.durable())
-            except Exception as exc:
-                log.warning("result record of %s not saved: %s", call.id, exc)
+        try:
+            result = await self._outcome(entry)
+        finally:
+            if entry.claim is not None:  # whatever happened, the next record may be written
+                entry.claim.settle()
         entry.result.set_result(result)
         self._changed.set()
+
+    async def _outcome(self, entry: _Entry) -> ToolResult:
+        """Run the call, or refuse it; either way its records are written (see module docs)."""
+        if entry.claim is not None:
+            return await self._keyed_outcome(entry, entry.claim)
+        assert entry.record is not None
+        return await self._recorded_outcome(entry, await entry.record)
+
+    async def _keyed_outcome(self, entry: _Entry, claim: RecordPlace) -> ToolResult:
+        """A keyed call of an executor with a store: after the records before it, its claim
+        writes its own. Refused, it claims no key (it stays free) but is recorded all the same."""
+        if entry.previous is not None:
+            await asyncio.wait((entry.previous,))
+        if self._refusal(entry, None) is None:
+            return await self._execute(entry, claim)
+        return await self._recorded_outcome(entry, await self._save_tool_use(entry))
+
+    async def _recorded_outcome(
+        self, entry: _Entry, record_error: BaseException | None
+    ) -> ToolResult:
+        """The call once its tool-use record was written (or not: ``record_error``)."""
+        refusal = self._refusal(entry, record_error)
+        if refusal is None and self.executor.store is not None:  # it records the result
+            place = RecordPlace(entry.epoch, entry.seq, recorded=record_error is None)
+            return await self._execute(entry, place)
+        if refusal is None:
+            result = await self._execute(entry, None)
+        else:
+            result = self._refuse(entry, *refusal)
+        if self._records_to is not None and record_error is None:
+            await self._save_result(entry, result)
+        return result
+
+    async def _execute(self, entry: _Entry, place: RecordPlace | None) -> ToolResult:
+        call = entry.call
+        ctx = with_idempotency_key(self._epoch_ctx, call.idempotency_key)
+        assert ctx is not None
+        if place is None:
+            return await self.executor.execute(
+                call.name, call.args, ctx, call_id=call.id, execution_id=entry.execution_id
+            )
+        return await self.executor._execute_streamed(
+            place, call.name, call.args, ctx, call_id=call.id, execution_id=entry.execution_id
+        )
+
+    def _refuse(
+        self, entry: _Entry, code: ErrorCode, message: str, details: dict[str, Any] | None
+    ) -> ToolResult:
+        call = entry.call
+        return self.executor.refuse(
+            call.name,
+            code,
+            message,
+            self._ctx,
+            call_id=call.id,
+            details=details,
+            execution_id=entry.execution_id,
+        )
 
     async def _dispatch(self, epoch: int, entries: list[_Entry]) -> None:
         """After the stream: shared calls in a rolling pool, exclusive calls as barriers."""
