@@ -352,3 +352,26 @@ async def test_a_state_asked_under_another_policy_is_refused() -> None:
     assert refused["_meta"]["fastgate"]["reason"] == "policy_changed"
     assert RUNS == []
     gateway.executor.dispose()
+
+
+@pytest.mark.parametrize("elicits", [True, False])
+async def test_a_program_s_call_no_one_can_approve_is_refused_for_no_approver(
+    elicits: bool,
+) -> None:
+    """2026 era, code mode, no console: the client cannot be asked during a program's call,
+    whether it takes elicitations or not. That is no approver (SPEC §7), not a rejection."""
+    from fastgate.codemode import CodeMode
+
+    served = executor(
+        permissions=fastgate.PermissionConfig(allow=["run_code"]),
+        code_mode=CodeMode(pool_size=0),
+    )
+    gateway = Gateway(served, rate_limit=None)
+    program = "print(await tools.deploy(target='prod'))"
+    call = {"name": "run_code", "arguments": {"code": program}}
+    async with serving(gateway) as url, httpx.AsyncClient(timeout=60) as http:
+        ran = rpc_result(await post_modern(http, url, "tools/call", call, elicits=elicits))
+    served.dispose()
+    text = json.dumps(ran["content"])
+    assert "PERMISSION_DENIED" in text and "no approver is available" in text, text
+    assert "USER_REJECTED" not in text

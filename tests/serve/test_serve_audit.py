@@ -9,12 +9,25 @@ import json
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from mcp_types import ElicitResult
 
-from fastgate.permissions import NetworkAuditEvent, NetworkAuditSink
+from fastgate import PermissionConfig, ToolRegistry
+from fastgate.builtin import register_builtins
+from fastgate.model import Decision, DecisionSource
+from fastgate.permissions import AuditEvent, NetworkAuditEvent, NetworkAuditSink
 from fastgate.serve import Gateway, GatewayAudit
-from tests.serve.kit import ERAS, client, executor, fastgate_meta, serving, tokens_file
+from fastgate.serve._audit import WITHHELD, withhold_arguments
+from tests.serve.kit import (
+    ERAS,
+    client,
+    executor,
+    fastgate_meta,
+    post_modern,
+    serving,
+    tokens_file,
+)
 
 
 def _digest(arguments: dict[str, Any]) -> str:
@@ -66,9 +79,8 @@ async def test_every_decision_and_result_is_a_line(tmp_path: Path, era: str) -> 
     ]
     assert deploy_lines[-1]["decision_source"] == "user"
     assert deploy_lines[0]["arguments_sha256"] == _digest({"target": "prod"})
-    denied_lines = events(denied)
-    assert denied_lines[0]["decision"] == "deny" and denied_lines[0]["source"] == "rule"
-    assert denied_lines[-1]["code"] == "PERMISSION_DENIED"
+    # Denied outright by a rule, so not listed: refused as an unknown name, before any decision.
+    assert [(e["event"], e["code"]) for e in events(denied)] == [("result", "UNKNOWN_TOOL")]
     assert [e["event"] for e in events(unknown)] == ["result"]  # refused before any decision
     assert events(unknown)[0]["code"] == "UNKNOWN_TOOL"
     if era != "legacy":  # the question of the 2026 era: its ask, and no result (nothing ran)
@@ -125,3 +137,96 @@ async def test_a_refused_network_connection_is_a_line_with_its_caller(tmp_path: 
         "execution_id": "e1",
     }
     assert second["principal"] == "bob" and second["execution_id"] == "e2"
+
+
+SECRET = "sk-live-SUPERSECRET-4242"
+
+
+async def test_no_line_carries_argument_text(tmp_path: Path) -> None:
+    """Arguments reach the audit as their digest only: the resolver's reasons quote them (``rule
+    Bash(curl:*) denies `curl ...` ``), and the lines keep the rule and the source without the
+    quote."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    path = tmp_path / "audit.jsonl"
+    audit = GatewayAudit(path)
+    tools = ToolRegistry()
+    register_builtins(tools, include=["bash", "read", "write"])
+    permissions = PermissionConfig(
+        deny=["Bash(curl:*)"], ask=["Bash(git push:*)"], allow=["Bash(echo:*)"]
+    )
+    served = executor(
+        tools,
+        permissions=permissions,
+        audit=audit,
+        context_defaults={"workspace_root": str(workspace)},
+    )
+    gateway = Gateway(
+        served,
+        tokens=tokens_file(tmp_path / "t.json"),
+        audit=audit,
+        approvals="deny",
+        workspace=str(workspace),
+        rate_limit=None,
+    )
+    calls = [
+        ("bash", {"command": f"curl -H 'Authorization: Bearer {SECRET}' https://x"}),
+        ("bash", {"command": f"git push https://user:{SECRET}@example.com/r.git"}),
+        ("bash", {"command": f"echo `{SECRET}`"}),
+        ("write", {"file_path": f"out-{SECRET}.txt", "content": SECRET}),
+        ("read", {"file_path": f"/etc/{SECRET}"}),
+        ("bash", {"command": 5, "x": SECRET}),
+        ("nope", {"k": SECRET}),
+    ]
+    async with serving(gateway) as url, httpx.AsyncClient(timeout=30) as http:
+        for number, (name, arguments) in enumerate(calls, 1):
+            call = {"name": name, "arguments": arguments}
+            await post_modern(
+                http, url, "tools/call", call, token="alice-secret-token", request_id=number
+            )
+    await audit.aclose()
+    served.dispose()
+    text = path.read_text()
+    assert SECRET not in text and "Bearer" not in text and "example.com" not in text
+    reasons = [json.loads(line).get("reason") for line in text.splitlines()]
+    assert f"rule Bash(curl:*) denies {WITHHELD}" in reasons
+    assert f"rule Bash(git push:*) asks before {WITHHELD}" in reasons
+
+
+def test_a_reason_is_written_without_argument_text() -> None:
+    arguments = {"command": "cat /home/me/.env-4242", "n": [{"deep": "tok-9999"}]}
+    assert (
+        withhold_arguments("rule X denies `a` and `b`c` d", arguments)
+        == f"rule X denies {WITHHELD} d"
+    )
+    assert withhold_arguments("a lone ` quote tok-9999", arguments) == f"a lone {WITHHELD}"
+    bare = withhold_arguments("touches sensitive file /home/me/.env-4242 (tok-9999)", arguments)
+    assert bare == f"touches sensitive file {WITHHELD} ({WITHHELD})"
+    assert withhold_arguments("the command cannot be parsed", arguments) == (
+        "the command cannot be parsed"  # a key of the arguments is the schema's, not theirs
+    )
+
+
+async def test_a_call_from_code_is_written_without_its_program_s_text(tmp_path: Path) -> None:
+    """A program's call was not begun by the gateway: its reason is kept from the arguments of
+    the calls of its session, the program among them."""
+    path = tmp_path / "audit.jsonl"
+    audit = GatewayAudit(path)
+    audit.begin("run", "alice", "d", {"code": f"await tools.read('/x/{SECRET}')"}, "alice/s1")
+    for session in ("alice/s1", "alice/other"):
+        audit.record(
+            AuditEvent(
+                execution_id="nested",
+                session_id=session,
+                tool_name="read",
+                decision=Decision.ASK,
+                source=DecisionSource.RULE,
+                reason=f"touches sensitive file /x/{SECRET}",
+                signature="s",
+                time=1.0,
+            )
+        )
+    await audit.aclose()
+    same, other = (json.loads(line)["reason"] for line in path.read_text().splitlines())
+    assert same == f"touches sensitive file {WITHHELD}"
+    assert SECRET in other  # another session's program is not this call's

@@ -48,7 +48,8 @@ async def test_the_typescript_sdk_client(tmp_path: Path) -> None:
         and said["deploy"]["_meta"]["fastgate"]["decision_source"] == "user"
     )
     assert len(said["asked"]) == 1 and "carol" in said["asked"][0]
-    for refused, code in (("forbidden", "PERMISSION_DENIED"), ("invalid", "INVALID_ARGS")):
+    # forbidden: denied outright, so not listed: refused as a name no tool has.
+    for refused, code in (("forbidden", "UNKNOWN_TOOL"), ("invalid", "INVALID_ARGS")):
         assert said[refused]["isError"] is True
         assert said[refused]["_meta"]["fastgate"]["code"] == code
         assert said[refused]["content"][0]["text"]

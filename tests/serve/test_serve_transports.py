@@ -46,8 +46,8 @@ async def test_both_eras_list_and_call_through_the_pipeline(era: str) -> None:
         unknown = await mcp.call_tool("ecko", {})
         assert unknown.is_error and fastgate_meta(unknown)["code"] == "UNKNOWN_TOOL"
         assert "echo" in text_of(unknown)  # the close match
-        denied = await mcp.call_tool("forbidden", {"text": "x"})  # not listed, still refused
-        assert denied.is_error and fastgate_meta(denied)["code"] == "PERMISSION_DENIED"
+        denied = await mcp.call_tool("forbidden", {"text": "x"})  # not listed: no such tool
+        assert denied.is_error and fastgate_meta(denied)["code"] == "UNKNOWN_TOOL"
     gateway.executor.dispose()
 
 

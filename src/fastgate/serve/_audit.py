@@ -10,13 +10,20 @@ A decision line: ``{"time", "event": "decision", "principal", "session", "tool",
 "reason", "decision_source", "replayed", "execution_id"}`` (``code`` null when ok); a line for
 each network connection a sandboxed call was refused: ``{"time", "event": "network_refused",
 "principal", "session", "tool", "host", "port", "reason", "execution_id"}``.
+
+No line carries argument text: the arguments appear only as their digest. A reason is written
+with what quotes the arguments withheld (``withhold_arguments``): the permission resolver quotes
+them in backticks ("rule Bash(curl:*) denies `curl ...`") and names some paths bare ("touches
+sensitive file ..."), and a hook's reason may say anything.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import time
-from typing import Any, cast
+from collections.abc import Mapping
+from typing import Any, NamedTuple, cast
 
 import msgspec
 
@@ -24,6 +31,48 @@ from fastgate.model import ToolResult
 from fastgate.permissions import AuditEvent, JsonlAuditSink, NetworkAuditEvent
 
 _PENDING_LIMIT = 65_536  # calls in flight whose caller the audit remembers
+WITHHELD = "[…]"  # in place of what a reason quoted of the arguments
+_MAX_LEAVES = 10_000  # of the arguments' strings looked through for a reason's words
+_WORD_EDGES = "()[]{}<>,;:.!?'\"`"
+_SHORTEST_WORD = 3  # a shorter word of a reason is kept, found in the arguments or not
+
+
+def withhold_arguments(reason: str, arguments: Any = None) -> str:
+    """``reason`` without argument text: everything from its first backtick to its last (the
+    resolver's quotes, however many, whatever they hold), and each word found in one of the
+    strings of ``arguments`` (a path the reason names bare, what a hook quotes)."""
+    first = reason.find("`")
+    if first >= 0:
+        last = reason.rfind("`")
+        tail = reason[last + 1 :] if last > first else ""  # a lone backtick: the rest goes
+        reason = f"{reason[:first]}{WITHHELD}{tail}"
+    strings = _strings_in(arguments)
+    if not strings:
+        return reason
+    return re.sub(r"\S+", lambda word: _withheld_word(word.group(), strings), reason)
+
+
+def _withheld_word(word: str, strings: list[str]) -> str:
+    core = word.strip(_WORD_EDGES)
+    if len(core) < _SHORTEST_WORD or core == WITHHELD:
+        return word
+    return word.replace(core, WITHHELD) if any(core in s for s in strings) else word
+
+
+def _strings_in(value: Any) -> list[str]:
+    """The strings among ``value``'s values (not its keys: the schema's names), the first
+    ``_MAX_LEAVES``."""
+    found: list[str] = []
+    pending = [value]
+    while pending and len(found) < _MAX_LEAVES:
+        item = pending.pop()
+        if isinstance(item, str):
+            found.append(item)
+        elif isinstance(item, Mapping):
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+    return found
 
 
 class DecisionLine(msgspec.Struct, frozen=True, omit_defaults=False):
@@ -72,17 +121,28 @@ class GatewayAudit:
     def __init__(self, path: str | os.PathLike[str], *, batch_interval: float = 0.05) -> None:
         self._sink = JsonlAuditSink(path, batch_interval=batch_interval)
         self.path = self._sink.path
-        # Execution id -> (principal, arguments digest): the calls the gateway started.
-        self._calls: dict[str, tuple[str, str]] = {}
+        # Execution id -> the call the gateway started, until its result line.
+        self._calls: dict[str, _Call] = {}
 
-    def begin(self, execution_id: str, principal: str, arguments_sha256: str) -> None:
+    def begin(
+        self,
+        execution_id: str,
+        principal: str,
+        arguments_sha256: str,
+        arguments: Any = None,
+        session: str | None = None,
+    ) -> None:
+        """A call the gateway starts: its ``arguments`` are kept only to withhold them from its
+        reasons and from those of the calls its program makes (same ``session``), never
+        written."""
         if len(self._calls) >= _PENDING_LIMIT:  # calls that never ended (a cancelled task)
             self._calls.pop(next(iter(self._calls)))
-        self._calls[execution_id] = (principal, arguments_sha256)
+        self._calls[execution_id] = _Call(principal, arguments_sha256, arguments, session)
 
     def record(self, event: AuditEvent) -> None:
         """A decision of the pipeline (the ``AuditSink`` protocol)."""
         principal, digest = self._caller(event.execution_id, event.session_id)
+        reason = self._withheld(event.reason, event.execution_id, event.session_id)
         line = DecisionLine(
             time=event.time,
             event="decision",
@@ -92,7 +152,7 @@ class GatewayAudit:
             arguments_sha256=digest,
             decision=str(event.decision),
             source=str(event.source),
-            reason=event.reason,
+            reason=reason,
             execution_id=event.execution_id,
         )
         self._write(line)
@@ -108,7 +168,7 @@ class GatewayAudit:
             tool=event.tool_name,
             host=event.host,
             port=event.port,
-            reason=event.reason,
+            reason=self._withheld(event.reason, event.execution_id, event.session_id),
             execution_id=event.execution_id,
         )
         self._write(line)
@@ -119,12 +179,15 @@ class GatewayAudit:
         """The result line of a call. ``execution_id``: the id the call was begun under, when
         the result carries another (a repeat the journal answered carries the first call's)."""
         meta = result.meta
-        known = self._calls.pop(execution_id or meta.execution_id, None)
-        principal, digest = known if known is not None else (_principal(meta.session_id), None)
+        begun = execution_id or meta.execution_id
         error = result.error
         if reason is None and error is not None:
             found = error.details.get("reason")
             reason = found if isinstance(found, str) else None
+        if reason is not None:
+            reason = self._withheld(reason, begun, meta.session_id)
+        principal, digest = self._caller(begun, meta.session_id)
+        self._calls.pop(begun, None)
         self._write(
             ResultLine(
                 time=time.time(),
@@ -143,8 +206,8 @@ class GatewayAudit:
 
     def cancelled(self, execution_id: str, tool: str, session: str | None) -> None:
         """A call whose client went away (or cancelled it) while it ran: ``ABORTED``."""
-        known = self._calls.pop(execution_id, None)
-        principal, digest = known if known is not None else (_principal(session), None)
+        principal, digest = self._caller(execution_id, session)
+        self._calls.pop(execution_id, None)
         self._write(
             ResultLine(
                 time=time.time(),
@@ -180,12 +243,30 @@ class GatewayAudit:
     def _caller(self, execution_id: str, session: str | None) -> tuple[str | None, str | None]:
         known = self._calls.get(execution_id)
         if known is not None:
-            return known
+            return known.principal, known.arguments_sha256
         return _principal(session), None  # a call from code: its session names the caller
+
+    def _withheld(self, reason: str, execution_id: str, session: str | None) -> str:
+        known = self._calls.get(execution_id)
+        if known is not None:
+            return withhold_arguments(reason, known.arguments)
+        # A call from code: its arguments come from its program, the arguments of a call of
+        # the same session the gateway started.
+        for call in self._calls.values() if session is not None else ():
+            if call.session == session and call.arguments is not None:
+                reason = withhold_arguments(reason, call.arguments)
+        return withhold_arguments(reason)
 
     def _write(self, line: Any) -> None:
         # The sink's writer encodes whatever struct it is given: the gateway's lines share it.
         self._sink.record(cast(AuditEvent, line))
+
+
+class _Call(NamedTuple):
+    principal: str
+    arguments_sha256: str
+    arguments: Any
+    session: str | None
 
 
 def _principal(session: str | None) -> str | None:

@@ -56,7 +56,7 @@ from fastgate.model import (
     json_preview,
 )
 from fastgate.permissions import ApprovalStore, PermissionResolver, Refusal
-from fastgate.pipeline import ToolExecutor
+from fastgate.pipeline import ToolExecutor, unknown_tool
 from fastgate.serve import _state
 from fastgate.serve._answers import QuickAnswers, current_answer
 from fastgate.serve._approvals import (
@@ -91,9 +91,11 @@ from fastgate.serve._http import (
 )
 from fastgate.serve._listing import (
     fingerprint,
+    listed_tool,
     listing,
     output_schema,
     policy_generation,
+    runnable_tool,
     shown_names,
 )
 from fastgate.serve._metrics import CONTENT_TYPE, GatewayMetrics
@@ -280,7 +282,19 @@ class Gateway:
         return server
 
     def _input_schema(self, name: str) -> Mapping[str, Any] | None:
-        tool = self.executor.registry.resolve(name)
+        """The schema the SDK checks a call's ``Mcp-Param-*`` headers against: only a tool the
+        caller is listed; for any other name None, as for a name no tool has (the call is then
+        refused as unknown, its headers unchecked)."""
+        caller = _HTTP_CALLER.get()
+        if caller is None:
+            return None
+        executor = self._executor_for(caller)
+        try:
+            tool = listed_tool(
+                executor.registry, self._scope_of(caller), executor.permissions, executor.mode, name
+            )
+        except KeyError:  # a scope the registry no longer has: the pipeline refuses the call
+            return None
         return None if tool is None else tool.input_schema
 
     # -- callers --------------------------------------------------------------------------------
@@ -461,7 +475,7 @@ class Gateway:
         if self.calls is not None:  # the console keeps the head of the same encoding
             self.calls.begin(execution_id, canonical)
         if self.audit is not None:
-            self.audit.begin(execution_id, caller.principal, digest)
+            self.audit.begin(execution_id, caller.principal, digest, arguments, session)
         scope = self._scope_of(caller)
         key = _idempotency_key(meta, headers, client_session, ctx.request_id, modern)
         if isinstance(key, _Problem):
@@ -490,6 +504,8 @@ class Gateway:
             # another session and re-sends its call gets the recorded result.
             idempotency_scope=caller.principal,
         )
+        if self._hidden_from(caller, executor, name):
+            return self._unknown(executor, name, context, scope, modern, execution_id)
         progress = self._progress_route(ctx, executor, execution_id, meta)
         try:
             result = await executor.execute(name, arguments, context, execution_id=execution_id)
@@ -507,6 +523,41 @@ class Gateway:
             )
         return self._answer(result, executor, scope, modern, call_id=execution_id)
 
+    def _hidden_from(self, caller: Caller, executor: ToolExecutor, name: str) -> bool:
+        """Whether policy hides tool ``name`` from ``caller`` (scope, a deny rule naming the whole
+        tool, the caller's mode): its call is then refused as a call of a name no tool has,
+        before the pipeline validates the arguments against the tool's schema."""
+        scope = self._scope_of(caller)
+        try:
+            found = runnable_tool(
+                executor.registry, scope, executor.permissions, executor.mode, name
+            )
+        except KeyError:  # a scope the registry no longer has: the pipeline refuses the call
+            return False
+        return found is None and executor.registry.resolve(name, scope) is not None
+
+    def _unknown(
+        self,
+        executor: ToolExecutor,
+        name: str,
+        context: ExecutionContext,
+        scope: str | None,
+        modern: bool,
+        execution_id: str,
+    ) -> dict[str, Any]:
+        """The refusal of a call of a tool hidden from the caller: that of a name no tool has."""
+        shown = shown_names(executor.registry, scope, executor.permissions, executor.mode)
+        message, details = unknown_tool(name, shown)
+        result = executor.refuse(
+            name,
+            ErrorCode.UNKNOWN_TOOL,
+            message,
+            context,
+            details=details,
+            execution_id=execution_id,
+        )
+        return self._answer(result, executor, scope, modern, call_id=execution_id)
+
     def _answer(
         self,
         result: ToolResult,
@@ -517,10 +568,13 @@ class Gateway:
         call_id: str | None = None,
     ) -> dict[str, Any]:
         name = result.meta.tool_name
-        if result.error is not None and result.error.code is ErrorCode.UNKNOWN_TOOL:
+        unknown = result.error is not None and result.error.code is ErrorCode.UNKNOWN_TOOL
+        if unknown:
             shown = shown_names(executor.registry, scope, executor.permissions, executor.mode)
             result = unknown_tool_result(result, shown)  # names only what the caller sees
-        self.metrics.count(name, result)
+        # Counted under an unknown name's label: a tool's own series would tell /metrics
+        # readers that a tool hidden from the caller exists.
+        self.metrics.count("" if unknown else name, result)
         if self.audit is not None:
             self.audit.result(result, reason, call_id)
         tool = executor.registry.resolve(name, scope) if result.ok else None
@@ -567,7 +621,7 @@ class Gateway:
         if self.audit is not None:
             arguments = raw.get("arguments")
             digest = _state.arguments_digest(arguments if arguments is not None else {})
-            self.audit.begin(execution_id, caller.principal, digest)
+            self.audit.begin(execution_id, caller.principal, digest, arguments, caller.principal)
         return self._refused(
             executor,
             name if isinstance(name, str) else "",
@@ -728,12 +782,18 @@ class Gateway:
     async def _fallback(
         self, caller: Caller, request: ApprovalRequest
     ) -> ApprovalResponse | Refusal:
-        """A question the client cannot be asked (a call from code in the 2026 era)."""
+        """A question the client cannot be asked (a call from code in the 2026 era): the
+        console's, else nobody's, the refusal of a call no approver can answer (SPEC §7), not a
+        user's rejection."""
         if self.console:
             rule, source = self._asking_rule(caller, request)
             return await self.pending.ask(request, caller.principal, rule=rule, rule_source=source)
-        return ApprovalResponse(
-            False, feedback="No one can answer this approval here (no console is served)."
+        return Refusal(
+            ErrorCode.PERMISSION_DENIED,
+            f"This call needs approval ({request.reason or request.source}), and no approver is "
+            "available (the client cannot be asked during a program's call, and no console is "
+            "served).",
+            {"reason": "no_approver"},
         )
 
     @staticmethod
@@ -1165,6 +1225,10 @@ class _StateRefusals:
             raise
 
 
+# The caller of the HTTP request this task serves.
+_HTTP_CALLER: ContextVar[Caller | None] = ContextVar("fastgate_http_caller", default=None)
+
+
 class _require_caller:
     """The SDK's ``RequireAuthMiddleware`` (401 with ``WWW-Authenticate``), counted. A request
     with a caller goes straight on: the SDK's middleware, asking for no scopes, would pass it."""
@@ -1175,8 +1239,13 @@ class _require_caller:
         self._on_reject = on_reject
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if caller_of(scope) is not None:
-            await self._app(scope, receive, send)
+        caller = caller_of(scope)
+        if caller is not None:
+            token = _HTTP_CALLER.set(caller)  # for the SDK's schema lookup, which gets a name only
+            try:
+                await self._app(scope, receive, send)
+            finally:
+                _HTTP_CALLER.reset(token)
             return
         self._on_reject(401)
         await self._required(scope, receive, send)

@@ -5,7 +5,10 @@ one of its rule names such as ``mcp__<server>``), or when the caller's mode refu
 no allow rule (nor, outside ``dont_ask``, an ask rule) names it. Hooks and guards decide per call
 and cannot be known ahead: a tool they refuse is listed and refused when called. With code mode
 on, only ``run_code`` can be called directly, so only it is listed. A refusal of an unknown name
-suggests only tools of the caller's listing (``shown_names``).
+suggests only tools of the caller's listing (``shown_names``). A call of a tool policy hides from
+the caller (``runnable_tool`` finds none) is answered as a call of an unknown name, and only a
+listed tool's schema (``listed_tool``) checks a call's ``Mcp-Param-*`` headers: a caller learns
+nothing of a tool it is not shown.
 
 Listings are computed per request, never cached across callers.
 """
@@ -80,6 +83,34 @@ def shown_names(
     if RUN_CODE in visible:
         visible = {RUN_CODE: visible[RUN_CODE]}
     return sorted(n for n, tool in visible.items() if runnable(tool, permissions, mode))
+
+
+def runnable_tool(
+    registry: ToolRegistry,
+    scope: str | None,
+    permissions: PermissionConfig,
+    mode: PermissionMode,
+    name: str,
+) -> ToolDefinition | None:
+    """The tool named ``name`` when the caller may be let run it: listed, or (code mode) one a
+    program may call. One lookup, not the whole listing: it is asked on every call."""
+    tool = registry.resolve(name, scope)
+    return tool if tool is not None and runnable(tool, permissions, mode) else None
+
+
+def listed_tool(
+    registry: ToolRegistry,
+    scope: str | None,
+    permissions: PermissionConfig,
+    mode: PermissionMode,
+    name: str,
+) -> ToolDefinition | None:
+    """The tool ``listing`` shows the caller under ``name``, or None."""
+    tool = runnable_tool(registry, scope, permissions, mode, name)
+    if tool is None or name == RUN_CODE:
+        return tool
+    code_mode = registry.resolve(RUN_CODE, scope) is not None
+    return None if code_mode else tool
 
 
 def output_schema(tool: ToolDefinition) -> dict[str, Any] | None:
