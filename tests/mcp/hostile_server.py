@@ -24,6 +24,9 @@ Run as ``python hostile_server.py MODE``:
   reply only after the next ``mangled`` reply) and ``ask`` (puts an ``elicitation/create``
   request that is not UTF-8 to the client, and returns what the client answered).
 - ``unreadable-list``: its ``tools/list`` reply is not valid UTF-8.
+- ``odd-replies``: one more tool, ``deep``, whose input schema is nested 300 levels (past what
+  the SDK's model of a message takes), and ``echo`` answers the texts ``null``, ``list`` and
+  ``nested`` with a result that is ``null``, an array, or nested 600 levels.
 
 With ``HOSTILE_RECORD=<file>`` it appends one JSON line per message received: ``{"method",
 "id", "cursor", "pid"}``.
@@ -158,6 +161,8 @@ def tools_list(request_id: Any, cursor: Any) -> None:
         reply(request_id, {"tools": TOOLS if cursor is None else [], "nextCursor": "again"})
     elif MODE == "unreadable":
         reply(request_id, {"tools": TOOLS + UNREADABLE_TOOLS})
+    elif MODE == "odd-replies":
+        reply(request_id, {"tools": [*TOOLS, {"name": "deep", "inputSchema": nested(300)}]})
     elif MODE == "unreadable-list":  # a description that is not UTF-8
         listed = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": {"tools": TOOLS}})
         raw(listed.encode().replace(b"Return the text.", b"Return the text \xff\xfe."))
@@ -208,9 +213,31 @@ def unreadable_call(request_id: Any, params: dict[str, Any]) -> None:
         reply(request_id, {"content": [{"type": "text", "text": f"the client said: {said}"}]})
 
 
+def nested(levels: int) -> dict[str, Any]:
+    """An object schema whose one property is an array of arrays ``levels`` deep."""
+    inner: dict[str, Any] = {}
+    for _ in range(levels):
+        inner = {"type": "array", "items": inner}
+    return {"type": "object", "properties": {"a": inner}}
+
+
+def odd_reply(request_id: Any, text: str) -> None:
+    if text == "null":
+        raw(json.dumps({"jsonrpc": "2.0", "id": request_id, "result": None}).encode())
+    elif text == "list":
+        raw(json.dumps({"jsonrpc": "2.0", "id": request_id, "result": [1, 2]}).encode())
+    elif text == "nested":
+        content = [{"type": "text", "text": "deep"}]
+        reply(request_id, {"content": content, "structuredContent": nested(600)})
+    else:
+        reply(request_id, {"content": [{"type": "text", "text": text}], "isError": False})
+
+
 def tools_call(request_id: Any, params: dict[str, Any]) -> None:
     if MODE == "unreadable" and params.get("name") in ("mangled", "held", "ask"):
         unreadable_call(request_id, params)
+    elif params.get("name") == "echo" and MODE == "odd-replies":
+        odd_reply(request_id, str(params.get("arguments", {}).get("text", "")))
     elif params.get("name") == "echo" and MODE == "garbage-calls":
         raw(b"echo: working on it")
         raw(b"echo: still working")

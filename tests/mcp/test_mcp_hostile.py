@@ -200,3 +200,45 @@ async def test_a_tools_list_that_never_ends_is_cut_off(
     error = await refused_start(hostile(mode, record=record, required=True))
     assert reason in error.reason
     assert received(record, "tools/list") == pages
+
+
+# -- replies the SDK's model of a message refuses ------------------------------------------------
+
+
+async def test_a_listing_nested_past_the_sdk_s_depth_is_still_served() -> None:
+    registry = ToolRegistry()
+    async with running(registry, hostile("odd-replies", startup_timeout=10.0)) as bridge:
+        status = bridge.status()["h"]
+        assert status["state"] == "ready", status
+        assert registry.resolve("mcp__h__deep") is not None  # fastgate compiles it
+        executor = yolo(registry)
+        answered = await executor.execute("mcp__h__echo", {"text": "hi"}, CTX)
+        assert answered.ok and answered.content == "hi", answered.error
+
+
+@pytest.mark.parametrize("odd", ["null", "list"])
+async def test_a_result_that_is_not_an_object_is_a_prompt_protocol_error(odd: str) -> None:
+    registry = ToolRegistry()
+    config = hostile("odd-replies", idle_timeout=30.0, call_timeout=60.0)
+    async with running(registry, config) as bridge:
+        executor = yolo(registry)
+        started = time.monotonic()
+        result = await executor.execute("mcp__h__echo", {"text": odd}, CTX)
+        assert time.monotonic() - started < 10.0  # not the idle timeout
+        assert result.error is not None and result.error.code is ErrorCode.TOOL_ERROR, result
+        assert result.error.details["reason"] == "protocol_error", result.error
+        # The connection is intact.
+        again = await executor.execute("mcp__h__echo", {"text": "fine"}, CTX)
+        assert again.ok, again.error
+        assert bridge.status()["h"]["restarts"] == 0
+
+
+async def test_a_result_nested_past_the_sdk_s_depth_is_answered_at_once() -> None:
+    registry = ToolRegistry()
+    config = hostile("odd-replies", idle_timeout=30.0, call_timeout=60.0)
+    async with running(registry, config):
+        executor = yolo(registry)
+        started = time.monotonic()
+        result = await executor.execute("mcp__h__echo", {"text": "nested"}, CTX)
+        assert time.monotonic() - started < 10.0  # not the idle timeout
+        assert result.ok and result.content == "deep", result.error

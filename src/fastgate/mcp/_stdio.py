@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 from collections import deque
@@ -245,6 +246,10 @@ class StdioTransport:
                 except ValueError as exc:
                     if await self._unreadable(line, out):
                         continue
+                    reply = _unvalidated_reply(line)
+                    if reply is not None:  # ours, but its result is not one the SDK can hold
+                        await out.send(SessionMessage(reply))
+                        continue
                     # Not JSON-RPC (a stray print): the session is told, the stream goes on.
                     self.noise_lines += 1
                     self.last_noise = line[:NOISE_LINE_CHARS].decode("utf-8", "replace").strip()
@@ -385,3 +390,22 @@ def process_group_members(pgid: int) -> list[int]:
         if len(fields) > 2 and fields[0] != "Z" and fields[2] == str(pgid):
             members.append(int(entry))
     return members
+
+
+def _unvalidated_reply(line: bytes) -> mcp_types.JSONRPCResponse | None:
+    """A reply (``id`` and ``result``) that the SDK's model of a message refused, passed on as
+    it came: its result nested past the model's depth, or not an object. The request it answers
+    then fails on its result (a listing is checked tool by tool, a call's result is a protocol
+    error) at once, where a line dropped as noise left it waiting out its timeout."""
+    try:
+        raw = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(raw, dict) or raw.get("jsonrpc") != "2.0" or "result" not in raw:
+        return None
+    request_id = raw.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+        return None
+    return mcp_types.JSONRPCResponse.model_construct(
+        jsonrpc="2.0", id=request_id, result=raw["result"]
+    )
