@@ -226,11 +226,12 @@ async def test_edit_of_binary_and_non_utf8_writes_nothing(tmp_path: Path) -> Non
     (tmp_path / "bin").write_bytes(b"ab\x00cd")
     (tmp_path / "latin").write_bytes(b"caf\xe9\n")
     ex = builtin_executor(tmp_path)
-    for name in ("bin", "latin"):
+    for name, code in (("bin", "binary_file"), ("latin", "undecodable")):
         read = await call(ex, "read", {"file_path": name})
-        assert not read.ok  # never read as text: an edit is refused before decoding anyway
+        assert failure_code(read) == code
+        # The reason read gave, not "read it first": reading again could never help.
         result = await call(ex, "edit", {"file_path": name, "old_string": "a", "new_string": "b"})
-        assert failure_code(result) == "stale_file"
+        assert failure_code(result) == code
     assert (tmp_path / "bin").read_bytes() == b"ab\x00cd"
     assert (tmp_path / "latin").read_bytes() == b"caf\xe9\n"
 

@@ -20,6 +20,7 @@ from fastgate.builtin._common import (
     stat_file,
     write_target,
 )
+from fastgate.builtin._fs import FileStat, FileTooLarge, NotARegularFile
 from fastgate.builtin._ledger import is_fresh, ledger_of
 from fastgate.builtin._text import (
     PLAIN_UTF8,
@@ -40,10 +41,17 @@ SNIPPET_LINES = 3  # lines shown around an edit, each side
 LISTED_MATCHES = 20  # line numbers an ambiguous edit lists
 
 
-def _not_text(name: str, exc: ValueError) -> Failure:
+_TEXT_ONLY = {
+    "read": "read shows text files only.",
+    "edit": "edit changes text files only, and read cannot show it either. Nothing was changed.",
+}
+
+
+def _not_text(name: str, exc: ValueError, tool: str) -> Failure:
     if isinstance(exc, BinaryFile):
         return Failure(
-            f"{name} is a binary file ({exc}); read shows text files only.", code="binary_file"
+            f"{name} is a binary file ({exc}); {_TEXT_ONLY[tool]}",
+            code="binary_file",
         )
     return Failure(
         f"{name} cannot be decoded as text ({exc}); the file tools handle UTF-8, and UTF-16 or "
@@ -73,7 +81,7 @@ async def read(args: Any, ctx: RunContext) -> Any:
     try:
         text, _ = decode(data)
     except (BinaryFile, UndecodableFile) as exc:
-        return _not_text(name, exc)
+        return _not_text(name, exc, "read")
     ledger_of(fs).remember(ctx.session_id, ledger_key(fs, path), stat, data)
     return number_lines(text, offset, limit, name)
 
@@ -142,7 +150,6 @@ async def write(args: Any, ctx: RunContext) -> Any:
         path = await write_target(ctx, fs, args["file_path"])
     except OSError as exc:
         return os_failure(exc, name, "written")
-    ledger = ledger_of(fs)
     key = ledger_key(fs, path)
     encoding: Encoding = PLAIN_UTF8
     try:
@@ -151,27 +158,10 @@ async def write(args: Any, ctx: RunContext) -> Any:
         return os_failure(exc, name, "written")
     existed = stat is not None
     if stat is not None:
-        if stat.is_dir:
-            return os_failure(IsADirectoryError(21, "is a directory", path), name, "written")
-        record = ledger.seen(ctx.session_id, key)
-        if record is None:
-            return stale_failure(name, never_read=True)
-        fresh = is_fresh(record, stat, None)
-        old: bytes | None = None
-        if fresh is None:
-            try:
-                stat, old = await read_file(fs, path)
-            except OSError as exc:
-                return os_failure(exc, name, "written")
-            fresh = is_fresh(record, stat, old)
-        if not fresh:
-            return stale_failure(name, never_read=False)
-        if old is None:
-            try:
-                _, old = await read_file(fs, path)
-            except OSError as exc:
-                return os_failure(exc, name, "written")
-        encoding = sniff(old) or PLAIN_UTF8  # an existing file keeps its encoding and BOM
+        kept = await _replaceable(ctx, fs, path, key, stat, name)
+        if isinstance(kept, Failure):
+            return kept
+        encoding = kept
     try:
         data = encoding.encode(content)
     except UnencodableText as exc:
@@ -184,6 +174,55 @@ async def write(args: Any, ctx: RunContext) -> Any:
     ctx.files_changed([path])
     verb = "Overwrote" if existed else "Created"
     return f"{verb} {name} ({len(data):,} bytes)."
+
+
+async def _replaceable(
+    ctx: RunContext, fs: Any, path: str, key: str, stat: FileStat, name: str
+) -> Encoding | Failure:
+    """The encoding (and BOM) the existing file at ``path`` keeps when ``write`` replaces it, or
+    why it may not: it is no regular file, or not what this session read. A file read refuses
+    (binary, undecodable, too large) gets that reason: "read it first" could never be done."""
+    if stat.is_dir:
+        return os_failure(IsADirectoryError(21, "is a directory", path), name, "written")
+    if stat.is_special:  # a FIFO would block the open, a device take the bytes: never opened
+        return os_failure(NotARegularFile(path), name, "written")
+    try:
+        stat, old = await read_file(fs, path)
+    except FileTooLarge as exc:
+        return _not_replaced(
+            name,
+            f"is {exc.size:,} bytes, over the {exc.limit:,} bytes the file tools load at once",
+            "file_too_large",
+            "Use grep (with context) to see what is in it. ",
+        )
+    except OSError as exc:
+        return os_failure(exc, name, "written")
+    record = ledger_of(fs).seen(ctx.session_id, key)
+    if record is not None and is_fresh(record, stat, old):
+        return sniff(old) or PLAIN_UTF8
+    try:
+        decode(old)
+    except BinaryFile as exc:
+        return _not_replaced(name, f"is a binary file ({exc})", "binary_file")
+    except UndecodableFile as exc:
+        return _not_replaced(
+            name,
+            f"cannot be decoded as text ({exc}; the file tools handle UTF-8, and UTF-16 or "
+            "UTF-32 with a byte-order mark)",
+            "undecodable",
+        )
+    return stale_failure(name, never_read=record is None)
+
+
+def _not_replaced(name: str, why: str, code: str, hint: str = "") -> Failure:
+    """``write`` refusing a file read cannot show: it replaces only a file this session read
+    as it is now, so that it never overwrites what nobody saw; retrying cannot help."""
+    return Failure(
+        f"{name} {why}, so read cannot show it, and write replaces only a file this session "
+        f"has read: write does not replace {name}. Nothing was written. {hint}If it must be "
+        "replaced, ask the user.",
+        code=code,
+    )
 
 
 async def _remember_written(ctx: RunContext, fs: Any, path: str, key: str, data: bytes) -> None:
@@ -229,15 +268,15 @@ async def edit(args: Any, ctx: RunContext) -> Any:
         return Failure(f"File does not exist: {name}. Use write to create it.", code="not_found")
     except OSError as exc:
         return os_failure(exc, name, "changed")
+    try:  # before the stale check: "read it first" cannot help with a file read refuses
+        text, encoding = decode(data)
+    except (BinaryFile, UndecodableFile) as exc:
+        return _not_text(name, exc, "edit")
     record = ledger.seen(ctx.session_id, key)
     if record is None:
         return stale_failure(name, never_read=True)
     if not is_fresh(record, stat, data):
         return stale_failure(name, never_read=False)
-    try:
-        text, encoding = decode(data)
-    except (BinaryFile, UndecodableFile) as exc:
-        return _not_text(name, exc)
     replaced = replace_text(text, old_string, new_string, replace_all, name)
     if isinstance(replaced, Failure):
         return replaced

@@ -462,10 +462,12 @@ async def _stage(ctx: RunContext, fs: Any, files: dict[str, _File], hunk: Hunk) 
     try:
         text, encoding = decode(target.current)
     except (BinaryFile, UndecodableFile) as exc:
+        code = "binary_file" if isinstance(exc, BinaryFile) else "undecodable"
         raise _Refused(
             Failure(
-                f"Failed to read file to update {name}: {exc}. No file was changed.",
-                code="undecodable",
+                f"Failed to read file to update {name}: {exc}; apply_patch changes text files "
+                "only. No file was changed.",
+                code=code,
             )
         ) from None
     new_text = _apply_chunks(text, hunk.chunks, name)
@@ -556,10 +558,33 @@ def _apply_chunks(text: str, chunks: list[Chunk], name: str) -> str:
         replacements.append((found, len(old), _replaced(span, new, kept, newline)))
         index = found + len(old)
     had_final_break = not lines or bool(line_break(lines[-1]))
-    for start, length, made in sorted(replacements, key=lambda r: r[0], reverse=True):
-        lines[start : start + length] = made
+    lines = _assembled(lines, replacements, name)
     _settle_breaks(lines, newline, had_final_break)
     return "".join(lines)
+
+
+def _assembled(
+    lines: list[str], replacements: list[tuple[int, int, list[str]]], name: str
+) -> list[str]:
+    """The file with every replacement made, built front to back. Replacements sharing a start
+    (an insertion right before a changed line) keep the patch's order: the sort is stable. A
+    chunk that reaches back into an earlier one's lines is refused, never half-applied."""
+    made_lines: list[str] = []
+    cursor = 0
+    for start, length, made in sorted(replacements, key=lambda r: r[0]):
+        if start < cursor:
+            raise _Refused(
+                Failure(
+                    f"Two chunks of the patch for {name} change the same lines (line "
+                    f"{start + 1}). Merge them into one chunk. No file was changed.",
+                    code="overlapping_chunks",
+                )
+            )
+        made_lines += lines[cursor:start]
+        made_lines += made
+        cursor = start + length
+    made_lines += lines[cursor:]
+    return made_lines
 
 
 def _without_final_blank(

@@ -4,7 +4,10 @@ it says about the edited files comes back with the result (SPEC §13).
 It acts only when the executor's mode is YOLO, ``ctx.trusted`` is true and the call's file
 system is the local one. The check is what the workspace declares, never a guess:
 ``[tool.fastgate] verify = ["cmd", "arg", ...]`` in ``pyproject.toml``, else the
-``type-check`` script of ``package.json`` (run as ``npm run type-check``).
+``type-check`` script of ``package.json`` (run as ``npm run type-check``). For npm the
+declaration is all npm runs then: the script, its ``pretype-check`` and ``posttype-check``
+hooks (or their absence) and the workspace's ``.npmrc`` (which can name the shell scripts run
+in, or preload code into node).
 
 Trust: the declaration is read once per workspace, before the first call's tool runs in it
 (``pin``); a declaration made or changed later, by a tool call or anyone, is not run. The
@@ -233,11 +236,15 @@ class _Workspace:
 
 
 class _Check(NamedTuple):
-    """A declared check: where, its argv, and for package.json the script npm would run."""
+    """A declared check: where, its argv, and for package.json what npm would run with it."""
 
     origin: str
     argv: tuple[str, ...]
     script: str | None = None
+    # npm runs ``pre<name>`` and ``post<name>`` around ``npm run <name>``: (hook, its script),
+    # also when absent (None), so a hook added later changes the declaration.
+    hooks: tuple[tuple[str, str | None], ...] = ()
+    npmrc: str | None = None  # digest of the workspace's .npmrc (script-shell, node-options)
 
 
 class _Misdeclared(NamedTuple):
@@ -267,9 +274,13 @@ def _described(declared: _Declared) -> str:
     if isinstance(declared, _Misdeclared):
         return "a declaration that cannot be read"
     command = f"`{_shown(shlex.join(declared.argv))}`"
-    if declared.script is not None:
-        return f"{command}, script `{_shown(declared.script)}` in {declared.origin}"
-    return f"{command} in {declared.origin}"
+    if declared.script is None:
+        return f"{command} in {declared.origin}"
+    hooks = "".join(
+        f", {hook} `{_shown(script)}`" for hook, script in declared.hooks if script is not None
+    )
+    npmrc = f", with .npmrc {declared.npmrc}" if declared.npmrc is not None else ""
+    return f"{command}, script `{_shown(declared.script)}`{hooks} in {declared.origin}{npmrc}"
 
 
 def _shown(text: str) -> str:
@@ -372,9 +383,29 @@ async def _read_declaration(fs: Any, root: str) -> _Declared:
         scripts = manifest.get("scripts") if isinstance(manifest, dict) else None
         script = scripts.get("type-check") if isinstance(scripts, dict) else None
         if isinstance(script, str):
-            # npm runs whatever the script says then: the script is part of the declaration.
-            return _Check("package.json", ("npm", "run", "type-check"), script)
+            assert isinstance(scripts, dict)
+            return await _npm_check(fs, root, scripts, script)
     return None
+
+
+_NPM_SCRIPT = "type-check"
+_NPM_HOOKS = (f"pre{_NPM_SCRIPT}", f"post{_NPM_SCRIPT}")
+
+
+async def _npm_check(fs: Any, root: str, scripts: dict[str, Any], script: str) -> _Check:
+    """``npm run type-check`` as declared: npm runs whatever the script and its hooks say then,
+    in the shell and with the node options the workspace's .npmrc names, so all of it is the
+    declaration (a hook that is not a string is kept as is: npm's to judge, but a change)."""
+    hooks = tuple((hook, _hook_text(scripts.get(hook))) for hook in _NPM_HOOKS)
+    npmrc = await _read(fs, os.path.join(root, ".npmrc"))
+    digest = None if npmrc is None else xxhash.xxh3_64_hexdigest(npmrc)
+    return _Check("package.json", ("npm", "run", _NPM_SCRIPT), script, hooks, digest)
+
+
+def _hook_text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 async def _fingerprint(fs: Any, changed: Sequence[str]) -> str:
