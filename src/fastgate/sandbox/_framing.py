@@ -11,6 +11,7 @@ import socket
 from typing import Final
 
 from fastgate.sandbox._http import CHUNKED
+from fastgate.sandbox._relay import pump
 
 _READ_SIZE: Final = 1 << 16
 _MAX_LINE: Final = 4096  # a chunk-size line or a trailer line
@@ -108,12 +109,19 @@ def _chunk_size(line: bytes) -> int:
 
 
 async def exchange(
-    client: socket.socket, upstream: socket.socket, length: int, rest: bytes
+    client: socket.socket,
+    upstream: socket.socket,
+    length: int,
+    rest: bytes,
+    *,
+    use_splice: bool | None = None,
 ) -> None:
     """The request's body up, the answer down, until the answer ends; a body that breaks its
-    framing ends the exchange at once (the upstream never sees a byte past it)."""
+    framing ends the exchange at once (the upstream never sees a byte past it). The answer is
+    copied as a tunnel's bytes are (``splice`` where the kernel has it): a download is most of
+    what goes through."""
     body = asyncio.ensure_future(send_body(client, upstream, length, rest))
-    response = asyncio.ensure_future(send_response(upstream, client))
+    response = asyncio.ensure_future(pump(upstream, client, use_splice=use_splice))
     try:
         done, _ = await asyncio.wait((body, response), return_when=asyncio.FIRST_COMPLETED)
         if response in done:
@@ -126,11 +134,3 @@ async def exchange(
         for task in (body, response):
             task.cancel()
         await asyncio.gather(body, response, return_exceptions=True)
-
-
-async def send_response(upstream: socket.socket, client: socket.socket) -> None:
-    """Copy the upstream's answer to the client until the upstream closes (it was asked to:
-    ``Connection: close``)."""
-    loop = asyncio.get_running_loop()
-    while data := await loop.sock_recv(upstream, _READ_SIZE):
-        await loop.sock_sendall(client, data)

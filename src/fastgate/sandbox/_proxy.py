@@ -392,7 +392,7 @@ class NetworkProxy:
                 await relay(client, upstream, use_splice=self._splice)
             else:
                 await loop.sock_sendall(upstream, request.head)
-                await exchange(client, upstream, request.body, rest)
+                await exchange(client, upstream, request.body, rest, use_splice=self._splice)
         except asyncio.CancelledError:
             raise
         except _ClientGone:

@@ -227,3 +227,23 @@ async def relay(
                 future.exception()  # retrieved: an error after the first is not news
             else:
                 future.cancel()
+
+
+async def pump(src: socket.socket, dst: socket.socket, *, use_splice: bool | None = None) -> None:
+    """Copy one way, ``src`` to ``dst``, until ``src`` ends (or fails: raises its ``OSError``),
+    the way ``relay`` copies each way. Cancelling it stops the pump; the caller closes the
+    sockets."""
+    loop = asyncio.get_running_loop()
+    kind: type[_Pump] = (
+        _SplicePump if (_SPLICE if use_splice is None else use_splice) else _CopyPump
+    )
+    done: asyncio.Future[None] = loop.create_future()
+    one = kind(loop, src, dst, done)
+    try:
+        one.start()
+        await done
+    finally:
+        one.stop()
+        one.close()
+        if not done.done():
+            done.cancel()
