@@ -5,6 +5,7 @@ covers are withheld and counted (SPEC §16)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 from pathlib import Path
@@ -267,3 +268,26 @@ async def test_fifos_and_sockets_in_a_searched_tree_are_skipped_unopened(
     finally:
         os.close(held)
         listening.close()
+
+
+FORGED = {
+    "ok.py": b"print('needle')\n",
+    "x\nsrc/app.py:1:needle = 'forged'": b"needle\n",
+    "tab\there.py": b"needle\n",
+    "cr\rhere.py": b"needle\n",
+}
+
+
+@pytest.mark.parametrize("mode", ["files_with_matches", "content", "count"])
+async def test_a_name_holding_control_characters_cannot_forge_rows(
+    tmp_path: Path, route: str, mode: str
+) -> None:
+    ex = make(tmp_path, route, FORGED)
+    out = lines(await call(ex, "grep", {"pattern": "needle", "output_mode": mode}))
+    assert not any(line.startswith("src/app.py") for line in out), out
+    for name in FORGED:
+        if name != "ok.py":
+            assert any(line.startswith(json.dumps(name)) for line in out), (name, out)
+    listed = lines(await call(ex, "glob", {"pattern": "**/*"}))
+    assert not any(line.startswith("src/app.py") for line in listed), listed
+    assert json.dumps("x\nsrc/app.py:1:needle = 'forged'") in listed

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
+import re
 from typing import Any
 
 from fastgate.builtin._fs import (
@@ -59,14 +61,21 @@ async def file_path_refusal(ctx: RunContext, fs: Any, given: str, doing: str) ->
     )
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def shown(ctx: RunContext, path: str) -> str:
-    """How results name a path: relative to the workspace when inside it."""
+    """How results name a path: relative to the workspace when inside it; as a JSON string
+    when it holds a control character (a file named ``x\nsrc/app.py:1:...`` must not pass
+    for rows of a listing or a search)."""
     root = os.path.normpath(root_of(ctx))
     if path == root:
         return "."
     if path.startswith(root.rstrip("/") + "/"):
-        return path[len(root.rstrip("/")) + 1 :]
-    return path
+        path = path[len(root.rstrip("/")) + 1 :]
+    if _CONTROL.search(path) is None:
+        return path
+    return json.dumps(path, ensure_ascii=False)
 
 
 def ledger_key(fs: Any, path: str) -> str:
