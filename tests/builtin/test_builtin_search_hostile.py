@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 from collections.abc import Awaitable
 from pathlib import Path
@@ -149,18 +150,17 @@ async def test_names_with_newlines_are_withheld_or_shown_by_their_own_name(
     withheld = (
         "(5 files were withheld: a deny rule or the sensitive-file list covers reading them.)"
     )
+    two = json.dumps("two\nlines.txt")  # a name holding a newline is shown as JSON
     if mode == "content":
-        assert out == "\n".join(
-            ["ok.txt:1:SECRET=public", "--", "two\nlines.txt:1:SECRET=shown", withheld]
-        )
+        assert out == "\n".join(["ok.txt:1:SECRET=public", "--", f"{two}:1:SECRET=shown", withheld])
     elif mode == "count":
         assert out == "\n".join(
-            ["Found 2 matching lines in 2 files", "ok.txt:1", "two\nlines.txt:1", withheld]
+            ["Found 2 matching lines in 2 files", "ok.txt:1", f"{two}:1", withheld]
         )
     else:
         assert out.split("\n")[0] == "Found 2 files" and out.endswith(withheld)
     context = await call(ex, "grep", {"pattern": "second", "output_mode": "content", "context": 1})
-    assert text(context) == "two\nlines.txt-1-SECRET=shown\ntwo\nlines.txt:2:second"
+    assert text(context) == f"{two}-1-SECRET=shown\n{two}:2:second"
 
 
 async def test_a_binary_files_warning_is_not_taken_for_a_name(tmp_path: Path) -> None:
