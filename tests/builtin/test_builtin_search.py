@@ -291,3 +291,21 @@ async def test_a_name_holding_control_characters_cannot_forge_rows(
     listed = lines(await call(ex, "glob", {"pattern": "**/*"}))
     assert not any(line.startswith("src/app.py") for line in listed), listed
     assert json.dumps("x\nsrc/app.py:1:needle = 'forged'") in listed
+
+
+@pytest.mark.parametrize("pattern", ["needle\nthread", "a\n", "\n"])
+async def test_a_pattern_holding_a_line_break_is_invalid_on_every_route(
+    tmp_path: Path, route: str, pattern: str
+) -> None:
+    result = await call(make(tmp_path, route), "grep", {"pattern": pattern})
+    assert failure_code(result) == "invalid_pattern", result.content
+
+
+@pytest.mark.parametrize("offset", [9_000, 30_000])
+async def test_a_nul_past_the_first_block_makes_a_file_binary_on_every_route(
+    tmp_path: Path, route: str, offset: int
+) -> None:
+    late = b"needle here\n" + b"x" * offset + b"\x00 needle again\n"
+    ex = make(tmp_path, route, {"text.txt": b"needle\n", "late.bin": late})
+    out = lines(await call(ex, "grep", {"pattern": "needle"}))
+    assert out == ["Found 1 file", "text.txt"], out

@@ -27,7 +27,7 @@ import re2
 
 from fastgate.builtin._common import absolute, os_failure, root_of, shown
 from fastgate.builtin._fs import FileStat, LocalFileSystem, NotARegularFile
-from fastgate.builtin._text import BINARY_PROBE, BinaryFile, UndecodableFile, decode
+from fastgate.builtin._text import BinaryFile, UndecodableFile, decode
 from fastgate.model import Failure
 from fastgate.paths import Glob, GlobError, WorktreeEscape, compile_glob, plain_globs
 from fastgate.pipeline import RunContext
@@ -216,10 +216,13 @@ async def grep(args: Any, ctx: RunContext) -> Any:
 
 def _check_pattern(pattern: str) -> None:
     """A regex ripgrep can be given as an argument and RE2 can read: no NUL (``\\x00`` says
-    it), nothing that is not Unicode text (a lone surrogate)."""
+    it), no line break (a line is searched at a time), nothing that is not Unicode text (a lone
+    surrogate)."""
     problem = ""
     if "\x00" in pattern:
         problem = "it contains a NUL character (write it as \\x00)"
+    elif "\n" in pattern:  # each line is searched apart: ripgrep refuses it too
+        problem = "it contains a line break, and a search matches within one line"
     else:
         try:
             pattern.encode("utf-8")
@@ -1023,13 +1026,13 @@ async def _single(path: str, st: FileStat) -> AsyncIterator[tuple[str, FileStat]
 def _search_text(
     path: str, st: FileStat, data: bytes, regex: Any, mode: str, context: int
 ) -> Found | None:
+    if b"\x00" in data:
+        return None  # binary wherever the NUL is: ripgrep stops at one as it reads
     try:
         text, _ = decode(data)
     except BinaryFile:
         return None  # ripgrep skips binary files too
     except UndecodableFile:
-        if b"\x00" in data[:BINARY_PROBE]:
-            return None
         text = data.decode("utf-8", "replace")
     if regex.search(text) is None:
         return None
