@@ -25,6 +25,10 @@ def noop(event: Any) -> None:
         ("Bash", ["Bash"], ["bash", "Bash2", "Read"]),
         ("Bash|Read", ["Bash", "Read"], ["Write", "Bash|Read"]),
         (" Edit | Write ", ["Edit", "Write"], ["Read"]),
+        # Claude Code's lists joined by "," too.
+        ("Edit, Write", ["Edit", "Write"], ["Read", "Edit, Write"]),
+        ("Edit,Write", ["Edit", "Write"], ["Read"]),
+        ("Bash, Edit | Write", ["Bash", "Edit", "Write"], ["Read"]),
         # A regular expression is searched for anywhere in the name, as Claude Code does.
         ("mcp__github__.*", ["mcp__github__issue", "mcp__github__"], ["mcp__git__x", "Bash"]),
         ("Notebook.*", ["NotebookEdit", "MyNotebook"], ["Bash", "notebook"]),
@@ -48,6 +52,7 @@ def test_matchers(matcher: str, matches: list[str], misses: list[str]) -> None:
     "matcher",
     [
         *("Bash|", "a||b", "a b", "x" * 65),  # names joined by "|": an empty or a bad name
+        *("Bash,", ",Bash", "Edit,,Write", "Edit, |Write"),  # or by ",": an empty name
         *("Bash(ls)", "Bash(git push:*)"),  # a rule's syntax would match nothing
         *("a|*", "(", "[a-", "." * 1001),  # invalid or oversized regular expressions
     ],

@@ -23,9 +23,10 @@ DEFAULT_HOOK_TIMEOUT: Final = 30.0
 """Seconds an async Python hook may take before it counts as failed (``None``: no limit)."""
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
-# Claude Code reads a matcher made of these characters as tool names joined by "|", anything
-# else as a regular expression.
-_NAMES_ONLY = re.compile(r"[A-Za-z0-9_|\s-]+")
+# Claude Code reads a matcher made of these characters as tool names joined by "|" or ",",
+# anything else as a regular expression.
+_NAMES_ONLY = re.compile(r"[A-Za-z0-9_|,\s-]+")
+_NAME_SEPARATOR = re.compile(r"[|,]")
 # "Bash(git push:*)" is a rule's syntax; as a regular expression it would silently match nothing.
 # (A group of alternatives, "Notebook(Edit|Read)", is a regular expression.)
 _RULE_LIKE = re.compile(r"\s*[A-Za-z0-9_-]+\([^|]*\)\s*", re.DOTALL)
@@ -68,7 +69,7 @@ def names_of(tool: str | ToolDefinition) -> tuple[str, ...]:
 
 def parse_matcher(matcher: object) -> frozenset[str] | Any | None:
     """A matcher as Claude Code reads it: ``""`` or ``"*"`` → ``None`` (every tool); tool names
-    joined by ``|`` → the set of names; anything else → a regular expression, searched for
+    joined by ``|`` or ``,`` → the set of names; anything else → a regular expression, searched for
     anywhere in a name (``"mcp__github__.*"``; anchor it with ``^...$``), run on RE2: a
     repository's matcher cannot make the server backtrack for ever. Raises on a malformed one:
     an empty alternative, a rule's ``Tool(specifier)`` syntax, an invalid expression or one RE2
@@ -79,12 +80,12 @@ def parse_matcher(matcher: object) -> frozenset[str] | Any | None:
     if text in ("", "*"):
         return None
     if _NAMES_ONLY.fullmatch(text):
-        names = [part.strip() for part in text.split("|")]
+        names = [part.strip() for part in _NAME_SEPARATOR.split(text)]
         for name in names:
             if not _TOOL_NAME.fullmatch(name):
                 raise ValueError(
                     f"matcher {matcher!r}: {name!r} is not a tool name; a matcher is '*', tool "
-                    "names joined by '|', or a regular expression"
+                    "names joined by '|' or ',', or a regular expression"
                 )
         return frozenset(names)
     if _RULE_LIKE.fullmatch(text):
