@@ -262,6 +262,9 @@ def test_refusals_before_any_policy_exit_3(
     ("argv", "said"),
     [
         (["read", "{not json"], "not valid JSON"),
+        (["read", '{"file_path": "a.txt", "offset": NaN}'], "NaN is not a JSON value"),
+        (["read", '{"file_path": "a.txt", "limit": Infinity}'], "Infinity is not a JSON value"),
+        (["read", "[-Infinity]"], "-Infinity is not a JSON value"),
         (["read", "{}", "--mode", "reckless"], "unknown permission mode 'reckless'"),
         (["read", "{}", "--settings", "missing.json"], "missing.json"),
         (["read", "{}", "--deny", "Read("], "Read("),

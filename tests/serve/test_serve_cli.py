@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from fastgate.cli.serve import listening_socket
@@ -26,6 +27,7 @@ from tests.serve.kit import (
     client,
     fastgate_meta,
     gateway_process,
+    post_modern,
     text_of,
 )
 
@@ -168,6 +170,10 @@ async def test_stdio_serves_one_client_as_local(workspace: Path, home: Path, era
         (["--stdio", "--tokens", "t.json"], "--tokens"),
         (["--workspace", "no/such/dir"], "not a directory"),
         (["--rate-limit", "-1"], "--rate-limit"),
+        (["--rate-limit", "nan"], "--rate-limit"),
+        (["--read-timeout", "0"], "--read-timeout"),
+        (["--read-timeout", "-1"], "--read-timeout"),
+        (["--read-timeout", "nan"], "--read-timeout"),
         (["--redis", "notaurl"], "--redis"),
         (["--redis", "http://localhost:6379"], "--redis"),
     ],
@@ -247,3 +253,24 @@ async def test_the_heap_left_by_startup_is_frozen_once_the_gateway_is_up(
             assert not read.is_error, text_of(read)
         assert gw.stop(signal.SIGTERM) == 0, gw.stderr()
     assert int(report.read_text()) > 20_000  # about 100,000 on this build
+
+
+@pytest.mark.parametrize("listen", ["0.0.0.0:0", "127.0.0.1:0"])
+async def test_without_tokens_only_this_machine_s_host_names_are_served(
+    workspace: Path, home: Path, listen: str
+) -> None:
+    """Served to this machine alone (no --tokens), the gateway answers only requests naming it
+    by a loopback name, whatever address it listens on: a page a browser here loaded from
+    another name (DNS rebinding) is refused."""
+    with gateway_process(
+        "--no-discover", "--listen", listen, cwd=workspace, env={"HOME": str(home)}
+    ) as gw:
+        port = gw.url.rsplit(":", 1)[1].split("/", 1)[0]
+        url = f"http://127.0.0.1:{port}/mcp"
+        async with httpx.AsyncClient(timeout=30) as http:
+            for host in ("evil.example", f"evil.example:{port}", f"127.0.0.1.evil.example:{port}"):
+                refused = await post_modern(http, url, "tools/list", {}, headers={"host": host})
+                assert refused.status_code == 421, (host, refused.status_code)
+            for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+                served = await post_modern(http, url, "tools/list", {}, headers={"host": host})
+                assert served.status_code == 200, (host, served.status_code)

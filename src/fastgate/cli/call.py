@@ -99,6 +99,11 @@ def run_call(args: argparse.Namespace) -> int:
 # -- setting up -------------------------------------------------------------------------------
 
 
+def _not_json(constant: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity``, which Python's reader takes and JSON has not."""
+    raise ValueError(f"{constant} is not a JSON value")
+
+
 class _Setup:
     """Everything the call needs, checked before anything runs."""
 
@@ -107,7 +112,7 @@ class _Setup:
         from fastgate.permissions import config
 
         try:
-            self.arguments = json.loads(args.arguments)
+            self.arguments = json.loads(args.arguments, parse_constant=_not_json)
         except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
             raise UsageError(f"the arguments are not valid JSON: {exc}") from None
         workspace = Path(args.workspace or os.getcwd())

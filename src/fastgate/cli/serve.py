@@ -253,7 +253,9 @@ class _Setup:
         self.state_keys = _state_keys(args.state_key_file)
         if not args.lease_ttl > 0:
             raise UsageError("--lease-ttl: expected seconds > 0")
-        if args.rate_limit < 0:
+        if not args.read_timeout > 0:  # (nan is not)
+            raise UsageError("--read-timeout: expected seconds > 0")
+        if not args.rate_limit >= 0:
             raise UsageError("--rate-limit: expected requests a second >= 0 (0: no limit)")
 
     @contextlib.asynccontextmanager
@@ -427,7 +429,9 @@ class _Setup:
     def _allowed_hosts(self) -> list[str] | None:
         if self.args.allowed_host:
             return list(self.args.allowed_host)
-        if self.host in ("127.0.0.1", "localhost", "::1"):
+        # Without tokens only this machine is served, whatever the address listened on: a
+        # page a browser here loaded from another name (DNS rebinding) is refused too.
+        if self.host in ("127.0.0.1", "localhost", "::1") or not self.tokens:
             return ["127.0.0.1:*", "localhost:*", "[::1]:*"]
         return None
 
