@@ -57,8 +57,9 @@ async def test_upstream_tools_are_served_and_judged(tmp_path: Path, era: str) ->
             summed = await mcp.call_tool("mcp__fx__add", {"a": 2, "b": 3})
             assert not summed.is_error, text_of(summed)
             assert summed.structured_content == {"sum": 5}
+            # A tool denied outright is not shown, and is called as a name no tool has.
             refused = await mcp.call_tool("mcp__fx__fail", {"message": "boom"})
-            assert refused.is_error and fastgate_meta(refused)["code"] == "PERMISSION_DENIED"
+            assert refused.is_error and fastgate_meta(refused)["code"] == "UNKNOWN_TOOL"
             assert "mcp__fx__fail" in text_of(refused)
 
 
@@ -88,7 +89,8 @@ async def test_listing_is_per_caller_mode(tmp_path: Path) -> None:
     assert "deploy" not in seen["bob"] and "mcp__fx__echo" not in seen["bob"]
     assert {"echo", "mcp__fx__add", "mcp__fx__slow"} <= seen["bob"]  # allowed, asked by rule
     assert "mcp__fx__slow" not in seen["carol"] and "mcp__fx__add" in seen["carol"]
-    assert planned.is_error and fastgate_meta(planned)["code"] == "PERMISSION_DENIED"
+    # Not shown to bob (plan mode refuses it outright): to him, a name no tool has.
+    assert planned.is_error and fastgate_meta(planned)["code"] == "UNKNOWN_TOOL"
 
 
 async def test_list_changes_reach_clients_of_both_eras(tmp_path: Path) -> None:
