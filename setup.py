@@ -4,9 +4,10 @@ Each hot-path module has ONE source, ``src/fastgate/_core/_<name>_py.py`` (plain
 also runs uncompiled), plus C type declarations in ``_<name>_c.pxd``. At build time the source is
 copied next to its ``.pxd`` under ``build/cysrc`` as ``_<name>_c.py`` and compiled by Cython into
 the extension ``fastgate._core._<name>_c``. Pure and compiled therefore cannot drift apart.
-The one exception is ``_core/_openat2.pyx``, a system call Python has no binding for (the pure
-build takes another route to the same answers). The pipeline's modules are compiled by mypyc as
-they are (``fastgate._core.PIPELINE_MODULES``).
+The exceptions are ``_core/_openat2.pyx``, a system call Python has no binding for (the pure
+build takes another route to the same answers), and ``_core/_construct.pyx``, which lets the
+compiled ``ExecutionContext`` be called as fast as a compiled function. The pipeline's modules
+are compiled by mypyc as they are (``fastgate._core.PIPELINE_MODULES``).
 
 Environment switches (the same names are read again at import time):
 - ``FASTGATE_NO_EXTENSIONS=1``: build nothing, install the pure-Python core only.
@@ -72,17 +73,20 @@ def _extensions() -> list[object]:
         Extension(f"fastgate._core.{Path(src).stem}", [src], extra_compile_args=["-O2"])
         for src in _stage_sources()
     ]
-    # The openat2 probe has no pure twin (Python has no binding for the call): its own .pyx,
-    # its generated C kept out of the source tree.
-    probe = Extension(
-        "fastgate._core._openat2",
-        [str((CORE / "_openat2.pyx").relative_to(ROOT))],
-        extra_compile_args=["-O2"],
-    )
+    # The openat2 probe and the class-call router have no pure twin (the pure build has no use
+    # for them): each its own .pyx, its generated C kept out of the source tree.
+    own = [
+        Extension(
+            f"fastgate._core.{name}",
+            [str((CORE / f"{name}.pyx").relative_to(ROOT))],
+            extra_compile_args=["-O2"],
+        )
+        for name in ("_openat2", "_construct")
+    ]
     return (
         _pipeline_extensions()
         + list(cythonize(staged, compiler_directives=directives, quiet=True))
-        + list(cythonize([probe], compiler_directives=directives, quiet=True, build_dir=str(CYSRC)))
+        + list(cythonize(own, compiler_directives=directives, quiet=True, build_dir=str(CYSRC)))
     )
 
 

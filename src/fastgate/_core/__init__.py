@@ -40,6 +40,7 @@ PIPELINE_MODULES = (
     "admission.locks",
     "admission.deadlines",
     "model.context",
+    "model.construction",
     "pipeline.run_context",
     "model.cancel",
     "model.rendering",
@@ -129,10 +130,28 @@ def _load_openat2() -> Callable[[str, bool], int] | None:
     return open_no_symlinks
 
 
+def _load_construct() -> Callable[[type, Callable[..., object]], None] | None:
+    """The compiled class-call router (see _construct.pyx), or None: the pure build has no use
+    for it (its classes are plain Python)."""
+    if NO_EXTENSIONS:
+        return None
+    try:
+        from fastgate._core._construct import route_construction
+    except ImportError as exc:
+        if REQUIRE_EXTENSIONS:
+            raise ImportError(
+                f"fastgate: compiled module _construct is required but failed to load: {exc}"
+            ) from exc
+        return None
+    return route_construction
+
+
 _loaded = {name: _load(name) for name in MODULES}
 _pipeline = {name: _pipeline_compiled(name) for name in PIPELINE_MODULES}
 #: ``open_no_symlinks(path, directory) -> errno`` (0: opened, no symlink on the way), or None.
 open_no_symlinks = _load_openat2()
+#: ``route_construction(cls, factory)``: calls of ``cls`` go to ``factory``; None when pure.
+route_construction = _load_construct()
 
 #: module name -> "compiled" | "pure": what `fastgate info` reports.
 IMPLEMENTATION = {name: ("compiled" if c else "pure") for name, (_, c) in _loaded.items()}
@@ -140,6 +159,7 @@ IMPLEMENTATION.update(
     {f"fastgate.{name}": ("compiled" if c else "pure") for name, c in _pipeline.items()}
 )
 IMPLEMENTATION["_openat2"] = "compiled" if open_no_symlinks is not None else "pure"
+IMPLEMENTATION["_construct"] = "compiled" if route_construction is not None else "pure"
 COMPILED = all(compiled == "compiled" for compiled in IMPLEMENTATION.values())
 
 if TYPE_CHECKING:
@@ -170,6 +190,7 @@ __all__ = (
     "gate",
     "locks",
     "open_no_symlinks",
+    "route_construction",
     "sched",
     "wait",
 )

@@ -7,6 +7,7 @@ from fastgate.model.approvals import ApprovalRequest as ApprovalRequest
 from fastgate.model.approvals import ApprovalResponse as ApprovalResponse
 from fastgate.model.approvals import ApprovalScope as ApprovalScope
 from fastgate.model.cancel import CancelToken as CancelToken
+from fastgate.model.construction import route_context_calls
 from fastgate.model.context import ExecutionContext as ExecutionContext
 from fastgate.model.context import ToolCall as ToolCall
 from fastgate.model.context import with_idempotency_key as with_idempotency_key
@@ -35,3 +36,5 @@ from fastgate.model.results import ToolResult as ToolResult
 
 store_context_fields_by_descriptor()  # the pure build only (compiled, it does nothing)
 del store_context_fields_by_descriptor
+route_context_calls()  # the compiled build only (pure, it does nothing)
+del route_context_calls
