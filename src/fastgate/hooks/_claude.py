@@ -4,15 +4,19 @@ by every hook loaded from a settings file.
 In: one JSON object on stdin (``session_id``, ``cwd``, ``hook_event_name``, ``tool_name`` as
 Claude Code names the tool, ``tool_input``, and ``tool_response`` or ``error`` after the call).
 Out: exit 0 with a JSON object, plain text or nothing; exit 2 blocks with stderr as the reason the
-model sees; any other exit, a timeout or malformed JSON fails, which fastgate turns into a deny
-(Claude Code would only warn). docs/hooks.md has the table of every field.
+model sees; any other exit, a timeout, malformed JSON or a JSON array fails, which fastgate turns
+into a deny (Claude Code would only warn, or take the array as plain text).
+docs/hooks.md has the table of every field.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-from collections.abc import Mapping
+import sys
+import uuid
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
@@ -123,11 +127,24 @@ def _tool_response(event: PostToolUseEvent, tool_input: Any) -> dict[str, Any]:
     return response
 
 
+# Claude Code always sends a session id, a string; a call made without one gets this, the
+# same for every such call of the process (fastgate keeps those calls' approvals together too),
+# and random, so that state a hook keys on it is never shared with another process.
+_SESSIONLESS_ID: Final = str(uuid.uuid4())
+
+
+def session_id(event: Event) -> str:
+    """The ``session_id`` a Claude Code hook reads: the call's session, or the process's
+    stand-in for calls without one."""
+    sid = event.context.session_id
+    return sid if isinstance(sid, str) else _SESSIONLESS_ID
+
+
 def claude_payload(event: Event, cwd: str, tool_input: Any = None) -> bytes:
     """The JSON document a Claude Code hook reads on stdin (``tool_input``: the arguments as the
     hook sees them, ``event.args`` unless given)."""
     payload: dict[str, Any] = {
-        "session_id": event.context.session_id,
+        "session_id": session_id(event),
         "cwd": cwd,
         "hook_event_name": _event_name(event),
         "tool_name": claude_tool_name(event.tool_name, event.tool),
@@ -145,14 +162,16 @@ def claude_payload(event: Event, cwd: str, tool_input: Any = None) -> bytes:
 
 
 async def call_claude_hook(
-    hook: CommandHook, event: Event
+    hook: CommandHook, event: Event, answers: Callable[[tuple[str, ...]], bool] | None = None
 ) -> PreToolUseResult | PostToolUseResult | str | None:
     """Run ``hook`` for ``event`` in Claude Code's protocol; raises ``HookFailed``.
 
     A file tool whose arguments name no ``file_path`` (``apply_patch``, which Claude Code's
     ``Edit`` hooks match) is shown to the hook once per file it touches, each time with that
     file as ``file_path``: hooks written for Claude Code read the file there, and a patch must
-    not slip past them by naming it elsewhere. The strictest answer wins."""
+    not slip past them by naming it elsewhere. ``answers`` is the matcher the hook was
+    registered with: it is shown only the files whose names it matches (a ``Write`` hook sees
+    the files a patch creates or deletes, not those it only edits). The strictest answer wins."""
     root = event.context.workspace_root or os.getcwd()
     cwd = hook.cwd if hook.cwd is not None else root
     env = dict(hook.env if hook.env is not None else os.environ)
@@ -160,15 +179,18 @@ async def call_claude_hook(
     views = _file_views(event, root)
     if views is None:
         return await _call_once(hook, event, cwd, env, None)
+    whole = len(views) == 1  # updatedInput can stand for the call only if it has one file
     replies: list[Any] = []
     for view in views:
-        reply = await _call_once(hook, event, cwd, env, view, len(views) == 1)
+        if answers is not None and not answers(view.names):
+            continue
+        reply = await _call_once(hook, event, cwd, env, view, whole)
         if isinstance(reply, PreToolUseResult) and reply.decision is Decision.DENY:
             return reply
         if isinstance(reply, PostToolUseResult) and reply.block is not None:
             return reply
         replies.append(reply)
-    return _combined(event, replies)
+    return _combined(event, replies) if replies else None
 
 
 async def _call_once(
@@ -176,12 +198,12 @@ async def _call_once(
     event: Event,
     cwd: str,
     env: dict[str, str],
-    view: Mapping[str, Any] | None,
+    view: _FileView | None,
     whole: bool = True,
 ) -> PreToolUseResult | PostToolUseResult | str | None:
     """One run of ``hook``, shown ``view`` as its ``tool_input`` (``None``: the arguments)."""
     try:
-        payload = claude_payload(event, cwd, view)
+        payload = claude_payload(event, cwd, None if view is None else view.tool_input)
     except (TypeError, ValueError) as exc:
         raise HookFailed(f"the event cannot be encoded as JSON: {exc}") from None
     try:
@@ -198,7 +220,74 @@ async def _call_once(
     return failure_context(reply)
 
 
-def _file_views(event: Event, root: str) -> list[dict[str, Any]] | None:
+class _FileView(msgspec.Struct, frozen=True):
+    """One file of a call, as a Claude Code hook is shown it: ``tool_input`` (the arguments,
+    that file as ``file_path``, and what Claude Code's tool for that change would take, under
+    ``added``), and the ``names`` a matcher must match for the hook to see it."""
+
+    tool_input: dict[str, Any]
+    names: tuple[str, ...]
+    added: frozenset[str]
+
+
+# What one change of a patch is for a Claude Code hook: the Claude Code names it answers to
+# beyond the tool's own, and the fields that tool would take. A file a patch creates or deletes
+# is a write (a ``Write`` hook guards it); every file it touches is an edit (the patch answers
+# to ``Edit``).
+_WRITE: Final = ("Write",)
+
+
+def _patch_changes(args: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...], dict[str, Any]]]:
+    """Each file the built-in ``apply_patch`` call touches, in patch order: its path as written,
+    the extra names it answers to, and the fields Claude Code's tool would take for it."""
+    module = sys.modules["fastgate.builtin._patch"]
+    changes: list[tuple[str, tuple[str, ...], dict[str, Any]]] = []
+    for hunk in module.parse_patch(args["patch"]):
+        if hunk.kind == "add":
+            text = hunk.contents
+            # Write's content, and the Edit that creates a file: old_string "" (Claude Code's).
+            fields = {"content": text, "old_string": "", "new_string": text}
+            changes.append((hunk.path, _WRITE, fields))
+        elif hunk.kind == "delete":
+            changes.append((hunk.path, _WRITE, {"content": ""}))
+        else:
+            changes.append((hunk.path, (), {}))
+            if hunk.move_to is not None:  # the file is created there
+                changes.append((hunk.move_to, _WRITE, {}))
+    return changes
+
+
+def is_builtin_patch(tool: ToolDefinition) -> bool:
+    """Whether ``tool`` runs fastgate's built-in ``apply_patch`` (under any registered name)."""
+    module = sys.modules.get("fastgate.builtin._patch")  # not imported: no tool runs it
+    return module is not None and tool.execute is getattr(module, "apply_patch", None)
+
+
+def hook_names(tool: ToolDefinition) -> tuple[str, ...]:
+    """Every name a matcher may match ``tool`` by: its registered name, its ``rule_names``, and
+    for the built-in ``apply_patch`` also ``Write`` (a patch can create and delete files)."""
+    names = (tool.name, *tool.rule_names)
+    if "Write" not in names and is_builtin_patch(tool):
+        names = (*names, "Write")
+    return names
+
+
+def call_names(tool: ToolDefinition, args: Any) -> tuple[str, ...]:
+    """The names a matcher may match this call by: those of ``tool`` (``hook_names``), less
+    ``Write`` for a patch that creates and deletes nothing (it only edits)."""
+    names = hook_names(tool)
+    if "Write" in tool.rule_names or not is_builtin_patch(tool) or not isinstance(args, Mapping):
+        return names
+    try:
+        changes = _patch_changes(args)
+    except Exception:  # arguments the tool cannot read: every name, the safe side
+        return names
+    if any(extra for _path, extra, _fields in changes):
+        return names
+    return tuple(name for name in names if name != "Write")
+
+
+def _file_views(event: Event, root: str) -> list[_FileView] | None:
     """The arguments once per file the call touches, with that file (absolute) as
     ``file_path``; ``None`` for a call Claude Code's own tools could make (its arguments name
     their ``file_path``, or the tool is no file tool, or declares no files)."""
@@ -211,9 +300,11 @@ def _file_views(event: Event, root: str) -> list[dict[str, Any]] | None:
         or claude_tool_name(event.tool_name, tool) not in _FILE_TOOLS
     ):
         return None
+    own = (tool.name, *tool.rule_names)
     try:
         declared = tool.paths(args)
         paths = list(dict.fromkeys(declared))
+        changes = _patch_changes(args) if is_builtin_patch(tool) else []
     except Exception:  # arguments the tool cannot read: the executor has refused them already
         return None
     if not paths or not all(isinstance(path, str) for path in paths):
@@ -223,10 +314,22 @@ def _file_views(event: Event, root: str) -> list[dict[str, Any]] | None:
             f"the call touches {len(paths)} files; a Claude Code hook is shown at most "
             f"{_MAX_FILE_VIEWS} of them one by one (split the change)"
         )
-    return [
-        {**args, "file_path": os.path.normpath(os.path.join(root, os.path.expanduser(path)))}
-        for path in paths
-    ]
+    # Per path as written: the names it answers to and Claude Code's fields for it. A path
+    # the tool declares beyond its changes (what git reads through a .git it writes) is
+    # shown to every hook of the call; a path changed twice gets no fields (they disagree).
+    extra: dict[str, tuple[str, ...]] = {}
+    fields: dict[str, dict[str, Any]] = {}
+    for path, names, given in changes:
+        extra[path] = tuple(dict.fromkeys((*extra.get(path, ()), *names)))
+        fields[path] = {} if path in fields and fields[path] != given else given
+    views = []
+    for path in paths:
+        names = (*own, *extra.get(path, _WRITE if changes else ()))
+        added = {key: value for key, value in fields.get(path, {}).items() if key not in args}
+        absolute = os.path.normpath(os.path.join(root, os.path.expanduser(path)))
+        tool_input = {**args, **added, "file_path": absolute}
+        views.append(_FileView(tool_input, names, frozenset({*added, "file_path"})))
+    return views
 
 
 def _combined(
@@ -286,15 +389,43 @@ _SPACES: Final = (
 def _reply_object(stdout: bytes) -> dict[str, Any] | None:
     """Nothing or plain text is no opinion (plain text is not context); text that starts like a
     JSON object, once the whitespace Claude Code trims is gone, must be exactly one valid
-    object."""
+    object. A JSON array fails too: it is a structured answer in the wrong shape (a list of
+    decisions, say), and a hook that meant "deny" by it must not pass as having no opinion
+    (Claude Code reads it as plain text). A lone number, string or ``true`` stays plain text:
+    scripts print counts and words as they go."""
     text = stdout.decode("utf-8", "replace").strip(_SPACES)
     if not text.startswith("{"):
+        if text.startswith("[") and _is_json_array(text):
+            raise HookFailed(
+                "stdout is a JSON array, not a JSON object: a reply must be one JSON object "
+                "(or plain text, or nothing, for no opinion)"
+            )
         return None
     try:
         stdout.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise HookFailed(f"stdout is not valid UTF-8 ({exc})") from None
     return parse_reply_object(text.encode())
+
+
+def _number(text: str) -> int:
+    return 0  # only whether it parses matters: no limit on the digits of an integer applies
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _is_json_array(text: str) -> bool:
+    """Whether ``text`` is exactly one valid JSON array (nested too deeply to parse counts:
+    it is no plain text either)."""
+    try:
+        json.loads(text, parse_int=_number, parse_float=_number, parse_constant=_not_json)
+    except RecursionError:
+        return True
+    except ValueError:
+        return False
+    return True
 
 
 class _Common(msgspec.Struct, frozen=True):
@@ -354,7 +485,7 @@ def _text(reply: Mapping[str, Any], key: str) -> str | None:
 
 def pre_result(
     reply: dict[str, Any] | None,
-    view: Mapping[str, Any] | None = None,
+    view: _FileView | None = None,
     whole: bool = True,
 ) -> PreToolUseResult | None:
     """A PreToolUse reply as a ``PreToolUseResult``; the strictest of what it says wins."""
@@ -392,13 +523,14 @@ def pre_result(
 
 def _updated_input(
     specific: Mapping[str, Any],
-    view: Mapping[str, Any] | None = None,
+    view: _FileView | None = None,
     whole: bool = True,
 ) -> dict[str, Any] | None:
     """``updatedInput`` as the new arguments, whole: as in Claude Code, it replaces the input
     (a field it leaves out is gone; the executor validates what is left). Over one file's
-    ``view`` of a call: only when that file is the whole call, and a ``file_path`` it names
-    must be the one it was shown (it is no argument of the tool, and is dropped)."""
+    ``view`` of a call: only when that file is the whole call; the fields the view added
+    (``file_path``, and ``content`` and the like) are no arguments of the tool and are dropped,
+    and may not be changed: such a change cannot be carried into the call."""
     update = specific.get("updatedInput")
     if update is None:
         return None
@@ -412,8 +544,10 @@ def _updated_input(
             "hook was shown each file as file_path)"
         )
     replaced = dict(update)
-    if replaced.pop("file_path", view["file_path"]) != view["file_path"]:
-        raise HookFailed("updatedInput changes file_path, which this tool does not take")
+    for key in sorted(view.added):
+        shown = view.tool_input[key]
+        if replaced.pop(key, shown) != shown:
+            raise HookFailed(f"updatedInput changes {key}, which this tool does not take")
     return replaced
 
 

@@ -19,7 +19,7 @@ import asyncio
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, Literal, final, overload
 
 import msgspec
@@ -33,6 +33,9 @@ from fastgate.hooks._types import (
     PreToolUseEvent,
     PreToolUseResult,
 )
+
+Answers = Callable[[tuple[str, ...]], bool]
+"""A hook's matcher as a predicate on the names a tool or one file of a call answers to."""
 
 DEFAULT_COMMAND_TIMEOUT: Final = 30.0
 MAX_OUTPUT_BYTES: Final = 1 << 20
@@ -238,35 +241,50 @@ class CommandHook:
         return f"CommandHook({list(self.argv)!r}, timeout={self.timeout})"
 
     @overload
-    async def __call__(self, event: PreToolUseEvent) -> PreToolUseResult | None: ...
+    async def __call__(
+        self, event: PreToolUseEvent, *, answers: Answers | None = None
+    ) -> PreToolUseResult | None: ...
     @overload
-    async def __call__(self, event: PostToolUseEvent) -> PostToolUseResult | None: ...
+    async def __call__(
+        self, event: PostToolUseEvent, *, answers: Answers | None = None
+    ) -> PostToolUseResult | None: ...
     @overload
-    async def __call__(self, event: PostToolUseFailureEvent) -> str | None: ...
+    async def __call__(
+        self, event: PostToolUseFailureEvent, *, answers: Answers | None = None
+    ) -> str | None: ...
 
     async def __call__(
-        self, event: PreToolUseEvent | PostToolUseEvent | PostToolUseFailureEvent
+        self,
+        event: PreToolUseEvent | PostToolUseEvent | PostToolUseFailureEvent,
+        *,
+        answers: Answers | None = None,
     ) -> PreToolUseResult | PostToolUseResult | str | None:
-        """Run the command for ``event`` and return its typed reply. Raises ``HookFailed``."""
+        """Run the command for ``event`` and return its typed reply. Raises ``HookFailed``.
+
+        ``answers``: the matcher the hook is registered with, given names (the runners pass
+        it). In Claude Code's protocol a call shown file by file is shown only the files whose
+        names it matches; ``None`` shows every file."""
         if self.pins is None:
-            return await self._reply(event)
+            return await self._reply(event, answers)
         root = event.context.workspace_root or os.getcwd()
         try:
             self.pins.check(root)
         except ChangedScript as changed:
             raise HookFailed(str(changed)) from None
         try:
-            return await self._reply(event)
+            return await self._reply(event, answers)
         finally:
             self.pins.settle(root)  # what the run wrote of the files it does not run
 
     async def _reply(
-        self, event: PreToolUseEvent | PostToolUseEvent | PostToolUseFailureEvent
+        self,
+        event: PreToolUseEvent | PostToolUseEvent | PostToolUseFailureEvent,
+        answers: Answers | None,
     ) -> PreToolUseResult | PostToolUseResult | str | None:
         if self.protocol == "claude":
             from fastgate.hooks._claude import call_claude_hook  # it builds on this module
 
-            return await call_claude_hook(self, event)
+            return await call_claude_hook(self, event, answers)
         try:
             payload = event_payload(event)
         except (TypeError, ValueError) as exc:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, final
 
 import msgspec
 
+from fastgate.hooks._claude import hook_names
 from fastgate.hooks._command import CommandHook
 
 if TYPE_CHECKING:
@@ -61,10 +62,11 @@ class HookEntry(msgspec.Struct, frozen=True):
 
 
 def names_of(tool: str | ToolDefinition) -> tuple[str, ...]:
-    """The names a matcher is tested against: the registered name, then the rule names."""
+    """The names a matcher is tested against: the registered name, then the rule names (and
+    ``Write`` for the built-in ``apply_patch``, which creates and deletes files)."""
     if isinstance(tool, str):
         return (tool,)
-    return (tool.name, *tool.rule_names)
+    return hook_names(tool)
 
 
 def parse_matcher(matcher: object) -> frozenset[str] | Any | None:
@@ -155,7 +157,7 @@ def _entry(
 class _EventHooks:
     """The hooks of one event: an immutable tuple plus a per-tool cache of matches.
 
-    The cache is keyed by a tool's name and rule names (a name alone for a string), so two
+    The cache is keyed by the names a tool answers to (a name alone for a string), so two
     definitions that answer to the same names share an answer and no definition is kept alive.
     Writers (registration, under the owner's lock) replace both at once; readers never lock.
     """
@@ -167,14 +169,13 @@ class _EventHooks:
         self.by_tool: dict[object, tuple[HookEntry, ...]] = {}
 
     def matching(self, tool: str | ToolDefinition) -> tuple[HookEntry, ...]:
-        key: object = tool if isinstance(tool, str) else (tool.name, tool.rule_names)
-        found = self.by_tool.get(key)
+        names = names_of(tool)
+        found = self.by_tool.get(names)
         if found is None:
-            names = names_of(tool)
             found = tuple(e for e in self.entries if e.matches_names(names))
             if len(self.by_tool) >= _CACHE_LIMIT:
                 self.by_tool.clear()
-            self.by_tool[key] = found
+            self.by_tool[names] = found
         return found
 
 

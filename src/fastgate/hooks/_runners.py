@@ -15,7 +15,8 @@ from typing import Any
 
 from msgspec.structs import replace
 
-from fastgate.hooks._command import HookFailed
+from fastgate.hooks._claude import call_names, is_builtin_patch
+from fastgate.hooks._command import CommandHook, HookFailed
 from fastgate.hooks._registry import HookEntry, Hooks
 from fastgate.hooks._types import (
     NO_POST_OUTCOME,
@@ -53,7 +54,21 @@ def _subject(
     return event.tool if event.tool is not None else event.tool_name
 
 
-async def _invoke(entry: HookEntry, event: object) -> Any:
+def _names(tool: ToolDefinition | None, args: Any) -> tuple[str, ...] | None:
+    """The names this call answers to when they depend on its arguments (a patch that creates
+    or deletes no file does not answer to ``Write``); ``None`` when the tool's names hold."""
+    if tool is None or not is_builtin_patch(tool):
+        return None
+    return call_names(tool, args)
+
+
+def _fires(entry: HookEntry, names: tuple[str, ...] | None) -> bool:
+    return names is None or entry.matches_names(names)
+
+
+async def _invoke(
+    entry: HookEntry, event: PreToolUseEvent | PostToolUseEvent | PostToolUseFailureEvent
+) -> Any:
     """Call one hook and return its raw reply; every way it can go wrong becomes ``HookFailed``.
 
     Cancellation of the awaiting task propagates as ``CancelledError``; a hook that raises
@@ -61,7 +76,9 @@ async def _invoke(entry: HookEntry, event: object) -> Any:
     """
     deadline: asyncio.Timeout | None = None
     try:
-        reply = entry.fn(event)
+        fn = entry.fn
+        # A command hook shows a call file by file: each file only to the hooks matching it.
+        reply = fn(event, answers=entry.matches_names) if isinstance(fn, CommandHook) else fn(event)
         if inspect.isawaitable(reply):
             async with asyncio.timeout(entry.timeout) as deadline:
                 reply = await reply
@@ -113,11 +130,16 @@ async def run_pre_tool_use(hooks: Hooks, event: PreToolUseEvent) -> PreHookOutco
     contexts: list[str] = []
     failures: list[str] = []
     args = event.args
+    answering = _names(event.tool, args)
     judged: list[Any] = [None] * len(entries)  # the arguments each hook last judged or produced
     pending: Sequence[int] = range(len(entries))
     for passes in range(1, _MAX_PASSES + 1):
         for index in pending:
             entry = entries[index]
+            if not _fires(entry, answering):
+                # Not this call's hook for these arguments; asked again if a rewrite changes them.
+                judged[index] = args
+                continue
             current = PreToolUseEvent(event.tool_name, args, event.context, event.tool)
             try:
                 reply = await _invoke(entry, current)
@@ -164,6 +186,7 @@ async def run_pre_tool_use(hooks: Hooks, event: PreToolUseEvent) -> PreHookOutco
                 contexts.append(context)
             if new_args is not None and new_args != args:
                 updated = args = judged[index] = new_args
+                answering = _names(event.tool, args)
             if decision is Decision.DENY:
                 return PreHookOutcome(decision, reason, updated, tuple(contexts), tuple(failures))
         pending = [i for i, seen in enumerate(judged) if seen is not args and seen != args]
@@ -203,7 +226,8 @@ async def run_post_tool_use(
     blocks the result with a reason naming it (the model does not see output a filter failed
     on); registered with ``on_error="ignore"`` it is logged and skipped.
     """
-    entries = hooks.post_tool_use(_subject(event))
+    names = _names(event.tool, event.args)
+    entries = tuple(e for e in hooks.post_tool_use(_subject(event)) if _fires(e, names))
     if not entries:
         return NO_POST_OUTCOME
     value: Any = UNSET
@@ -262,7 +286,8 @@ async def run_post_tool_use_failure(
     Errors: the call has already failed, so a hook that raises, times out or returns anything but
     ``str | None`` is logged and ignored. Never raises (but cancellation).
     """
-    entries = hooks.post_tool_use_failure(_subject(event))
+    names = _names(event.tool, event.args)
+    entries = [e for e in hooks.post_tool_use_failure(_subject(event)) if _fires(e, names)]
     contexts: list[str] = []
     for entry in entries:
         try:
