@@ -89,6 +89,8 @@ from fastgate.serve._http import (
     RateLimit,
     caller_of,
 )
+from fastgate.serve._legacy import LegacyRequests
+from fastgate.serve._legacy import install as keep_legacy_answers_through_shutdown
 from fastgate.serve._listing import (
     fingerprint,
     listed_tool,
@@ -1008,7 +1010,9 @@ class Gateway:
             session_idle_timeout=self.session_idle_timeout,
         )
         reject = self._count_rejection
-        mcp_app: Any = QuickAnswers(manager, StreamableHTTPASGIApp(manager))
+        keep_legacy_answers_through_shutdown()
+        legacy = LegacyRequests(StreamableHTTPASGIApp(manager), self.max_body, reject)
+        mcp_app: Any = QuickAnswers(manager, legacy)
         if self.rate_limit is not None:
             mcp_app = RateLimit(mcp_app, self.rate_limit[0], self.rate_limit[1], reject)
         mcp_app = _require_caller(mcp_app, reject)
