@@ -21,6 +21,7 @@ import stat
 import tempfile
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from fastgate.processes import Plan, Process
 from fastgate.sandbox import _planner
@@ -63,7 +64,12 @@ class Confinement:
         arch, abi = host()
         if arch is None:
             raise OSError("seccomp is not available here")
-        where = _planner.layout(policy, roots, cwd)
+        # The search for hidden and protected paths lists whole directories (hundreds of
+        # thousands of entries, should a command make them): never on the event loop, nor on
+        # its default executor, which the file tools share (calls queue for the one planner).
+        where = await asyncio.get_running_loop().run_in_executor(
+            _planning(), _planner.layout, policy, roots, cwd
+        )
         proxy: NetworkProxy | None = None
         if policy.network is not None:
             if support.namespaces:
@@ -183,6 +189,17 @@ class Confinement:
 
 _parent: str | None = None
 _parent_lock = threading.Lock()
+_planner_thread: ThreadPoolExecutor | None = None
+
+
+def _planning() -> ThreadPoolExecutor:
+    """The thread layouts are computed in (one: they share their caches, and are computed one
+    at a time anyway)."""
+    global _planner_thread
+    with _parent_lock:
+        if _planner_thread is None:
+            _planner_thread = ThreadPoolExecutor(1, "fastgate-sandbox-plan")
+        return _planner_thread
 
 
 def temporary_parent() -> str:

@@ -24,6 +24,7 @@ import logging
 import os
 import re
 import stat
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -124,9 +125,20 @@ _LAYOUTS: dict[tuple[int, tuple[str, ...] | None, str], _Known] = {}
 _SETTLED_NS = 100_000_000  # an mtime this recent may hide a change in the same clock tick
 
 
+# The caches below are shared by every call: one layout is computed at a time (off the event
+# loop, in a worker thread), so that two calls never interleave their updates.
+_LAYOUT_LOCK = threading.Lock()
+
+
 def layout(policy: SandboxPolicy, roots: Sequence[str] | None, cwd: str) -> Layout:
     """The paths of a call with ``roots`` (``None``: ``cwd`` alone) under ``policy``; reused
-    while no directory it was read from has changed."""
+    while no directory it was read from has changed. Blocking (it lists and reads the roots):
+    call it from a worker thread, as ``Confinement.open`` does."""
+    with _LAYOUT_LOCK:
+        return _layout_locked(policy, roots, cwd)
+
+
+def _layout_locked(policy: SandboxPolicy, roots: Sequence[str] | None, cwd: str) -> Layout:
     key = (id(policy), None if roots is None else tuple(roots), cwd)
     known = _LAYOUTS.get(key)
     if (
@@ -281,6 +293,7 @@ def _layout(
             _protect(path, text.endswith("/"), home, protected, placeholders)
             _watch_along(watched, home, path)
     protected.update(_memory_inside(writable))
+    _coarsen(placeholders, protected, set(inner) | set(writable))
     hosts = {directory for directory, _, _ in placeholders.values()}
     for states in (watched, *(found.directories for found in walked)):
         _list_hosts(states, hosts)
@@ -318,6 +331,45 @@ def _layout(
         hidden_outside=tuple(sorted(hidden_outside)),
         cwd=cwd,
     )
+
+
+#: Placeholders the launcher makes for one call at most (a fixed table in ``fastgate-launcher``).
+MAX_PLACEHOLDERS = 64
+_COARSENED_TOLD: set[str] = set()
+
+
+def _coarsen(
+    placeholders: dict[str, tuple[str, str, str]], protected: set[str], roots: set[str]
+) -> None:
+    """Past ``MAX_PLACEHOLDERS``, the directories that would hold the most placeholders are
+    made read-only as a whole instead (nothing can be created in them, so every absent path
+    they stood for stays uncreatable), until the rest fit. Roots come last, deeper directories
+    first: a vendored repository's ``.git`` loses its writes before the workspace does."""
+    if len(placeholders) <= MAX_PLACEHOLDERS:
+        return
+    held: dict[str, int] = {}
+    for directory, _, _ in placeholders.values():
+        held[directory] = held.get(directory, 0) + 1
+    order = sorted(held, key=lambda d: (d in roots, -held[d], -d.count("/"), d))
+    coarse: list[str] = []
+    for directory in order:
+        if len(placeholders) <= MAX_PLACEHOLDERS:
+            break
+        if any(_within(directory, c) for c in coarse):
+            continue  # read-only already with a directory above it
+        coarse.append(directory)
+        protected.add(directory)
+        for component in [c for c in placeholders if _within(c, directory)]:
+            del placeholders[component]
+    fresh = [d for d in coarse if d not in _COARSENED_TOLD]
+    if fresh:
+        _COARSENED_TOLD.update(fresh)
+        log.warning(
+            "the sandbox covers at most %d absent protected paths per call: %s read-only as a "
+            "whole instead (commands cannot write there)",
+            MAX_PLACEHOLDERS,
+            ", ".join(fresh[:5]) + (f" and {len(fresh) - 5} more" if len(fresh) > 5 else ""),
+        )
 
 
 def _memory_inside(writable: Sequence[str]) -> list[str]:
