@@ -383,6 +383,24 @@ class LocalFileSystem:
         finally:
             os.close(fd)
 
+    def open_regular_now(self, path: str) -> int:
+        """A descriptor reading the regular file ``path``, opened beneath the roots (a symlink
+        followed only while it stays inside); ``NotARegularFile`` for anything else, which is
+        never read (a FIFO opened here does not block: it is opened non-blocking)."""
+        try:
+            fd = self._open(path, _READ_FLAGS)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # a socket (or a device with nothing behind it)
+                raise NotARegularFile(path) from None
+            raise
+        try:
+            if not stat_.S_ISREG(os.fstat(fd).st_mode):
+                raise NotARegularFile(path)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
     def open_search_root_now(self, path: str) -> tuple[int, bool]:
         """An ``O_PATH`` descriptor of ``path`` opened beneath the roots, and whether it is a
         directory: a search pinned to it cannot be swapped elsewhere. ``NotARegularFile`` for

@@ -312,6 +312,9 @@ class _File:
     current: bytes | None
     key: str  # the file's identity: a symlink and its target share one
     given: str  # the name the patch used for it, made absolute
+    name: str = ""  # that name as the patch wrote it (what the summary shows)
+    moved_to: str | None = None  # a Move to took its content there (a key of the staged files)
+    arrived_by_move: bool = False  # its content came by a Move to (and is still there)
 
 
 class _Refused(Exception):
@@ -330,7 +333,8 @@ async def apply_patch(args: Any, ctx: RunContext) -> Any:
     fs = ctx.fs
     files: dict[str, _File] = {}
     try:
-        summary = [await _stage(ctx, fs, files, hunk) for hunk in hunks]
+        for hunk in hunks:
+            await _stage(ctx, fs, files, hunk)
     except _Refused as refused:
         return refused.failure
     changed = [f for f in files.values() if f.current != f.original]
@@ -349,9 +353,43 @@ async def apply_patch(args: Any, ctx: RunContext) -> Any:
                 stat = None
             ledger.remember(ctx.session_id, key, stat, f.current)
     ctx.files_changed([f.path for f in changed])
-    # The format's order: added files, then modified, then deleted (stable within each).
-    summary.sort(key=lambda line: "AMD".index(line[0]))
+    summary = _summary(files)
+    if not summary:
+        return "Success. No file was changed: the patch leaves every file as it was."
     return "Success. Updated the following files:\n" + "\n".join(summary)
+
+
+def _summary(files: dict[str, _File]) -> list[str]:
+    """One line per path, saying how it ends against how it began (a path deleted and then
+    written again by a later hunk is not reported deleted): ``A`` added, ``M`` modified, ``D``
+    deleted. A move is named by its destination (``M``), as the format does; its source is
+    not listed while the moved content still stands somewhere, and is listed ``D`` when a
+    later hunk deleted it. A path that began and ends absent is not listed. The format's
+    order: added, then modified, then deleted, each in the order the patch first named them."""
+    lines: list[str] = []
+    for f in files.values():
+        if f.current is not None:
+            letter = "M" if f.original is not None or f.arrived_by_move else "A"
+        elif f.original is not None and not _moved_content_stands(files, f):
+            letter = "D"
+        else:
+            continue
+        lines.append(f"{letter} {f.name}")
+    lines.sort(key=lambda line: "AMD".index(line[0]))
+    return lines
+
+
+def _moved_content_stands(files: dict[str, _File], source: _File) -> bool:
+    """Whether what a Move to took from ``source`` is still in some file at the end (a move
+    onward from the destination is followed; a delete of it is not a place it stands)."""
+    seen = {source.path}
+    at = source
+    while at.moved_to is not None and at.moved_to not in seen:
+        at = files[at.moved_to]
+        if at.current is not None:
+            return True
+        seen.add(at.path)
+    return False
 
 
 async def _load(ctx: RunContext, fs: Any, files: dict[str, _File], given: str) -> _File:
@@ -359,6 +397,7 @@ async def _load(ctx: RunContext, fs: Any, files: dict[str, _File], given: str) -
     if refused is not None:
         raise _Refused(refused)
     path = await _write_target(ctx, fs, given)
+    name = given
     given = absolute(ctx, given)
     known = files.get(path)
     if known is None or known.given != given:
@@ -382,7 +421,7 @@ async def _load(ctx: RunContext, fs: Any, files: dict[str, _File], given: str) -
             data = None
         except OSError as exc:
             raise _Refused(os_failure(exc, shown(ctx, path), "changed")) from None
-        known = files[path] = _File(path, data, data, key, given)
+        known = files[path] = _File(path, data, data, key, given, name)
     return known
 
 
@@ -425,8 +464,8 @@ async def _write_target(ctx: RunContext, fs: Any, given: str) -> str:
         raise _Refused(os_failure(exc, given, "changed")) from None
 
 
-async def _stage(ctx: RunContext, fs: Any, files: dict[str, _File], hunk: Hunk) -> str:
-    """Work out one hunk on the staged files; its summary line (``A|M|D path``)."""
+async def _stage(ctx: RunContext, fs: Any, files: dict[str, _File], hunk: Hunk) -> None:
+    """Work out one hunk on the staged files."""
     loader = _load_entry if hunk.kind == "delete" else _load
     target = await loader(ctx, fs, files, hunk.path)
     name = hunk.path
@@ -440,7 +479,8 @@ async def _stage(ctx: RunContext, fs: Any, files: dict[str, _File], hunk: Hunk) 
                 )
             )
         target.current = _encode(PLAIN_UTF8, hunk.contents, name)
-        return f"A {name}"
+        target.arrived_by_move = False
+        return
     if hunk.kind == "delete":
         if target.current is None:
             raise _Refused(
@@ -450,7 +490,8 @@ async def _stage(ctx: RunContext, fs: Any, files: dict[str, _File], hunk: Hunk) 
                 )
             )
         target.current = None
-        return f"D {name}"
+        target.arrived_by_move = False
+        return
     if target.current is None:
         raise _Refused(
             Failure(
@@ -474,7 +515,7 @@ async def _stage(ctx: RunContext, fs: Any, files: dict[str, _File], hunk: Hunk) 
     new_bytes = _encode(encoding, new_text, name)
     if hunk.move_to is None:
         target.current = new_bytes
-        return f"M {name}"
+        return
     destination = await _load(ctx, fs, files, hunk.move_to)
     if destination is not target:
         if destination.current is not None:
@@ -486,13 +527,14 @@ async def _stage(ctx: RunContext, fs: Any, files: dict[str, _File], hunk: Hunk) 
                 )
             )
         destination.current = new_bytes
+        destination.arrived_by_move = True
         # The source name goes: the file staged above (a symlink there is refused, as for
         # Delete File).
         await _load_entry(ctx, fs, files, hunk.path)
         target.current = None
+        target.moved_to = destination.path
     else:
         target.current = new_bytes
-    return f"M {hunk.move_to}"
 
 
 def _encode(encoding: Encoding, text: str, name: str) -> bytes:

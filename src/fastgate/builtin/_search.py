@@ -2,18 +2,24 @@
 anywhere else; results a read rule or the sensitive list covers are withheld either way.
 
 Both routes list the same files: hidden ones included, ``.git`` skipped, ``.gitignore`` files
-respected (``--no-require-git``: a workspace need not be a repository), symlinks never
-followed. The fallback reads ``.gitignore`` files through the seam and matches them with
-``pathspec``'s git rules, and runs ripgrep's regex dialect on RE2 (``google-re2``): the same
-family of syntax, and linear time, so a model's pattern cannot hang the server on either route.
-Glob patterns are matched with RE2 too (``fastgate.paths.globs.Glob``), and every match over many
-names or a file's content runs on a worker thread (RE2 releases the GIL), not the event loop.
+respected (``--no-require-git``: a workspace need not be a repository; a path named explicitly
+is searched even when ignored, as ripgrep does), symlinks never followed. Both search the same
+files: text is UTF-8 or UTF-16 with a BOM (ripgrep transcodes those), and a file holding a NUL
+anywhere in its text is binary and never searched, wherever the NUL is (ripgrep stops at one
+as it reads, so on its route each file it reports is checked to the end). The fallback reads
+``.gitignore`` files through the seam and matches them with ``pathspec``'s git patterns, and
+runs ripgrep's regex dialect on RE2 (``google-re2``): the same family of syntax, and linear
+time, so a model's pattern cannot hang the server on either route. Glob patterns are matched
+with RE2 too (``fastgate.paths.globs.Glob``), and every match over many names or a file's
+content runs on a worker thread (RE2 releases the GIL), not the event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import codecs
+import functools
 import json
 import os
 import re
@@ -27,7 +33,7 @@ import re2
 
 from fastgate.builtin._common import absolute, os_failure, root_of, shown
 from fastgate.builtin._fs import FileStat, LocalFileSystem, NotARegularFile
-from fastgate.builtin._text import BinaryFile, UndecodableFile, decode
+from fastgate.builtin._text import BinaryFile, UndecodableFile, decode, sniff
 from fastgate.model import Failure
 from fastgate.paths import Glob, GlobError, WorktreeEscape, compile_glob, plain_globs
 from fastgate.pipeline import RunContext
@@ -180,6 +186,8 @@ async def grep(args: Any, ctx: RunContext) -> Any:
         if not stat.is_dir and stat.size > MAX_SEARCH_BYTES:
             return _not_searched(ctx, base, stat.size, pattern)
         rg = _ripgrep_of(fs)
+        if rg is not None and not stat.is_dir and await _binary_file(fs, base):
+            return _binary_not_searched(ctx, base, pattern)  # (ripgrep searches what it is given)
         if rg is not None:
             found, truncated, too_large = await _rg_grep_tree(
                 rg, fs, base, stat.is_dir, pattern, mode, ignore_case, context, file_filter
@@ -188,15 +196,18 @@ async def grep(args: Any, ctx: RunContext) -> Any:
                 passed = await _kept_by(file_filter, [f.path for f in found] + too_large, base)
                 found = [f for f in found if f.path in passed]
                 too_large = [path for path in too_large if path in passed]
+            found = await _text_only(fs, found)
             if mode == "files_with_matches":
                 found = await _with_mtimes([f.path for f in found])
         else:
             regex = _compile_re2(pattern, ignore_case)
             if isinstance(fs, LocalFileSystem):  # its reads are checked, but say why, not "none"
                 await _check_root(fs, base)
-            found, truncated, too_large = await _seam_grep(
+            found, truncated, too_large, binary = await _seam_grep(
                 fs, base, stat, root_of(ctx), regex, mode, context, file_filter
             )
+            if not stat.is_dir and base in binary:
+                return _binary_not_searched(ctx, base, pattern)
     except SearchFailed as exc:
         return exc.failure
     except FileTooLarge as exc:  # grown or swapped in since the size was checked
@@ -271,6 +282,124 @@ def _not_searched(ctx: RunContext, path: str, size: int, pattern: str) -> str:
         f"{size:,} bytes, over the {MAX_SEARCH_BYTES >> 20} MiB grep searches in one file "
         "(bash can search it)."
     )
+
+
+def _binary_not_searched(ctx: RunContext, path: str, pattern: str) -> str:
+    if not ctx.may_read(path):  # withheld: nothing about it is shown
+        return f"No matches for {pattern!r}."
+    return (
+        f"No matches for {pattern!r}: {shown(ctx, path)} was not searched, as it is a binary "
+        "file (it holds a NUL byte)."
+    )
+
+
+# -- what is text ------------------------------------------------------------------------------
+
+_UTF16_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)
+_NUL_READ = 1 << 20  # bytes read at a time when a file is checked for a NUL
+# A file up to this size is in ripgrep's first read (64 KiB) whole, where a NUL makes it skip
+# the file: ripgrep's own check is then the whole check (half its buffer, to be safe).
+_RG_SEES_WHOLE = 32 * 1024
+
+
+def holds_nul(data: bytes) -> bool:
+    """grep's binary rule: whether ``data`` holds a NUL in its text, wherever it is. A file
+    that starts with a UTF-16 BOM is read as UTF-16 (a NUL is a zero code unit), as ripgrep
+    transcodes it; any other file is binary with a NUL byte anywhere (UTF-32, whose BOM starts
+    like UTF-16's, then holds a zero code unit, as ripgrep reads it too)."""
+    scan = _NulScan()
+    scan.feed(data)
+    return scan.finish()
+
+
+class _NulScan:
+    """``holds_nul`` over a file read piece by piece: ``feed`` returns True once a NUL is seen."""
+
+    def __init__(self) -> None:
+        self.utf16: bool | None = None  # known once two bytes are in
+        self.pending = b""  # bytes held back: the BOM's start, or half a code unit
+        self.found = False
+
+    def feed(self, data: bytes) -> bool:
+        if self.found or not data:
+            return self.found
+        if self.utf16 is None:
+            data = self.pending + data
+            if len(data) < 2:
+                self.pending = data
+                return False
+            self.utf16 = data[:2] in _UTF16_BOMS
+            self.pending = b""
+            if self.utf16:
+                data = data[2:]
+        if not self.utf16:
+            self.found = b"\x00" in data
+            return self.found
+        data = self.pending + data
+        whole = len(data) & ~1
+        self.pending = data[whole:]
+        self.found = _zero_unit(data, whole)
+        return self.found
+
+    def finish(self) -> bool:
+        if self.utf16 is None:  # (fewer than two bytes)
+            return self.found or b"\x00" in self.pending
+        return self.found
+
+
+def _zero_unit(data: bytes, end: int) -> bool:
+    """Whether ``data[:end]`` (code units of two bytes) holds a zero one."""
+    at = data.find(b"\x00\x00", 0, end)
+    while at >= 0:
+        if at % 2 == 0:
+            return True
+        at = data.find(b"\x00\x00", at + 1, end)
+    return False
+
+
+async def _text_only(fs: LocalFileSystem, found: list[Found]) -> list[Found]:
+    """ripgrep's findings without the binary files (``holds_nul``): ripgrep skips a file whose
+    NUL it meets in its first read (64 KiB), but reports what it matched before a later one, so
+    a file larger than ``_RG_SEES_WHOLE`` is checked to its end here. A file that is gone or
+    no longer a regular file is dropped, as the seam would skip it."""
+
+    def check_all() -> list[Found]:
+        kept: list[Found] = []
+        for f in found:
+            try:
+                st = os.stat(f.path, follow_symlinks=False)
+                if not stat_module.S_ISREG(st.st_mode):
+                    continue
+                if st.st_size <= _RG_SEES_WHOLE or not _file_holds_nul(fs, f.path):
+                    kept.append(f)
+            except OSError:  # (WorktreeEscape is one)
+                continue
+        return kept
+
+    return await asyncio.get_running_loop().run_in_executor(None, check_all)
+
+
+async def _binary_file(fs: LocalFileSystem, path: str) -> bool:
+    """Whether the file ``path`` is binary (``holds_nul``), checked before ripgrep is given
+    it: ripgrep searches a file it is given whatever it holds."""
+    return await asyncio.get_running_loop().run_in_executor(None, _file_holds_nul, fs, path)
+
+
+def _file_holds_nul(fs: LocalFileSystem, path: str) -> bool:
+    fd = fs.open_regular_now(path)
+    try:
+        scan = _NulScan()
+        left = MAX_SEARCH_BYTES + 1  # (a file grown past the bound was not searched whole)
+        while left > 0:
+            chunk = os.read(fd, min(_NUL_READ, left))
+            if not chunk:
+                break
+            if scan.feed(chunk):
+                return True
+            left -= len(chunk)
+        return scan.finish()
+    finally:
+        os.close(fd)
 
 
 MAX_TOO_LARGE_NAMED = 10  # files skipped for their size named in a result, at most
@@ -974,13 +1103,50 @@ async def _ignore_file(fs: Any, path: str) -> pathspec.GitIgnoreSpec | None:
 
 
 def _ignored(specs: list[tuple[str, pathspec.GitIgnoreSpec]], path: str, is_dir: bool) -> bool:
-    """Git's answer: the deepest ``.gitignore`` with a matching pattern decides."""
+    """ripgrep's answer: the deepest ``.gitignore`` with a pattern matching the path itself
+    decides, by the last such pattern. A pattern that matches only a directory above the path
+    does not count: the walk never enters an ignored directory, so this matters only below a
+    search path named explicitly, which ripgrep searches even when it is ignored."""
     for directory, spec in reversed(specs):
         relative = path[len(directory.rstrip("/")) + 1 :]
-        result = spec.check_file(relative + "/" if is_dir else relative)
-        if result.include is not None:
-            return bool(result.include)
+        verdict = _own_verdict(spec, relative + "/" if is_dir else relative)
+        if verdict is not None:
+            return verdict
     return False
+
+
+def _own_verdict(spec: pathspec.GitIgnoreSpec, relative: str) -> bool | None:
+    """Whether the last pattern of ``spec`` matching ``relative`` itself ignores it; None when
+    none does. ``pathspec`` matches a directory pattern (``build/``, or ``build`` naming a
+    directory) on everything below that directory too, marking the slash after the directory
+    (``_DIR_MARK``): a match through that mark counts only when the mark can be the end of
+    ``relative`` (a directory's path ends with its slash); otherwise it is a match of a
+    directory above, not of ``relative``."""
+    verdict: bool | None = None
+    for pattern in spec.patterns:
+        regex = pattern.regex
+        if pattern.include is None or regex is None:
+            continue
+        match = regex.search(relative)
+        if match is None:
+            continue
+        if (
+            _DIR_MARK in regex.groupindex
+            and match.group(_DIR_MARK) is not None
+            and _ending_at_the_end(regex).search(relative) is None
+        ):
+            continue
+        verdict = bool(pattern.include)
+    return verdict
+
+
+_DIR_MARK = "ps_d"  # the group pathspec's gitignore patterns give a directory's closing slash
+
+
+@functools.lru_cache(maxsize=4096)
+def _ending_at_the_end(regex: re.Pattern[str]) -> re.Pattern[str]:
+    """``regex``, matching only where a match ends at the end of the text."""
+    return re.compile(f"(?:{regex.pattern})\\Z", regex.flags)
 
 
 async def _seam_grep(
@@ -992,11 +1158,12 @@ async def _seam_grep(
     mode: str,
     context: int,
     file_filter: FileFilter | None,
-) -> tuple[list[Found], bool, list[str]]:
-    """What the search found, whether it stopped early (never), and the files it skipped for
-    their size."""
+) -> tuple[list[Found], bool, list[str], list[str]]:
+    """What the search found, whether it stopped early (never), the files it skipped for
+    their size, and those it skipped as binary."""
     found: list[Found] = []
     too_large: list[str] = []
+    binary: list[str] = []
     if base_stat.is_dir:
         files = walk(fs, base, workspace)
     else:
@@ -1014,9 +1181,14 @@ async def _seam_grep(
         hit = await asyncio.get_running_loop().run_in_executor(
             None, _search_text, path, st, data, regex, mode, context
         )
-        if hit is not None:
+        if hit is _BINARY:
+            binary.append(path)
+        elif isinstance(hit, Found):
             found.append(hit)
-    return found, False, too_large
+    return found, False, too_large, binary
+
+
+_BINARY = object()  # what _search_text answers for a binary file
 
 
 async def _single(path: str, st: FileStat) -> AsyncIterator[tuple[str, FileStat]]:
@@ -1025,15 +1197,18 @@ async def _single(path: str, st: FileStat) -> AsyncIterator[tuple[str, FileStat]
 
 def _search_text(
     path: str, st: FileStat, data: bytes, regex: Any, mode: str, context: int
-) -> Found | None:
-    if b"\x00" in data:
-        return None  # binary wherever the NUL is: ripgrep stops at one as it reads
+) -> object:
+    """The file's ``Found``, ``_BINARY``, or None (no match)."""
+    if holds_nul(data):
+        return _BINARY
     try:
         text, _ = decode(data)
     except BinaryFile:
-        return None  # ripgrep skips binary files too
-    except UndecodableFile:
-        text = data.decode("utf-8", "replace")
+        return _BINARY
+    except UndecodableFile:  # what ripgrep does too: each bad sequence stands as U+FFFD
+        encoding = sniff(data)
+        codec, bom = (encoding.codec, encoding.bom) if encoding is not None else ("utf-8", b"")
+        text = data[len(bom) :].decode(codec, "replace")
     if regex.search(text) is None:
         return None
     lines = text.split("\n")

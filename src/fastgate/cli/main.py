@@ -11,8 +11,12 @@ import platform
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
+
+if TYPE_CHECKING:
+    from fastgate.cli.bench.runner import Unit
 
 
 def _loops() -> list[str]:
@@ -57,9 +61,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from fastgate.cli.bench import runner
 
     if args.unit:
-        core, loop, scenario = args.unit.split(":")
-        unit = runner.Unit(core, loop, scenario)
-        out = runner.run_unit_here(unit, runner.PROFILES[args.profile])
+        out = runner.run_unit_here(args.unit, runner.PROFILES[args.profile])
         sys.stdout.buffer.write(msgspec.json.encode(out))
         return 0
 
@@ -75,6 +77,27 @@ def cmd_bench(args: argparse.Namespace) -> int:
         check=args.check,
         markdown_path=Path(args.markdown) if args.markdown else None,
     )
+
+
+def _unit(text: str) -> Unit:
+    """``--unit CORE:LOOP:SCENARIO`` (what ``fastgate bench`` hands each child interpreter),
+    checked here so that a bad one is a usage error, not a traceback."""
+    from fastgate.cli.bench import runner
+
+    parts = text.split(":")
+    if len(parts) != 3:
+        raise argparse.ArgumentTypeError(f"expected CORE:LOOP:SCENARIO, got {text!r}")
+    core, loop, scenario = parts
+    for what, value, valid in (
+        ("core", core, ("compiled", "pure")),
+        ("loop", loop, ("uvloop", "asyncio")),
+        ("scenario", scenario, tuple(runner.SCENARIOS)),
+    ):
+        if value not in valid:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {value!r} (choose from {', '.join(valid)})"
+            )
+    return runner.Unit(core, loop, scenario)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -110,9 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--scenario",
         action="append",
         metavar="NAME",
+        # choices: a name that is not a scenario is a usage error, on stderr, naming them all
+        choices=list(runner.SCENARIOS),
         help=", ".join(runner.SCENARIOS),
     )
-    bench.add_argument("--unit", help=argparse.SUPPRESS)
+    bench.add_argument("--unit", type=_unit, help=argparse.SUPPRESS)
     from fastgate.cli.call import add_arguments
 
     call = sub.add_parser(
@@ -165,5 +190,5 @@ def _dispatch(argv: Sequence[str] | None) -> int:
         from fastgate.cli.serve import run_serve
 
         return run_serve(args)
-    build_parser().print_help()
+    build_parser().print_help(sys.stderr)  # no command is a usage error: stdout stays clean
     return 2
