@@ -42,6 +42,14 @@ if TYPE_CHECKING:
 MAX_IN_FLIGHT_BYTES = 64 * 1024 * 1024
 # Output past this is not read on: the program is stopped (what was kept is reported).
 MAX_OUTPUT_BYTES = 16 * 1024 * 1024
+# Bytes of the program's prints the worker sends as they come; past them it keeps only the last
+# max_output_chars (1 Mi at most, 4 MiB), sent when the program ends. Together they stay below
+# MAX_OUTPUT_BYTES: a program that prints a flood ends with its output cut, head and tail, and
+# its calls; only bytes written past ``sys.stdout`` (to fd 1 itself, by a child process) can
+# reach the stop.
+FORWARD_BYTES = 8 * 1024 * 1024
+# What a done message may say the worker dropped of the output (more is not believed).
+_MAX_DROPPED = 1 << 53
 # Calls refused for the budget that a program may still make before it is stopped.
 MAX_CALLS_PAST_BUDGET = 100
 # New threads refused for the bound that a program may still ask for before it is stopped
@@ -94,6 +102,8 @@ class Output:
         self._tail_chars = 0
         self.chars = 0
         self.bytes = 0
+        self.dropped = 0  # characters the worker never sent (the middle of a flood)
+        self.kept = 0  # characters it sent at the end, after that middle
 
     def feed(self, data: bytes, final: bool = False) -> None:
         self.bytes += len(data)
@@ -114,15 +124,20 @@ class Output:
         """What was printed, or its head and tail with a marker saying how much was cut."""
         self.feed(b"", final=True)
         head, tail = "".join(self._head), "".join(self._tail)
-        if self.chars <= self.max_chars:
+        total = self.chars + self.dropped
+        if total <= self.max_chars:
             return head + tail
-        if self._head_chars + self._tail_chars == self.chars:  # nothing dropped yet
-            head = tail = head + tail
         marker = "\n[... {} characters cut ...]\n"
-        keep = max(0, self.max_chars - len(marker.format(self.chars)))
+        if self._head_chars + self._tail_chars == self.chars:  # nothing dropped here yet
+            if self.dropped:  # all that came fits: the worker's cut is before its last `kept`
+                whole = head + tail
+                split = max(0, len(whole) - self.kept)
+                return whole[:split] + marker.format(self.dropped) + whole[split:]
+            head = tail = head + tail
+        keep = max(0, self.max_chars - len(marker.format(total)))
         keep_head = keep * 2 // 3
         keep_tail = keep - keep_head
-        omitted = self.chars - keep_head - keep_tail
+        omitted = total - keep_head - keep_tail
         return head[:keep_head] + marker.format(omitted) + (tail[-keep_tail:] if keep_tail else "")
 
 
@@ -215,7 +230,15 @@ class Run:
         return self._ready.result()
 
     def send_program(self, code: str, specs: list[dict[str, Any]]) -> None:
-        self._send({"t": "run", "code": code, "tools": specs})
+        self._send(
+            {
+                "t": "run",
+                "code": code,
+                "tools": specs,
+                "max_output_chars": self.output.max_chars,
+                "forward_bytes": FORWARD_BYTES,
+            }
+        )
 
     async def finish(self) -> None:
         """Wait for the program to end, then for the calls it left in flight."""
@@ -433,6 +456,11 @@ class Run:
             self._on_unread(message)
         elif kind == "done" and self._ready.done():
             self.done = message
+            # What the worker kept back of a flood of prints: counted in the marker of the cut.
+            dropped, kept = message.get("dropped"), message.get("kept")
+            if type(dropped) is int and 0 < dropped < _MAX_DROPPED:
+                self.output.dropped = dropped
+                self.output.kept = kept if type(kept) is int and kept >= 0 else 0
             self.worker.kill()  # nothing of the program may outlive its end
         elif kind == "ready" and not self._ready.done():
             sandbox = message.get("sandbox")

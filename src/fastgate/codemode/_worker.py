@@ -11,13 +11,16 @@ at once (``asyncio.gather``) are answered in any order::
 
     worker -> parent  {"t": "ready", "sandbox": {...}}  (carrying, SCM_RIGHTS, the listener of
                       its filter's thread notifications, which the server answers)
-    parent -> worker  {"t": "run", "code": "...", "tools": [{"name", "attr", "doc"}, ...]}
+    parent -> worker  {"t": "run", "code": "...", "tools": [{"name", "attr", "doc"}, ...],
+                       "max_output_chars": 30000}
     worker -> parent  {"t": "call", "id": 1, "name": "read", "args": {...}}
     parent -> worker  {"t": "result", "id": 1, "ok": true, "value": ...}
                       {"t": "result", "id": 1, "ok": false, "code": "...", "message": "..."}
     worker -> parent  {"t": "unread", "id": 1}  (a reply this interpreter could not decode: the
                       call raised OUTPUT_INVALID here, and the run's line for it says so)
     worker -> parent  {"t": "done", "ok": true} | {"t": "done", "ok": false, "error": {...}}
+                      (with "dropped": n, "kept": m when n characters of its output were
+                      never sent, and the last m were sent at its end)
 
 A call made while nothing else of the program can run (the usual ``await tools.x()`` one after
 another) waits for its reply inside the calling task rather than on the event loop, which
@@ -29,6 +32,9 @@ that end in one turn of its loop with one write.
 
 from __future__ import annotations
 
+import _thread
+import collections
+import io
 import json
 import os
 import select
@@ -504,6 +510,115 @@ def run_program(channel: Channel, message: dict[str, Any], loop: Any) -> dict[st
     return {"t": "done", "ok": True}
 
 
+# The defaults of what the server's run message says: bytes of the program's prints sent as
+# they come, and at most how many characters of the rest (the last) are kept and sent at its end.
+FORWARD_BYTES = 8 * 1024 * 1024
+MAX_TAIL_CHARS = 1024 * 1024
+
+
+class BoundedOutput(io.TextIOBase):
+    """The program's ``sys.stdout`` and ``sys.stderr``: writes go to ``stream`` until
+    ``forward_bytes`` have; after that only the last ``tail_chars`` characters are kept
+    (``finish`` sends them), and the characters between are counted in ``dropped``. A flood
+    of prints then costs the server nothing, and the program is not stopped for it."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__()
+        self._stream = stream
+        self._lock = _thread.allocate_lock()  # the program's threads print too
+        self._sent = 0  # bytes
+        self._tail: collections.deque[str] = collections.deque()
+        self._tail_size = 0
+        self.forward_bytes = FORWARD_BYTES
+        self.tail_chars = 30_000
+        self.dropped = 0
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        with self._lock:
+            room = self.forward_bytes - self._sent
+            if room > 0:
+                size = len(text) if text.isascii() else len(text.encode("utf-8", "replace"))
+                if size <= room:
+                    self._stream.write(text)
+                    self._sent += size
+                    return len(text)
+                # The part that surely fits (4 bytes a character at most); then no more is sent.
+                head = text[: room if text.isascii() else room // 4]
+                self._stream.write(head)
+                self._sent = self.forward_bytes
+                self._keep(text[len(head) :])
+            else:
+                self._keep(text)
+        return len(text)
+
+    def _keep(self, text: str) -> None:
+        limit = self.tail_chars
+        if len(text) >= limit:  # the text alone fills the tail
+            self.dropped += self._tail_size + len(text) - limit
+            self._tail.clear()
+            text = text[len(text) - limit :] if limit else ""
+            self._tail_size = 0
+        if text:
+            self._tail.append(text)
+            self._tail_size += len(text)
+        while self._tail_size > limit:
+            first = self._tail[0]
+            over = self._tail_size - limit
+            if len(first) <= over:
+                self._tail.popleft()
+                self._tail_size -= len(first)
+                self.dropped += len(first)
+            else:
+                self._tail[0] = first[over:]
+                self._tail_size -= over
+                self.dropped += over
+
+    def finish(self) -> tuple[int, int]:
+        """Send the tail kept: how many characters were never sent, and how many the tail has."""
+        with self._lock:
+            tail, self._tail = "".join(self._tail), collections.deque()
+            self._tail_size = 0
+            self._sent = self.forward_bytes  # what is printed after this is kept, not sent
+        try:
+            self._stream.write(tail)
+            self._stream.flush()
+        except Exception:  # the program may have closed fd 1
+            pass
+        return self.dropped, len(tail)
+
+    def flush(self) -> None:
+        self._stream.flush()
+
+    def fileno(self) -> int:
+        return int(self._stream.fileno())
+
+    def isatty(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return str(self._stream.encoding)
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return self._stream.errors  # type: ignore[no-any-return]
+
+    @property
+    def buffer(self) -> Any:
+        """The byte stream below (bytes written there reach the server as they are)."""
+        return self._stream.buffer
+
+
+def _bounded(message: dict[str, Any], key: str, default: int, most: int) -> int:
+    value = message.get(key)
+    return min(value, most) if type(value) is int and value >= 0 else default
+
+
 def _flush_output() -> None:
     """Everything the program printed is in the pipe before ``done`` is sent (the parent stops
     the process when it reads ``done``; what is in the pipe stays readable)."""
@@ -543,7 +658,8 @@ def main(argv: list[str]) -> None:
         report = sandbox.confine(config)
     except Exception as exc:  # a limit that cannot be set: say so, run nothing
         report = {"errors": [f"{type(exc).__name__}: {exc}"]}
-    sys.stderr = sys.stdout  # one stream, in the order written
+    output = BoundedOutput(sys.stdout)
+    sys.stdout = sys.stderr = output  # one stream, in the order written
     listener = report.pop("listener", None)
     if listener is None:
         channel.send({"t": "ready", "sandbox": report})
@@ -555,9 +671,14 @@ def main(argv: list[str]) -> None:
     message = channel.receive_one()
     if message is None or message.get("t") != "run":
         os._exit(0)  # the pool was closed (or the parent is gone) before a program came
+    output.forward_bytes = _bounded(message, "forward_bytes", FORWARD_BYTES, FORWARD_BYTES)
+    output.tail_chars = _bounded(message, "max_output_chars", 30_000, MAX_TAIL_CHARS)
     done = run_program(channel, message, loop)
     channel.flush()  # calls the program made but did not wait for still go
     _flush_output()
+    dropped, kept = output.finish()
+    if dropped:
+        done["dropped"], done["kept"] = dropped, kept
     try:
         channel.send(done)
     except OSError:

@@ -104,18 +104,19 @@ class MCPBridge:
         await asyncio.gather(*(link.close() for link in self._links.values()))
 
     def status(self) -> dict[str, dict[str, Any]]:
-        """Per server: ``state`` (starting, ready, restarting, closed), ``transport``, ``tools``
+        """Per server: ``state`` (starting, ready, restarting, closed: a server whose process
+        has exited is never ``ready``, even before the bridge has reacted), ``transport``, ``tools``
         (count), ``generation``, ``quarantined`` (tool -> reason), ``last_error``,
         ``stderr_tail``, ``pid``, ``restarts``, ``protocol_version``."""
         return {
             name: {
-                "state": link.state if not self._closed else CLOSED,
+                "state": link.current_state() if not self._closed else CLOSED,
                 "transport": link.transport,
                 "tools": len(link.tools),
                 "tool_names": sorted(link.tools),
                 "generation": link.generation,
                 "quarantined": dict(link.quarantined),
-                "last_error": link.last_error,
+                "last_error": link.last_error or link.lost_reason(),
                 "stderr_tail": link.stderr.text(),
                 "pid": link.pid,
                 "pids": list(link.pids),
@@ -132,7 +133,9 @@ class MCPBridge:
         later: after a restart, or a ``tools/list_changed`` the host wants to see applied.
         Bound it with ``asyncio.timeout``."""
         link = self._links[server]
-        while not ((state is None or link.state == state) and link.generation >= generation):
+        while not (
+            (state is None or link.current_state() == state) and link.generation >= generation
+        ):
             if link.state == CLOSED:
                 raise RuntimeError(f"MCP server {server!r} is closed")
             await link.changed()

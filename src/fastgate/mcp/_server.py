@@ -158,6 +158,24 @@ class ServerLink:
     def closing(self) -> bool:
         return self._closing
 
+    def lost_reason(self) -> str | None:
+        """Why the connection of a link that says ``ready`` is in fact gone, or None while it
+        holds. The owner task learns of a server's exit only when the event loop reads it;
+        this asks now (the server process itself, over stdio)."""
+        if self.state != READY:
+            return None
+        if self._lost is not None:
+            return self._lost
+        stdio = self._stdio
+        if stdio is not None and not stdio.alive():
+            return "the server process has exited"
+        return None
+
+    def current_state(self) -> str:
+        """``state`` as it is now: a ready link whose server is gone is restarting, the owner
+        task just has not run yet."""
+        return RESTARTING if self.lost_reason() is not None else self.state
+
     async def _own(self) -> None:
         failures = 0
         try:
@@ -463,8 +481,9 @@ class ServerLink:
 
     async def call(self, remote: str, args: Any, ctx: RunContext) -> Any:
         client = self._client
-        if client is None or self._lost is not None:
-            raise self._unavailable("is not connected", sent=False)
+        gone = self._lost or self.lost_reason()
+        if client is None or gone is not None:
+            raise self._unavailable("is not connected", sent=False, reason=gone)
         # The params as a CallToolRequest would carry them (the same dump), without the request.
         params = mcp_types.CallToolRequestParams(name=remote, arguments=args).model_dump(
             by_alias=True, mode="json", exclude_none=True
@@ -589,19 +608,24 @@ class ServerLink:
         if not task.cancelled():
             task.exception()  # seen: the call that awaited it reported it, or was cancelled
 
-    def _unavailable(self, what: str, *, sent: bool) -> ToolFault:
+    def _unavailable(self, what: str, *, sent: bool, reason: str | None = None) -> ToolFault:
         name = self.config.name
         outcome = (
             "The call may or may not have run on the server; it is not repeated automatically."
             if sent
             else "The call was not sent."
         )
-        detail = self.last_error or self._lost
+        detail = self.last_error or self._lost or reason
         why = f" ({detail})" if detail and not sent else ""
         return ToolFault(
             f"MCP server {name} {what}{why}. {outcome} Try again later.",
             retryable=True,
-            details={"reason": _UNAVAILABLE, "server": name, "state": self.state, "sent": sent},
+            details={
+                "reason": _UNAVAILABLE,
+                "server": name,
+                "state": self.current_state(),
+                "sent": sent,
+            },
         )
 
     def _timeout(self, remote: str, which: str) -> ToolFault:

@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import os
+import select
 from collections import deque
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -114,6 +115,8 @@ class StdioTransport:
         self._handed: list[object] = []  # the pipes given to those transports
         self._reader_out: MemoryObjectSendStream[SessionMessage | Exception] | None = None
         self._writer_in: MemoryObjectReceiveStream[SessionMessage] | None = None
+        self._pidfd = -1  # the server's, polled by alive(); -1 where the OS has none
+        self._gone = False  # it had exited before its pidfd could be opened
 
     @property
     def pid(self) -> int | None:
@@ -135,6 +138,9 @@ class StdioTransport:
             await process.terminate_all(0)
             self._close_pipes(process)
             raise
+        pidfd = _open_pidfd(process.pid)
+        self._gone = pidfd is None
+        self._pidfd = -1 if pidfd is None else pidfd
         if self.on_spawn is not None:
             self.on_spawn(process.pid)
         loop = asyncio.get_running_loop()
@@ -202,9 +208,24 @@ class StdioTransport:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._close_pipes(process)
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
         for stream in (self._reader_out, self._writer_in):
             if stream is not None:
                 stream.close()
+
+    def alive(self) -> bool:
+        """Whether the server process runs now, asked of the OS: its exit reaches ``lost``
+        only once the event loop has read it, and until then the connection looked ready."""
+        if self._gone or self.lost.is_set() or self.exited.is_set():
+            return False
+        if self._pidfd >= 0:
+            poller = select.poll()
+            poller.register(self._pidfd, select.POLLIN)
+            return not poller.poll(0)  # a pidfd is readable once its process has exited
+        process = self.process
+        return process is not None and process.returncode is None
 
     def _lose(self, reason: str) -> None:
         if not self.lost.is_set():
@@ -360,6 +381,16 @@ async def _start(argv: tuple[str, ...], env: dict[str, str], cwd: str | None) ->
             raise OSError(exc.errno, f"cannot start {argv[0]!r}: {exc.strerror}") from None
         raise
     return process
+
+
+def _open_pidfd(pid: int) -> int | None:
+    """A pidfd of ``pid``: -1 where the OS has none, None when the process is gone already."""
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    except (AttributeError, OSError):
+        return -1
 
 
 async def _exited(exited: asyncio.Event, within: float) -> bool:

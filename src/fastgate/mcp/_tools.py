@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
@@ -378,7 +379,49 @@ def _shown(blocks: list[Any]) -> str | tuple[Any, ...] | None:
     if len(texts) == len(blocks) and all(isinstance(t, str) for t in texts):
         return "\n".join(texts)  # type: ignore[arg-type]
     kept = ("type", "text", "data", "mimeType", "uri", "name", "resource", "description")
-    return tuple({k: v for k, v in b.items() if k in kept} for b in blocks if isinstance(b, dict))
+    return tuple(
+        _checked_binary({k: v for k, v in b.items() if k in kept})
+        for b in blocks
+        if isinstance(b, dict)
+    )
+
+
+# The blocks whose payload is base64, and where it is: (the block's key, the nested key).
+_BASE64_FIELDS: Final[dict[str, tuple[str, str | None]]] = {
+    "image": ("data", None),
+    "audio": ("data", None),
+    "resource": ("resource", "blob"),
+}
+
+
+def _checked_binary(block: dict[str, Any]) -> dict[str, Any]:
+    """``block``, or a text note in its place when its base64 payload (an image's or audio's
+    ``data``, an embedded resource's ``blob``) is not valid base64: the model's API, or whoever
+    decodes it next, would fail on it or read garbage, far from the server that sent it. The
+    other blocks of the result are kept."""
+    kind = block.get("type")
+    where = _BASE64_FIELDS.get(kind) if isinstance(kind, str) else None
+    if where is None:
+        return block
+    key, nested = where
+    holder: Any = block
+    if nested is not None:
+        holder = block.get(key)
+        if not isinstance(holder, dict) or nested not in holder:
+            return block  # a text resource: nothing encoded
+        key = nested
+    if _is_base64(holder.get(key)):
+        return block
+    return _note(f"[... a {kind!r} block left out: its {key!r} is not valid base64 ...]")
+
+
+def _is_base64(value: Any) -> bool:
+    """Whether ``value`` is base64 as MCP means it: RFC 4648's standard alphabet, padded, with
+    no line breaks or other characters (what a model's API accepts for an image)."""
+    return isinstance(value, str) and _BASE64.fullmatch(value) is not None
+
+
+_BASE64: Final = re.compile(r"(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?")
 
 
 def _text_of(shown: Any) -> str:
