@@ -296,7 +296,12 @@ def test_an_allow_by_name_still_looks_at_paths_and_commands(tmp_path: Path) -> N
     decided = resolve(BASH, {"command": "cat .env"}, tmp_path, allow=["Bash"])
     assert decided.decision is Decision.ASK and decided.source is DecisionSource.SENSITIVE
     decided = resolve(FETCH, {"url": "https://x.test"}, tmp_path, allow=["Fetch"])
-    assert decided.signature == permission_signature("Fetch", "https://x.test")
+    # Signed by its permission_key, not as "any call": another URL is another signature.
+    assert decided.signature != permission_signature("Fetch", "*")
+    other = resolve(FETCH, {"url": "https://y.test"}, tmp_path, allow=["Fetch"])
+    assert other.signature != decided.signature
+    again = resolve(FETCH, {"url": "https://x.test"}, tmp_path, allow=["Fetch"])
+    assert again.signature == decided.signature
 
 
 # -- sensitive files --------------------------------------------------------------------------

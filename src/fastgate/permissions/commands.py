@@ -34,6 +34,10 @@ of its words as a possible command. A command the lexer refuses keeps its error 
 allowed) and one salvaged fact whose words are every token of its text, so sensitive and
 protected paths are still seen.
 
+A program the same line copies or links into place (``ln -s /usr/bin/git g && ./g``) is judged
+as what it copies too, and one the line writes otherwise is unknown; ``linked_programs`` does
+the same, at decision time, for a program path that is a link on disk.
+
 Each command also records where it runs (``bases``, see ``places``: ``cd`` and its kin move
 it) and which of its words it writes to (``write_words``, see ``writes``; redirection targets
 included), so relative words name the files bash would open.
@@ -44,6 +48,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import stat
 from dataclasses import dataclass
 
 from fastgate.permissions.places import (
@@ -65,6 +70,7 @@ from fastgate.permissions.wrappers import WRAPPERS, is_assignment, unwrap
 from fastgate.permissions.writes import (
     git_directory_words,
     guessed_words,
+    made_files,
     takes_operands,
     tree_words,
     written_words,
@@ -184,6 +190,8 @@ CODE_VARIABLES = frozenset(
         "GIT_TEMPLATE_DIR",
         "GIT_PROXY_COMMAND",
         "GIT_SEQUENCE_EDITOR",
+        "GIT_EXEC_PATH",  # where git finds the programs of its commands (``git-status``)
+        "GIT_ALLOW_PROTOCOL",  # ``ext::CMD`` remotes run CMD once allowed
         "HOME",  # where git, npm, pip, ssh, bash and others read their configuration
         "XDG_CONFIG_HOME",
     }
@@ -225,6 +233,8 @@ class CommandFacts:
     tree_words: tuple[Word, ...] = ()  # of those, directories whose whole tree it changes
     # The words of a program not known to write nothing (see ``writes.guessed_words``).
     guessed_write_words: tuple[Word, ...] = ()
+    # Files it may leave a program in, with what they copy or link (see ``writes.made_files``).
+    made: tuple[tuple[Word, tuple[Word, ...]], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,6 +266,7 @@ def analyze_command(text: str) -> CommandAnalysis:
         for cmd in simple:
             _analyze(cmd, out, 0, dirs)
         _analyze_later(out, dirs)
+        out = _programs_made_here(out, searches)
         values = _literal_values(simple)
         if values:
             out = [_with_values(facts, values) for facts in out]
@@ -369,6 +380,7 @@ def _analyze(
                     seen.bases,
                     seen.unknown,
                     tuple(written),
+                    made=tuple((w, ()) for w in _redirect_writes(cmd.redirects)),
                 )
             )
         return
@@ -488,7 +500,9 @@ def _analyze(
     dirs.ran(cmd, seen, moved)
     trees: list[Word] = []
     guessed: list[Word] = []
+    made: list[tuple[Word, tuple[Word, ...]]] = [(w, ()) for w in written]
     for form in forms:
+        made.extend(made_files(form))
         written.extend(written_words(form))
         trees.extend(tree_words(form))
         guessed.extend(guessed_words(form))
@@ -517,6 +531,7 @@ def _analyze(
             tuple(dict.fromkeys(written)),
             tuple(dict.fromkeys(trees)),
             tuple(dict.fromkeys(guessed)),
+            tuple(dict.fromkeys(made)),
         )
     )
 
@@ -573,6 +588,161 @@ _XARGS_INPUT = Word("$(the words xargs reads)", "(the words xargs reads)", dynam
 
 def _fed_by_xargs(forms: list[tuple[Word, ...]]) -> bool:
     return any(not f[0].dynamic and program_name(f[0]) == "xargs" for f in forms[:-1])
+
+
+_MAX_ALIASES = 16  # programs judged under another name, per command line
+
+
+def _file_name(value: str) -> str:
+    name = os.path.basename(os.path.normpath(value)) if value else ""
+    return "" if name in ("", ".", "..", "/") else name
+
+
+def _programs_made_here(out: list[CommandFacts], searches: bool) -> list[CommandFacts]:
+    """A program the same line puts in place runs under a name the rules do not know
+    (``ln -s /usr/bin/git g && ./g tag v1``): run through a copy or link of known files, it is
+    judged as each of them too (commands of their own); a file the line wrote otherwise holds
+    a program known only when it runs. Files are matched by name (a directory in between is
+    not followed), so another directory's file of that name counts too."""
+    made: dict[str, list[tuple[Word, ...]]] = {}
+    for facts in out:
+        for word, sources in facts.made:
+            name = _file_name(word.value)
+            if name and not word.dynamic:
+                made.setdefault(name, []).append(sources)
+    if not made:
+        return out
+    result: list[CommandFacts] = []
+    pending = list(out)
+    judged: set[tuple[str, tuple[Word, ...]]] = set()
+    while pending:
+        facts = pending.pop(0)
+        why = ""
+        for form in facts.forms:
+            program = form[0] if form else None
+            if program is None or program.dynamic:
+                continue
+            for sources in made.get(_file_name(program.value), ()):
+                if not sources or any(s.dynamic for s in sources):
+                    why = why or (
+                        f"runs `{program.raw}`, a file this command line writes (what it holds "
+                        "is known only when it runs)"
+                    )
+                    continue
+                for source in sources:
+                    key = (source.value, form[1:])
+                    if key in judged:
+                        continue
+                    judged.add(key)
+                    if len(judged) > _MAX_ALIASES:
+                        why = why or "runs programs made under other names too many times over"
+                        break
+                    pending += _judged_as(facts, (source, *form[1:]), searches)
+        if why and not facts.unknown:
+            facts = dataclasses.replace(facts, unknown=True, why_unknown=why)
+        result.append(facts)
+    return result
+
+
+def _judged_as(facts: CommandFacts, words: tuple[Word, ...], searches: bool) -> list[CommandFacts]:
+    """The facts of ``words`` run where ``facts`` runs: a program reached under another name."""
+    found: list[CommandFacts] = []
+    start = Place(facts.bases, facts.base_unknown, False)
+    _analyze(SimpleCommand(words=list(words)), found, 1, DirectoryTracker(start, searches))
+    return found
+
+
+_SEARCHED = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+_MAX_SEARCHED_ENTRIES = 16384  # per directory, when a hard link's other names are looked for
+
+
+def linked_programs(analysis: CommandAnalysis, root: str) -> CommandAnalysis:
+    """``analysis`` with each program named by a path (``./g``, ``tools/g``, ``/tmp/g``) that is
+    a symlink (the names on its chain, and where it ends) or a hard link to a program on the
+    search path also judged as that program: a deny rule on ``git tag`` sees ``./g tag`` when
+    ``g`` links to git. Looked at now, on disk, for every decision (never cached). A copy
+    made earlier is not recognized (only a same-line ``cp`` is, see ``_programs_made_here``)."""
+    if analysis.error is not None:
+        return analysis
+    extra: list[CommandFacts] = []
+    judged: set[tuple[str, tuple[Word, ...]]] = set()
+    for facts in analysis.commands:
+        for form in facts.forms:
+            program = form[0] if form else None
+            if program is None or program.dynamic or "/" not in program.value:
+                continue
+            value = os.path.expanduser(program.value)
+            bases = ("",) if value.startswith("/") else facts.bases
+            for base in bases:
+                place = os.path.expanduser(base) if base.startswith("~") else base
+                path = os.path.join(root, place, value)
+                for target in _link_targets(path):
+                    if _file_name(target) == _file_name(value):
+                        continue  # the same name: rules see it already
+                    key = (target, form[1:])
+                    if key in judged or len(judged) >= _MAX_ALIASES:
+                        continue
+                    judged.add(key)
+                    target_word = Word(target, target)
+                    extra += _judged_as(facts, (target_word, *form[1:]), False)
+    if not extra:
+        return analysis
+    return dataclasses.replace(analysis, commands=analysis.commands + tuple(extra))
+
+
+def _link_targets(path: str) -> list[str]:
+    """The paths a symlink chain from ``path`` passes through and ends at, or a hard link's
+    other names in the program directories; ``[]`` for anything else (or nothing there)."""
+    found: list[str] = []
+    current = path
+    for _ in range(40):  # the kernel's own bound on a chain
+        try:
+            info = os.lstat(current)
+        except (OSError, ValueError):
+            break
+        if stat.S_ISLNK(info.st_mode):
+            try:
+                target = os.readlink(current)
+            except OSError:
+                break
+            current = os.path.join(os.path.dirname(current), target)
+            found.append(os.path.normpath(current))
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+            found += _other_names(info)
+        break
+    if found:
+        try:
+            real = os.path.realpath(path)
+        except (OSError, ValueError):
+            real = ""
+        if real and real not in found:
+            found.append(real)
+    return found
+
+
+def _other_names(info: os.stat_result) -> list[str]:
+    """Programs on the search path (and the usual program directories) that are the file
+    ``info`` describes under another name."""
+    names: list[str] = []
+    directories = [*os.environ.get("PATH", "").split(os.pathsep), *_SEARCHED]
+    for directory in dict.fromkeys(d for d in directories if d.startswith("/")):
+        try:
+            with os.scandir(directory) as entries:
+                for count, entry in enumerate(entries):
+                    if count >= _MAX_SEARCHED_ENTRIES:
+                        break
+                    if entry.inode() != info.st_ino:
+                        continue
+                    try:
+                        other = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    if other.st_dev == info.st_dev and not entry.is_symlink():
+                        names.append(entry.path)
+        except OSError:
+            continue
+    return names
 
 
 _REFERENCE = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -932,7 +1102,6 @@ _GIT_SCRIPT_OPTIONS = {
     "rebase": ("-x", "--exec"),
     "grep": ("-O", "--open-files-in-pager"),
     # the program run on the other side of a local transport, through a shell
-    "ls-remote": ("--upload-pack",),
     "fetch": ("--upload-pack",),
     "pull": ("--upload-pack",),
     "clone": ("-u", "--upload-pack"),
@@ -941,6 +1110,11 @@ _GIT_SCRIPT_OPTIONS = {
     "send-pack": ("--receive-pack", "--exec"),
     "archive": ("--exec",),
     "difftool": ("-x", "--extcmd"),
+    "ls-remote": ("--upload-pack", "--exec"),
+    "send-email": ("--sendmail-cmd", "--to-cmd", "--cc-cmd", "--header-cmd"),
+    "daemon": ("--access-hook",),
+    "instaweb": ("-d", "--httpd"),
+    "svn": ("--authors-prog",),
     "filter-branch": (
         "--env-filter",
         "--tree-filter",
@@ -970,6 +1144,8 @@ def _git_nested(
         if word.dynamic:
             return "git is given an option known only at run time"
         name, eq, joined = word.value.partition("=")
+        if name == "--exec-path" and eq:  # (without a value it only prints the directory)
+            return "git --exec-path= runs its commands' programs from a directory it names"
         if name in ("-c", "--config-env"):
             if not eq and i + 1 >= len(words):
                 return ""
@@ -989,6 +1165,21 @@ def _git_nested(
     if found is None:
         return f"git {command} is given an option known only at run time"
     scripts = [argument for _, argument in found]
+    reason = _git_command_hazard(command, rest)
+    if reason:
+        return reason
+    if command == "send-email":
+        # a server given as a path is a sendmail-like program git runs
+        servers = option_arguments(rest, ("--smtp-server",)) or []
+        scripts += [server for _, server in servers if "/" in server.value]
+    if command == "for-each-repo":
+        # runs ``git ARGS`` in each repository a configuration key lists
+        _analyze(
+            SimpleCommand(words=[Word("git", "git"), *_for_each_repo_arguments(rest)]),
+            out,
+            depth + 1,
+            DirectoryTracker(NOWHERE, dirs.searches, dirs.physical),
+        )
     if command == "bisect" and rest[:1] and rest[0].value == "run":
         argv = rest[1:]
     if command == "submodule":
@@ -1013,6 +1204,42 @@ def _git_nested(
             DirectoryTracker(place, dirs.searches, dirs.physical),
         )
     return ""
+
+
+def _git_command_hazard(command: str, rest: tuple[Word, ...]) -> str:
+    """Why the options of ``git COMMAND`` make what it runs unknown, or ``""``: a template
+    directory whose hooks the new repository runs (``clone``/``init --template``), or
+    configuration a clone runs code from (``clone -c core.fsmonitor=...``)."""
+    if command not in ("clone", "init"):
+        return ""
+    templates = option_arguments(rest, ("--template",))
+    settings = option_arguments(rest, ("-c", "--config")) if command == "clone" else []
+    if templates is None or settings is None:
+        return f"git {command} is given an option known only at run time"
+    if any(value.value for _, value in templates):
+        return f"git {command} --template copies hooks (run by git) from a directory it names"
+    for _, setting in settings:
+        key = setting.value.partition("=")[0].lower()
+        if not _GIT_HARMLESS_KEYS.fullmatch(key):
+            return f"git {command} configuration `{setting.raw}` may make git run other commands"
+    return ""
+
+
+def _for_each_repo_arguments(words: tuple[Word, ...]) -> tuple[Word, ...]:
+    """The arguments ``git for-each-repo`` hands to git, past its own options (``--config``,
+    ``--keep-going`` and their prefixes; any other option is git's)."""
+    j = 0
+    while j < len(words) and not words[j].dynamic:
+        name, eq, _ = words[j].value.partition("=")
+        if name == "--":
+            return words[j + 1 :]
+        if len(name) > 3 and "--config".startswith(name):
+            j += 1 if eq else 2
+        elif len(name) > 3 and "--keep-going".startswith(name) and not eq:
+            j += 1
+        else:
+            break
+    return words[j:]
 
 
 def option_arguments(

@@ -10,11 +10,16 @@ Order of a decision, first that applies wins:
 4. ALLOW rules cover the call (every sub-command, every path) → ALLOW;
 5. the mode default (ALLOW/ASK/DENY by tool kind); an ASK becomes ALLOW when the session
    approved this permission signature.
+
+A signature stands for the whole call: the command (normalized) or the canonical paths, and
+every other argument, so a session approval never covers a call the user did not see.
 """
 
 from __future__ import annotations
 
 import os
+import stat
+import sys
 from collections.abc import Mapping
 from typing import Any, Final, final
 
@@ -28,7 +33,7 @@ from fastgate.paths.canonical import canonical_path, folds_case, names_any
 from fastgate.paths.globs import PathPattern, tail_regex
 from fastgate.paths.linear import NEVER, LinearRegex, linear
 from fastgate.permissions.approval_store import ApprovalStore
-from fastgate.permissions.commands import CommandAnalysis, analyze_command
+from fastgate.permissions.commands import CommandAnalysis, analyze_command, linked_programs
 from fastgate.permissions.config import PermissionConfig
 from fastgate.permissions.matching import (
     command_allowed_by,
@@ -41,6 +46,7 @@ from fastgate.permissions.settings import SettingsCache, append_rules
 from fastgate.permissions.subjects import (
     ResolvedPath,
     Subject,
+    canonical_bytes,
     command_paths,
     key_subject,
     none_subject,
@@ -79,6 +85,66 @@ def permission_signature(tool_name: str, key: str) -> str:
     return xxhash.xxh3_64_hexdigest(f"{tool_name}\x00{key}".encode("utf-8", "surrogatepass"))
 
 
+# Signatures of calls with arguments beyond the key are hashed with their own seed: no key,
+# whatever text it holds, can spell the signature of another call's arguments.
+_ARGUMENTS_SEED: Final = 0x9E3779B1
+_BUILTIN_BASH: Final = "fastgate.builtin._bash"
+# What the built-in ``bash`` never reads: its ``description`` is for people, and a model
+# writes a new one for every call of the same command.
+_BASH_NOTES: Final = frozenset({"description"})
+_NOTHING_IGNORED: Final[frozenset[str]] = frozenset()
+
+
+def call_signature(
+    tool: ToolDefinition, args: Mapping[str, Any], subject: Subject, ignored: frozenset[str]
+) -> str:
+    """The permission signature of this call: its subject's key and every argument that key
+    does not already stand for (a command is in the key normalized, a path canonical), less
+    the ``ignored`` ones the tool is known never to read. A call whose key says it all keeps
+    ``permission_signature(name, key)``."""
+    command = subject.command
+    # A command that could not be parsed is in the key with its spaces collapsed, quoted
+    # ones too: then the text as given is signed as well.
+    command_in_key = subject.kind == "command" and command is not None and command.error is None
+    paths_in_key = subject.kind == "paths" and not subject.invalid
+    path_names = subject.path_names if paths_in_key else ()
+    rest: dict[str, Any] = {}
+    for name, value in args.items():
+        if name in ignored:
+            continue
+        if command_in_key and name == "command" and isinstance(value, str):
+            continue
+        if paths_in_key and name in path_names:
+            continue
+        rest[name] = value
+    named: list[tuple[str | None, str]] | None = None
+    if paths_in_key:
+        primary = tool.path_args[0] if tool.path_args else None
+        # The usual call, one path in the tool's first path argument, is told apart by the
+        # key alone; any other shape says which argument (or the tool's ``paths``) named
+        # which file.
+        if len(path_names) != 1 or path_names[0] is None or path_names[0] != primary:
+            named = [
+                (name, path.canonical) for name, path in zip(path_names, subject.paths, strict=True)
+            ]
+    if not rest and named is None:
+        return permission_signature(tool.name, subject.key)
+    encoded = canonical_bytes((rest, named))
+    digest = xxhash.xxh3_128_hexdigest(encoded)  # fixed length: the text after it is the key
+    text = f"{tool.name}\x00{digest}\x00{subject.key}"
+    return xxhash.xxh3_64_hexdigest(text.encode("utf-8", "surrogatepass"), _ARGUMENTS_SEED)
+
+
+def ignored_arguments(tool: ToolDefinition) -> frozenset[str]:
+    """The arguments a tool is known never to read: the built-in ``bash``'s ``description``,
+    told by its function (a definition renamed or re-described keeps it); nothing for any
+    other tool."""
+    module = sys.modules.get(_BUILTIN_BASH)  # not imported: no tool can be the built-in
+    if module is not None and tool.execute is getattr(module, "bash", None):
+        return _BASH_NOTES
+    return _NOTHING_IGNORED
+
+
 @final
 class PermissionResolver:
     """Decides calls for one executor. Thread-safe for concurrent ``decide`` calls."""
@@ -96,6 +162,7 @@ class PermissionResolver:
         "_rule_allows",
         "_sensitive",
         "_settings",
+        "_signing",
         "_subject_names",
         "approvals",
         "config",
@@ -127,6 +194,8 @@ class PermissionResolver:
         self._has_command: dict[ToolDefinition, bool] = {}  # bounded like the other caches
         # Per definition: the arguments a rule could look at (paths, and a command).
         self._subject_names: dict[ToolDefinition, tuple[str, ...]] = {}
+        # Per definition: the arguments its signatures leave out (``ignored_arguments``).
+        self._signing: dict[ToolDefinition, frozenset[str]] = {}
         self._sensitive = _Guard(config.sensitive_patterns)
         # What a model could change to widen its own permissions or run code later.
         self._protected = _Guard(config.protected_patterns)
@@ -158,7 +227,9 @@ class PermissionResolver:
             if allowed is not None:
                 return allowed
         subject = self._subject(tool, args, root)
-        if subject.kind == "paths" and not subject.invalid:
+        signature = self._signature(tool, args, subject)
+        memo = subject.kind == "paths" and not subject.invalid
+        if memo and not _hard_linked_write(tool, subject):
             # The paths were just resolved (a symlink swapped in since is seen). What the rules
             # and the sensitive list say about those resolved paths is text matching, the same
             # every time: remembered per (rules, tool, root, resolved paths).
@@ -167,25 +238,36 @@ class PermissionResolver:
             if known is None or known[0] is not rules:  # rules kept alive, so ids are not reused
                 if len(self._path_decisions) >= _CACHE_LIMIT:
                     self._path_decisions.clear()
-                known = (rules, self._rule_decision(tool, rules, subject, root))
+                known = (rules, self._rule_decision(tool, rules, subject, root, signature))
                 self._path_decisions[key] = known
             decided = known[1]
+            if decided is not None and decided.signature != signature:
+                # remembered for the paths; the other arguments are this call's own
+                decided = msgspec.structs.replace(decided, signature=signature)
         else:
-            decided = self._rule_decision(tool, rules, subject, root)
-        final = decided if decided is not None else self._mode_decision(tool, subject, ctx)
+            decided = self._rule_decision(tool, rules, subject, root, signature)
+        final = (
+            decided if decided is not None else self._mode_decision(tool, subject, ctx, signature)
+        )
         if final.decision is Decision.ASK and self.mode is PermissionMode.DONT_ASK:
             return _never_asked(final)
         return final
 
     def _rule_decision(
-        self, tool: ToolDefinition, rules: ToolRules, subject: Subject, root: str
+        self,
+        tool: ToolDefinition,
+        rules: ToolRules,
+        subject: Subject,
+        root: str,
+        signature: str | None = None,
     ) -> RuleDecision | None:
         """The decision of the rules and the sensitive list; None when the mode decides."""
         if rules is NO_RULES and not subject.invalid:
             # No rule for this tool (the common case): only guarded paths and the mode decide.
             if self._guarded(tool, subject, root) is None:
                 return None
-        signature = permission_signature(tool.name, subject.key)
+        if signature is None:
+            signature = permission_signature(tool.name, subject.key)
         shown = _shorten(subject.key)
         deny = rules.deny
         hit = self._first_match(deny, subject, root)
@@ -296,9 +378,8 @@ class PermissionResolver:
         return cached[1]
 
     def _mode_decision(
-        self, tool: ToolDefinition, subject: Subject, ctx: ExecutionContext
+        self, tool: ToolDefinition, subject: Subject, ctx: ExecutionContext, signature: str
     ) -> RuleDecision:
-        signature = permission_signature(tool.name, subject.key)
         default, reason = _MODE_REASONS[self.mode, tool.kind]
         if default is Decision.ASK and self.approvals.is_approved(ctx.session_id, signature):
             return RuleDecision(
@@ -391,7 +472,8 @@ class PermissionResolver:
             command = args["command"]
             if not isinstance(command, str):
                 return Subject("command", repr(command), invalid="the command is not a string")
-            analysis = self._analysis(command)
+            # (programs reached through links are looked at now: the text analysis is cached)
+            analysis = linked_programs(self._analysis(command), root)
             paths = command_paths(analysis, root)
             if paths is None:
                 return Subject(
@@ -408,6 +490,15 @@ class PermissionResolver:
         if tool.permission_key is not None:
             return key_subject(tool, args)
         return none_subject(args)
+
+    def _signature(self, tool: ToolDefinition, args: Mapping[str, Any], subject: Subject) -> str:
+        ignored = self._signing.get(tool)
+        if ignored is None:
+            ignored = ignored_arguments(tool)
+            if len(self._signing) >= _DEFINITION_CACHE_LIMIT:
+                self._signing.clear()
+            self._signing[tool] = ignored
+        return call_signature(tool, args, subject, ignored)
 
     def _tool_has_command(self, tool: ToolDefinition) -> bool:
         known = self._has_command.get(tool)
@@ -549,6 +640,12 @@ class PermissionResolver:
         if not written:
             return None
         found = self._protected.match(written, roots, self._regexes)
+        if found is None:
+            # a link to a ``.git`` entry (a ``gitdir:`` file, or the directory): git reads its
+            # configuration through what is written there
+            found = self._protected.match(_behind_git_entries(written), roots, self._regexes)
+        if found is None:
+            found = self._protected.hard_linked(written, roots, self._regexes)
         if found is None and subject.trees:
             found = self._protected.held_by(subject.trees, roots)
         if found is None:
@@ -614,6 +711,37 @@ class _Guard:
                             return candidate
         return None
 
+    def hard_linked(
+        self,
+        written: tuple[ResolvedPath, ...],
+        given: _Roots,
+        cache: dict[tuple[str, str, bool], LinearRegex],
+    ) -> str | None:
+        """A path a pattern names that is the same file as one of ``written`` under another
+        name (a hard link: writing one in place writes the other). Looked for where such files
+        usually are: what the patterns' leading literal segments name (one level into a
+        directory) in the written file's directory, each directory above it up to the
+        workspace root, and the root."""
+        root = given.get_root(True)[0]
+        for path in written:
+            try:
+                info = os.stat(path.canonical)
+            except (OSError, ValueError):
+                continue
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink < 2:
+                continue
+            for place in _directories_up_to(os.path.dirname(path.canonical), root):
+                for pattern in self.patterns:
+                    inside = _leading_literals(pattern)
+                    if not inside:
+                        continue
+                    for other in _same_files(os.path.join(place, *inside), info):
+                        if other == path.canonical:
+                            continue
+                        if self.match((ResolvedPath(other, other, other),), given, cache):
+                            return f"{other} (through the hard link {path.canonical})"
+        return None
+
     def may_match_below(self, words: tuple[str, ...], fold: bool) -> str | None:
         """The first relative word that, below a directory not known in advance, may be a
         path a pattern matches (``paths.globs.tail_regex``)."""
@@ -641,6 +769,73 @@ class _Guard:
                 cache.clear()
             cache[key] = compiled
         return compiled
+
+
+_MAX_SCANNED = 256  # entries of one directory looked at for a hard link's other name
+
+
+def _directories_up_to(directory: str, root: str) -> list[str]:
+    """``directory`` and each one above it up to ``root`` when it is inside; else it and the
+    root."""
+    found = [directory]
+    prefix = root.rstrip("/") + "/"
+    while directory != root and directory.startswith(prefix):
+        directory = os.path.dirname(directory)
+        found.append(directory)
+    if root not in found:
+        found.append(root)
+    return found
+
+
+def _same_files(candidate: str, info: os.stat_result) -> list[str]:
+    """``candidate`` when it is the file ``info`` describes, or the entries right inside it
+    that are (a hook in ``.git/hooks``, a settings file in ``.claude``)."""
+    try:
+        own = os.lstat(candidate)
+    except (OSError, ValueError):
+        return []
+    if stat.S_ISREG(own.st_mode):
+        return [candidate] if (own.st_dev, own.st_ino) == (info.st_dev, info.st_ino) else []
+    if not stat.S_ISDIR(own.st_mode):
+        return []
+    found: list[str] = []
+    try:
+        with os.scandir(candidate) as entries:
+            for count, entry in enumerate(entries):
+                if count >= _MAX_SCANNED:
+                    break
+                if entry.inode() == info.st_ino and entry.is_file(follow_symlinks=False):
+                    if entry.stat(follow_symlinks=False).st_dev == info.st_dev:
+                        found.append(entry.path)
+    except OSError:
+        return found
+    return found
+
+
+def _hard_linked_write(tool: ToolDefinition, subject: Subject) -> bool:
+    """A writer's path that is a file with other names: what they are is looked up on disk for
+    each call (not remembered with the text matching)."""
+    if tool.kind is not ToolKind.WRITE:
+        return False
+    for path in subject.paths:
+        try:
+            info = os.stat(path.canonical)
+        except (OSError, ValueError):
+            continue
+        if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+            return True
+    return False
+
+
+def _behind_git_entries(written: tuple[ResolvedPath, ...]) -> tuple[ResolvedPath, ...]:
+    """For each written path that resolves to a ``.git`` entry under another name (a symlink
+    to it), the configuration git reads through that entry."""
+    out: list[ResolvedPath] = []
+    for path in written:
+        if os.path.basename(path.canonical) == ".git":
+            config = path.canonical + "/config"
+            out.append(ResolvedPath(path.given, config, config))
+    return tuple(out)
 
 
 def _leading_literals(pattern: PathPattern) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import itertools
 import os
+import stat
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -21,7 +22,7 @@ from fastgate.paths.canonical import (
     declared_paths,
     given_paths,
 )
-from fastgate.permissions.commands import CommandAnalysis
+from fastgate.permissions.commands import CommandAnalysis, CommandFacts
 from fastgate.permissions.shell import Word
 from fastgate.tools import ToolDefinition
 
@@ -75,6 +76,7 @@ class Subject:
         "invalid",
         "key",
         "kind",
+        "path_names",
         "paths",
         "trees",
         "unplaced",
@@ -89,12 +91,16 @@ class Subject:
         paths: tuple[ResolvedPath, ...] = (),
         invalid: str = "",  # why the subject could not be read (fail closed)
         found: CommandPaths | None = None,  # what a command's words name (``command_paths``)
+        path_names: tuple[str | None, ...] = (),
     ) -> None:
         self.kind = kind
         self.key = key
         self.command = command
         self.paths = paths
         self.invalid = invalid
+        # For a ``paths`` subject: the argument each of ``paths`` came from (None: declared by
+        # the tool's ``paths``), so a signature can tell which argument named which file.
+        self.path_names = path_names
         # A command's words in writing positions, resolved; its relative words in a directory
         # known only at run time; and the written words whose file is known only then.
         self.writes: tuple[ResolvedPath, ...] = ()
@@ -151,22 +157,25 @@ def path_subject(tool: ToolDefinition, args: Mapping[str, Any], root: str) -> Su
     """The canonical paths of the call's path arguments and of the paths its tool declares
     (``ToolDefinition.paths``); None when it has none."""
     resolved: list[ResolvedPath] = []
+    names: list[str | None] = []
     invalid = ""
     given = given_paths(tool.path_args, args)
+    own = len(given)
     if tool.paths is not None:
         try:
             given += declared_paths(tool.paths, args)
         except DeclaredPathsError as exc:
             invalid = f"the paths of the call cannot be read: {exc}"
-    for name, value in given:
+    for index, (name, value) in enumerate(given):
         if not isinstance(value, str) or not value or "\x00" in value:
             invalid = f"path argument {name!r} is not a usable path: {value!r}"
             continue
         resolved.append(resolve_path(value, root))
+        names.append(name if index < own else None)
     if not resolved and not invalid:
         return None
     key = "\n".join(p.canonical for p in resolved) + ("\n" + invalid if invalid else "")
-    return Subject("paths", key, paths=tuple(resolved), invalid=invalid)
+    return Subject("paths", key, paths=tuple(resolved), invalid=invalid, path_names=tuple(names))
 
 
 def key_subject(tool: ToolDefinition, args: Mapping[str, Any]) -> Subject:
@@ -189,6 +198,22 @@ def _args_key(args: Mapping[str, Any]) -> str:
         return msgspec.json.encode(args, enc_hook=_plain, order="sorted").decode()
     except (TypeError, ValueError, OverflowError):
         return repr(args)
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """``value`` encoded alike whatever the order of its objects' keys, at any depth
+    (MessagePack keeps ``1``, ``1.0``, ``true``, ``null`` and NaN apart, where JSON writes NaN
+    as ``null``). What cannot be encoded (a lone surrogate) is its ``repr``, and what has not
+    even that (nesting past the interpreter's limit) is random bytes: never the same twice, so
+    nothing else is ever taken for it."""
+    try:
+        return msgspec.msgpack.encode(value, enc_hook=_plain, order="sorted")
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        pass
+    try:
+        return repr(value).encode("utf-8", "surrogatepass")
+    except (ValueError, RecursionError):
+        return os.urandom(32)
 
 
 def _plain(value: Any) -> Any:
@@ -242,15 +267,139 @@ def command_paths(analysis: CommandAnalysis, root: str) -> CommandPaths | None:
                         unplaced[where] = None
                 for located in _placed(value, bases):
                     for candidate in _candidates(located, word.dynamic, root):
-                        path = resolved.get(candidate)
-                        if path is None:
-                            path = resolved[candidate] = _resolve_word(candidate, root)
-                        paths[path] = None
-                        if written:
-                            writes[path] = None
-                            if word in whole:
-                                trees[path] = None
+                        found, elsewhere = _as_run(candidate, facts, root, resolved)
+                        for where in elsewhere:  # in a directory known only when it runs
+                            if written:
+                                blind[word.text] = None
+                            elif where:
+                                unplaced[where] = None
+                        for path in found:
+                            paths[path] = None
+                            if written:
+                                writes[path] = None
+                                if word in whole:
+                                    trees[path] = None
     return CommandPaths(tuple(paths), tuple(writes), tuple(trees), tuple(unplaced), tuple(blind))
+
+
+_MAX_PROCESS_LINKS = 4
+
+
+def _as_run(
+    candidate: str, facts: CommandFacts, root: str, resolved: dict[str, ResolvedPath]
+) -> tuple[list[ResolvedPath], list[str]]:
+    """What ``candidate`` names for the command, not for this process: a path through
+    ``/proc/self/cwd`` (or ``/dev/fd/..``, a symlink to one, ...) is resolved by the kernel
+    for the process that opens it, so its ``cwd`` is where the command runs and a descriptor
+    or another process's directory is known only then. The resolved paths, and the paths
+    below a directory known only when it runs (``_below`` form)."""
+    found: list[ResolvedPath] = []
+    elsewhere: list[str] = []
+    pending = [candidate]
+    for _ in range(_MAX_PROCESS_LINKS):
+        if not pending:
+            break
+        again: list[str] = []
+        for value in pending:
+            path = resolved.get(value)
+            if path is None:
+                path = resolved[value] = _resolve_word(value, root)
+            absolute = absolute_path(root, value)
+            through = None
+            follow = path.canonical != path.lexical
+            if follow or "/proc" in absolute or "/dev/" in absolute:
+                through = process_link(absolute, follow)
+            if through is None:
+                found.append(path)
+                continue
+            kind, rest = through
+            if kind == "root":
+                again.append("/" + rest)
+            elif kind == "cwd" and not facts.base_unknown:
+                again += _placed(rest or ".", facts.bases)
+            else:
+                elsewhere.append(_below(rest))
+        pending = again
+    else:
+        elsewhere += [_below(value) for value in pending]  # links within links: unknown
+    return found, elsewhere
+
+
+# ``/dev`` entries that are links to the opening process's descriptors.
+_DEVICE_LINKS = {"fd": ("fd",), "stdin": ("fd", "0"), "stdout": ("fd", "1"), "stderr": ("fd", "2")}
+_OWN_PROCESS = frozenset({"self", "thread-self"})
+_MAX_LINKS = 40
+
+
+def process_link(absolute: str, follow: bool) -> tuple[str, str] | None:
+    """Where ``absolute`` passes through a process's own links, as the process that opens it
+    sees them: ``("cwd", rest)`` for its working directory (``/proc/self/cwd/rest``),
+    ``("root", rest)`` for its root, ``("unknown", rest)`` below a directory known only when
+    it runs (a descriptor, ``/dev/fd/3/rest``; another process's ``cwd`` or ``root``); None
+    when it passes through none. ``..`` before the link is collapsed as the kernel would;
+    with ``follow``, symlinks before it are followed (a workspace link to ``/proc/self/cwd``),
+    never ``/proc/self`` itself, which would name this process."""
+    pending = absolute.split("/")[::-1]
+    parts: list[str] = []
+    links = 0
+    while pending:
+        name = pending.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(name)
+        if len(parts) == 2 and parts[0] == "dev" and name in _DEVICE_LINKS:
+            parts = ["proc", "self", *_DEVICE_LINKS[name]]
+        if parts[0] == "proc":
+            found = _process_entry(parts, pending)
+            if found is not None:
+                return found
+            continue
+        if not follow:
+            continue
+        path = "/" + "/".join(parts)
+        try:
+            info = os.lstat(path)
+        except (OSError, ValueError):
+            follow = False  # nothing below a missing name is a link
+            continue
+        if stat.S_ISLNK(info.st_mode):
+            links += 1
+            if links > _MAX_LINKS:
+                return None
+            try:
+                target = os.readlink(path)
+            except OSError:
+                return None
+            parts.pop()
+            if target.startswith("/"):
+                parts = []
+            pending += target.split("/")[::-1]
+    return None
+
+
+def _process_entry(parts: list[str], pending: list[str]) -> tuple[str, str] | None:
+    """``parts`` (``proc``, a process, ...) as ``process_link`` answers, when it is the
+    process's ``cwd``, ``root`` or a descriptor (``task/N/`` ones too)."""
+    if len(parts) == 3:
+        who, entry = parts[1], parts[2]
+    elif len(parts) == 5 and parts[2] == "task":
+        who, entry = parts[1], parts[4]
+    elif (len(parts) == 4 and parts[2] == "fd") or (len(parts) == 6 and parts[4] == "fd"):
+        rest = "/".join(pending[::-1])
+        # a descriptor alone is a file opened earlier; below one, a directory's entry
+        return ("unknown", rest) if rest.strip("/") else None
+    else:
+        return None
+    if entry not in ("cwd", "root"):
+        return None
+    rest = "/".join(pending[::-1])
+    if who in _OWN_PROCESS:
+        return (entry, rest)
+    return ("unknown", rest)
 
 
 def _known_only_when_run(word: Word, value: str) -> bool:

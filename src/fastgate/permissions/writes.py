@@ -247,6 +247,61 @@ def _placed_into_destination(name: str, args: tuple[Word, ...]) -> list[Word]:
     return out
 
 
+# Programs that change a file's name, mode, size or existence but put no program in it.
+_NO_CONTENT = frozenset(
+    {
+        "rm",
+        "rmdir",
+        "unlink",
+        "mkdir",
+        "touch",
+        "chmod",
+        "chown",
+        "chgrp",
+        "chattr",
+        "setfacl",
+        "mkfifo",
+        "mknod",
+        "shred",
+        "truncate",
+    }
+)
+# Programs that put another file (its bytes, or a link to it) under a new name.
+_COPIES = frozenset({"cp", "install", "rsync", "scp", "ln", "link", "mv"})
+
+
+def made_files(form: tuple[Word, ...]) -> list[tuple[Word, tuple[Word, ...]]]:
+    """The files the simple command ``form`` may leave a program in, each with the files it
+    is a copy of or a link to (``ln -s /usr/bin/git g`` makes ``g`` from ``/usr/bin/git``);
+    ``()`` when its content is new (``tee g``, ``curl -o g``), known only when it runs."""
+    if not form or form[0].dynamic:
+        return []
+    name = os.path.basename(form[0].value)
+    args = form[1:]
+    if name in _NO_CONTENT:
+        return []
+    if name not in _COPIES:
+        return [(word, ()) for word in written_words(form)]
+    operands = _operands(args)
+    targets = _option_values(args, ("-t", "--target-directory"))
+    if targets:  # every operand lands in the directory under its own name
+        return [(_joined(targets[-1], source), (source,)) for source in operands]
+    if name in ("ln", "link") and len(operands) == 1:
+        return [(_joined(Word(".", "."), operands[0]), (operands[0],))]
+    if len(operands) < 2:
+        return []
+    destination, sources = operands[-1], tuple(operands[:-1])
+    # the destination itself, or (a directory) each source's name inside it
+    return [(destination, sources)] + [
+        (_joined(destination, source), (source,)) for source in sources
+    ]
+
+
+def _joined(directory: Word, source: Word) -> Word:
+    value = os.path.join(directory.value, os.path.basename(source.value.rstrip("/")))
+    return Word(value, value, directory.dynamic or source.dynamic)
+
+
 def _written_words(name: str, args: tuple[Word, ...]) -> list[Word]:
     if name in _EVERY_OPERAND:
         return _operands(args)
