@@ -236,7 +236,9 @@ async def test_a_call_that_times_out_leaves_the_list_by_itself(folder: Path) -> 
             refused = await asyncio.wait_for(call, 20)
         await page.locator("#status", has_text="timed out").wait_for()
         assert await page.is_visible("#pending-empty")
-        assert fastgate_meta(refused)["code"] == "USER_REJECTED" and PAID == []
+        meta = fastgate_meta(refused)
+        assert meta["code"] == "PERMISSION_DENIED" and meta["reason"] == "approval_timeout", meta
+        assert PAID == []
     gateway.executor.dispose()
 
 

@@ -4,6 +4,11 @@
 The form put to a client has one required field, ``decision`` (``once``, ``session`` or
 ``reject``), and an optional ``reason``, which becomes the feedback the model reads on a
 rejection.
+
+An approval covers only what the person was shown: a question carries the arguments whole (up
+to ``QUESTION_LIMIT`` characters of their JSON) or is not asked, and the console offers only
+Reject for arguments it cannot show whole. Nobody answering in time is a refusal of its own
+(``approval_timeout``), never a person's rejection.
 """
 
 from __future__ import annotations
@@ -11,13 +16,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
 from fastgate.model import ApprovalRequest, ApprovalResponse, ErrorCode
-from fastgate.permissions import Refusal
-from fastgate.serve._preview import ArgumentsPreview, arguments_line, preview_arguments
+from fastgate.permissions import ApprovalStore, Refusal
+from fastgate.serve._preview import (
+    FULL_LIMIT,
+    ArgumentsPreview,
+    arguments_line,
+    preview_arguments,
+    visible,
+)
 
 APPROVALS_MODES: Final = ("client", "console", "deny")
 ApprovalsMode = Literal["client", "console", "deny"]
@@ -41,18 +53,51 @@ APPROVAL_FORM: Final[dict[str, Any]] = {
     },
     "required": ["decision"],
 }
-_SHOWN_ARGUMENTS = 2_000  # characters of the arguments quoted in the question
+# Characters of the arguments' JSON a question to a client carries; longer arguments are not
+# asked there (a client shows the question in a dialog, the console can scroll).
+QUESTION_LIMIT: Final = 16_384
 PENDING_PER_PRINCIPAL: Final = 50  # calls of one principal waiting at the console at once
+SESSIONS_PER_PRINCIPAL: Final = 64  # sessions of one principal whose session approvals are kept
+APPROVAL_TIMEOUT: Final = "approval_timeout"  # details.reason of an approval nobody answered
+TOO_LONG_TO_SHOW: Final = "arguments_too_long_to_show"  # details.reason: not shown whole
 
 
-def approval_message(request: ApprovalRequest, principal: str) -> str:
-    """The question a person is shown: the tool, who asks, why, and what will run (cut after
-    ``_SHOWN_ARGUMENTS`` characters; arguments of any size cost no more to quote than that)."""
-    shown, _ = arguments_line(request.args, _SHOWN_ARGUMENTS)
+def approval_message(request: ApprovalRequest, principal: str) -> str | None:
+    """The question a person is shown: the tool, who asks, why, and the whole of what will run
+    (every invisible character escaped); None when the arguments take more than
+    ``QUESTION_LIMIT`` characters, since an answer would cover what the question left out.
+    Arguments of any size cost no more to measure than that."""
+    shown, whole = arguments_line(request.args, QUESTION_LIMIT)
+    if not whole:
+        return None
     return (
-        f"fastgate: allow {request.tool_name} for {principal}?\n"
-        f"Why it asks: {request.reason} (source: {request.source})\n"
+        f"fastgate: allow {visible(request.tool_name)} for {visible(principal)}?\n"
+        f"Why it asks: {visible(request.reason or '')} (source: {visible(request.source)})\n"
         f"Arguments: {shown}"
+    )
+
+
+def unanswered(who: str, timeout: float) -> Refusal:
+    """The refusal of a call whose approval nobody answered within ``timeout`` seconds: not a
+    rejection (nobody rejected it), and distinguishable from one."""
+    return Refusal(
+        ErrorCode.PERMISSION_DENIED,
+        f"No answer came from {who} within {timeout:g} s; the call was not run.",
+        {"reason": APPROVAL_TIMEOUT},
+    )
+
+
+def too_long_to_ask(request: ApprovalRequest) -> Refusal:
+    """The refusal of a call whose arguments are too long to be shown whole to the client
+    asked, with no console to send it to."""
+    return Refusal(
+        ErrorCode.PERMISSION_DENIED,
+        f"This call needs approval ({request.reason or request.source}), and its arguments are "
+        f"longer than a question to the client shows whole ({QUESTION_LIMIT:,} characters of "
+        "JSON); it was not run, since an approval covers only what the person was shown. "
+        "Smaller calls can be asked; the console (--console) shows arguments up to "
+        f"{FULL_LIMIT:,} characters.",
+        {"reason": TOO_LONG_TO_SHOW, "limit": QUESTION_LIMIT},
     )
 
 
@@ -74,6 +119,34 @@ def answer_of(action: str, content: Mapping[str, Any] | None) -> ApprovalRespons
     return ApprovalResponse(
         False, feedback=f"The approval form came back without a valid decision ({decision!r})."
     )
+
+
+class KeptSessions:
+    """The sessions whose session approvals the gateway keeps: at most ``per_principal`` for
+    each principal. A 2026-era client names its own sessions, so without a bound it could
+    grow the approval store forever; when a principal's session beyond the bound is given a
+    session approval, the approvals of its session given one least recently are forgotten
+    (its calls are asked again: forgetting never lets anything through)."""
+
+    def __init__(self, per_principal: int = SESSIONS_PER_PRINCIPAL) -> None:
+        if type(per_principal) is not int or per_principal < 1:
+            raise ValueError(f"per_principal: expected a count >= 1, got {per_principal!r}")
+        self.per_principal = per_principal
+        self._kept: dict[str, OrderedDict[tuple[str | None, int], ApprovalStore]] = {}
+
+    def approved(self, principal: str, session_id: str | None, store: ApprovalStore) -> None:
+        """``session_id`` of ``principal`` was given a session approval kept in ``store``."""
+        kept = self._kept.setdefault(principal, OrderedDict())
+        key = (session_id, id(store))
+        kept[key] = store
+        kept.move_to_end(key)
+        while len(kept) > self.per_principal:
+            (oldest, _), held = kept.popitem(last=False)
+            held.clear_session(oldest)
+
+    def sessions(self, principal: str) -> list[str | None]:
+        """``principal``'s sessions whose approvals are kept, least recently approved first."""
+        return [session for session, _ in self._kept.get(principal, ())]
 
 
 # -- the console's registry -------------------------------------------------------------------
@@ -100,6 +173,12 @@ class PendingApproval:
     def shown(self) -> ArgumentsPreview:
         """The arguments as the console shows them: pretty JSON, bounded (folded, cut)."""
         return self.preview if self.preview is not None else preview_arguments(self.arguments)
+
+    @property
+    def allowable(self) -> bool:
+        """Whether the console shows the arguments whole, so that it may allow the call (one
+        it cannot show whole it only lets a person reject)."""
+        return self.shown().whole
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +224,8 @@ class PendingApprovals:
 
     def answer(self, approval_id: str, response: ApprovalResponse) -> bool:
         """Answer a waiting call; False when it is no longer waiting (answered, timed out,
-        cancelled)."""
+        cancelled). The console allows only a call it shows whole (``allowable``); an
+        application answering here itself shows the arguments in its own way."""
         if not isinstance(response, ApprovalResponse):
             raise TypeError(f"response: expected an ApprovalResponse, got {type(response)!r}")
         waiting = self._waiting.pop(approval_id, None)
@@ -171,11 +251,12 @@ class PendingApprovals:
         rule_source: str | None = None,
         on_added: Callable[[PendingApproval], object] | None = None,
     ) -> ApprovalResponse | Refusal:
-        """Wait for the console's answer to ``request`` (rejected after ``timeout``), or refuse
-        it at once (``RESOURCE_EXHAUSTED``, reason ``too_many_pending_approvals``) when
-        ``per_principal`` calls of ``principal`` wait already. ``on_added``: told of the
-        pending approval once it is listed (the gateway points a URL-mode elicitation at
-        it)."""
+        """Wait for the console's answer to ``request`` (after ``timeout``, the refusal
+        ``PERMISSION_DENIED``, reason ``approval_timeout``; an answer given as the deadline
+        passes counts), or refuse it at once (``RESOURCE_EXHAUSTED``, reason
+        ``too_many_pending_approvals``) when ``per_principal`` calls of ``principal`` wait
+        already. ``on_added``: told of the pending approval once it is listed (the gateway
+        points a URL-mode elicitation at it)."""
         waiting_now = sum(1 for w in self._waiting.values() if w.approval.principal == principal)
         if waiting_now >= self.per_principal:
             return Refusal(
@@ -205,13 +286,16 @@ class PendingApprovals:
         self._publish(ApprovalEvent("added", approval))
         if on_added is not None:
             on_added(approval)
+        deadline = asyncio.timeout(self.timeout)
         try:
-            async with asyncio.timeout(self.timeout):
+            async with deadline:
                 return await asyncio.shield(waiting.answer)
         except TimeoutError:
-            return ApprovalResponse(
-                False, feedback=f"No answer came from the console within {self.timeout:g} s."
-            )
+            if not deadline.expired():
+                raise
+            if waiting.answer.done():  # answered as the deadline passed: the answer it was told
+                return waiting.answer.result()  # was taken counts (answer() returned True)
+            return unanswered("the console", self.timeout)
         finally:
             if self._waiting.pop(approval.id, None) is not None:
                 self._publish(ApprovalEvent("withdrawn", approval))

@@ -47,6 +47,7 @@ from fastgate.serve._console_auth import (
     same_origin,
 )
 from fastgate.serve._console_calls import CallRecorder
+from fastgate.serve._preview import visible
 
 log = logging.getLogger("fastgate.serve.console")
 
@@ -245,7 +246,9 @@ class Console:
         status = 200 if state == "answered" else 409
         if "application/json" in request.headers.get("accept", ""):
             return JSONResponse({"state": state, "message": message}, status, headers=_HEADERS)
-        title = "Answered" if state == "answered" else "No longer waiting"
+        title = {"answered": "Answered", "reject_only": "Reject only"}.get(
+            state, "No longer waiting"
+        )
         return _html(
             pages.message_page(base, title, message, csrf=session.csrf, admin=session.admin),
             status,
@@ -254,13 +257,19 @@ class Console:
     def answer(
         self, approval_id: str, decision: str, reason: str | None, admin: str
     ) -> tuple[str, str]:
-        """Answer a pending approval: ``("answered", what)``, or ``("gone", why)`` when it is
-        no longer waiting (the first answer won, it timed out, its call was cancelled)."""
+        """Answer a pending approval: ``("answered", what)``, ``("gone", why)`` when it is
+        no longer waiting (the first answer won, it timed out, its call was cancelled), or
+        ``("reject_only", why)`` for an approval of arguments too long to be shown whole."""
         found = next((a for a in self.pending.pending() if a.id == approval_id), None)
         if decision == "reject":
             response = ApprovalResponse(False, feedback=reason or "Rejected at the console.")
         else:
             response = ApprovalResponse(True, scope="session" if decision == "session" else "once")
+            if found is not None and not found.allowable:
+                return "reject_only", (
+                    "This call's arguments are too long to be shown whole here, so it can only "
+                    "be rejected: an approval covers only what you were shown."
+                )
         if found is None or not self.pending.answer(approval_id, response):
             return "gone", (
                 "This approval is no longer waiting: it was answered, it timed out, or its "
@@ -269,7 +278,7 @@ class Console:
         # The waiting call resumes only after this handler yields: the note is in time.
         self.recorder.answered(found.execution_id, admin)
         log.info("console: %s %s %s (%s)", admin, _VERDICTS[decision], found.tool_name, found.id)
-        label = f"{found.tool_name} for {found.principal}"
+        label = visible(f"{found.tool_name} for {found.principal}")
         return "answered", f"{_VERDICTS[decision].capitalize()}: {label}."
 
     async def _pending_stream(
@@ -481,7 +490,7 @@ def _pending_event(event: ApprovalEvent, base: str, csrf: str) -> tuple[str, Any
     approval = event.approval
     if event.kind == "added":
         return "added", pages.approval_card(approval, base, csrf)
-    label = f"{approval.tool_name} for {approval.principal}"
+    label = visible(f"{approval.tool_name} for {approval.principal}")
     if event.kind == "answered" and event.response is not None:
         verdict = (
             f"allowed {'for the session' if event.response.scope == 'session' else 'once'}"

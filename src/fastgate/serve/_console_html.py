@@ -14,7 +14,7 @@ from urllib.parse import quote, urlencode
 
 from fastgate.serve._approvals import PendingApproval
 from fastgate.serve._console_calls import UNKNOWN, CallRecord
-from fastgate.serve._preview import ArgumentsPreview, preview_arguments
+from fastgate.serve._preview import FULL_LIMIT, ArgumentsPreview, preview_arguments, visible
 
 
 def esc(value: object) -> str:
@@ -107,7 +107,7 @@ def arguments_html(arguments: Any) -> str:
     if arguments is UNKNOWN:
         return '<p class="muted">Not recorded (a call made from code).</p>'
     if isinstance(arguments, str):
-        shown = arguments  # already cut to a head by the recorder
+        shown = visible(arguments)  # already cut to a head by the recorder
         return f'<pre aria-label="Arguments">{esc(shown)}</pre>'
     return preview_html(preview_arguments(arguments))
 
@@ -124,40 +124,59 @@ def preview_html(preview: ArgumentsPreview) -> str:
     return out
 
 
+def _shown(value: object) -> str:
+    """A caller's text on a card: invisible characters escaped, then HTML-escaped."""
+    return esc(visible(str(value)))
+
+
 def _asked_by(approval: PendingApproval) -> str:
     if approval.rule:
-        where = f" in <code>{esc(approval.rule_source)}</code>" if approval.rule_source else ""
-        return f"rule <code>{esc(approval.rule)}</code>{where}"
-    return esc(approval.source)
+        where = f" in <code>{_shown(approval.rule_source)}</code>" if approval.rule_source else ""
+        return f"rule <code>{_shown(approval.rule)}</code>{where}"
+    return _shown(approval.source)
 
 
-def approval_card(approval: PendingApproval, base: str, csrf: str, tag: str = "li") -> str:
-    aid = esc(approval.id)
-    url = esc(f"{base}/approvals/{quote(approval.id)}")
-    label = f"{approval.tool_name} for {approval.principal}"
-    session_hint = ""
-    if approval.source != "mode":
-        session_hint = (
-            '<p class="hint">Asked by a rule, a hook or a sensitive path: "Allow for the '
-            'session" allows this call, and the next such call is asked again.</p>'
+def _allow_buttons(approval: PendingApproval, url: str, aid: str, csrf: str) -> str:
+    """Allow once / Allow for the session; for arguments too long to be shown whole, a note
+    instead: an approval covers only what was shown, so such a call may only be rejected."""
+    if not approval.allowable:
+        return (
+            f'<p class="hint" id="reject-only-{aid}">These arguments are longer than the console '
+            f"shows whole ({FULL_LIMIT:,} characters of JSON): the call can only be rejected. "
+            "Say in the reason how to split it.</p>"
         )
     return (
-        f'<{tag} class="card" id="approval-{aid}" data-label="{esc(label)}">'
-        f'<h3 id="title-{aid}">{esc(approval.tool_name)}</h3><dl>'
-        f"<dt>Principal</dt><dd>{esc(approval.principal)}</dd>"
-        f"<dt>Session</dt><dd>{esc(approval.session_id or '(none)')}</dd>"
-        f"<dt>Why it asks</dt><dd>{esc(approval.reason)}</dd>"
-        f"<dt>Asked by</dt><dd>{_asked_by(approval)}</dd>"
-        f'<dt>Waiting</dt><dd><span data-since="{approval.since:.3f}">'
-        f"since {esc(_when(approval.since))}</span></dd>"
-        f'<dt>Approval</dt><dd><a href="{url}">{aid}</a></dd></dl>'
-        f"{preview_html(approval.shown())}"
         f'<form class="answer" method="post" action="{url}" data-id="{aid}">'
         f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
         f'<button class="allow" name="decision" value="once" aria-describedby="title-{aid}">'
         "Allow once</button>"
         f'<button class="session" name="decision" value="session" '
         f'aria-describedby="title-{aid}">Allow for the session</button></form>'
+    )
+
+
+def approval_card(approval: PendingApproval, base: str, csrf: str, tag: str = "li") -> str:
+    aid = esc(approval.id)
+    url = esc(f"{base}/approvals/{quote(approval.id)}")
+    label = visible(f"{approval.tool_name} for {approval.principal}")
+    session_hint = ""
+    if approval.source != "mode" and approval.allowable:
+        session_hint = (
+            '<p class="hint">Asked by a rule, a hook or a sensitive path: "Allow for the '
+            'session" allows this call, and the next such call is asked again.</p>'
+        )
+    return (
+        f'<{tag} class="card" id="approval-{aid}" data-label="{esc(label)}">'
+        f'<h3 id="title-{aid}">{_shown(approval.tool_name)}</h3><dl>'
+        f"<dt>Principal</dt><dd>{_shown(approval.principal)}</dd>"
+        f"<dt>Session</dt><dd>{_shown(approval.session_id or '(none)')}</dd>"
+        f"<dt>Why it asks</dt><dd>{_shown(approval.reason)}</dd>"
+        f"<dt>Asked by</dt><dd>{_asked_by(approval)}</dd>"
+        f'<dt>Waiting</dt><dd><span data-since="{approval.since:.3f}">'
+        f"since {esc(_when(approval.since))}</span></dd>"
+        f'<dt>Approval</dt><dd><a href="{url}">{aid}</a></dd></dl>'
+        f"{preview_html(approval.shown())}"
+        f"{_allow_buttons(approval, url, aid, csrf)}"
         f'<form class="answer" method="post" action="{url}" data-id="{aid}">'
         f'<input type="hidden" name="csrf" value="{esc(csrf)}">'
         f'<label for="reason-{aid}">Reason (the model reads it)'

@@ -63,10 +63,13 @@ from fastgate.serve._approvals import (
     APPROVAL_FORM,
     APPROVALS_MODES,
     ApprovalsMode,
+    KeptSessions,
     PendingApproval,
     PendingApprovals,
     answer_of,
     approval_message,
+    too_long_to_ask,
+    unanswered,
 )
 from fastgate.serve._audit import GatewayAudit
 from fastgate.serve._callers import (
@@ -101,6 +104,7 @@ from fastgate.serve._listing import (
     shown_names,
 )
 from fastgate.serve._metrics import CONTENT_TYPE, GatewayMetrics
+from fastgate.serve._preview import visible
 from fastgate.serve._results import call_result, unknown_tool_result
 
 log = logging.getLogger("fastgate.serve")
@@ -137,6 +141,7 @@ class _Asking:
 
     execution_id: str
     request: ApprovalRequest | None = None
+    question: str = ""  # what the client is asked, the arguments whole
 
 
 @dataclass(slots=True)
@@ -176,6 +181,9 @@ class Gateway:
     ``requestState`` (the first seals; replicas share them; None: a key of this process).
     ``rate_limit``: ``(requests per second, burst)`` per principal, None for no limit.
     ``state_ttl``: how long an approval asked through ``input_required`` may be answered.
+    ``approval_timeout``: how long a call waits for its approval, from a client asked during
+    the call or from the console; then it is refused (``PERMISSION_DENIED``, reason
+    ``approval_timeout``: nobody answered, which is not a rejection).
     ``console``: serve the console (``/console``, SPEC §25) and answer there what a client
     cannot be asked; ``console_tokens``: its admins, an ``AdminTokens``, a file of token
     digests (one per line) or the digests (None: one token for this process,
@@ -215,6 +223,7 @@ class Gateway:
         self.approvals: ApprovalsMode = approvals
         self.console = console
         self.pending = PendingApprovals(approval_timeout)
+        self.kept_sessions = KeptSessions()  # whose session approvals the stores keep
         self.bridge = bridge
         self.audit = audit
         self.workspace = workspace
@@ -494,6 +503,8 @@ class Gateway:
                 key = _state.approval_key(claims)  # one journal entry per state, on any replica
             answered = _answer_in(params.input_responses)
         approver, cancel = self._approver(ctx, caller, modern, asking, answered)
+        if approver is not None:
+            approver = self._keeping_sessions(approver, caller, executor)
         context = ExecutionContext(
             session_id=session,
             workspace_root=self.workspace,
@@ -521,7 +532,7 @@ class Gateway:
                 progress.stop()
         if asking.request is not None and _stopped_to_ask(result):
             return self._input_required(
-                caller, executor, name, digest, asking.request, session, key
+                caller, executor, name, digest, asking.question, session, key, execution_id
             )
         return self._answer(result, executor, scope, modern, call_id=execution_id)
 
@@ -667,7 +678,10 @@ class Gateway:
             async def ask_client(request: ApprovalRequest) -> ApprovalResponse | Refusal:
                 if request.execution_id != asking.execution_id:  # a call from code
                     return await self._fallback(caller, request)
-                asking.request = request
+                question = approval_message(request, caller.principal)
+                if question is None:  # too long to be shown whole in the question
+                    return await self._fallback(caller, request, too_long=True)
+                asking.request, asking.question = request, question
                 stop.cancel("input_required")
                 await asyncio.Event().wait()  # the cancellation ends the wait for an answer
                 raise AssertionError("unreachable")
@@ -675,16 +689,44 @@ class Gateway:
             return ask_client, stop
         session = ctx.session
         related = ctx.request_id
+        timeout = self.pending.timeout
+        at_console = self._console_approver(caller, ctx, modern) if self.console else None
 
-        async def elicit(request: ApprovalRequest) -> ApprovalResponse:
-            reply = await session.elicit_form(
-                approval_message(request, caller.principal),
-                APPROVAL_FORM,
-                related_request_id=related,
-            )
+        async def elicit(request: ApprovalRequest) -> ApprovalResponse | Refusal:
+            question = approval_message(request, caller.principal)
+            if question is None:  # too long to be shown whole in the question
+                if at_console is not None:
+                    answer: ApprovalResponse | Refusal = await at_console(request)
+                    return answer
+                return too_long_to_ask(request)
+            # Bounded as the console's wait is: a client that never answers must not hold the
+            # call, nor the session's prompt lock and so its other calls, forever.
+            deadline = asyncio.timeout(timeout)
+            try:
+                async with deadline:
+                    reply = await session.elicit_form(
+                        question, APPROVAL_FORM, related_request_id=related
+                    )
+            except TimeoutError:
+                if not deadline.expired():
+                    raise
+                return unanswered("the client", timeout)
             return answer_of(reply.action, reply.content)
 
         return elicit, None
+
+    def _keeping_sessions(self, approver: Any, caller: Caller, executor: ToolExecutor) -> Any:
+        """``approver``, noting each session approval it gives in ``kept_sessions`` (which
+        forgets a principal's least recently approved sessions beyond its bound)."""
+        kept, store = self.kept_sessions, executor.approvals
+
+        async def keeping(request: ApprovalRequest) -> ApprovalResponse | Refusal:
+            answer: ApprovalResponse | Refusal = await approver(request)
+            if isinstance(answer, ApprovalResponse) and answer.approved and answer.scope != "once":
+                kept.approved(caller.principal, request.session_id, store)
+            return answer
+
+        return keeping
 
     def _console_approver(
         self, caller: Caller, ctx: ServerRequestContext[Any, Any] | None = None, modern: bool = True
@@ -738,7 +780,7 @@ class Gateway:
         url: str,
     ) -> None:
         """Send the client to the approval's page; a user who declines to go rejects it."""
-        message = (
+        message = visible(
             f"fastgate: {request.tool_name} for {caller.principal} waits for an approval in "
             f"the console: {request.reason or request.source}"
         )
@@ -782,14 +824,16 @@ class Gateway:
         return rule, rule_source(executor, rule, self.workspace)
 
     async def _fallback(
-        self, caller: Caller, request: ApprovalRequest
+        self, caller: Caller, request: ApprovalRequest, *, too_long: bool = False
     ) -> ApprovalResponse | Refusal:
-        """A question the client cannot be asked (a call from code in the 2026 era): the
-        console's, else nobody's, the refusal of a call no approver can answer (SPEC §7), not a
-        user's rejection."""
+        """A question the client cannot be asked (a call from code in the 2026 era, or
+        ``too_long`` arguments to be shown whole in a question): the console's, else nobody's,
+        the refusal of a call no approver can answer, not a user's rejection."""
         if self.console:
             rule, source = self._asking_rule(caller, request)
             return await self.pending.ask(request, caller.principal, rule=rule, rule_source=source)
+        if too_long:
+            return too_long_to_ask(request)
         return Refusal(
             ErrorCode.PERMISSION_DENIED,
             f"This call needs approval ({request.reason or request.source}), and no approver is "
@@ -849,12 +893,13 @@ class Gateway:
         executor: ToolExecutor,
         name: str,
         digest: str,
-        request: ApprovalRequest,
+        question: str,
         session: str,
         key: str | None,
+        execution_id: str,
     ) -> HandlerResult:
         if self.audit is not None:
-            self.audit.forget(request.execution_id or "")
+            self.audit.forget(execution_id)
         tool = executor.registry.resolve(name, self._scope_of(caller))
         generation = policy_generation(tool, executor.permissions, executor.mode)
         state = _state.mint(
@@ -862,7 +907,7 @@ class Gateway:
         )
         ask = types.ElicitRequest(
             params=types.ElicitRequestFormParams(
-                message=approval_message(request, caller.principal),
+                message=question,
                 requested_schema=APPROVAL_FORM,
             )
         )
