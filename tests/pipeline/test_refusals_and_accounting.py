@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -16,6 +17,7 @@ from fastgate import (
     ErrorCode,
     ExecutionContext,
     PermissionMode,
+    ToolKind,
     ToolResult,
 )
 from fastgate.pipeline import executor as executor_module
@@ -174,3 +176,65 @@ def test_a_workspace_root_holding_nul_is_refused_where_it_is_given(root: str) ->
         ExecutionContext(session_id="s", workspace_root=root)
     with pytest.raises(ValueError, match="NUL"):
         executor(echo(), context_defaults={"workspace_root": root})
+
+
+# -- a caller cancelled between the body's launch and its first step ----------------------------
+
+
+async def test_a_body_cancelled_before_its_first_step_counts_as_nothing_run(
+    tmp_path: Path,
+) -> None:
+    """The caller is cancelled as the body's task is created: that task is cancelled before it
+    ever runs, so the call is ``ABORTED_BEFORE_DISPATCH`` (nothing ran), and a keyed call's key
+    is free for the next call, which runs."""
+    from fastgate.durable.sqlite import SqliteToolUseStore
+
+    ran: list[str] = []
+    loop = asyncio.get_running_loop()
+    caller: list[asyncio.Task[Any]] = []
+    armed = [False]
+    made: list[asyncio.Task[Any]] = []
+    default_factory = loop.get_task_factory()
+
+    def factory(loop: asyncio.AbstractEventLoop, coro: Any, **kwargs: Any) -> asyncio.Task[Any]:
+        if default_factory is not None:
+            task = cast("asyncio.Task[Any]", default_factory(loop, coro, **kwargs))
+        else:
+            task = asyncio.Task(coro, loop=loop, **kwargs)
+        # (a keyed call's lease renewal starts first: not the body)
+        if armed[0] and task is not caller[0] and "renew" not in repr(coro):
+            armed[0] = False
+            made.append(task)  # (named once made: the body's, as the test checks)
+            caller[0].cancel()
+        return task
+
+    async with SqliteToolUseStore(str(tmp_path / "journal.db")) as store:
+        ex = executor(
+            # (retry-safe: its body runs through the attempts loop, which marks its first step;
+            # a body run as the task's own coroutine counts as started, the cautious side)
+            tool("w", lambda a, c: ran.append("w"), NOTHING, kind=ToolKind.WRITE, retry_safe=True),
+            store=store,
+            mode=PermissionMode.YOLO,
+        )
+        ctx = ExecutionContext("s", idempotency_key="k")
+        await store.load("warm")
+        loop.set_task_factory(factory)
+        try:
+            for spelling in ("keyed", "plain"):
+                call = asyncio.ensure_future(
+                    ex.execute("w", {}, ctx if spelling == "keyed" else ExecutionContext("s"))
+                )
+                caller[:] = [call]
+                await asyncio.sleep(0)  # the call is under way: its claim and stages run
+                armed[0] = True
+                with pytest.raises(asyncio.CancelledError):
+                    await call
+                assert made[-1].get_name() == "fastgate:w", made[-1]  # the body's own task
+        finally:
+            loop.set_task_factory(default_factory)
+        assert ran == []
+        codes = [r.error.code for r in ex.history() if r.error is not None]
+        assert codes == [ErrorCode.ABORTED_BEFORE_DISPATCH] * 2
+        again = await ex.execute("w", {}, ctx)  # the key is free: this call runs
+        assert again.ok and not again.meta.replayed and ran == ["w"]
+        assert_idle(ex)

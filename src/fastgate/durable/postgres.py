@@ -8,8 +8,9 @@ schema version it holds; a newer one is refused, another application's left unto
 
 - Group commit: records queue for one writer, which writes everything queued while the previous
   transaction committed as one transaction (inserts batched with ``executemany``), and releases
-  each caller only after the commit that holds its record. ``group_commit=False`` commits each
-  record alone (the benchmark's reference).
+  each caller only after the commit that holds its record. A record the server refuses (a
+  number out of range, say) fails alone: the batch is written again, each record in a savepoint
+  of its own. ``group_commit=False`` commits each record alone (the benchmark's reference).
 - The journal: one row per (session, key), unique; a claim is ``INSERT ... ON CONFLICT DO
   NOTHING``, and when the key exists, a ``SELECT ... FOR UPDATE`` of that row decides what the
   call does, in one transaction. Leases run on the database's clock (``now()``).
@@ -42,7 +43,9 @@ from fastgate.durable.store import (
     StoreError,
     ToolUseRecord,
     as_durable,
+    check_claim,
     check_lease_ttl,
+    check_record,
     decide,
     journal_owner,
     journal_state,
@@ -345,9 +348,9 @@ class PostgresToolUseStore:
         """The journal's decision for ``key`` in ``scope`` (default: ``record``'s session; see
         ``JournalEntry``), committed before it returns; a claim writes ``record`` and starts
         its lease."""
+        check_claim(key, scope, self.path)
         use = self._use_params(record)
-        session = _text(journal_owner(record.session_id, scope), "the session id", self.path)
-        _text(key, "the idempotency key", self.path)
+        session = journal_owner(record.session_id, scope)
         await self._open()
         sql = self._sql
         try:
@@ -530,10 +533,12 @@ class PostgresToolUseStore:
                 )
             version = 0
             if has_version:
+                # The highest version written (the table holds one row; were there more, the
+                # newest is the one that decides whether this version may use the schema).
                 row = await (
-                    await conn.execute(f"SELECT version FROM {ns}.schema_version")
+                    await conn.execute(f"SELECT max(version) FROM {ns}.schema_version")
                 ).fetchone()
-                version = 0 if row is None else int(row[0])
+                version = 0 if row is None or row[0] is None else int(row[0])
             if version > SCHEMA_VERSION:
                 raise StoreError(
                     self.path,
@@ -559,16 +564,16 @@ class PostgresToolUseStore:
     def _use_params(self, record: ToolUseRecord) -> tuple[Any, ...]:
         if not isinstance(record, ToolUseRecord):
             raise TypeError(f"record: expected a ToolUseRecord, got {type(record).__name__}")
-        label = self.path
-        args = encode(record.args, label, f"the arguments of {record.execution_id!r}")
+        check_record(record, self.path)
+        args = encode(record.args, self.path, f"the arguments of {record.execution_id!r}")
         return (
-            _text(record.execution_id, "the execution id", label),
-            _text(record.session_id, "the session id", label),
-            _text(record.turn_id, "the turn id", label),
+            record.execution_id,
+            record.session_id,
+            record.turn_id,
             record.epoch,
             record.seq,
-            _text(record.call_id, "the call id", label),
-            _text(record.tool_name, "the tool name", label),
+            record.call_id,
+            record.tool_name,
             args,
         )
 
@@ -610,19 +615,26 @@ class PostgresToolUseStore:
 
     async def _commit(self, batch: list[_Job]) -> None:
         """One transaction for the batch; each record fails alone (a duplicate, a result without
-        a tool-use) or all fail together (the transaction did not commit)."""
+        a tool-use, a value the server refuses) or all fail together (the transaction did not
+        commit)."""
         errors: list[BaseException | None] = [None] * len(batch)
         try:
             async with self._connection() as conn:
-                async with conn.transaction():
-                    start = 0
-                    while start < len(batch):  # runs of one kind, each one executemany
-                        end = start
-                        while end < len(batch) and batch[end][0] == batch[start][0]:
-                            end += 1
-                        await self._write_run(conn, batch, start, end, errors)
-                        start = end
-        except self._errors as exc:
+                if not await self._write_batch(conn, batch, errors):
+                    # A statement failed, and with it the whole transaction, nothing committed:
+                    # write the batch again, each record in a savepoint of its own, so that a
+                    # record the server refuses (an index entry too big, say) fails alone.
+                    errors = [None] * len(batch)
+                    async with conn.transaction():
+                        for i in range(len(batch)):
+                            try:
+                                async with conn.transaction():  # a savepoint
+                                    await self._write_run(conn, batch, i, i + 1, errors)
+                            except Exception as exc:  # the server's refusal, or psycopg's
+                                if conn.broken:
+                                    raise
+                                errors[i] = self._error(exc, "the record was not written")
+        except Exception as exc:
             failed = self._error(exc, "the write failed")
             errors = [failed] * len(batch)
         else:
@@ -636,6 +648,30 @@ class PostgresToolUseStore:
                 future.set_exception(error)
             else:
                 future.set_result(None)
+
+    async def _write_batch(
+        self, conn: AsyncConnection[Any], batch: list[_Job], errors: list[BaseException | None]
+    ) -> bool:
+        """The batch in one transaction, runs of one kind each one ``executemany``: True once
+        committed; False when a statement failed on a connection still working (the transaction
+        was rolled back, nothing of it is written). A failed commit, or a connection that
+        broke, raises: its outcome is not known, so nothing may be written again."""
+        written = False
+        try:
+            async with conn.transaction():
+                start = 0
+                while start < len(batch):
+                    end = start
+                    while end < len(batch) and batch[end][0] == batch[start][0]:
+                        end += 1
+                    await self._write_run(conn, batch, start, end, errors)
+                    start = end
+                written = True
+        except Exception:  # (psycopg's, or a value it could not send: either may be one record's)
+            if written or conn.broken:
+                raise
+            return False
+        return True
 
     async def _write_run(
         self,

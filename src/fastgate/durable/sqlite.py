@@ -16,8 +16,9 @@ Group commit: the writer takes every request queued while it was busy into one t
 releases each caller only after the transaction holding its record committed. A loop's requests
 are handed to the writer at the end of the loop iteration that made them, all at once, so that a
 busy server wakes the writer once per iteration, not once per record. A record that fails
-on its own (duplicate id, result without tool-use) fails alone; a transaction that fails (disk
-full, locked, I/O error) is rolled back and fails every record in it: nothing is half-written.
+on its own (duplicate id, result without tool-use, a number or text SQLite cannot bind) fails
+alone; a transaction that fails (disk full, locked, I/O error) is rolled back and fails every
+record in it: nothing is half-written.
 
 Cancelling an ``await`` of ``record_tool_use``/``record_result`` stops the wait, not the write:
 the record may still be committed. ``load`` and ``close`` are likewise safe to cancel.
@@ -49,7 +50,9 @@ from fastgate.durable.store import (
     StoredCall,
     ToolUseRecord,
     as_durable,
+    check_claim,
     check_lease_ttl,
+    check_record,
     decide,
     journal_owner,
     journal_state,
@@ -191,7 +194,7 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
         raise _store_error(path, exc, "cannot open") from None
     try:
         _check_or_create(conn, path)
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = _switch_to_wal(conn, busy_timeout)
         if str(mode).lower() != "wal":
             raise StoreError(path, f"cannot switch to WAL mode (journal mode stays {mode!r})")
         conn.execute("PRAGMA synchronous = FULL")
@@ -204,19 +207,92 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
     return conn
 
 
+def _switch_to_wal(conn: sqlite3.Connection, busy_timeout: float) -> object:
+    """``PRAGMA journal_mode = WAL``; the journal mode it leaves. Switching a new file needs its
+    exclusive lock, and SQLite answers BUSY at once, without waiting, to a connection that would
+    otherwise wait for another one switching it at the same moment: tried again until
+    ``busy_timeout`` passes (once the file is in WAL mode the switch takes no lock)."""
+    deadline = time.monotonic() + busy_timeout
+    pause = 0.001
+    while True:
+        try:
+            return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            name = getattr(exc, "sqlite_errorname", "") or ""
+            if not name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+                raise
+            if time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.05)
+
+
 def _check_or_create(conn: sqlite3.Connection, path: str) -> None:
-    # Read first: nothing is written until the file is known to be empty or one of ours.
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-    if app_id == 0 and version == 0 and not tables:
+    """Make a new (empty) file a store, or a version 1 store one of version 2, or check that the
+    file is a store this version reads. Nothing is written until the file is known to be empty or
+    one of ours: the header and tables are read first, in one read transaction (one consistent
+    view, even while another process creates the file), and read again under the write lock
+    before anything is created or migrated, since another process opening the same file at the
+    same moment may have done it in between."""
+    state = _read_state(conn)
+    if _needs_writing(state):
         conn.execute("BEGIN IMMEDIATE")
-        for statement in (*_SCHEMA, *_JOURNAL_SCHEMA):
-            conn.execute(statement)
-        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-        return
+        try:
+            state = _read_state(conn)
+            if state == (0, 0, frozenset()):  # still empty: ours to create
+                for statement in (*_SCHEMA, *_JOURNAL_SCHEMA):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                state = (APPLICATION_ID, SCHEMA_VERSION, frozenset({"journal", *_V1_TABLES}))
+            elif _needs_writing(state) and _V1_TABLES <= state[2]:  # version 1: add the journal
+                for statement in _JOURNAL_SCHEMA:
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                state = (APPLICATION_ID, SCHEMA_VERSION, state[2] | {"journal"})
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    _check_state(state, path)
+
+
+_V1_TABLES: Final = frozenset({"tool_use", "tool_result"})
+_State = tuple[int, int, frozenset[str]]  # application id, user version, table names
+
+
+def _read_state(conn: sqlite3.Connection) -> _State:
+    """The header's ids and the table names, read in one transaction (one view of the file);
+    inside a transaction the caller opened, in that one."""
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        tables = frozenset(row[0] for row in rows)
+    except BaseException:
+        if own and conn.in_transaction:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass  # the read's own error is the one to report
+        raise
+    if own:
+        conn.execute("COMMIT")  # (a read: nothing is written)
+    return int(app_id), int(version), tables
+
+
+def _needs_writing(state: _State) -> bool:
+    """Empty (to be created) or one of ours of version 1 (to be migrated)."""
+    app_id, version, _ = state
+    return state == (0, 0, frozenset()) or (app_id == APPLICATION_ID and version == 1)
+
+
+def _check_state(state: _State, path: str) -> None:
+    app_id, version, tables = state
     if app_id != APPLICATION_ID:
         raise StoreError(
             path, "the file is a SQLite database of another application; left untouched"
@@ -227,29 +303,12 @@ def _check_or_create(conn: sqlite3.Connection, path: str) -> None:
             f"written by a newer fastgate (schema version {version}; this version reads up to "
             f"{SCHEMA_VERSION}); left untouched: upgrade fastgate to read it",
         )
-    if version not in (1, SCHEMA_VERSION) or not {"tool_use", "tool_result"} <= tables:
+    if version != SCHEMA_VERSION or not _V1_TABLES <= tables:
         raise StoreError(
             path, f"unknown or damaged schema (version {version}, tables {sorted(tables)})"
         )
-    if version == 1:
-        _migrate_to_journal(conn)
-    elif "journal" not in tables:
+    if "journal" not in tables:
         raise StoreError(path, f"unknown or damaged schema (version {version}, no journal)")
-
-
-def _migrate_to_journal(conn: sqlite3.Connection) -> None:
-    """Version 1 to 2: add the journal (under the write lock: another process may migrate too)."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        if conn.execute("PRAGMA user_version").fetchone()[0] == 1:
-            for statement in _JOURNAL_SCHEMA:
-                conn.execute(statement)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
 
 
 # -- the writer thread -----------------------------------------------------------------------------
@@ -283,6 +342,17 @@ def _settle(outcomes: list[tuple[asyncio.Future[Any], Any, BaseException | None]
             future.set_result(value)
 
 
+def _fails_alone(exc: Exception) -> bool:
+    """Whether ``exc``, raised by one record's statements, is that record's own (text or a
+    number SQLite cannot bind, a value too big) rather than the transaction's (the disk full,
+    the file locked, an I/O error), which fails every record in it."""
+    if isinstance(exc, sqlite3.Error):
+        return isinstance(
+            exc, (sqlite3.DataError, sqlite3.InterfaceError, sqlite3.ProgrammingError)
+        )
+    return True
+
+
 class _Statements:
     """One record's statements on one connection, inside a transaction its caller opened."""
 
@@ -311,6 +381,18 @@ class _Statements:
         else:
             self.resolve(params, now)
         return None
+
+    def unwritable(self, kind: int, params: Any, exc: BaseException) -> StoreError:
+        """The error of a record that cannot be written on its own (``_fails_alone``)."""
+        if kind == _RESULT or kind == _RESOLVE or kind == _RENEW_LEASE:
+            execution_id = params[2]
+        else:
+            execution_id = (params if kind == _TOOL_USE or kind == _READ_USE else params[0])[0]
+        return StoreError(
+            self.path,
+            f"the record of execution id {execution_id!r:.80} cannot be written (nothing of it "
+            f"was written): {type(exc).__name__}: {exc}",
+        )
 
     def duplicate(self, kind: int, params: Any) -> StoreError:
         if kind == _RESULT or kind == _RESOLVE:
@@ -474,22 +556,44 @@ class _Writer(_Statements):
         deferred = self.wal_fd != -1 and all(job[0] in _UNSYNCED for job in writes)
         if not deferred:
             self.inline_unsynced = False  # this commit's sync covers the loop's commits before it
+        # A record that fails on its own in a way SQLite does not undo by itself (text it cannot
+        # bind, halfway through a claim's statements) rolls the transaction back and is left
+        # out: the others are written again without it, so it fails alone.
+        pending = list(range(len(writes)))
         try:
             self.set_synchronous("NORMAL" if deferred else "FULL")
             changes = conn.total_changes
-            conn.execute("BEGIN IMMEDIATE")
-            now = time.time()  # the journal's clock: the host's, shared by its processes
-            for i, (kind, params, _, _) in enumerate(writes):
-                try:
-                    values[i] = self.write(kind, params, now)
-                except StoreError as exc:
-                    errors[i] = exc
-                except sqlite3.IntegrityError:  # only this statement was rolled back
-                    errors[i] = self.duplicate(kind, params)
+            while True:
+                conn.execute("BEGIN IMMEDIATE")
+                now = time.time()  # the journal's clock: the host's, shared by its processes
+                failed = None
+                for i in pending:
+                    kind, params, _, _ = writes[i]
+                    try:
+                        values[i] = self.write(kind, params, now)
+                        errors[i] = None
+                    except StoreError as exc:
+                        errors[i] = exc
+                    except sqlite3.IntegrityError:  # only this statement was rolled back
+                        errors[i] = self.duplicate(kind, params)
+                    except Exception as exc:
+                        if not _fails_alone(exc):
+                            raise
+                        errors[i] = self.unwritable(kind, params, exc)
+                        failed = i
+                        break
+                if failed is None:
+                    break
+                self.roll_back()
+                pending.remove(failed)
+                for i in pending:
+                    values[i] = None
             conn.execute("COMMIT")
         except Exception as exc:
             self.roll_back()
-            errors = [_store_error(self.path, exc, "the write failed") for _ in writes]
+            failure = _store_error(self.path, exc, "the write failed")
+            for i in pending:
+                errors[i] = StoreError(self.path, failure.problem)
         else:
             self.transactions += 1
             self.records += len(writes)
@@ -649,15 +753,19 @@ class _Inline(_Statements):
             try:
                 value = self.write(kind, params, time.time())
                 conn.execute("COMMIT")
-            except StoreError:
+            except BaseException as exc:
+                # Whatever it was, the write lock is given back: a transaction left open here
+                # would lock every connection to the file, in every process, until close.
                 self.roll_back()
+                if isinstance(exc, StoreError):
+                    raise
+                if isinstance(exc, sqlite3.IntegrityError):
+                    raise self.duplicate(kind, params) from None
+                if isinstance(exc, Exception) and _fails_alone(exc):
+                    raise self.unwritable(kind, params, exc) from None
+                if isinstance(exc, sqlite3.Error):
+                    return False, None
                 raise
-            except sqlite3.IntegrityError:
-                self.roll_back()
-                raise self.duplicate(kind, params) from None
-            except sqlite3.Error:
-                self.roll_back()
-                return False, None
             self.transactions += 1
             self.since_checkpoint += 1
             return True, value
@@ -763,6 +871,7 @@ class SqliteToolUseStore:
         self._opened(record.execution_id)
 
     def _tool_use_params(self, record: ToolUseRecord) -> tuple[Any, ...]:
+        check_record(record, self.path)
         args = encode(record.args, self.path, f"the arguments of {record.execution_id!r}")
         return (
             record.execution_id,
@@ -801,6 +910,7 @@ class SqliteToolUseStore:
         """The journal's decision for ``key`` in ``scope`` (default: ``record``'s session; see
         ``JournalEntry``), committed before it returns; a claim writes ``record`` and starts
         its lease."""
+        check_claim(key, scope, self.path)
         use = self._tool_use_params(record)
         params = (use, journal_owner(record.session_id, scope), key, digest, self._owner)
         kind = _READ_CLAIM if record.read_only else _CLAIM

@@ -50,26 +50,83 @@ class ToolUseRecord(msgspec.Struct, frozen=True):
     read_only: bool = False
 
 
-def unrecordable(record: ToolUseRecord) -> str | None:
-    """Why no store can hold ``record``'s text as given (a lone surrogate, which UTF-8 cannot
-    encode, or a NUL, which PostgreSQL text cannot hold, in an id or the tool's name), or None.
-    Such a call is bad input: it is refused, never run unrecorded."""
-    fields = (
-        ("call id", record.call_id),
-        ("session id", record.session_id),
-        ("turn id", record.turn_id),
-        ("tool name", record.tool_name),
-    )
-    for what, text in fields:
-        if text is None:
-            continue
-        if "\x00" in text:
-            return f"its {what} contains a NUL character"
-        try:
-            text.encode()
-        except UnicodeEncodeError:
-            return f"its {what} is not valid Unicode text (it holds a lone surrogate)"
+# Ids the stores index (a session id, an idempotency key or scope) are at most this many bytes
+# of UTF-8: PostgreSQL refuses an index entry past about 2.7 KB, so a longer one could never be
+# written there; SQLite keeps the same bound so that both stores accept the same calls.
+MAX_ID_BYTES: Final = 1024
+
+
+def text_problem(text: object, limit: int | None = None) -> str | None:
+    """Why ``text`` cannot be stored as an id (not a string, a NUL, which PostgreSQL text cannot
+    hold, a lone surrogate, which UTF-8 cannot encode, or more than ``limit`` bytes), or None."""
+    if not isinstance(text, str):
+        return f"is not text (got {type(text).__name__})"
+    if "\x00" in text:
+        return "contains a NUL character"
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError:
+        return "is not valid Unicode text (it holds a lone surrogate)"
+    if limit is not None and size > limit:
+        return f"is {size} bytes long (at most {limit} bytes of UTF-8)"
     return None
+
+
+def unrecordable(record: ToolUseRecord) -> str | None:
+    """Why no store can hold ``record``'s text as given (see ``text_problem``; the session id
+    is indexed, so it is bounded by ``MAX_ID_BYTES``), or None. Such a call is bad input: it is
+    refused, never run unrecorded."""
+    fields = (
+        ("execution id", record.execution_id, None),
+        ("call id", record.call_id, None),
+        ("session id", record.session_id, MAX_ID_BYTES),
+        ("turn id", record.turn_id, None),
+        ("tool name", record.tool_name, None),
+    )
+    for what, text, limit in fields:
+        if text is None and (what == "call id" or what == "session id" or what == "turn id"):
+            continue  # these may be absent
+        problem = text_problem(text, limit)
+        if problem is not None:
+            return f"its {what} {problem}"
+    return None
+
+
+def scope_problem(scope: object) -> str | None:
+    """Why ``scope`` cannot name an idempotency scope (a non-empty id, as ``text_problem``
+    bounded by ``MAX_ID_BYTES``), or None; None is no scope (the session's keys)."""
+    if scope is None:
+        return None
+    if scope == "":
+        return "idempotency_scope: expected a non-empty string, got ''"
+    problem = text_problem(scope, MAX_ID_BYTES)
+    return None if problem is None else f"idempotency_scope {problem}"
+
+
+def key_problem(key: object) -> str | None:
+    """Why ``key`` cannot be an idempotency key (a non-empty id, as ``text_problem`` bounded by
+    ``MAX_ID_BYTES``), or None."""
+    if not isinstance(key, str) or not key:
+        return f"idempotency_key: expected a non-empty string, got {key!r:.80}"
+    problem = text_problem(key, MAX_ID_BYTES)
+    return None if problem is None else f"idempotency_key {problem}"
+
+
+def check_record(record: ToolUseRecord, label: str) -> None:
+    """A store's own check before anything is queued: a record it can never write fails alone
+    with ``StoreError`` instead of failing the group transaction it would have joined."""
+    why = unrecordable(record)
+    if why is not None:
+        raise StoreError(
+            label, f"the record of {record.execution_id!r:.80}: {why} (nothing was written)"
+        )
+
+
+def check_claim(key: object, scope: object, label: str) -> None:
+    """As ``check_record``, for a claim's key and scope."""
+    why = key_problem(key) or scope_problem(scope)
+    if why is not None:
+        raise StoreError(label, f"{why} (nothing was written)")
 
 
 class StoredCall(msgspec.Struct, frozen=True):
@@ -216,14 +273,21 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
 
 
+# A lease past this would outlive any crash it is meant to detect (it is renewed while its call
+# runs), and PostgreSQL's timestamps overflow far past it.
+MAX_LEASE_TTL: Final = 86_400.0
+
+
 def check_lease_ttl(lease_ttl: float) -> float:
     if (
         isinstance(lease_ttl, bool)
         or not isinstance(lease_ttl, (int, float))
-        or not lease_ttl > 0
-        or lease_ttl == float("inf")
+        or not 0 < lease_ttl <= MAX_LEASE_TTL
     ):
-        raise ValueError(f"lease_ttl: expected seconds > 0, got {lease_ttl!r}")
+        raise ValueError(
+            f"lease_ttl: expected seconds > 0 and at most {MAX_LEASE_TTL:,.0f} (a day), "
+            f"got {lease_ttl!r}"
+        )
     return float(lease_ttl)
 
 

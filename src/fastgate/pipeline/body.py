@@ -39,7 +39,9 @@ class BodyContext(RunContext):
         self.session_id = ctx.session_id
         self.workspace_root = ctx.workspace_root
         self._signal = None
-        self.attempt = 1
+        # Set to 1 as the body starts (invocation): still 0 when the caller is cancelled means
+        # the body's task never took a step, so nothing ran.
+        self.attempt = 0
         self._progress = self._lock_paths = None
         # A tuple once the config is made (declared as an Iterable for its constructor).
         self.additional_dirs = cast(tuple[str, ...], executor.permissions.additional_dirs)

@@ -178,7 +178,7 @@ class _Call:
         self.args: Any = None
         self.attempts = 0
         self.aborted_before_launch = False
-        self.launched = False  # the body's task was started (stage 12)
+        self.launched = False  # the body may have run: its task started and took a step
         self.unknown = False  # the lookup (stage 2) found no tool of this name
         self.decision: Decision | None = None
         self.decision_source: DecisionSource | None = None
@@ -1011,6 +1011,10 @@ class ToolExecutor:
                 cancel_grace=self._cancel_grace,
                 on_runaway=holds.release_when_done,
             )
+        except asyncio.CancelledError:
+            if body.attempt == 0:  # the body's task never took its first step: nothing ran
+                call.launched = False
+            raise
         finally:
             self._progress.finish(call.execution_id)
         call.attempts = outcome.attempts

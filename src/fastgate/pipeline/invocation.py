@@ -207,7 +207,9 @@ async def invoke(
         runner: _Attempts | None = None
         try:
             if is_async and not tool.retry_safe:
-                # One attempt, nothing to retry: the task runs the tool's own coroutine.
+                # One attempt, nothing to retry: the task runs the tool's own coroutine. Whether
+                # its first step ran cannot be told afterwards here: it counts as started.
+                ctx.attempt = 1
                 body = _start(loop, tool.execute(args, ctx), task_name)
                 try:
                     value = await body

@@ -31,7 +31,16 @@ import msgspec
 
 from fastgate import _core
 from fastgate.admission.holds import Holds, until_cancelled
-from fastgate.durable.store import JournalEntry, JournalStore, ToolUseRecord, args_digest
+from fastgate.durable.store import (
+    MAX_ID_BYTES,
+    JournalEntry,
+    JournalStore,
+    ToolUseRecord,
+    args_digest,
+    key_problem,
+    scope_problem,
+    unrecordable,
+)
 from fastgate.model.kinds import ToolKind
 from fastgate.model.results import DurableResult, ErrorCode, ToolResult
 
@@ -41,7 +50,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fastgate.pipeline.journal")
 
-MAX_KEY_BYTES: Final = 1024  # a key is an id, not a payload (and fits any store's index)
+MAX_KEY_BYTES: Final = MAX_ID_BYTES  # a key is an id, not a payload (and fits any store's index)
 _FIRST_PAUSE: Final = 0.01  # seconds before asking again about a running call
 _LONGEST_PAUSE: Final = 0.25  # another process's result is noticed within this
 # Read per keyed call: an enum member read through its class takes EnumType's slow
@@ -61,6 +70,9 @@ async def claim_key(
         return executor._finalize(
             call, ErrorCode.INVALID_ARGS, problem, details={"reason": "idempotency_key"}
         )
+    problem = scope_problem(call.ctx.idempotency_scope)
+    if problem is not None:  # a scope no store can key: bad input, not a store that is down
+        return _unrecordable(executor, call, problem)
     store = executor.store
     if store is None:  # an executor that records nothing keeps no journal: the key is unused
         return None
@@ -84,6 +96,9 @@ async def claim_key(
         args,
         tool.kind is _READ_ONLY,
     )
+    why = unrecordable(record)
+    if why is not None:
+        return _unrecordable(executor, call, why)
     digest = args_digest((tool.name, args))  # the key names one call: this tool, these args
     loop = asyncio.get_running_loop()
     deadline = None if tool.timeout is None else loop.time() + tool.timeout
@@ -92,7 +107,22 @@ async def claim_key(
     scope = ctx.idempotency_scope  # None: the session's keys
     while True:
         try:
-            entry = await store.claim(record, key, digest, take_over=tool.retry_safe, scope=scope)
+            cancelled: asyncio.CancelledError | None = None
+            try:
+                entry = await store.claim(
+                    record, key, digest, take_over=tool.retry_safe, scope=scope
+                )
+            except asyncio.CancelledError as exc:
+                cancelled = exc  # (awaited below, not in this handler: compiled, that crashed)
+            if cancelled is not None:
+                # The claim may have been committed all the same (the store writes what it
+                # was handed): find out, and if the key is this call's, hold it, so that the
+                # result the executor records for a call cancelled before it started (nothing
+                # ran) frees it again, instead of leaving it taken by a call with no result.
+                held = await _held_after_cancel(store, record, key, digest, tool.retry_safe, scope)
+                if held is not None:
+                    _hold_key(store, loop, call, holds, key, held, scope)
+                raise cancelled
         except Exception as exc:
             message = f"The call was not run: its journal entry could not be saved ({exc})."
             return executor._finalize(call, ErrorCode.PERSISTENCE_FAILED, message, retryable=True)
@@ -100,11 +130,7 @@ async def claim_key(
             if place is not None:  # the stream may write the next call's record now
                 place.settle()
         if entry.status == "claimed":
-            call.recorded = True  # the claim wrote its tool-use record
-            claim = (ctx.session_id, key, entry.execution_id, scope)
-            lease = KeyLease(_renewer(store, loop), claim)
-            holds.add(lease)
-            call.lease = lease
+            _hold_key(store, loop, call, holds, key, entry, scope)
             return None
         if entry.status != "running":
             return _answer(executor, call, key, entry)
@@ -120,6 +146,60 @@ async def claim_key(
         else:
             await waiting
         pause = min(2 * pause, longest)
+
+
+async def _held_after_cancel(
+    store: JournalStore,
+    record: ToolUseRecord,
+    key: str,
+    digest: bytes,
+    take_over: bool,
+    scope: str | None,
+) -> JournalEntry | None:
+    """Whether the key is this call's after its caller was cancelled during the claim: the
+    same claim again, which the store orders after the first (so it finds the key held by this
+    very execution, alive, if the first was committed; else it claims it now). Its own task,
+    waited for through further cancellations: it ends within the store's own timeouts."""
+    asking = asyncio.ensure_future(
+        store.claim(record, key, digest, take_over=take_over, scope=scope)
+    )
+    while not asking.done():
+        try:
+            await asyncio.wait((asking,))
+        except asyncio.CancelledError:
+            continue  # the caller is cancelled already: its CancelledError is raised after
+    if asking.cancelled() or asking.exception() is not None:
+        return None
+    entry = asking.result()
+    mine = entry.execution_id == record.execution_id and entry.status in ("claimed", "running")
+    return JournalEntry("claimed", entry.execution_id) if mine else None
+
+
+def _hold_key(
+    store: JournalStore,
+    loop: asyncio.AbstractEventLoop,
+    call: _Call,
+    holds: Holds,
+    key: str,
+    entry: JournalEntry,
+    scope: str | None,
+) -> None:
+    """The key is the call's: its claim wrote its tool-use record, and its lease is renewed
+    until both its holds are released and its result is recorded."""
+    call.recorded = True
+    claim = (call.ctx.session_id, key, entry.execution_id, scope)
+    lease = KeyLease(_renewer(store, loop), claim)
+    holds.add(lease)
+    call.lease = lease
+
+
+def _unrecordable(executor: ToolExecutor, call: _Call, why: str) -> ToolResult:
+    return executor._finalize(
+        call,
+        ErrorCode.INVALID_ARGS,
+        f"The call was not run: {why}, so it cannot be recorded.",
+        details={"reason": "unrecordable"},
+    )
 
 
 class RecordPlace:
@@ -156,15 +236,7 @@ def _keeps_journal(store: Any) -> TypeGuard[JournalStore]:
 
 
 def _key_problem(key: Any) -> str | None:
-    if not isinstance(key, str) or not key:
-        return f"idempotency_key: expected a non-empty string, got {key!r:.80}"
-    try:
-        size = len(key.encode())
-    except UnicodeEncodeError:
-        return "idempotency_key: it is not valid text (a lone surrogate)"
-    if size > MAX_KEY_BYTES or "\x00" in key:
-        return f"idempotency_key: at most {MAX_KEY_BYTES} bytes of text without NUL characters"
-    return None
+    return key_problem(key)
 
 
 def _answer(executor: ToolExecutor, call: _Call, key: str, entry: JournalEntry) -> ToolResult:
