@@ -78,12 +78,16 @@ def via_proxy(url: str) -> str:
 # A raw CONNECT per target, to the proxy the sandbox names: curl will not send these hosts.
 RAW_CONNECT = textwrap.dedent(
     """\
-    import os, socket, sys, urllib.parse
+    import base64, os, socket, sys, urllib.parse
     proxy = urllib.parse.urlsplit(os.environ["HTTP_PROXY"])
+    # The call's own credential, where its proxy has one (Landlock only): a request without
+    # it is no one's and is recorded for no call.
+    secret = f"{proxy.username}:{proxy.password}".encode() if proxy.username else b""
+    auth = b"Proxy-Authorization: Basic " + base64.b64encode(secret) + b"\\r\\n" if secret else b""
     for target in sys.argv[1:]:
         raw = target.encode().decode("unicode_escape").encode("latin-1")
         with socket.create_connection((proxy.hostname, proxy.port), timeout=20) as s:
-            s.sendall(b"CONNECT " + raw + b" HTTP/1.1\\r\\n\\r\\n")
+            s.sendall(b"CONNECT " + raw + b" HTTP/1.1\\r\\n" + auth + b"\\r\\n")
             print(s.recv(4096).split(b"\\r\\n")[0].decode())
     """
 )

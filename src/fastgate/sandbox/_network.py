@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from ipaddress import IPv6Address
 from typing import Final
 
 import msgspec
@@ -71,7 +72,7 @@ class _Patterns:
                 suffixes.add(host.text)
                 texts.append("*." + host.text)
             elif host.address is not None:
-                addresses.add(host.address)
+                addresses.add(_unmapped(host.address))
                 texts.append(host.text)
             else:
                 names.add(host.text)
@@ -87,7 +88,7 @@ class _Patterns:
 
     def match(self, host: Host) -> bool:
         if host.address is not None:
-            return host.address in self.addresses
+            return _unmapped(host.address) in self.addresses
         if host.text in self.names:
             return True
         if not self.suffixes:
@@ -99,6 +100,14 @@ class _Patterns:
                 return True
             dot = text.find(".", dot + 1)
         return False
+
+
+def _unmapped(address: IPAddress) -> IPAddress:
+    # "::ffff:a.b.c.d" reaches the IPv4 host a.b.c.d: a pattern in either spelling must match
+    # a request in either spelling, for deny as much as for allow.
+    if isinstance(address, IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
 
 
 def _parse_pattern(pattern: str) -> tuple[Host, bool]:

@@ -1,8 +1,10 @@
 """``NetworkProxy``: the only way out of a sandbox that has a ``NetworkPolicy``.
 
-One proxy serves one call: every connection that reaches its listener is that call's, so each
-decision is attributed without a secret to carry or leak (the confinement lets the program
-connect to this listener's port alone). It runs on the caller's event loop.
+One proxy serves one call. Where only the call's program can reach its listener, every
+connection is the call's; where anyone on the host can (a loopback port), the proxy has a
+``credential`` and a connection is the call's only once its request carries it: before that it
+is answered 407, leaves no event and takes none of the call's ``max_connections``. It runs on
+the caller's event loop.
 
 Per connection (a task of its own): the request head is read within ``header_timeout`` and
 ``max_header_bytes``; its host is canonicalised and judged (deny, then allow); the name is
@@ -44,6 +46,10 @@ log = logging.getLogger("fastgate.sandbox")
 Resolver = Callable[[str, int], Awaitable[Sequence[str]]]
 
 _READ_SIZE: Final = 1 << 16
+#: What a refusal reads and discards of a request already sent before it closes: unread data
+#: at close makes the kernel reset the connection, and the program may lose the answer.
+_DRAIN_LIMIT: Final = 1 << 20
+_LINGER: Final = 1.0
 _ACCEPT_BACKOFF: Final = 0.05  # out of descriptors: let closing connections free some
 #: Names one proxy resolves at once (``getaddrinfo`` blocks a thread for as long as the name
 #: servers take, their timeouts included).
@@ -114,7 +120,9 @@ class NetworkProxy:
     ``credential``: a secret every request must carry (``Proxy-Authorization: Basic`` of
     ``fastgate:<credential>``; ``environment()`` puts it in the proxy URL): where the listener is
     on the host's loopback, another process, or another call tunnelling through its own proxy,
-    cannot use this call's policy. ``resolver``: a seam for tests (see ``Resolver``).
+    cannot use this call's policy, fill its connections or put events in its record (a request
+    without it gets 407 and no event; at most ``max_connections`` such wait at once, the oldest
+    closed first). ``resolver``: a seam for tests (see ``Resolver``).
     """
 
     # Which relay tunnels use: splice(2) where the OS has it (None), or the portable copy loop
@@ -171,6 +179,10 @@ class NetworkProxy:
         self._listeners: list[socket.socket] = []
         self._accepting: list[asyncio.Task[None]] = []
         self._connections: set[asyncio.Task[None]] = set()
+        # With a credential: connections that have not yet shown it, oldest first (they may
+        # be anyone's), and how many that did are open (only those are the call's).
+        self._unproven: dict[asyncio.Task[None], None] = {}
+        self._proven = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._address: tuple[str, int] | None = None
@@ -345,11 +357,22 @@ class NetworkProxy:
         if self._closed:
             client.close()
             return
-        if len(self._connections) >= self.policy.max_connections:
+        if self._credential is not None:
+            # Anyone on the host can reach a loopback listener: a connection is the call's, and
+            # counts against its limit, only once it shows the secret. Until then, at most
+            # ``max_connections`` wait at once (each for ``header_timeout`` at most); the oldest
+            # gives way to the newest, so holding idle connections cannot shut the call out.
+            if len(self._unproven) >= self.policy.max_connections:
+                oldest = next(iter(self._unproven))
+                del self._unproven[oldest]
+                oldest.cancel()
+        elif len(self._connections) >= self.policy.max_connections:
             self._record(NetworkEvent("", 0, False, "too_many_connections"))
             _answer_and_close(client, refusal("too_many_connections"))
             return
         task = asyncio.get_running_loop().create_task(self._serve(client))
+        if self._credential is not None:
+            self._unproven[task] = None
         self._connections.add(task)
         self._idle.clear()
         task.add_done_callback(self._forget)
@@ -359,6 +382,7 @@ class NetworkProxy:
 
     def _forget(self, task: asyncio.Task[None]) -> None:
         self._connections.discard(task)
+        self._unproven.pop(task, None)
         if not self._connections:
             self._idle.set()
         if not task.cancelled() and task.exception() is not None:  # pragma: no cover
@@ -369,18 +393,35 @@ class NetworkProxy:
     async def _serve(self, client: socket.socket) -> None:
         upstream: socket.socket | None = None
         asked = ("", 0)  # what a proxy_error event names
+        counted = False
         try:
             try:
-                request, rest = await self._read_request(client)
+                received = bytearray()
+                try:
+                    request, rest = await self._read_request(client, received)
+                except Refused:
+                    # A head that cannot be parsed is the call's only if it carries the secret.
+                    if not self._authorized(_authorization_in(received)):
+                        await self._refuse(client, refusal("proxy_authentication"))
+                        return
+                    raise
                 if not self._authorized(request.authorization):
                     # Not this call's program: no event of this call's, nothing judged.
-                    _answer_and_close(client, refusal("proxy_authentication"))
+                    await self._refuse(client, refusal("proxy_authentication"))
                     return
+                if self._credential is not None:
+                    current = asyncio.current_task()
+                    if current is not None:
+                        self._unproven.pop(current, None)  # the call's now: not to be evicted
+                    if self._proven >= self.policy.max_connections:
+                        raise Refused("too_many_connections")
+                    self._proven += 1
+                    counted = True
                 asked = (request.host.text, request.port)
                 upstream = await self._open(request)
             except Refused as refused:
                 self._record(NetworkEvent(refused.host, refused.port, False, refused.reason))
-                _answer_and_close(client, refusal(refused.reason))
+                await self._refuse(client, refusal(refused.reason))
                 return
             if not self._record(NetworkEvent(request.host.text, request.port, True, "allowed")):
                 return
@@ -403,9 +444,28 @@ class NetworkProxy:
             log.exception("network proxy: fault serving a connection; it is closed")
             self._record(NetworkEvent(*asked, False, "proxy_error"))
         finally:
+            if counted:
+                self._proven -= 1
             client.close()
             if upstream is not None:
                 upstream.close()
+
+    async def _refuse(self, client: socket.socket, response: bytes) -> None:
+        """Answer, then read and discard what the program still sends until it closes (at most
+        ``_DRAIN_LIMIT`` bytes, ``_LINGER`` seconds): closing with its request unread would reset
+        the connection, and a program still writing would get an error, not the answer."""
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(OSError):
+            client.send(response)
+            client.shutdown(socket.SHUT_WR)
+            drained = 0
+            async with asyncio.timeout(min(_LINGER, self._header_timeout)):
+                while drained < _DRAIN_LIMIT:
+                    chunk = await loop.sock_recv(client, _READ_SIZE)
+                    if not chunk:
+                        break
+                    drained += len(chunk)
+        client.close()
 
     def _authorized(self, given: bytes | None) -> bool:
         expected = self._credential
@@ -414,9 +474,12 @@ class NetworkProxy:
         scheme, _, token = (given or b"").partition(b" ")
         return scheme.lower() == b"basic" and hmac.compare_digest(token.strip(), expected)
 
-    async def _read_request(self, client: socket.socket) -> tuple[ProxyRequest, bytes]:
+    async def _read_request(
+        self, client: socket.socket, buffer: bytearray
+    ) -> tuple[ProxyRequest, bytes]:
+        """The request and the bytes read past its head; ``buffer`` holds what was read, for
+        a caller that gets ``Refused``."""
         loop = asyncio.get_running_loop()
-        buffer = bytearray()
         try:
             async with asyncio.timeout(self._header_timeout):
                 while True:
@@ -520,9 +583,28 @@ async def _try_connect(
     return sock
 
 
+def _authorization_in(head: bytes | bytearray) -> bytes | None:
+    """The ``Proxy-Authorization`` value of a head that may be malformed or cut short."""
+    for line in bytes(head).split(b"\n")[1:]:
+        name, colon, value = line.partition(b":")
+        if colon and name.strip().lower() == b"proxy-authorization":
+            return value.strip()
+    return None
+
+
 def _answer_and_close(client: socket.socket, response: bytes) -> None:
     """Best effort: a refusal is small enough for an empty socket buffer; a program that is not
-    reading gets the connection closed all the same."""
+    reading gets the connection closed all the same. What the program already sent is read
+    first (up to ``_DRAIN_LIMIT``) and the close is a FIN after the answer: closing with unread
+    data resets the connection, and the program could lose the answer to it."""
+    with contextlib.suppress(OSError):
+        drained = 0
+        while drained < _DRAIN_LIMIT:
+            chunk = client.recv(_READ_SIZE)
+            if not chunk:
+                break
+            drained += len(chunk)
     with contextlib.suppress(OSError):
         client.send(response)
+        client.shutdown(socket.SHUT_WR)
     client.close()
