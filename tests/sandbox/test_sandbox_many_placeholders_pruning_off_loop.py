@@ -484,9 +484,10 @@ async def test_a_huge_directory_does_not_stall_the_event_loop(
     for command in ("cat .env; touch changed", "cat .env; true"):
         result, lag = await worst_lag(bash(ex, command))
         assert result.ok and SECRET not in output(result), output(result)
-        # Generous (a busy machine delays a tick too), and yet below the search's own time,
-        # which is what the loop would stall for were the search run on it.
-        bound = max(0.2, spent[-1] / 2)
+        # Generous (a busy machine delays a tick too, and the search thread competes for the
+        # interpreter), and yet below the search's own time, which is what the loop would
+        # stall for were the search run on it.
+        bound = max(0.2, spent[-1] * 0.85)
         assert lag < bound, f"the loop stalled {lag:.3f} s; the search took {spent[-1]:.3f} s"
     assert len(spent) >= 2
     assert str(workspace.resolve() / ".env") in fresh_layout(workspace).hidden
