@@ -114,44 +114,35 @@ if NO_EXTENSIONS and not any(isinstance(f, _SourceFirst) for f in sys.meta_path)
     sys.meta_path.insert(0, _SourceFirst())
 
 
-def _load_openat2() -> Callable[[str, bool], int] | None:
-    """The compiled openat2 probe (see _openat2.pyx), or None: it has no pure twin, and without
-    it ``fastgate.paths`` takes the /proc route for every path."""
+def _load_own(module: str, name: str) -> object | None:
+    """``name`` from the compiled module ``module`` that has no pure twin (its own .pyx), or
+    None: in the pure build, or where it failed to build and extensions are not required."""
     if NO_EXTENSIONS:
         return None
     try:
-        from fastgate._core._openat2 import open_no_symlinks
+        found: object = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     except ImportError as exc:
         if REQUIRE_EXTENSIONS:
             raise ImportError(
-                f"fastgate: compiled module _openat2 is required but failed to load: {exc}"
+                f"fastgate: compiled module {module} is required but failed to load: {exc}"
             ) from exc
         return None
-    return open_no_symlinks
-
-
-def _load_construct() -> Callable[[type, Callable[..., object]], None] | None:
-    """The compiled class-call router (see _construct.pyx), or None: the pure build has no use
-    for it (its classes are plain Python)."""
-    if NO_EXTENSIONS:
-        return None
-    try:
-        from fastgate._core._construct import route_construction
-    except ImportError as exc:
-        if REQUIRE_EXTENSIONS:
-            raise ImportError(
-                f"fastgate: compiled module _construct is required but failed to load: {exc}"
-            ) from exc
-        return None
-    return route_construction
+    return found
 
 
 _loaded = {name: _load(name) for name in MODULES}
 _pipeline = {name: _pipeline_compiled(name) for name in PIPELINE_MODULES}
-#: ``open_no_symlinks(path, directory) -> errno`` (0: opened, no symlink on the way), or None.
-open_no_symlinks = _load_openat2()
-#: ``route_construction(cls, factory)``: calls of ``cls`` go to ``factory``; None when pure.
-route_construction = _load_construct()
+#: ``open_no_symlinks(path, directory) -> errno`` (0: opened, no symlink on the way), or None:
+#: without it ``fastgate.paths`` takes the /proc route for every path (see _openat2.pyx).
+open_no_symlinks = cast(
+    "Callable[[str, bool], int] | None", _load_own("_openat2", "open_no_symlinks")
+)
+#: ``route_construction(cls, factory)``: calls of ``cls`` go to ``factory`` (see
+#: _construct.pyx); None when pure, whose classes are plain Python.
+route_construction = cast(
+    "Callable[[type, Callable[..., object]], None] | None",
+    _load_own("_construct", "route_construction"),
+)
 
 #: module name -> "compiled" | "pure": what `fastgate info` reports.
 IMPLEMENTATION = {name: ("compiled" if c else "pure") for name, (_, c) in _loaded.items()}

@@ -229,13 +229,16 @@ class LocalFileSystem:
         finally:
             os.close(fd)
 
-    def read_now(self, path: str, limit: int | None) -> tuple[FileStat, bytes]:
+    def _open_for_reading(self, path: str) -> int:
         try:
-            fd = self._open(path, _READ_FLAGS)
+            return self._open(path, _READ_FLAGS)
         except OSError as exc:
             if exc.errno == errno.ENXIO:  # a socket (or a device with nothing behind it)
                 raise NotARegularFile(path) from None
             raise
+
+    def read_now(self, path: str, limit: int | None) -> tuple[FileStat, bytes]:
+        fd = self._open_for_reading(path)
         return _read_open(fd, path, limit)
 
     def read_checked_now(self, path: str, limit: int | None) -> tuple[FileStat, bytes]:
@@ -387,12 +390,7 @@ class LocalFileSystem:
         """A descriptor reading the regular file ``path``, opened beneath the roots (a symlink
         followed only while it stays inside); ``NotARegularFile`` for anything else, which is
         never read (a FIFO opened here does not block: it is opened non-blocking)."""
-        try:
-            fd = self._open(path, _READ_FLAGS)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:  # a socket (or a device with nothing behind it)
-                raise NotARegularFile(path) from None
-            raise
+        fd = self._open_for_reading(path)
         try:
             if not stat_.S_ISREG(os.fstat(fd).st_mode):
                 raise NotARegularFile(path)

@@ -32,7 +32,6 @@ import msgspec
 from fastgate import _core
 from fastgate.admission.holds import Holds, until_cancelled
 from fastgate.durable.store import (
-    MAX_ID_BYTES,
     JournalEntry,
     JournalStore,
     ToolUseRecord,
@@ -50,7 +49,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fastgate.pipeline.journal")
 
-MAX_KEY_BYTES: Final = MAX_ID_BYTES  # a key is an id, not a payload (and fits any store's index)
 _FIRST_PAUSE: Final = 0.01  # seconds before asking again about a running call
 _LONGEST_PAUSE: Final = 0.25  # another process's result is noticed within this
 # Read per keyed call: an enum member read through its class takes EnumType's slow
@@ -65,7 +63,7 @@ async def claim_key(
     key = call.ctx.idempotency_key
     if key is None or call.parent_execution_id is not None:
         return None
-    problem = _key_problem(key)
+    problem = key_problem(key)
     if problem is not None:
         return executor._finalize(
             call, ErrorCode.INVALID_ARGS, problem, details={"reason": "idempotency_key"}
@@ -233,10 +231,6 @@ def _keeps_journal(store: Any) -> TypeGuard[JournalStore]:
     if known is None:
         known = _journal_classes[type(store)] = isinstance(store, JournalStore)
     return known
-
-
-def _key_problem(key: Any) -> str | None:
-    return key_problem(key)
 
 
 def _answer(executor: ToolExecutor, call: _Call, key: str, entry: JournalEntry) -> ToolResult:
