@@ -28,7 +28,7 @@ from setuptools.command.build_ext import build_ext
 ROOT = Path(__file__).parent
 CORE = ROOT / "src" / "fastgate" / "_core"
 CYSRC = ROOT / "build" / "cysrc"
-CORE_MODULES = ("_wait", "_gate", "_sched", "_locks", "_validate")
+CORE_MODULES = ("_wait", "_gate", "_sched", "_locks", "_validate", "_task")
 
 
 def _flag(name: str) -> bool:

@@ -6,6 +6,7 @@ import asyncio
 import errno
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -603,14 +604,10 @@ async def test_a_body_task_cancelled_by_a_third_party_before_it_starts_still_set
     assert_idle(ex)
 
 
-@pytest.mark.parametrize(
-    ("deadline", "with_token"),
-    [(None, False), (30.0, False), (None, True), (30.0, True)],
-    ids=["fast path", "deadline", "caller token", "deadline and token"],
-)
-async def test_a_call_takes_two_turns_of_the_loop(deadline: float | None, with_token: bool) -> None:
-    """One turn runs the body's task, the next resumes the caller: no more. Under load every
-    extra turn waits behind all the other ready callbacks."""
+async def _turns_of_one_call(
+    body: Callable[..., Any], deadline: float | None, with_token: bool
+) -> int:
+    """How many turns of the loop one call of ``body`` takes (after a warm-up call)."""
     loop = asyncio.get_running_loop()
     turns = 0
     ticking = True
@@ -621,7 +618,7 @@ async def test_a_call_takes_two_turns_of_the_loop(deadline: float | None, with_t
         if ticking:
             loop.call_soon(tick)
 
-    ex = executor(tool("quick", lambda args, ctx: "done", NOTHING, timeout=deadline))
+    ex = executor(tool("quick", body, NOTHING, timeout=deadline))
     ctx = ExecutionContext(cancel=CancelToken()) if with_token else None
     await ex.execute("quick", {}, ctx)  # warm up
     loop.call_soon(tick)
@@ -631,7 +628,37 @@ async def test_a_call_takes_two_turns_of_the_loop(deadline: float | None, with_t
     used = turns - before
     ticking = False
     assert result.ok
-    assert used == 2, used
+    assert_idle(ex)
+    return used
+
+
+_ROUTES = pytest.mark.parametrize(
+    ("deadline", "with_token"),
+    [(None, False), (30.0, False), (None, True), (30.0, True)],
+    ids=["fast path", "deadline", "caller token", "deadline and token"],
+)
+
+
+@_ROUTES
+async def test_a_body_that_never_waits_takes_no_turn_of_the_loop(
+    deadline: float | None, with_token: bool
+) -> None:
+    """Its first step runs inside the call (the body's task starts eagerly): a call whose body
+    finishes at once never waits behind the other ready callbacks of a loaded server."""
+    assert await _turns_of_one_call(lambda args, ctx: "done", deadline, with_token) == 0
+
+
+@_ROUTES
+async def test_a_body_that_waits_once_takes_two_turns_of_the_loop(
+    deadline: float | None, with_token: bool
+) -> None:
+    """One turn resumes the body after its wait, the next resumes the caller: no more."""
+
+    async def yield_once(args: Any, ctx: Any) -> str:
+        await asyncio.sleep(0)
+        return "done"
+
+    assert await _turns_of_one_call(yield_once, deadline, with_token) == 2
 
 
 def test_deadlines_hold_with_a_loop_per_thread() -> None:

@@ -12,20 +12,21 @@ so a run that is meant to test the compiled build can never silently test the pu
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from importlib.machinery import EXTENSION_SUFFIXES
 from types import ModuleType
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 NO_EXTENSIONS = os.environ.get("FASTGATE_NO_EXTENSIONS", "") not in ("", "0")
 REQUIRE_EXTENSIONS = os.environ.get("FASTGATE_REQUIRE_EXTENSIONS", "") not in ("", "0")
-MODULES = ("_wait", "_gate", "_sched", "_locks", "_validate")
+MODULES = ("_wait", "_gate", "_sched", "_locks", "_validate", "_task")
 #: Compiled by mypyc as they are (setup.py reads this list from here).
 PIPELINE_MODULES = (
     "pipeline.executor",
@@ -166,6 +167,11 @@ else:
     locks = _loaded["_locks"][0]
     validate = _loaded["_validate"][0]
 
+#: ``start_body(coro, loop, name)``: the body's own task, its first step run at once (see
+#: _task_py).
+start_body: Callable[[Coroutine[Any, Any, Any], asyncio.AbstractEventLoop, str], asyncio.Task[Any]]
+start_body = _loaded["_task"][0].start_body
+
 #: The completed awaitable the admission fast paths return (see _wait_py).
 READY: Awaitable[None] = cast(
     "Awaitable[None]", wait.Ready() if _loaded["_wait"][1] else wait.interpreted_ready()
@@ -183,5 +189,6 @@ __all__ = (
     "open_no_symlinks",
     "route_construction",
     "sched",
+    "start_body",
     "wait",
 )

@@ -20,6 +20,7 @@ import inspect
 from collections.abc import Callable, Coroutine
 from typing import Any, Final
 
+from fastgate._core import start_body
 from fastgate.admission.deadlines import Deadlines, Expiring
 from fastgate.model.cancel import CancelToken
 from fastgate.model.results import Failure
@@ -43,7 +44,7 @@ DEADLINE: Final = _Deadline()
 _deadlines: Deadlines | None = None  # those of the loop that last ran a call with a budget
 _FAILURE: Final = Failure
 _running_loop: Final = asyncio.get_running_loop  # every call: a C static, not two lookups
-_Task: Final = asyncio.Task
+_start_body: Final = start_body
 # A body raising these stops the event loop as asyncio means them to; any other exception of
 # the body (a BaseException subclass of its own, a GeneratorExit) is the tool's error.
 _LOOP_STOPPERS: Final = (KeyboardInterrupt, SystemExit)
@@ -251,26 +252,27 @@ async def invoke(
     runner = _Attempts(settled)
     body = _start(loop, runner.run(tool, args, ctx, is_async), task_name)
     signal = ctx.signal
-    guard = _Guard(loop, body, settled, signal, cancel_grace)
-    body.add_done_callback(guard.settle)  # a body cancelled before its first step never runs
-    link = cancel.add_callback(guard.on_cancel) if cancel is not None else None
-    deadlines: Deadlines | None = None
-    if time_budget is not None:
-        deadlines = _deadlines_of(loop)
-        deadlines.add(time_budget, guard)
-    try:
-        await settled
-    except asyncio.CancelledError:
-        body.cancel()
-        on_runaway(body)
-        raise
-    finally:
-        if link is not None:
-            link.remove()
-        if deadlines is not None and time_budget is not None:
-            deadlines.remove(time_budget, guard)
-        if guard.grace_timer is not None:
-            guard.grace_timer.cancel()
+    if not body.done():  # it waits: stop it at the deadline or the caller's cancel
+        guard = _Guard(loop, body, settled, signal, cancel_grace)
+        body.add_done_callback(guard.settle)  # a body cancelled before its first step never runs
+        link = cancel.add_callback(guard.on_cancel) if cancel is not None else None
+        deadlines: Deadlines | None = None
+        if time_budget is not None:
+            deadlines = _deadlines_of(loop)
+            deadlines.add(time_budget, guard)
+        try:
+            await settled
+        except asyncio.CancelledError:
+            body.cancel()
+            on_runaway(body)
+            raise
+        finally:
+            if link is not None:
+                link.remove()
+            if deadlines is not None and time_budget is not None:
+                deadlines.remove(time_budget, guard)
+            if guard.grace_timer is not None:
+                guard.grace_timer.cancel()
     ended_with = runner.kind
     if ended_with is None:  # the body did not return
         if not body.done():
@@ -350,10 +352,11 @@ def _deadlines_of(loop: asyncio.AbstractEventLoop) -> Deadlines:
 def _start(
     loop: asyncio.AbstractEventLoop, body: Coroutine[Any, Any, Any], name: str
 ) -> asyncio.Task[Any]:
-    """The body's own task, named after its tool. Made directly when the loop has no task
-    factory: ``loop.create_task`` would first format a "Task-N" name, then replace it."""
+    """The body's own task, named after its tool, its first step already run (see
+    ``fastgate._core._task_py``): a body that never waits is done when this returns. A task
+    factory installed on the loop makes the task instead, and it is scheduled as usual."""
     if loop.get_task_factory() is None:
-        return _Task(body, loop=loop, name=name)
+        return _start_body(body, loop, name)
     return loop.create_task(body, name=name)
 
 
