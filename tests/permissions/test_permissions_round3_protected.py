@@ -157,6 +157,7 @@ def test_a_symlink_into_a_protected_directory_is_seen(tmp_path: Path) -> None:
 
 WRITES = [
     "echo '{}' > .claude/settings.json",
+    "git config --global alias.st status",  # ~/.gitconfig: an alias runs what it names later
     "echo '{}' >> .claude/settings.local.json",
     "echo x >| .mcp.json",
     "echo x &> .mcp.json",
@@ -250,7 +251,7 @@ def test_bash_writes_to_protected_paths_ask(
         "echo x > notes.txt",
         "cp a b",
         "git config --get core.hooksPath",
-        "git config --global alias.st status",
+        "git config --global user.email me@example.com",  # a stamping key: runs nothing
         "git config -l",
         "sed 's/a/b/' .claude/settings.json",
         "echo .claude/settings.json",

@@ -394,9 +394,13 @@ def tail_regex(pattern: PathPattern) -> str | None:
     """A full-match regex over a relative path (``a/b``) for "this path, below some directory
     not known in advance, may be one the pattern matches": some tail of the pattern, holding a
     segment other than ``**``, matches the path's first components (what follows them is
-    below). The unknown directory itself is not assumed to be a match: a tail of only ``**``
+    below). A pattern that matches at any depth (``.env``, ``**/.ssh/**``) may match at any
+    depth of the path too: ``srv/.env`` below an unknown directory may be a ``.env``. The
+    unknown directory itself is not assumed to be a match: a tail of only ``**``
     (``**/.ssh/**``'s last segment) is left out. None when no tail qualifies."""
     segments = [*(c for c in pattern.prefix.split("/") if c), *pattern.segments]
+    if pattern.anchor == "anywhere":
+        segments = ["**", *segments]
     tails = [
         _rule_regex(segments[start:])
         for start in range(len(segments))

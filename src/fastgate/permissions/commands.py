@@ -68,6 +68,7 @@ from fastgate.permissions.shell import (
 )
 from fastgate.permissions.wrappers import WRAPPERS, is_assignment, unwrap
 from fastgate.permissions.writes import (
+    GIT_HARMLESS_KEYS,
     git_directory_words,
     guessed_words,
     made_files,
@@ -638,10 +639,114 @@ def _programs_made_here(out: list[CommandFacts], searches: bool) -> list[Command
                         why = why or "runs programs made under other names too many times over"
                         break
                     pending += _judged_as(facts, (source, *form[1:]), searches)
+            for index, script in _script_words(form):
+                for sources in made.get(_file_name(script.value), ()):
+                    if not sources or any(s.dynamic for s in sources) or index < 0:
+                        why = why or (
+                            f"{program_name(program)} runs `{script.raw}`, a file this command "
+                            "line writes (what it holds is known only when it runs)"
+                        )
+                        continue
+                    for source in sources:  # a copy or a link: judged as what it copies
+                        replaced = (*form[:index], source, *form[index + 1 :])
+                        key = ("", replaced)
+                        if key in judged:
+                            continue
+                        judged.add(key)
+                        if len(judged) > _MAX_ALIASES:
+                            why = why or "runs scripts made under other names too many times over"
+                            break
+                        pending += _judged_as(facts, replaced, searches)
         if why and not facts.unknown:
             facts = dataclasses.replace(facts, unknown=True, why_unknown=why)
         result.append(facts)
     return result
+
+
+# Programs that run code from a file named among their words: the shells, ``source``, and the
+# common interpreters. For each: its options taking an argument, those of them whose argument
+# is a file of code too, and its options whose code is inline (then it reads no script file).
+_Interpreter = tuple[re.Pattern[str], frozenset[str], frozenset[str], frozenset[str]]
+
+
+def _interpreter(pattern: str, taking: str, code: str, inline: str) -> _Interpreter:
+    return (
+        re.compile(pattern),
+        frozenset((taking + " " + code).split()),
+        frozenset(code.split()),
+        frozenset(inline.split()),
+    )
+
+
+_SHELL_OPTIONS = _interpreter("", "-o +o -O +O", "--rcfile --init-file", "")
+_INTERPRETERS = (
+    _interpreter(r"(?:python|pypy)[0-9.]*", "-W -X --check-hash-based-pycs", "", "-c"),
+    _interpreter(r"perl[0-9.]*", "-I -x", "", "-e -E"),
+    _interpreter(r"ruby[0-9.]*", "-I -C -E", "-r --require", "-e"),
+    _interpreter(
+        r"node(?:js)?|ts-node|tsx|bun|deno",
+        "",
+        "-r --require --import --loader --experimental-loader",
+        "-e --eval -p --print",
+    ),
+    _interpreter(r"php[0-9.]*", "-c -d", "-f", "-r"),
+    _interpreter(r"lua(?:jit|[0-9.]*)", "", "-l", "-e"),
+    _interpreter(r"Rscript|tclsh[0-9.]*|wish[0-9.]*|expect", "", "-f", "-e -c"),
+)
+_SUBCOMMAND_RUNNERS = frozenset({"bun", "deno"})  # ``deno run x.ts``, ``bun run x.ts``
+
+
+def _script_words(form: tuple[Word, ...]) -> list[tuple[int, Word]]:
+    """The words of ``form`` an interpreter may read code from, each with its index in
+    ``form`` (-1 for a name made from a word, as ``python -m mod`` reads ``mod.py``): a shell's
+    or interpreter's script (its first operand), ``source FILE``, and option values that are
+    code files (``--rcfile``, ``node -r``). The script's own arguments are not counted."""
+    if len(form) < 2 or form[0].dynamic:
+        return []
+    name = program_name(form[0])
+    if name in SCRIPT_RUNNERS:
+        return [(1, form[1])]
+    found = _SHELL_OPTIONS if name in SHELLS else None
+    if found is None:
+        found = next((entry for entry in _INTERPRETERS if entry[0].fullmatch(name)), None)
+        if found is None:
+            return []
+    _, takes, code_files, inline = found
+    out: list[tuple[int, Word]] = []
+    subcommand = name in _SUBCOMMAND_RUNNERS
+    i = 1
+    while i < len(form):
+        word = form[i]
+        value = word.value
+        if word.dynamic:
+            return out  # a script known only at run time: judged as such elsewhere
+        if value == "--":
+            i += 1
+            break
+        if not value.startswith(("-", "+")) or value in ("-", "+"):
+            break
+        option, eq, joined = value.partition("=")
+        if name in SHELLS and not option.startswith("--") and any(c in option[1:] for c in "cs"):
+            return out  # ``-c`` text is parsed as commands; ``-s`` reads standard input
+        if option in inline:
+            return out
+        if option == "-m" and name not in SHELLS and not eq:  # ``python -m mod``
+            module = form[i + 1].value if i + 1 < len(form) else ""
+            top = module.split(".")[0]
+            return [*out, (-1, Word(top + ".py", top)), (-1, Word(top, top))] if top else out
+        if option in takes:
+            argument = Word(joined, joined, word.dynamic) if eq else None
+            if argument is None and i + 1 < len(form):
+                argument = form[i + 1]
+                i += 1
+            if argument is not None and option in code_files:
+                out.append((i, argument) if not eq else (-1, argument))
+        i += 1
+    if i < len(form) and subcommand and form[i].value == "run":
+        i += 1
+    if i < len(form):
+        out.append((i, form[i]))
+    return out
 
 
 def _judged_as(facts: CommandFacts, words: tuple[Word, ...], searches: bool) -> list[CommandFacts]:
@@ -688,6 +793,154 @@ def linked_programs(analysis: CommandAnalysis, root: str) -> CommandAnalysis:
     if not extra:
         return analysis
     return dataclasses.replace(analysis, commands=analysis.commands + tuple(extra))
+
+
+# What git reads from a git directory it finds: a ``config`` (and a worktree's, and the
+# ``commondir`` naming another one) and the ``hooks`` it runs.
+_GIT_READS_FROM = frozenset({"config", "config.worktree", "commondir"})
+_MAX_GIT_LEVELS = 64
+
+
+def foreign_git_directories(analysis: CommandAnalysis, root: str) -> CommandAnalysis:
+    """``analysis`` with each git command unknown when the git directory it finds, from where
+    it runs (``cd``, ``-C``), may hold a configuration or hooks the model wrote: git takes a
+    directory shaped like a bare repository (``HEAD``, ``objects``) as its git directory, and
+    reads its ``config`` (``core.fsmonitor``, ``alias.x=!cmd`` run commands). Unknown when
+    such a directory not named ``.git`` is on the way up (on disk, now), when this line puts
+    a ``config``, ``commondir`` or hook there or copies or links the directory into place, or
+    when git runs in a directory known only at run time. A ``.git`` directory's own files are
+    protected by name, so a repository found through one is judged as usual."""
+    if analysis.error is not None:
+        return analysis
+    git_facts = {id(facts) for facts in analysis.commands if _git_starts(facts) is not None}
+    if not git_facts:
+        return analysis
+    made: set[str] = set()
+    made_unplaced: set[str] = set()
+    for facts in analysis.commands:
+        for word, _ in facts.made:
+            if word.dynamic:
+                continue
+            if facts.base_unknown and not word.value.startswith(("/", "~")):
+                made_unplaced.add(_file_name(word.value))
+            for base in facts.bases:
+                made.add(_absolute(root, base, word.value))
+    commands: list[CommandFacts] = []
+    for facts in analysis.commands:
+        why = ""
+        if id(facts) in git_facts and not facts.unknown:
+            why = _foreign_git_reason(facts, root, made, made_unplaced)
+        if why:
+            facts = dataclasses.replace(facts, unknown=True, why_unknown=why)
+        commands.append(facts)
+    return dataclasses.replace(analysis, commands=tuple(commands))
+
+
+def _git_starts(facts: CommandFacts) -> list[tuple[str, ...]] | None:
+    """The ``-C`` directories of each git form of ``facts`` (``[()]`` for a plain ``git
+    status``); None when it runs no git, or git is told its ``.git`` directory outright."""
+    found: list[tuple[str, ...]] = []
+    for form in facts.forms:
+        if not form or form[0].dynamic or program_name(form[0]) != "git":
+            continue
+        moves: list[str] = []
+        explicit = False
+        i = 1
+        while i < len(form) and form[i].value.startswith("-") and not form[i].dynamic:
+            value = form[i].value
+            if value in _GIT_GLOBAL_WITH_ARGUMENT:
+                if value == "-C" and i + 1 < len(form):
+                    moves.append(form[i + 1].value)
+                explicit = explicit or value == "--git-dir"
+                i += 2
+                continue
+            explicit = explicit or value.startswith("--git-dir=")
+            i += 1
+        if not explicit:  # (an explicit one was judged by its name)
+            found.append(tuple(moves))
+    return found or None
+
+
+def _absolute(root: str, base: str, value: str) -> str:
+    place = os.path.expanduser(base) if base.startswith("~") else base
+    word = os.path.expanduser(value) if value.startswith("~") else value
+    return os.path.normpath(os.path.join(root, place, word))
+
+
+def _foreign_git_reason(
+    facts: CommandFacts, root: str, made: set[str], made_unplaced: set[str]
+) -> str:
+    if facts.base_unknown:
+        return (
+            "git runs in a directory known only at run time, where it may find a configuration "
+            "(which may run commands) the model wrote"
+        )
+    for moves in _git_starts(facts) or ():
+        for base in facts.bases:
+            start = _absolute(root, base, os.path.join(*moves) if moves else ".")
+            why = _foreign_git_directory(start, made, made_unplaced)
+            if why:
+                return why
+    return ""
+
+
+def _foreign_git_directory(start: str, made: set[str], made_unplaced: set[str]) -> str:
+    """Why the git directory git finds from ``start`` may be one the model wrote ("" when the
+    first one found is a ``.git``, or none is)."""
+    chains = [start]
+    try:
+        physical = os.path.realpath(start)
+    except (OSError, ValueError):
+        physical = start
+    if physical != start:
+        chains.append(physical)  # git walks up from the directory it is really in
+    for directory in chains:
+        for _ in range(_MAX_GIT_LEVELS):
+            if directory in made:
+                return (
+                    f"git runs in {directory}, which this command line copies, links or writes "
+                    "into place: its configuration may run commands"
+                )
+            try:
+                if os.path.lexists(os.path.join(directory, ".git")):
+                    break  # a repository: its ``.git`` files are protected by name
+                planted = next(
+                    (
+                        path
+                        for path in made
+                        if (
+                            os.path.dirname(path) == directory
+                            and os.path.basename(path) in _GIT_READS_FROM
+                        )
+                        or path.startswith(os.path.join(directory, "hooks", ""))
+                    ),
+                    None,
+                )
+                if planted is None and made_unplaced & _GIT_READS_FROM:
+                    planted = next(iter(sorted(made_unplaced & _GIT_READS_FROM)))
+                if planted is not None:
+                    return (
+                        f"git may read `{planted}`, which this command line writes, as its "
+                        "configuration (which may run commands)"
+                    )
+                shaped = os.path.lexists(os.path.join(directory, "HEAD")) and any(
+                    os.path.lexists(os.path.join(directory, entry))
+                    for entry in ("objects", "refs", "commondir")
+                )
+            except (OSError, ValueError):
+                shaped = False
+            if shaped:
+                if trusted_git_directory(directory):
+                    break
+                return (
+                    f"git takes {directory} as its git directory and reads its configuration "
+                    "(which may run commands): it is not protected as a repository's `.git` is"
+                )
+            parent = os.path.dirname(directory)
+            if parent == directory:
+                break
+            directory = parent
+    return ""
 
 
 def _link_targets(path: str) -> list[str]:
@@ -1080,20 +1333,6 @@ def _expanded_heredoc(body: str) -> str | None:
     return "".join(out)
 
 
-# ``git -c KEY=VALUE`` keys that change only how git shows or stamps its work, never what it
-# runs (aliases, pagers, editors, hooks, filters, ssh and credential helpers, ``ext::``
-# transports, included files do): any other key makes the command unknown.
-_GIT_HARMLESS_KEYS = re.compile(
-    r"(?:color|advice|column|i18n|status|log|blame|grep|format|http|fetch)\.[a-z0-9.-]*"
-    r"|user\.(?:name|email|signingkey|useconfigonly)|author\.(?:name|email)"
-    r"|committer\.(?:name|email)|init\.defaultbranch|safe\.directory"
-    r"|core\.(?:quotepath|autocrlf|safecrlf|eol|filemode|ignorecase|precomposeunicode|abbrev"
-    r"|commentchar|commentstring|whitespace|longpaths)"
-    r"|commit\.gpgsign|tag\.gpgsign|pull\.(?:rebase|ff)|push\.(?:default|autosetupremote)"
-    r"|fetch\.prune|gc\.auto|maintenance\.auto|protocol\.version|rebase\.autosquash"
-    r"|merge\.conflictstyle|diff\.(?:noprefix|renames|algorithm|mnemonicprefix|context)"
-    r"|checkout\.defaultremote|credential\.interactive|feature\.manyfiles"
-)
 _GIT_GLOBAL_WITH_ARGUMENT = frozenset(
     {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env", "--super-prefix"}
 )
@@ -1146,12 +1385,27 @@ def _git_nested(
         name, eq, joined = word.value.partition("=")
         if name == "--exec-path" and eq:  # (without a value it only prints the directory)
             return "git --exec-path= runs its commands' programs from a directory it names"
+        if name in ("--git-dir", "-C") and not eq and i + 1 < len(words):
+            if words[i + 1].dynamic:
+                return f"git {name} names a directory known only at run time"
+        if name == "--git-dir" and (eq or i + 1 < len(words)):
+            git_dir = Word(joined, joined) if eq else words[i + 1]
+            if not trusted_git_directory(git_dir.value):
+                return (
+                    f"git --git-dir {git_dir.text} reads the configuration (which may run "
+                    "commands) of a directory not protected as a repository's `.git` is"
+                )
+        if word.value == "--bare":
+            return (
+                "git --bare reads the configuration (which may run commands) of the directory "
+                "it runs in"
+            )
         if name in ("-c", "--config-env"):
             if not eq and i + 1 >= len(words):
                 return ""
             setting = Word(joined, joined) if eq else words[i + 1]
             key = setting.value.partition("=")[0].lower()
-            if setting.dynamic or not _GIT_HARMLESS_KEYS.fullmatch(key):
+            if setting.dynamic or not GIT_HARMLESS_KEYS.fullmatch(key):
                 return f"git configuration `{setting.raw}` may make git run other commands"
         if word.value in _GIT_GLOBAL_WITH_ARGUMENT:
             i += 2
@@ -1206,6 +1460,42 @@ def _git_nested(
     return ""
 
 
+# Variables naming the git directory whose configuration (and hooks) git uses.
+GIT_DIRECTORY_VARIABLES = frozenset({"GIT_DIR", "GIT_COMMON_DIR"})
+
+
+def trusted_git_directory(value: str) -> bool:
+    """Whether git reading its configuration and hooks from the git directory ``value`` reads
+    only files protected by their names: a ``.git`` directory (its ``config`` and ``hooks``
+    match ``**/.git/config`` and ``**/.git/hooks/**``). Any other directory may hold a
+    ``config`` the model wrote (``core.fsmonitor``, ``alias.x=!cmd`` run code)."""
+    if not value:
+        return False
+    components = os.path.normpath(value).split("/")
+    if ".git" not in components:
+        return False
+    # a submodule's or a worktree's git directory (``**/.git/modules/**/config``,
+    # ``**/.git/worktrees/*/config`` are protected too)
+    below = components[len(components) - 1 - components[::-1].index(".git") + 1 :]
+    return (
+        not below
+        or (below[0] == "modules" and len(below) >= 2)
+        or (below[0] == "worktrees" and len(below) == 2)
+    )
+
+
+def _git_directory_hazard(name: str, value: Word | None) -> str:
+    """Why setting ``name`` (to ``value``, when known) makes what git runs unknown."""
+    if name not in GIT_DIRECTORY_VARIABLES:
+        return ""
+    if value is not None and not value.dynamic and trusted_git_directory(value.value):
+        return ""
+    return (
+        f"sets {name}, pointing git at a configuration (which may run commands) not protected "
+        "as a repository's `.git` is"
+    )
+
+
 def _git_command_hazard(command: str, rest: tuple[Word, ...]) -> str:
     """Why the options of ``git COMMAND`` make what it runs unknown, or ``""``: a template
     directory whose hooks the new repository runs (``clone``/``init --template``), or
@@ -1220,7 +1510,7 @@ def _git_command_hazard(command: str, rest: tuple[Word, ...]) -> str:
         return f"git {command} --template copies hooks (run by git) from a directory it names"
     for _, setting in settings:
         key = setting.value.partition("=")[0].lower()
-        if not _GIT_HARMLESS_KEYS.fullmatch(key):
+        if not GIT_HARMLESS_KEYS.fullmatch(key):
             return f"git {command} configuration `{setting.raw}` may make git run other commands"
     return ""
 
@@ -1526,6 +1816,12 @@ def _names_hazard(builtin: str, names: list[Word]) -> str:
             return f"{builtin} evaluates the array subscript of {name} as arithmetic"
         if _is_code_variable(name):
             return f"{builtin} sets {name}, whose value is run as code"
+        _, eq, assigned = word.value.partition("=")
+        if builtin in ("unset", "test", "[") or (builtin in DECLARATIONS and not eq):
+            continue  # no value given: what it had was judged where it was set
+        hazard = _git_directory_hazard(name, Word(assigned, assigned, word.dynamic) if eq else None)
+        if hazard:
+            return f"{builtin} {hazard}"
     return ""
 
 
@@ -1535,9 +1831,15 @@ def _is_code_variable(name: str) -> bool:
 
 def _assignment_hazard(assignments: list[Word]) -> str:
     for word in assignments:
-        name = word.value.partition("=")[0].rstrip("+")
+        name, plus_eq, value = word.value.partition("=")
+        name = name.rstrip("+")
         if _is_code_variable(name.partition("[")[0]):
             return f"assigns {name.partition('[')[0]}, whose value is run as code"
+        appended = plus_eq and word.value.partition("=")[0].endswith("+")  # ``GIT_DIR+=x``
+        known = None if appended else Word(value, value, word.dynamic)
+        hazard = _git_directory_hazard(name, known)
+        if hazard:
+            return hazard
     return ""
 
 

@@ -33,7 +33,12 @@ from fastgate.paths.canonical import canonical_path, folds_case, names_any
 from fastgate.paths.globs import PathPattern, tail_regex
 from fastgate.paths.linear import NEVER, LinearRegex, linear
 from fastgate.permissions.approval_store import ApprovalStore
-from fastgate.permissions.commands import CommandAnalysis, analyze_command, linked_programs
+from fastgate.permissions.commands import (
+    CommandAnalysis,
+    analyze_command,
+    foreign_git_directories,
+    linked_programs,
+)
 from fastgate.permissions.config import PermissionConfig
 from fastgate.permissions.matching import (
     command_allowed_by,
@@ -41,7 +46,13 @@ from fastgate.permissions.matching import (
     key_matches,
 )
 from fastgate.permissions.project_rules import exact_rules_for
-from fastgate.permissions.rules import NO_RULES, Rule, ToolRules
+from fastgate.permissions.rules import (
+    NO_RULES,
+    Rule,
+    ToolRules,
+    git_user_configs,
+    parse_patterns,
+)
 from fastgate.permissions.settings import SettingsCache, append_rules
 from fastgate.permissions.subjects import (
     ResolvedPath,
@@ -197,8 +208,11 @@ class PermissionResolver:
         # Per definition: the arguments its signatures leave out (``ignored_arguments``).
         self._signing: dict[ToolDefinition, frozenset[str]] = {}
         self._sensitive = _Guard(config.sensitive_patterns)
-        # What a model could change to widen its own permissions or run code later.
-        self._protected = _Guard(config.protected_patterns)
+        # What a model could change to widen its own permissions or run code later; git's
+        # user and system configuration always (every git the server runs reads them).
+        self._protected = _Guard(
+            config.protected_patterns + parse_patterns(git_user_configs(), "protected")
+        )
 
     # -- the decision --------------------------------------------------------------------------
 
@@ -472,8 +486,10 @@ class PermissionResolver:
             command = args["command"]
             if not isinstance(command, str):
                 return Subject("command", repr(command), invalid="the command is not a string")
-            # (programs reached through links are looked at now: the text analysis is cached)
+            # (programs reached through links, and the git directories git would find, are
+            # looked at now, on disk: the text analysis is cached)
             analysis = linked_programs(self._analysis(command), root)
+            analysis = foreign_git_directories(analysis, root)
             paths = command_paths(analysis, root)
             if paths is None:
                 return Subject(

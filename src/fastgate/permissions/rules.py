@@ -13,6 +13,7 @@ ways, and the tool decides which applies when a call is matched (see ``resolver`
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -76,6 +77,20 @@ DEFAULT_PROTECTED: tuple[str, ...] = (
     "**/.git/config",
     *GIT_INDIRECTIONS,
 )
+
+
+def git_user_configs() -> tuple[str, ...]:
+    """git's configuration outside any repository, read by every git the server runs:
+    the user's (``git config --global``, also under ``$XDG_CONFIG_HOME`` when the server has
+    one) and the system's (``--system``). Writing one changes what later git commands run
+    (``core.fsmonitor``, ``core.hooksPath``, aliases, ``core.sshCommand``)."""
+    found = ["~/.gitconfig", "~/.config/git/config", "//etc/gitconfig"]
+    xdg = os.environ.get("XDG_CONFIG_HOME", "")
+    if xdg.startswith("/") and "\x00" not in xdg and xdg.strip("/"):
+        literal = re.sub(r"([*?\[\]\\])", r"\\\1", xdg.strip("/"))  # a path, not a glob
+        found.append("//" + literal + "/git/config")
+    return tuple(dict.fromkeys(found))
+
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _RULE = re.compile(r"(?s)([^()]*)(?:\((.*)\))?")  # greedy: the specifier ends at the last ")"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 from typing import NamedTuple
 
 from fastgate.permissions.shell import Word
@@ -470,16 +471,59 @@ def _find_writes(args: tuple[Word, ...]) -> list[Word]:
     return out
 
 
+# ``git -c KEY=VALUE`` keys that change only how git shows or stamps its work, never what it
+# runs (aliases, pagers, editors, hooks, filters, ssh and credential helpers, ``ext::``
+# transports, included files do): any other key makes the command unknown.
+GIT_HARMLESS_KEYS = re.compile(
+    r"(?:color|advice|column|i18n|status|log|blame|grep|format|http|fetch)\.[a-z0-9.-]*"
+    r"|user\.(?:name|email|signingkey|useconfigonly)|author\.(?:name|email)"
+    r"|committer\.(?:name|email)|init\.defaultbranch|safe\.directory"
+    r"|core\.(?:quotepath|autocrlf|safecrlf|eol|filemode|ignorecase|precomposeunicode|abbrev"
+    r"|commentchar|commentstring|whitespace|longpaths)"
+    r"|commit\.gpgsign|tag\.gpgsign|pull\.(?:rebase|ff)|push\.(?:default|autosetupremote)"
+    r"|fetch\.prune|gc\.auto|maintenance\.auto|protocol\.version|rebase\.autosquash"
+    r"|merge\.conflictstyle|diff\.(?:noprefix|renames|algorithm|mnemonicprefix|context)"
+    r"|checkout\.defaultremote|credential\.interactive|feature\.manyfiles"
+)
+# Where ``git config --global`` and ``--system`` write: the user's configuration (git writes
+# the XDG file when only that one exists) and the system's. Each is read by every later git.
+GIT_GLOBAL_CONFIGS = ("~/.gitconfig", "~/.config/git/config")
+GIT_SYSTEM_CONFIGS = ("/etc/gitconfig",)
+# ``git config``'s scope options, each with the shortest prefix taken for it: git accepts any
+# unambiguous prefix (``--glo``); a shorter, ambiguous one makes git fail, and reading it as
+# the scope only asks more.
+_GIT_CONFIG_SCOPES = (("--global", 3), ("--system", 3), ("--blob", 4), ("--file", 5))
+
+
+def _git_config_scope(word: Word) -> tuple[str, str | None]:
+    """The scope option ``word`` spells (``""`` for none) and its joined value, if any."""
+    name, eq, joined = word.value.partition("=")
+    for option, shortest in _GIT_CONFIG_SCOPES:
+        if len(name) >= shortest and option.startswith(name):
+            return option, joined if eq else None
+    return "", None
+
+
 def _git_config_writes(args: tuple[Word, ...]) -> list[Word]:
-    """``git config`` that sets or removes a value writes the repository's ``.git/config`` (or
-    the ``--file`` it names)."""
+    """``git config`` that sets or removes a value writes the repository's ``.git/config``, the
+    ``--file`` it names, or the user's (``--global``) or the system's (``--system``)
+    configuration, whatever ``HOME`` says when it runs."""
     found = _git_call(args)
     if found is None or found.command != "config":
         return []
     rest = found.rest
     values = [w.value for w in rest]
-    scoped = _option_values(rest, ("-f", "--file"))
-    if any(v in ("--global", "--system", "--blob") or v.startswith("--blob=") for v in values):
+    scoped = _option_values(rest, ("-f",))
+    scopes: set[str] = set()
+    for index, word in enumerate(rest):
+        scope, joined = _git_config_scope(word)
+        scopes.add(scope)
+        if scope == "--file":
+            if joined is not None:
+                scoped.append(Word(joined, word.raw, word.dynamic))
+            elif index + 1 < len(rest):
+                scoped.append(rest[index + 1])
+    if "--blob" in scopes:
         return []
     if any(v in _GIT_READS for v in values):
         return []
@@ -491,9 +535,26 @@ def _git_config_writes(args: tuple[Word, ...]) -> list[Word]:
     writes = writes or len(operands) >= 2 or any(v in _GIT_WRITES for v in values)
     if not writes:
         return []
-    if scoped:
-        return scoped
+    if scopes & {"--global", "--system"} and not scoped and _harmless_setting(operands, values):
+        return []  # (``user.email``: it only changes how git stamps its work)
+    named = [Word(path, path) for path in GIT_GLOBAL_CONFIGS if "--global" in scopes]
+    named += [Word(path, path) for path in GIT_SYSTEM_CONFIGS if "--system" in scopes]
+    if scoped or named:
+        return scoped + named
     return [Word(found.config, found.config)]
+
+
+def _harmless_setting(operands: list[Word], values: list[str]) -> bool:
+    """Whether ``git config`` sets or removes only a key that changes how git shows or stamps
+    its work (never what it runs). ``safe.directory`` is not one when kept: it makes git trust
+    repositories (and their configuration) that others own."""
+    if any(v.startswith(("--ed", "--ren", "--rem")) or v == "-e" for v in values):
+        return False
+    words = operands[1:] if operands and operands[0].value in ("set", "unset") else operands
+    if not words or words[0].dynamic:
+        return False
+    key = words[0].value.lower()
+    return key != "safe.directory" and GIT_HARMLESS_KEYS.fullmatch(key) is not None
 
 
 # What git reads from a git directory it finds: a change to one changes what runs later.
