@@ -31,6 +31,10 @@ started through another service (``systemd-run``, ``at``, ``ssh``), which is not
 descendant at all.
 """
 
+from fastgate.processes._descriptors import OUT_OF_DESCRIPTORS as OUT_OF_DESCRIPTORS
+from fastgate.processes._descriptors import DescriptorsExhausted as DescriptorsExhausted
+from fastgate.processes._descriptors import ensure_free as ensure_free
+from fastgate.processes._descriptors import soft_limit as soft_limit
 from fastgate.processes._environment import DEFAULT_ENV_DENY as DEFAULT_ENV_DENY
 from fastgate.processes._environment import without_secrets as without_secrets
 from fastgate.processes._plan import BIND_DEVICES as BIND_DEVICES
@@ -57,15 +61,19 @@ __all__ = (
     "BIND_RECURSIVE",
     "DEFAULT_ENV_DENY",
     "DEVNULL",
+    "OUT_OF_DESCRIPTORS",
     "PIPE",
     "STDOUT",
+    "DescriptorsExhausted",
     "Op",
     "Plan",
     "PlanFailed",
     "Process",
     "Step",
     "encode",
+    "ensure_free",
     "launcher_command",
+    "soft_limit",
     "spawn",
     "supervision",
     "without_secrets",

@@ -95,8 +95,12 @@ class Resident:
                         raise  # a descriptor of the request (EBADF), not the resident
                     self._lost()
                     raise ResidentGone(exc.errno, "the resident launcher is gone") from exc
+                # The resident holds its own copy now. Closed before the reply so that the
+                # pidfd it carries has a free number even when this process is at its limit.
+                os.close(spec_fd)
+                spec_fd = -1
                 try:
-                    data, ancillary, _, _ = self._socket.recvmsg(
+                    data, ancillary, flags, _ = self._socket.recvmsg(
                         _REPLY.size, socket.CMSG_SPACE(array.array("i").itemsize)
                     )
                 except TimeoutError:
@@ -113,7 +117,8 @@ class Resident:
                     self._lost()
                     raise ResidentGone(exc.errno, "the resident launcher is gone") from exc
         finally:
-            os.close(spec_fd)
+            if spec_fd >= 0:
+                os.close(spec_fd)
         pidfds = list(_received(ancillary))
         if len(data) != _REPLY.size:
             for fd in pidfds:
@@ -126,7 +131,10 @@ class Resident:
         if error or not pidfds:
             for fd in pidfds:
                 os.close(fd)
-            code = error or errno.EIO
+            # A pidfd that could not be received (no free number here): the launcher finds
+            # its control pipe closed by the caller and ends at once what it started.
+            truncated = flags & socket.MSG_CTRUNC
+            code = error or (errno.EMFILE if truncated else errno.EIO)
             raise OSError(code, f"the resident launcher could not start one: {os.strerror(code)}")
         return pid, pidfds[0]
 

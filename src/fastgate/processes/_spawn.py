@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import IO, NamedTuple
 
 from fastgate._core import REQUIRE_EXTENSIONS
+from fastgate.processes._descriptors import OUT_OF_DESCRIPTORS, DescriptorsExhausted
 from fastgate.processes._plan import Plan, Step
 from fastgate.processes._resident import ResidentGone, encode_spec, memfd, resident
 
@@ -94,9 +95,11 @@ def spawn(
     pass_fds: Sequence[int] = (),
 ) -> Process:
     """Start ``argv`` (from a running event loop) and return at once, as ``Popen`` does; raise
-    ``OSError`` when even its launcher cannot start (a missing ``cwd``, no descriptors left). A
-    command that cannot be executed (a missing program) makes ``started()``, ``exited()`` and
-    ``wait()`` raise ``OSError`` once its launcher has ended.
+    ``OSError`` when even its launcher cannot start (a missing ``cwd``), ``DescriptorsExhausted``
+    (an ``OSError`` too) when the server is out of file descriptors; either way nothing of it
+    is left (no pipe, no launcher). A command that cannot be executed (a missing program)
+    makes ``started()``, ``exited()`` and ``wait()`` raise ``OSError`` once its launcher has
+    ended.
 
     ``plan``: the steps the launcher makes to confine the command (``fastgate.sandbox`` makes
     them; see ``_plan.py``); a step that fails makes them raise ``PlanFailed`` naming it.
@@ -120,6 +123,24 @@ def spawn(
         raise ValueError(f"spawn: grace must be a finite number of seconds >= 0, got {grace!r}")
     program = executable if executable is not None else args[0]
     std = _Setup(stdin, stdout, stderr, cwd, env)
+    try:
+        return _spawn(args, program, std, grace, plan, pass_fds)
+    except OSError as exc:
+        # Out of descriptors, wherever it struck (a pipe, the plan's memfd, the launcher's
+        # fork, the pidfd of its reply): said so, for the caller to retry; nothing was left.
+        if exc.errno in OUT_OF_DESCRIPTORS and not isinstance(exc, DescriptorsExhausted):
+            raise DescriptorsExhausted(exc.errno) from exc
+        raise
+
+
+def _spawn(
+    args: list[str],
+    program: str,
+    std: _Setup,
+    grace: float,
+    plan: Plan | Sequence[Step] | None,
+    pass_fds: Sequence[int],
+) -> Process:
     launcher = launcher_command()
     if launcher is None:
         if plan is not None:
@@ -127,13 +148,19 @@ def spawn(
         return Process(std.popen(args, executable=program), -1, -1, grace, program, direct=True)
     if plan is not None and not isinstance(plan, Plan):
         plan = Plan(plan)
-    # The encoded plan in a descriptor the launcher reads to its end.
-    plan_fd = memfd("fastgate-plan", plan.data) if plan is not None else -1
-    control_r, control_w = os.pipe()
-    report_r, report_w = os.pipe()
-    extra = (plan_fd, *pass_fds) if plan_fd >= 0 else ()
-    launched: subprocess.Popen[bytes] | _Forked | None = None
+    # Every descriptor made here is closed on any failure: one that runs out of descriptors
+    # halfway must not leave the ones made before it open.
+    theirs: list[int] = []  # the launcher's copies: closed here once it has them
+    ours: list[int] = []  # the Process's, unless this fails
     try:
+        # The encoded plan in a descriptor the launcher reads to its end.
+        plan_fd = memfd("fastgate-plan", plan.data) if plan is not None else -1
+        if plan_fd >= 0:
+            theirs.append(plan_fd)
+        control_r, control_w = _pipe(theirs, ours)
+        report_w, report_r = _pipe(theirs, ours, reading=False)
+        extra = (plan_fd, *pass_fds) if plan_fd >= 0 else ()
+        launched: subprocess.Popen[bytes] | _Forked | None = None
         if len(launcher) == 1 and not _compiled_failed:
             launched = _fork_launcher(
                 launcher[0], program, args, grace, control_r, report_w, std, plan_fd, pass_fds
@@ -146,17 +173,25 @@ def spawn(
                 launcher, [program, *args], grace, control_r, report_w, std, plan_fd, extra
             )
     except BaseException:
-        os.close(control_w)
-        os.close(report_r)
+        for fd in ours:
+            os.close(fd)
         raise
     finally:
-        os.close(control_r)
-        os.close(report_w)
-        if plan_fd >= 0:
-            os.close(plan_fd)
+        for fd in theirs:
+            os.close(fd)
     process = Process(launched, control_w, report_r, grace, program, direct=False)
     process.plan = plan.steps if plan is not None else None
     return process
+
+
+def _pipe(theirs: list[int], ours: list[int], *, reading: bool = True) -> tuple[int, int]:
+    """A pipe whose end the launcher reads (``reading``) or writes goes to ``theirs``, the
+    other to ``ours``: ``(theirs, ours)``."""
+    read_end, write_end = os.pipe()
+    mine, other = (write_end, read_end) if reading else (read_end, write_end)
+    theirs.append(other)
+    ours.append(mine)
+    return other, mine
 
 
 class PlanFailed(OSError):
@@ -255,9 +290,12 @@ def _fork_launcher(
     cwd = None
     if std.cwd is not None:
         cwd = os.open(std.cwd, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-    slots, files, ours = _stdio(std)
+    files: list[IO[bytes] | None] = []
+    ours: list[int] = []
     try:
-        slots = [control, report, *slots, cwd, plan_fd if plan_fd >= 0 else None]
+        # Inside: a pipe that cannot be made (out of descriptors) must not leave ``cwd`` open.
+        stdio, files, ours = _stdio(std)
+        slots = [control, report, *stdio, cwd, plan_fd if plan_fd >= 0 else None]
         for attempt in (1, 2):
             try:
                 pid, pidfd = resident(program_of_launcher).fork(spec, slots, pass_fds)

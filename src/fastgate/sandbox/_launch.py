@@ -23,12 +23,23 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from fastgate.processes import Plan, Process
+from fastgate.processes import (
+    OUT_OF_DESCRIPTORS,
+    DescriptorsExhausted,
+    Plan,
+    Process,
+    ensure_free,
+)
 from fastgate.sandbox import _planner
 from fastgate.sandbox._network import NetworkEvent
 from fastgate.sandbox._policy import SandboxPolicy
 from fastgate.sandbox._proxy import NetworkProxy, proxy_environment
 from fastgate.sandbox._support import SandboxSupport, host, sandbox_support, warn_unconfined
+
+#: Descriptors that must be free for a sandboxed command to be started: the search, the
+#: proxy's listener and channel, the output pipe, the launcher's pipes, plan and pidfd, with
+#: room to spare. Fewer: ``DescriptorsExhausted`` before anything is made.
+SPAWN_DESCRIPTORS = 32
 
 
 class Confinement:
@@ -61,9 +72,28 @@ class Confinement:
         roots: Sequence[str] | None,
         cwd: str,
     ) -> Confinement:
+        try:
+            return await cls._open(policy, support, roots=roots, cwd=cwd)
+        except OSError as exc:
+            if exc.errno in OUT_OF_DESCRIPTORS and not isinstance(exc, DescriptorsExhausted):
+                raise DescriptorsExhausted(exc.errno) from exc
+            raise
+
+    @classmethod
+    async def _open(
+        cls,
+        policy: SandboxPolicy,
+        support: SandboxSupport,
+        *,
+        roots: Sequence[str] | None,
+        cwd: str,
+    ) -> Confinement:
         arch, abi = host()
         if arch is None:
             raise OSError("seccomp is not available here")
+        # Checked before anything is made: a server at its limit otherwise fails halfway (a
+        # directory of the search that cannot be opened reads as one that cannot be listed).
+        ensure_free(SPAWN_DESCRIPTORS)
         # The search for hidden and protected paths lists whole directories (hundreds of
         # thousands of entries, should a command make them): never on the event loop, nor on
         # its default executor, which the file tools share (calls queue for the one planner).

@@ -22,6 +22,7 @@ REASONS: Final = (
     "resolve_failed",
     "connect_failed",
     "too_many_connections",
+    "server_busy",
     "bad_request",
     "header_too_large",
     "header_timeout",

@@ -10,7 +10,9 @@ Per connection (a task of its own): the request head is read within ``header_tim
 ``max_header_bytes``; its host is canonicalised and judged (deny, then allow); the name is
 resolved once and every address it resolves to must be public unless ``allow_private``; the
 connection goes to those addresses only (the name is never resolved again, so a second DNS
-answer cannot move it: no rebinding); then the bytes go both ways until either side ends. Every
+answer cannot move it: no rebinding); the connection must then fit the descriptor budget all
+proxies of the process share (``_DescriptorBudget``: else ``server_busy``) before its upstream is
+opened; then the bytes go both ways until either side ends. Every
 decision is one ``NetworkEvent``, recorded and passed to ``on_event`` before the program sees
 the answer. A fault anywhere in that path closes the connection (a ``proxy_error`` event);
 a proxy that is closed or broken has no listener, so the program's connections are refused:
@@ -29,13 +31,22 @@ import logging
 import os
 import socket
 import stat
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final
 
+from fastgate.processes import OUT_OF_DESCRIPTORS, soft_limit
 from fastgate.sandbox._framing import exchange
 from fastgate.sandbox._hosts import IPAddress, canonical_host, is_public
-from fastgate.sandbox._http import TUNNEL_OPEN, ProxyRequest, Refused, parse_request, refusal
+from fastgate.sandbox._http import (
+    REFUSAL_HEADER,
+    TUNNEL_OPEN,
+    ProxyRequest,
+    Refused,
+    parse_request,
+    refusal,
+)
 from fastgate.sandbox._network import NetworkEvent, NetworkPolicy
 from fastgate.sandbox._relay import relay
 
@@ -50,10 +61,101 @@ _READ_SIZE: Final = 1 << 16
 #: at close makes the kernel reset the connection, and the program may lose the answer.
 _DRAIN_LIMIT: Final = 1 << 20
 _LINGER: Final = 1.0
-_ACCEPT_BACKOFF: Final = 0.05  # out of descriptors: let closing connections free some
+# Out of descriptors at accept: wait for a connection to free some, or this long (doubling up
+# to the maximum: descriptors freed elsewhere in the server are not seen).
+_ACCEPT_BACKOFF: Final = 0.05
+_ACCEPT_BACKOFF_MAX: Final = 1.0
 #: Names one proxy resolves at once (``getaddrinfo`` blocks a thread for as long as the name
 #: servers take, their timeouts included).
 RESOLVER_THREADS: Final = 4
+
+
+#: Descriptors a connection may hold at once: the program's socket, the upstream's, and the
+#: two pipes ``splice`` moves the bytes through.
+DESCRIPTORS_PER_CONNECTION: Final = 6
+SERVER_BUSY: Final = "server_busy"
+
+
+class _DescriptorBudget:
+    """The descriptors every proxy of this process holds together, bounded by a share of the
+    process's ``RLIMIT_NOFILE`` soft limit as it is at each admission: a quarter of it (the
+    server keeps three quarters, whatever its calls' programs do). A connection takes one
+    descriptor when accepted and ``DESCRIPTORS_PER_CONNECTION`` once its request is judged
+    and its upstream is about to be opened; it gives them back when it ends (its call's end
+    ends it). Upstreams may fill the share but an eighth of it: that eighth is left for
+    requests still being read, so one over the budget can still be read, refused and
+    attributed to its call."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held = 0
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+    @staticmethod
+    def share() -> tuple[int, int] | None:
+        """``(share, upstream_share)`` now; ``None`` without a limit."""
+        limit = soft_limit()
+        if limit is None:
+            return None
+        share = limit // 4
+        return share, share - share // 8
+
+    def take(self, count: int, *, upstream: bool) -> bool:
+        """Take ``count`` descriptors if the share (or the part upstreams may fill) has room."""
+        bounds = self.share()
+        with self._lock:
+            ceiling = None if bounds is None else bounds[1] if upstream else bounds[0]
+            if ceiling is not None and self._held + count > ceiling:
+                return False
+            self._held += count
+            return True
+
+    def give(self, count: int) -> None:
+        with self._lock:
+            self._held -= count
+            waiters, self._waiters = self._waiters, []
+        for loop, waiter in waiters:
+            with contextlib.suppress(RuntimeError):  # its loop has closed meanwhile
+                loop.call_soon_threadsafe(_wake, waiter)
+
+    def freed(self) -> asyncio.Future[None]:
+        """Done once a connection of any proxy gives its descriptors back."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            self._waiters = [(lp, w) for lp, w in self._waiters if not w.done()]
+            self._waiters.append((loop, waiter))
+        return waiter
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+_BUDGET: Final = _DescriptorBudget()
+
+
+def connection_budget() -> int | None:
+    """How many connections every proxy of this process may have open together now, each
+    counted at ``DESCRIPTORS_PER_CONNECTION`` (``None`` without a limit on descriptors):
+    seven eighths of a quarter of the ``RLIMIT_NOFILE`` soft limit, in connections."""
+    bounds = _BUDGET.share()
+    return None if bounds is None else bounds[1] // DESCRIPTORS_PER_CONNECTION
+
+
+def _refusal(reason: str) -> bytes:
+    if reason != SERVER_BUSY:
+        return refusal(reason)
+    body = f"fastgate network proxy refused: {reason}\n".encode("ascii")
+    return (
+        f"HTTP/1.1 503 Service Unavailable\r\n{REFUSAL_HEADER}: {reason}\r\n"
+        f"Content-Type: text/plain\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode("ascii") + body
 
 
 async def system_resolver(host: str, port: int) -> Sequence[str]:
@@ -183,6 +285,7 @@ class NetworkProxy:
         # be anyone's), and how many that did are open (only those are the call's).
         self._unproven: dict[asyncio.Task[None], None] = {}
         self._proven = 0
+        self._descriptors: dict[asyncio.Task[None], int] = {}  # of the process-wide budget
         self._idle = asyncio.Event()
         self._idle.set()
         self._address: tuple[str, int] | None = None
@@ -333,6 +436,7 @@ class NetworkProxy:
 
     async def _accept_loop(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
+        delay = 0.0  # > 0 while accepting fails for want of descriptors or memory
         try:
             while True:
                 try:
@@ -340,9 +444,18 @@ class NetworkProxy:
                 except OSError as exc:
                     if exc.errno not in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                         raise
-                    log.warning("network proxy: cannot accept a connection (%s)", exc)
-                    await asyncio.sleep(_ACCEPT_BACKOFF)
+                    if not delay:  # once per spell, not once per try
+                        log.warning(
+                            "network proxy: cannot accept a connection (%s); retrying as "
+                            "descriptors are freed",
+                            exc,
+                        )
+                    delay = min(delay * 2, _ACCEPT_BACKOFF_MAX) or _ACCEPT_BACKOFF
+                    await _until_freed(delay)
                     continue
+                if delay:
+                    log.info("network proxy: accepting connections again")
+                    delay = 0.0
                 self._admit(client)
         except asyncio.CancelledError:
             raise
@@ -357,20 +470,33 @@ class NetworkProxy:
         if self._closed:
             client.close()
             return
-        if self._credential is not None:
+        if self._credential is None and len(self._connections) >= self.policy.max_connections:
+            self._record(NetworkEvent("", 0, False, "too_many_connections"))
+            _answer_and_close(client, refusal("too_many_connections"))
+            return
+        if not _BUDGET.take(1, upstream=False):
+            # Every proxy's connections together hold their share of the server's
+            # descriptors: refused at once. Without a credential every connection is the
+            # call's; with one, this one has not shown it yet and could be anyone's.
+            if self._credential is None:
+                self._record(NetworkEvent("", 0, False, SERVER_BUSY))
+            _answer_and_close(client, _refusal(SERVER_BUSY))
+            return
+        if self._credential is not None and len(self._unproven) >= self.policy.max_connections:
             # Anyone on the host can reach a loopback listener: a connection is the call's, and
             # counts against its limit, only once it shows the secret. Until then, at most
             # ``max_connections`` wait at once (each for ``header_timeout`` at most); the oldest
             # gives way to the newest, so holding idle connections cannot shut the call out.
-            if len(self._unproven) >= self.policy.max_connections:
-                oldest = next(iter(self._unproven))
-                del self._unproven[oldest]
-                oldest.cancel()
-        elif len(self._connections) >= self.policy.max_connections:
-            self._record(NetworkEvent("", 0, False, "too_many_connections"))
-            _answer_and_close(client, refusal("too_many_connections"))
-            return
-        task = asyncio.get_running_loop().create_task(self._serve(client))
+            oldest = next(iter(self._unproven))
+            del self._unproven[oldest]
+            oldest.cancel()
+        try:
+            task = asyncio.get_running_loop().create_task(self._serve(client))
+        except BaseException:
+            _BUDGET.give(1)
+            client.close()
+            raise
+        self._descriptors[task] = 1
         if self._credential is not None:
             self._unproven[task] = None
         self._connections.add(task)
@@ -381,6 +507,7 @@ class NetworkProxy:
         task.add_done_callback(lambda _: client.close())
 
     def _forget(self, task: asyncio.Task[None]) -> None:
+        _BUDGET.give(self._descriptors.pop(task, 0))
         self._connections.discard(task)
         self._unproven.pop(task, None)
         if not self._connections:
@@ -421,7 +548,7 @@ class NetworkProxy:
                 upstream = await self._open(request)
             except Refused as refused:
                 self._record(NetworkEvent(refused.host, refused.port, False, refused.reason))
-                await self._refuse(client, refusal(refused.reason))
+                await self._refuse(client, _refusal(refused.reason))
                 return
             if not self._record(NetworkEvent(request.host.text, request.port, True, "allowed")):
                 return
@@ -510,7 +637,19 @@ class NetworkProxy:
         addresses = [host.address] if host.address is not None else await self._resolve(request)
         if not self.policy.allow_private and not all(is_public(a) for a in addresses):
             raise Refused("private_address", host.text, port)
+        self._reserve_upstream(host.text, port)
         return await self._connect(request, addresses)
+
+    def _reserve_upstream(self, host: str, port: int) -> None:
+        """The rest of the connection's descriptors, from the process-wide budget, before its
+        upstream is opened; ``Refused("server_busy")`` when the budget is spent."""
+        task = asyncio.current_task()
+        extra = DESCRIPTORS_PER_CONNECTION - 1
+        if task is None or task not in self._descriptors:  # pragma: no cover - always a task
+            return
+        if not _BUDGET.take(extra, upstream=True):
+            raise Refused(SERVER_BUSY, host, port)
+        self._descriptors[task] += extra
 
     async def _resolve(self, request: ProxyRequest) -> list[IPAddress]:
         host, port = request.host.text, request.port
@@ -534,6 +673,10 @@ class NetworkProxy:
                         return sock
         except TimeoutError:
             pass
+        except OSError as exc:  # no socket could be made at all
+            if exc.errno not in OUT_OF_DESCRIPTORS:
+                raise
+            raise Refused(SERVER_BUSY, request.host.text, request.port) from None
         raise Refused("connect_failed", request.host.text, request.port)
 
     def _record(self, event: NetworkEvent) -> bool:
@@ -554,6 +697,18 @@ class NetworkProxy:
         return True
 
 
+async def _until_freed(delay: float) -> None:
+    """Until a proxy connection gives its descriptors back, or ``delay`` seconds."""
+    freed = _BUDGET.freed()
+    try:
+        async with asyncio.timeout(delay):
+            await freed
+    except TimeoutError:
+        pass
+    finally:
+        freed.cancel()
+
+
 class _ClientGone(Exception):
     """The program closed the connection before its request was whole: nothing to decide."""
 
@@ -569,7 +724,7 @@ async def _try_connect(
     loop: asyncio.AbstractEventLoop, address: IPAddress, port: int
 ) -> socket.socket | None:
     family = socket.AF_INET if address.version == 4 else socket.AF_INET6
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM)  # out of descriptors: the caller's refusal
     try:
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

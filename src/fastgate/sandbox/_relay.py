@@ -3,8 +3,9 @@
 Each direction is a ``_Pump``: it reads from its source only while nothing it read is still
 waiting for the destination, so a slow reader on one side holds the writer on the other (no
 buffer grows without bound). On Linux the bytes go through a pipe with ``splice(2)`` and never
-enter Python (a download through the proxy then costs about what it costs direct); elsewhere, or
-where ``splice`` is refused, through one reused buffer with ``recv_into``/``send``.
+enter Python (a download through the proxy then costs about what it costs direct); elsewhere,
+where ``splice`` is refused, or where no descriptor is left for the pipe, through one reused
+buffer with ``recv_into``/``send``.
 
 A tunnel ends when both directions reached end of file (each passes its EOF on with
 ``shutdown(SHUT_WR)``, so half-closed protocols work) or at the first error on either side.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import socket
 from typing import Final
@@ -27,6 +29,7 @@ _COPY_SIZE: Final = 1 << 18
 # Reads per readiness callback before yielding to the loop: a busy tunnel must not starve the
 # others (nor the header reads of new connections).
 _ROUNDS: Final = 16
+_NO_PIPE: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 
 class _Pump:
@@ -196,21 +199,37 @@ class _CopyPump(_Pump):
         return sent
 
 
+def _make_pump(
+    splice: bool,
+    loop: asyncio.AbstractEventLoop,
+    src: socket.socket,
+    dst: socket.socket,
+    done: asyncio.Future[None],
+) -> _Pump:
+    if splice:
+        try:
+            return _SplicePump(loop, src, dst, done)
+        except OSError as exc:
+            # No descriptors (or pipe memory) left for its pipe: the copy loop needs none, and
+            # a tunnel already answered must not end for want of one.
+            if exc.errno not in _NO_PIPE:
+                raise
+    return _CopyPump(loop, src, dst, done)
+
+
 async def relay(
     client: socket.socket, upstream: socket.socket, *, use_splice: bool | None = None
 ) -> None:
     """Copy both ways until both sides ended (or one failed); returns then, or raises the
     first ``OSError``. Cancelling it stops both pumps; the caller closes the sockets."""
     loop = asyncio.get_running_loop()
-    kind: type[_Pump] = (
-        _SplicePump if (_SPLICE if use_splice is None else use_splice) else _CopyPump
-    )
+    splice = _SPLICE if use_splice is None else use_splice
     up_done: asyncio.Future[None] = loop.create_future()
     down_done: asyncio.Future[None] = loop.create_future()
     pumps: list[_Pump] = []
     try:
-        pumps.append(kind(loop, client, upstream, up_done))
-        pumps.append(kind(loop, upstream, client, down_done))
+        pumps.append(_make_pump(splice, loop, client, upstream, up_done))
+        pumps.append(_make_pump(splice, loop, upstream, client, down_done))
         for pump in pumps:
             pump.start()
         pending: set[asyncio.Future[None]] = {up_done, down_done}
@@ -234,11 +253,8 @@ async def pump(src: socket.socket, dst: socket.socket, *, use_splice: bool | Non
     the way ``relay`` copies each way. Cancelling it stops the pump; the caller closes the
     sockets."""
     loop = asyncio.get_running_loop()
-    kind: type[_Pump] = (
-        _SplicePump if (_SPLICE if use_splice is None else use_splice) else _CopyPump
-    )
     done: asyncio.Future[None] = loop.create_future()
-    one = kind(loop, src, dst, done)
+    one = _make_pump(_SPLICE if use_splice is None else use_splice, loop, src, dst, done)
     try:
         one.start()
         await done
