@@ -233,28 +233,57 @@ class _FileView(msgspec.Struct, frozen=True):
 # What one change of a patch is for a Claude Code hook: the Claude Code names it answers to
 # beyond the tool's own, and the fields that tool would take. A file a patch creates or deletes
 # is a write (a ``Write`` hook guards it); every file it touches is an edit (the patch answers
-# to ``Edit``).
+# to ``Edit`` and ``MultiEdit``).
 _WRITE: Final = ("Write",)
+_MULTI_EDIT: Final = "MultiEdit"
+
+
+def _edit(old: str, new: str) -> dict[str, Any]:
+    """One edit as Claude Code's ``MultiEdit`` lists it."""
+    return {"old_string": old, "new_string": new, "replace_all": False}
 
 
 def _patch_changes(args: Mapping[str, Any]) -> list[tuple[str, tuple[str, ...], dict[str, Any]]]:
     """Each file the built-in ``apply_patch`` call touches, in patch order: its path as written,
-    the extra names it answers to, and the fields Claude Code's tool would take for it."""
+    the extra names it answers to, and the fields Claude Code's tool would take for it: an
+    update is ``MultiEdit``'s ``edits``, one per ``@@`` chunk (its old lines, context included,
+    for its new ones)."""
     module = sys.modules["fastgate.builtin._patch"]
     changes: list[tuple[str, tuple[str, ...], dict[str, Any]]] = []
     for hunk in module.parse_patch(args["patch"]):
         if hunk.kind == "add":
-            text = hunk.contents
             # Write's content, and the Edit that creates a file: old_string "" (Claude Code's).
-            fields = {"content": text, "old_string": "", "new_string": text}
+            fields = {"content": hunk.contents, "edits": [_edit("", hunk.contents)]}
             changes.append((hunk.path, _WRITE, fields))
         elif hunk.kind == "delete":
             changes.append((hunk.path, _WRITE, {"content": ""}))
         else:
-            changes.append((hunk.path, (), {}))
+            edits = [_edit("\n".join(c.old), "\n".join(c.new)) for c in hunk.chunks]
+            changes.append((hunk.path, (), {"edits": edits}))
             if hunk.move_to is not None:  # the file is created there
                 changes.append((hunk.move_to, _WRITE, {}))
     return changes
+
+
+def _merged(given: list[dict[str, Any]]) -> dict[str, Any]:
+    """The fields of every change of one file, as one: each text written there counts (a patch
+    may add, delete and add a file again, or add a file and then update it). ``edits`` lists
+    every edit; ``old_string`` and ``new_string`` (Claude Code's ``Edit``) join them in order,
+    so a hook reading only those still sees every line the patch removes and writes. A file
+    the patch adds or deletes has ``content`` (``Write``'s): the text added, then, one per line,
+    what updates of it write, so a hook reading only ``content`` misses none of them."""
+    fields: dict[str, Any] = {}
+    if any("content" in f for f in given):
+        parts = [f["content"] for f in given if f.get("content")]
+        parts += [e["new_string"] for f in given if "content" not in f for e in f.get("edits", ())]
+        fields["content"] = "\n".join(parts)
+    edits = [edit for f in given for edit in f.get("edits", ())]
+    if edits:
+        fields["old_string"] = "\n".join(e["old_string"] for e in edits)
+        fields["new_string"] = "\n".join(e["new_string"] for e in edits)
+        fields["replace_all"] = False
+        fields["edits"] = edits
+    return fields
 
 
 def is_builtin_patch(tool: ToolDefinition) -> bool:
@@ -263,10 +292,20 @@ def is_builtin_patch(tool: ToolDefinition) -> bool:
     return module is not None and tool.execute is getattr(module, "apply_patch", None)
 
 
+def _own_names(tool: ToolDefinition) -> tuple[str, ...]:
+    """The names every file of a call answers to: the registered name, the ``rule_names``, and
+    for the built-in ``apply_patch`` also ``MultiEdit`` (an update is Claude Code's edits)."""
+    names = (tool.name, *tool.rule_names)
+    if _MULTI_EDIT not in names and is_builtin_patch(tool):
+        names = (*names, _MULTI_EDIT)
+    return names
+
+
 def hook_names(tool: ToolDefinition) -> tuple[str, ...]:
     """Every name a matcher may match ``tool`` by: its registered name, its ``rule_names``, and
-    for the built-in ``apply_patch`` also ``Write`` (a patch can create and delete files)."""
-    names = (tool.name, *tool.rule_names)
+    for the built-in ``apply_patch`` also ``MultiEdit`` and ``Write`` (a patch can create and
+    delete files)."""
+    names = _own_names(tool)
     if "Write" not in names and is_builtin_patch(tool):
         names = (*names, "Write")
     return names
@@ -300,7 +339,7 @@ def _file_views(event: Event, root: str) -> list[_FileView] | None:
         or claude_tool_name(event.tool_name, tool) not in _FILE_TOOLS
     ):
         return None
-    own = (tool.name, *tool.rule_names)
+    own = _own_names(tool)
     try:
         declared = tool.paths(args)
         paths = list(dict.fromkeys(declared))
@@ -316,16 +355,17 @@ def _file_views(event: Event, root: str) -> list[_FileView] | None:
         )
     # Per path as written: the names it answers to and Claude Code's fields for it. A path
     # the tool declares beyond its changes (what git reads through a .git it writes) is
-    # shown to every hook of the call; a path changed twice gets no fields (they disagree).
+    # shown to every hook of the call.
     extra: dict[str, tuple[str, ...]] = {}
-    fields: dict[str, dict[str, Any]] = {}
-    for path, names, given in changes:
+    given: dict[str, list[dict[str, Any]]] = {}
+    for path, names, fields in changes:
         extra[path] = tuple(dict.fromkeys((*extra.get(path, ()), *names)))
-        fields[path] = {} if path in fields and fields[path] != given else given
+        given.setdefault(path, []).append(fields)
     views = []
     for path in paths:
         names = (*own, *extra.get(path, _WRITE if changes else ()))
-        added = {key: value for key, value in fields.get(path, {}).items() if key not in args}
+        shown = _merged(given.get(path, []))
+        added = {key: value for key, value in shown.items() if key not in args}
         absolute = os.path.normpath(os.path.join(root, os.path.expanduser(path)))
         tool_input = {**args, **added, "file_path": absolute}
         views.append(_FileView(tool_input, names, frozenset({*added, "file_path"})))

@@ -30,7 +30,6 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
-from mcp.server.stdio import stdio_server
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler, ToolsListChanged
 from mcp.server.transport_security import TransportSecuritySettings
@@ -106,6 +105,7 @@ from fastgate.serve._listing import (
 from fastgate.serve._metrics import CONTENT_TYPE, GatewayMetrics
 from fastgate.serve._preview import visible
 from fastgate.serve._results import call_result, unknown_tool_result
+from fastgate.serve._stdio import checked_stdio_server
 
 log = logging.getLogger("fastgate.serve")
 
@@ -1013,7 +1013,7 @@ class Gateway:
         self._stdio_session = uuid.uuid4().hex
         await self.start()
         try:
-            async with stdio_server() as (read, write):
+            async with checked_stdio_server() as (read, write):
                 await self.server.run(read, write, self.server.create_initialization_options())
         finally:
             await self.aclose()
