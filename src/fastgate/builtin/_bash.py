@@ -36,6 +36,8 @@ async def bash(args: Any, ctx: RunContext) -> Any:
             roots=(root, *ctx.additional_dirs),
         )
     except OSError as exc:
+        if isinstance(exc, ToolFault):  # out of descriptors: retryable, with its details
+            raise
         return _not_started(exc, root)
     except asyncio.CancelledError as stopped:  # the refusals made before it count too
         _audit_refusals(ctx, getattr(stopped, "network", ()))

@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from fastgate.builtin._output import OutputBuffer
 from fastgate.model import CancelToken
-from fastgate.processes import DEFAULT_ENV_DENY, Plan, Process, Step, spawn
+from fastgate.processes import (
+    DEFAULT_ENV_DENY,
+    OUT_OF_DESCRIPTORS,
+    DescriptorsExhausted,
+    Plan,
+    Process,
+    Step,
+    spawn,
+)
 
 if TYPE_CHECKING:
     from fastgate.sandbox import NetworkEvent
@@ -165,7 +173,12 @@ class LocalShell:
         the end of every process it started; the result and the ended process. ``on_start``
         is called with the process once it is spawned."""
         run_env = self._environment(env)
-        read_fd, write_fd = os.pipe()
+        try:
+            read_fd, write_fd = os.pipe()
+        except OSError as exc:  # as spawn reports it: nothing was made
+            if exc.errno in OUT_OF_DESCRIPTORS:
+                raise DescriptorsExhausted(exc.errno) from exc
+            raise
         try:
             process = spawn(
                 [self.executable, "-c", command],  # $0 as given: errors say "bash: ..."

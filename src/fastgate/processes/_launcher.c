@@ -1431,8 +1431,10 @@ static int become_launcher(int *slots, int *passed, size_t passed_count) {
         report('E', errno);
         return 0;
     }
-    /* Every received descriptor above every number it must take, then each to its place. */
-    int floor = 256;
+    /* Every received descriptor above every number it must take (0-2 and each passed one's),
+     * then each to its place. The lowest such numbers: any fixed higher floor fails under a
+     * low limit on open files (F_DUPFD refuses a floor at or above it). */
+    int floor = 3;
     for (size_t i = 0; i < passed_count; i++) {
         int wanted = atoi(spec[env_at + envc + i]);
         if (wanted >= floor) floor = wanted + 1;
