@@ -47,7 +47,8 @@ class Approver:
 
 def _tools() -> list[Any]:
     """A ``Bash`` that runs nothing (it reports what it was given), a ``Write`` that writes
-    nothing, and ``Deploy`` keyed by its target."""
+    nothing, ``Deploy`` keyed by its target, ``Notify`` with an optional text, and ``Ping``,
+    which takes no arguments at all."""
     return [
         tool("Bash", lambda a, c: f"ran {a['command']}", COMMAND, kind=ToolKind.EXECUTE),
         tool("Write", lambda a, c: "written", PATH, kind=ToolKind.WRITE),
@@ -64,6 +65,7 @@ def _tools() -> list[Any]:
             schema.Object({"text": schema.String()}),
             kind=ToolKind.EXECUTE,
         ),
+        tool("Ping", lambda a, c: "pong", schema.Object({}), kind=ToolKind.EXECUTE),
     ]
 
 
@@ -367,8 +369,20 @@ async def test_keys_and_arguments_no_rule_can_name_stay_in_the_session(
 
 async def test_a_tool_without_arguments_is_saved_whole(tmp_path: Path) -> None:
     ex = _executor(tmp_path)
-    assert (await ex.execute("Notify", {}, _ctx("s1", Approver("project")))).ok
-    assert _project_allow(tmp_path) == ["Notify"]
+    assert (await ex.execute("Ping", {}, _ctx("s1", Approver("project")))).ok
+    assert _project_allow(tmp_path) == ["Ping"]
     fresh = _executor(tmp_path)
     assert (await fresh.execute("Deploy", {"target": "prod"}, _ctx("s2"))).error is not None
-    assert (await fresh.execute("Notify", {}, _ctx("s2"))).ok
+    assert (await fresh.execute("Ping", {}, _ctx("s2"))).ok
+
+
+async def test_a_call_leaving_out_an_optional_argument_stays_in_the_session(
+    tmp_path: Path,
+) -> None:
+    """``Notify({})`` approved for the project must not become the bare rule ``Notify``: that
+    would let any later text through unasked."""
+    ex = _executor(tmp_path)
+    assert (await ex.execute("Notify", {}, _ctx("s1", Approver("project")))).ok
+    assert _project_allow(tmp_path) == []
+    fresh = _executor(tmp_path)
+    assert _asked_again(await fresh.execute("Notify", {"text": "rm -rf /"}, _ctx("s2")))

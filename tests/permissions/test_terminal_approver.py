@@ -126,7 +126,9 @@ async def test_each_answer_gives_its_scope(
 async def test_project_is_offered_only_when_allowed(terminal: Terminal) -> None:
     offered = approver(terminal, allow_project=True)
     pending = asyncio.create_task(offered(request()))
-    assert "[p] yes, in this project" in await terminal.read_until("> ")
+    legend = await terminal.read_until("> ")
+    assert "[p] yes, in this project" in legend
+    assert "otherwise it counts for this session only" in legend  # said before choosing
     terminal.type("p\n")
     assert await pending == ApprovalResponse(True, "project")
 

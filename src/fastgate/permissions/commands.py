@@ -46,6 +46,7 @@ included), so relative words name the files bash would open.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import re
 import stat
@@ -201,6 +202,24 @@ CODE_VARIABLES = frozenset(
 CODE_VARIABLE_PREFIXES = ("BASH_FUNC_", "GIT_CONFIG_KEY_", "GIT_CONFIG_VALUE_")
 # Builtins that set the variables named by their arguments.
 DECLARATIONS = frozenset({"declare", "typeset", "local", "export", "readonly"})
+# What bash runs itself, never looking it up in ``PATH`` (``enable -n``, which could turn one
+# off, makes a command unknown anyway).
+SHELL_BUILTINS = frozenset(
+    {
+        ".", ":", "[", "[[", "alias", "bg", "bind", "break", "builtin", "caller", "cd",
+        "command", "compgen", "complete", "compopt", "continue", "declare", "dirs", "disown",
+        "echo", "enable", "eval", "exec", "exit", "export", "false", "fc", "fg", "getopts",
+        "hash", "help", "history", "jobs", "kill", "let", "local", "logout", "mapfile", "popd",
+        "printf", "pushd", "pwd", "read", "readarray", "readonly", "return", "set", "shift",
+        "shopt", "source", "suspend", "test", "time", "times", "trap", "true", "type",
+        "typeset", "ulimit", "umask", "unalias", "unset", "wait",
+    }
+)  # fmt: skip
+# A value of ``PATH`` only run time knows: read (``read PATH``, ``for PATH in``), or the variable
+# removed (bash then searches the working directory, and so does a bash started without it).
+_PATH_AT_RUN_TIME = Word("$(PATH set when it runs)", "(PATH set when it runs)", dynamic=True)
+# Ways of setting ``PATH`` the parsed commands do not show: a loop over it, ``${PATH:=x}``.
+_PATH_SET_IN_TEXT = re.compile(r"\bfor\s+PATH\b|\$\{PATH:?[=?]")
 HARMLESS_TARGETS = frozenset({"/dev/null", "/dev/stdin", "/dev/stdout", "/dev/stderr"})
 # ``/dev/fd/N`` and nothing more: ``/dev/fd/../..`` climbs out of /dev to any file.
 _DESCRIPTOR_TARGET = re.compile(r"/dev/fd/[0-9]+")
@@ -236,6 +255,10 @@ class CommandFacts:
     guessed_write_words: tuple[Word, ...] = ()
     # Files it may leave a program in, with what they copy or link (see ``writes.made_files``).
     made: tuple[tuple[Word, tuple[Word, ...]], ...] = ()
+    # The values it gives ``PATH`` (``_PATH_AT_RUN_TIME`` when only run time knows, or when it
+    # removes the variable), and the program words it looks up through ``PATH``.
+    path_values: tuple[Word, ...] = ()
+    searched: tuple[Word, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +267,7 @@ class CommandAnalysis:
     normalized: str
     error: str | None = None  # set when the command could not be parsed
     too_large: bool = False  # a brace expansion past its bound: its words cannot be checked
+    path_values: tuple[Word, ...] = ()  # every value the line gives ``PATH`` (see ``searched``)
 
     @property
     def has_unknown(self) -> bool:
@@ -277,7 +301,16 @@ def analyze_command(text: str) -> CommandAnalysis:
         return CommandAnalysis(_salvaged(text), normalized, str(exc))
     except RecursionError:
         return CommandAnalysis(_salvaged(text), normalized, "nesting too deep")
-    return CommandAnalysis(tuple(out), normalized, None, any(c.overflow for c in simple))
+    path_values = [value for facts in out for value in facts.path_values]
+    if _PATH_SET_IN_TEXT.search(text):
+        path_values.append(_PATH_AT_RUN_TIME)
+    return CommandAnalysis(
+        tuple(out),
+        normalized,
+        None,
+        any(c.overflow for c in simple),
+        tuple(dict.fromkeys(path_values)),
+    )
 
 
 _SALVAGE_SEPARATORS = re.compile(r"[\s;&|()<>`]+")
@@ -363,10 +396,11 @@ def _analyze(
     values += [v for w in (*path_words, *values) for v in path_variants(w)]
     written = _redirect_writes(cmd.redirects)
     words = tuple(cmd.words)
+    path_values = _path_assignments(cmd.assignments)
     if not words:
         written.extend(git_directory_words(written, []))
         dirs.ran(cmd, seen, None)
-        if blocker or why_unknown or written or cmd.values:
+        if blocker or why_unknown or written or cmd.values or path_values:
             out.append(
                 CommandFacts(
                     (),
@@ -382,6 +416,7 @@ def _analyze(
                     seen.unknown,
                     tuple(written),
                     made=tuple((w, ()) for w in _redirect_writes(cmd.redirects)),
+                    path_values=tuple(path_values),
                 )
             )
         return
@@ -392,6 +427,8 @@ def _analyze(
     same_shell = True  # every wrapper so far runs a builtin in this shell
     moved: Place | None = None  # where a ``cd`` (or a script run in this shell) leads
     current = words
+    searched: list[Word] = []
+    standard_path = False  # ``command -p``: its program is found in the system's directories
     for _ in range(_MAX_NESTING):
         program = current[0]
         if program.dynamic or program.value.startswith("-"):
@@ -400,6 +437,9 @@ def _analyze(
             why_unknown = why_unknown or f"the program `{program.raw}` is known only at run time"
             break
         name = program_name(program)
+        if "/" not in program.value and not standard_path and name not in SHELL_BUILTINS:
+            searched.append(program)
+        standard_path = False
         if name in DIRECTORY_CHANGERS:
             if same_shell:
                 moved = dirs.moved_by(cmd, name, current[1:], seen)
@@ -459,12 +499,17 @@ def _analyze(
                     moved = sourced
             if name in DECLARATIONS:
                 blocker = blocker or _declaration_blocker(current[1:])
+            path_values += _path_builtin_values(name, current[1:])
             break
         unwrapped = unwrap(current, wrapper)
         if unwrapped is None:  # an option we cannot follow
             why_unknown = why_unknown or f"an option of {name} that cannot be followed"
             break
         inner, script = unwrapped.inner, unwrapped.script
+        options = current[1 : len(current) - len(inner)]
+        standard_path = name == "command" and any(_has_option(w, "p") for w in options)
+        if name == "env" and _env_drops_path(options, inner):
+            path_values.append(_PATH_AT_RUN_TIME)
         same_shell = same_shell and name in SAME_SHELL_WRAPPERS
         if unwrapped.chdir is not None:
             chdir = unwrapped.chdir
@@ -487,6 +532,7 @@ def _analyze(
         while leading < len(inner) and is_assignment(inner[leading]):
             leading += 1
         blocker = blocker or _assignment_blocker(list(inner[:leading]))
+        path_values += _path_assignments(list(inner[:leading]))
         why_unknown = why_unknown or _assignment_hazard(list(inner[:leading]))
         inner = inner[leading:]
         if not inner:
@@ -533,6 +579,8 @@ def _analyze(
             tuple(dict.fromkeys(trees)),
             tuple(dict.fromkeys(guessed)),
             tuple(dict.fromkeys(made)),
+            tuple(dict.fromkeys(path_values)),
+            tuple(searched),
         )
     )
 
@@ -769,6 +817,7 @@ def linked_programs(analysis: CommandAnalysis, root: str) -> CommandAnalysis:
     made earlier is not recognized (only a same-line ``cp`` is, see ``_programs_made_here``)."""
     if analysis.error is not None:
         return analysis
+    analysis = _searched_through_path(analysis, root)
     extra: list[CommandFacts] = []
     judged: set[tuple[str, tuple[Word, ...]]] = set()
     for facts in analysis.commands:
@@ -793,6 +842,65 @@ def linked_programs(analysis: CommandAnalysis, root: str) -> CommandAnalysis:
     if not extra:
         return analysis
     return dataclasses.replace(analysis, commands=analysis.commands + tuple(extra))
+
+
+def _searched_through_path(analysis: CommandAnalysis, root: str) -> CommandAnalysis:
+    """``analysis`` with every program it finds through ``PATH`` unknown when the line gives
+    ``PATH`` a directory that is not a fixed place outside the workspace: one relative to
+    where it runs (``.``, ``bin``, an empty entry), one only run time knows (``$PWD/bin``), or
+    one inside the workspace. Such a name is not the program it names on the server's
+    ``PATH``. The whole line counts, wherever the change is: a loop runs it before the next
+    pass, a nested shell inherits it."""
+    why = next(
+        (reason for value in analysis.path_values if (reason := _untrusted_path(value, root))),
+        "",
+    )
+    if not why:
+        return analysis
+    commands: list[CommandFacts] = []
+    for facts in analysis.commands:
+        if facts.searched and not facts.unknown:
+            program = facts.searched[0].raw
+            facts = dataclasses.replace(
+                facts, unknown=True, why_unknown=f"`{program}` is looked up in a PATH {why}"
+            )
+        commands.append(facts)
+    return dataclasses.replace(analysis, commands=tuple(commands))
+
+
+def _untrusted_path(value: Word, root: str) -> str:
+    """Why the ``PATH`` value ``value`` may find a program other than the server's (\"\" when
+    each entry is the current ``$PATH`` or a fixed directory outside the workspace)."""
+    if value is _PATH_AT_RUN_TIME:
+        return "this command line sets or removes when it runs"
+    home = os.path.expanduser("~")
+    for entry in value.value.split(":"):
+        if entry in ("$PATH", "${PATH}"):
+            continue  # what the server gave, or what an earlier change (judged too) made it
+        if not entry:
+            return f"whose empty entry (in `{value.raw}`) is the directory it runs in"
+        if entry.startswith("~") and (entry == "~" or entry.startswith("~/")):
+            entry = home + entry[1:]
+        elif value.dynamic and entry.startswith(("$HOME/", "${HOME}/")):
+            entry = home + entry[entry.index("/") :]
+        if value.dynamic and any(c in entry for c in "$`*?[~"):
+            return f"whose entry `{entry}` is known only when it runs"
+        if not entry.startswith("/"):
+            return f"whose entry `{entry}` is relative to the directory it runs in"
+        if root and _inside_workspace(entry, root):
+            return f"whose entry `{entry}` is inside the workspace"
+    return ""
+
+
+def _inside_workspace(directory: str, root: str) -> bool:
+    """Whether ``directory`` is ``root`` or below it, as written or with links followed."""
+    lexical = os.path.normpath(directory)
+    try:
+        candidates = {lexical, os.path.realpath(lexical)}
+        roots = {os.path.normpath(root), os.path.realpath(root)}
+    except (OSError, ValueError):
+        return True
+    return any(c == r or c.startswith(r.rstrip("/") + "/") for c in candidates for r in roots)
 
 
 # What git reads from a git directory it finds: a ``config`` (and a worktree's, and the
@@ -1841,6 +1949,62 @@ def _assignment_hazard(assignments: list[Word]) -> str:
         if hazard:
             return hazard
     return ""
+
+
+def _path_assignments(assignments: list[Word]) -> list[Word]:
+    """The values ``PATH=VALUE`` (and ``PATH+=VALUE``) among ``assignments`` give ``PATH``."""
+    out: list[Word] = []
+    for word in assignments:
+        name, eq, value = word.value.partition("=")
+        if eq and name.rstrip("+") == "PATH":
+            if name.endswith("+"):
+                value = "$PATH" + value
+            out.append(Word(value, word.raw, word.dynamic))
+    return out
+
+
+_PATH_READERS = frozenset({"read", "mapfile", "readarray", "getopts", "wait", "unset"})
+
+
+def _path_builtin_values(name: str, args: tuple[Word, ...]) -> list[Word]:
+    """The values the builtin ``name`` gives ``PATH``: ``export PATH=x`` and the other
+    declarations; one only run time knows for ``read PATH``, ``printf -v PATH``, ``unset PATH``,
+    ``export -n PATH`` and their kin (a word that may be the name counts)."""
+    if name in DECLARATIONS:
+        unexports = any(
+            _has_option(w, "n") or (w.value.startswith("+") and "x" in w.value) for w in args
+        )
+        out: list[Word] = []
+        for word in args:
+            if word.value.startswith(("-", "+")):
+                continue
+            out += _path_assignments([word])
+            if unexports and word.value == "PATH":  # (children start without it)
+                out.append(_PATH_AT_RUN_TIME)
+        return out
+    if name == "printf":
+        named = [b for a, b in itertools.pairwise(args) if a.value == "-v"]
+    elif name in _PATH_READERS:
+        named = list(args)
+    else:
+        return []
+    return [_PATH_AT_RUN_TIME] if any(w.value == "PATH" for w in named) else []
+
+
+def _env_drops_path(options: tuple[Word, ...], inner: tuple[Word, ...]) -> bool:
+    """Whether ``env OPTIONS INNER`` runs its command without ``PATH`` (``-i``, ``-``, ``-u
+    PATH``) and gives it none: a bash started then searches the working directory."""
+    if any(is_assignment(w) and w.value.startswith("PATH=") for w in inner):
+        return False
+    if any(
+        w.value == "-"
+        or (w.value.startswith("--i") and not w.value.startswith("--ignore-s"))
+        or (w.value[:1] == "-" and w.value[1:2] != "-" and "i" in w.value.partition("u")[0])
+        for w in options
+    ):
+        return True
+    unset = option_arguments(options, ("-u", "--unset"))
+    return unset is None or any(value.value == "PATH" for _, value in unset)
 
 
 def _declaration_blocker(args: tuple[Word, ...]) -> str:

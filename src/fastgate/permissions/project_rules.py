@@ -17,8 +17,17 @@ the reason, any call whose rules would be read wider than the call:
   escaped). A path rule names its path and anything that is ever below it (the grammar has no
   narrower form); the path of a file written or edited has nothing below it.
 - a permission key: read back exact (not a prefix, not ``*``).
-- a tool none of these describes: only a call without arguments (its bare rule covers every
-  call, whatever its arguments).
+- a tool none of these describes: only a tool that takes no arguments (its bare rule covers
+  every call, whatever its arguments).
+
+A rule sees only the command, the path or the key: whatever else a call says is invisible to it,
+and a rule would allow it with any value. So the call may give no argument beyond the one the
+rule names (less those its signature leaves out, the built-in ``bash``'s ``description``), and
+its tool may declare none either: an argument left out of the approved call would be allowed,
+with any value, in the next one. The one exception is the built-in ``bash``'s ``timeout`` when
+the call leaves it out: it only bounds how long the approved command may run. A ``permission_key``
+names no argument (the key is the tool's own reading of them), so a keyed tool that takes
+arguments is refused too.
 
 Refusals are ``ValueError``: the caller keeps the approval for the session instead.
 """
@@ -26,22 +35,41 @@ Refusals are ``ValueError``: the caller keeps the approval for the session inste
 from __future__ import annotations
 
 import re
+import sys
+from collections.abc import Mapping
+from typing import Any, Final
 
 from fastgate.permissions.matching import project_rules_for
 from fastgate.permissions.rules import Rule, parse_rule
 from fastgate.permissions.shell import ShellSyntaxError, Word, parse_command
 from fastgate.permissions.subjects import Subject
+from fastgate.tools import ToolDefinition
 
 # Characters that make an unquoted word expand at run time (globs, braces, parameters,
 # substitutions, the home directory); a quoted one would compare equal to the expanding word.
 _EXPANDING = frozenset("*?[]{}$`~")
 # Redirections that only join the command's own descriptors (``2>&1``, ``>&2``, ``<&-``).
 _DUPLICATIONS = frozenset((">&", "<&"))
+_BUILTIN_BASH: Final = "fastgate.builtin._bash"
+# Schema keywords through which an object admits arguments its ``properties`` do not list.
+_OTHER_ARGUMENTS: Final = (
+    "patternProperties",
+    "dependentSchemas",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "if",
+    "$ref",
+    "$dynamicRef",
+)
 
 
-def exact_rules_for(tool_name: str, subject: Subject) -> list[str]:
+def exact_rules_for(
+    tool: ToolDefinition, args: Mapping[str, Any], subject: Subject, ignored: frozenset[str]
+) -> list[str]:
     """Allow rules that match this call and nothing else; ``ValueError`` saying why there are
-    none."""
+    none. ``ignored``: the arguments the tool is known never to read."""
+    tool_name = tool.name
     rules = project_rules_for(tool_name, subject)  # refuses what no rule can describe
     if subject.kind == "command":
         _check_command(rules, subject)
@@ -61,6 +89,7 @@ def exact_rules_for(tool_name: str, subject: Subject) -> list[str]:
             f"a rule for {tool_name} cannot name its arguments: it would cover every call of "
             "the tool"
         )
+    _check_arguments(tool, args, subject, ignored)
     return rules
 
 
@@ -151,3 +180,78 @@ def _check_path(rule_text: str, path: str) -> None:
             f"the path {path!r} cannot be written as a rule naming only it: the rule grammar "
             "reads part of it as a pattern"
         )
+
+
+def _check_arguments(
+    tool: ToolDefinition, args: Mapping[str, Any], subject: Subject, ignored: frozenset[str]
+) -> None:
+    """Refuse a call with, or a tool taking, an argument its rule would not name."""
+    named: tuple[str, ...] = ()
+    if subject.kind == "command":
+        named = ("command",)
+    elif subject.kind == "paths":
+        primary = tool.path_args[0] if tool.path_args else None
+        # One path, in the tool's first path argument: two paths (or one in another argument,
+        # or read from the tool's ``paths``) would each be allowed in any role.
+        if primary is None or subject.path_names != (primary,):
+            raise ValueError(
+                f"a rule for {tool.name} names paths, not which argument gives which path: it "
+                "would allow them in any role"
+            )
+        named = (primary,)
+    what = _WHAT_RULES_NAME.get(subject.kind, "no argument")
+    given = [name for name in args if name not in named and name not in ignored]
+    if subject.kind == "key" and (given or _declared_arguments(tool) != []):
+        raise ValueError(
+            f"a rule for {tool.name} names its permission key, not the arguments it is read "
+            "from: it would allow every call with that key, whatever its other arguments say"
+        )
+    if given:
+        raise ValueError(
+            f"a rule for {tool.name} names {what} only, not {_listed(given)}: it would allow "
+            "any value there"
+        )
+    declared = _declared_arguments(tool)
+    if declared is None:
+        raise ValueError(
+            f"{tool.name} takes arguments its schema does not list by name: a rule would allow "
+            "them with any value"
+        )
+    open_ = _bounds_only(tool)
+    left_out = [n for n in declared if n not in named and n not in ignored and n not in open_]
+    if left_out:
+        raise ValueError(
+            f"{tool.name} also takes {_listed(left_out)}, which a rule cannot name: it would "
+            "allow the next call any value there"
+        )
+
+
+_WHAT_RULES_NAME: Final = {"command": "the command", "paths": "the path"}
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(repr(name) for name in names)
+
+
+def _declared_arguments(tool: ToolDefinition) -> list[str] | None:
+    """The argument names the tool's input schema declares; None when it admits more than a
+    list of names says (a schema for other properties, combinators, a reference)."""
+    schema = tool.input_schema
+    extra = (schema.get("additionalProperties"), schema.get("unevaluatedProperties"))
+    if any(isinstance(e, dict) for e in extra) or any(key in schema for key in _OTHER_ARGUMENTS):
+        return None
+    properties = schema.get("properties") or {}
+    return list(properties) if isinstance(properties, dict) else None
+
+
+def _bounds_only(tool: ToolDefinition) -> frozenset[str]:
+    """Arguments that, left out of the approved call, the rule may leave open: the built-in
+    ``bash``'s ``timeout`` only bounds how long the same command runs. Told by its function,
+    as its signature tells it."""
+    module = sys.modules.get(_BUILTIN_BASH)
+    if module is not None and tool.execute is getattr(module, "bash", None):
+        return _BASH_BOUNDS
+    return frozenset()
+
+
+_BASH_BOUNDS: Final = frozenset({"timeout"})

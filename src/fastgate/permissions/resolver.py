@@ -411,8 +411,9 @@ class PermissionResolver:
     ) -> str:
         """Append allow rules covering exactly this call to the project settings file and return
         them (comma-separated). ``ValueError`` when the call cannot be expressed as rules (an
-        unreadable command, an output redirection) or touches a sensitive path: approve it for
-        the session instead."""
+        unreadable command, an output redirection, an argument beside the command, path or key
+        that a rule cannot name) or touches a sensitive path: approve it for the session
+        instead."""
         root = ctx.workspace_root or os.getcwd()
         subject = self._subject(tool, args, root)
         if self._guarded(tool, subject, root) is not None:
@@ -420,7 +421,14 @@ class PermissionResolver:
                 "a call touching a sensitive file or writing a protected one cannot be approved "
                 "for the project"
             )
-        new_rules = exact_rules_for(tool.name, subject)  # never wider than the call
+        ignored = ignored_arguments(tool)
+        new_rules = exact_rules_for(tool, args, subject, ignored)  # never wider than the call
+        # A rule stands for the key alone: a call whose session signature holds more than its
+        # key has something no rule names.
+        if call_signature(tool, args, subject, ignored) != permission_signature(
+            tool.name, subject.key
+        ):
+            raise ValueError(f"a rule for {tool.name} cannot name every argument of this call")
         append_rules(root, "allow", new_rules)
         self._settings.forget(root)
         return ", ".join(new_rules)

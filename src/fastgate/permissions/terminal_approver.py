@@ -156,6 +156,11 @@ class TerminalApprover:
         project = "   [p] yes, in this project from now on" if self.allow_project else ""
         head = "Answer with one of:" if again else ""
         choices = f"[y] yes, once   [s] yes, for this session{project}   [n] no (n <why>)"
+        if self.allow_project:  # what [p] keeps is said before it is chosen, not after
+            choices += (
+                "\n([p] saves an allow rule only when one rule names exactly this call, with "
+                "all its arguments; otherwise it counts for this session only)"
+            )
         return f"{head}\n{choices}\n" if again else f"{choices}\n"
 
     # -- the terminal -----------------------------------------------------------------------------

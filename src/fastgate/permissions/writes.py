@@ -71,6 +71,17 @@ _OUTPUT_OPTIONS: dict[str, tuple[str, ...]] = {
     "sort": ("-o", "--output"),
 }
 _FIND_OUTPUTS = frozenset({"-fprint", "-fprint0", "-fprintf", "-fls"})
+# Compilers and linkers: the ``-o`` file is a program built from sources the line may have
+# written, so what it runs is known only then (their other words are guessed as usual).
+_BUILDERS = frozenset(
+    {
+        "cc", "gcc", "g++", "c++", "clang", "clang++", "tcc", "gfortran", "ld", "ld.lld",
+        "ld.gold", "rustc", "go", "zig", "nim", "ghc", "ocamlfind", "ocamlopt", "nasm", "as",
+    }
+)  # fmt: skip
+# GNU tools whose ``-t DIR`` is the target directory, also inside a cluster (``cp -rt DIR``);
+# rsync's and scp's ``-t`` mean something else, and are read only when spelled alone.
+_GNU_TARGET = frozenset({"cp", "install", "mv", "ln"})
 # Programs that write no file their words name (they read them, or print): the only ones whose
 # words are not taken for files written. Anything else is.
 _READ_ONLY = frozenset(
@@ -213,7 +224,7 @@ def _copied_trees(name: str, args: tuple[Word, ...]) -> list[Word]:
     if not recursive:
         return []
     operands = _operands(args)
-    if _option_values(args, ("-t", "--target-directory")):
+    if _target_directories(name, args):
         return operands  # every operand is a source
     return operands[:-1]
 
@@ -225,11 +236,16 @@ def _recursive(word: Word) -> bool:
     return value.startswith("-") and not value.startswith("--") and ("r" in value or "R" in value)
 
 
+def _target_directories(name: str, args: tuple[Word, ...]) -> list[Word]:
+    """The ``-t DIR`` (``--target-directory``) of a copy, in the spellings ``name`` reads."""
+    return _option_values(args, ("-t", "--target-directory"), clustered=name in _GNU_TARGET)
+
+
 def _placed_into_destination(name: str, args: tuple[Word, ...]) -> list[Word]:
     """``cp SRC... DIR`` writes ``DIR/basename(SRC)``: the names the sources bring along
     (``cp /tmp/.mcp.json .``), whether the destination is a directory or not."""
     operands = _operands(args)
-    targets = _option_values(args, ("-t", "--target-directory"))
+    targets = _target_directories(name, args)
     if targets:
         destination, sources = targets[-1], operands
     elif name == "ln" and len(operands) == 1:
@@ -282,9 +298,10 @@ def made_files(form: tuple[Word, ...]) -> list[tuple[Word, tuple[Word, ...]]]:
     if name in _NO_CONTENT:
         return []
     if name not in _COPIES:
-        return [(word, ()) for word in written_words(form)]
+        built = _option_values(args, ("-o",), clustered=True) if name in _BUILDERS else []
+        return [(word, ()) for word in written_words(form) + built]
     operands = _operands(args)
-    targets = _option_values(args, ("-t", "--target-directory"))
+    targets = _target_directories(name, args)
     if targets:  # every operand lands in the directory under its own name
         return [(_joined(targets[-1], source), (source,)) for source in operands]
     if name in ("ln", "link") and len(operands) == 1:
@@ -310,7 +327,7 @@ def _written_words(name: str, args: tuple[Word, ...]) -> list[Word]:
         operands = _operands(args)
         if any(w.value in _LINKING for w in args):
             return operands
-        return operands[-1:] + _option_values(args, ("-t", "--target-directory"))
+        return operands[-1:] + _target_directories(name, args)
     if name in _IN_PLACE:
         return _operands(args) if any(_edits_in_place(w) for w in args) else []
     if name in ("awk", "gawk"):
@@ -321,7 +338,7 @@ def _written_words(name: str, args: tuple[Word, ...]) -> list[Word]:
     if name == "dd":
         return [Word(w.value[3:], w.raw, w.dynamic) for w in args if w.value.startswith("of=")]
     if name in _OUTPUT_OPTIONS:
-        return _option_values(args, _OUTPUT_OPTIONS[name])
+        return _option_values(args, _OUTPUT_OPTIONS[name], clustered=True)
     if name == "find":
         return _find_writes(args)
     if name == "git":
@@ -364,8 +381,25 @@ def _every_named(args: tuple[Word, ...]) -> list[Word]:
         elif value.startswith("--") and "=" in value:
             out.append(Word(value.split("=", 1)[1], word.raw, word.dynamic))
         elif not value.startswith("--") and len(value) > 2:
-            out.append(Word(value[2:], word.raw, word.dynamic))
+            out += [Word(rest, word.raw, word.dynamic) for rest in _cluster_arguments(value)]
     return out
+
+
+_MAX_CLUSTER_SPLITS = 32
+
+
+def _cluster_arguments(value: str) -> list[str]:
+    """What the argument of a short option in the cluster ``value`` may be (``-cf.mcp.json``
+    is ``-c -f .mcp.json``, ``-xzfa.tgz`` is ``a.tgz``): the rest of the word after any of its
+    leading letters and digits (option letters are those), and the rest from its first other
+    character. Past ``_MAX_CLUSTER_SPLITS`` letters, the first and last ones of them."""
+    end = 1
+    while end < len(value) and value[end].isascii() and value[end].isalnum():
+        end += 1
+    starts = list(range(2, end + 1))
+    if len(starts) > 2 * _MAX_CLUSTER_SPLITS:
+        starts = starts[:_MAX_CLUSTER_SPLITS] + starts[-_MAX_CLUSTER_SPLITS:]
+    return [value[k:] for k in starts if value[k:]]
 
 
 class _GitCall(NamedTuple):
@@ -424,19 +458,34 @@ def _operands(args: tuple[Word, ...]) -> list[Word]:
     return out
 
 
-def _option_values(args: tuple[Word, ...], spellings: tuple[str, ...]) -> list[Word]:
+def _option_values(
+    args: tuple[Word, ...], spellings: tuple[str, ...], clustered: bool = False
+) -> list[Word]:
     """The arguments of the options ``spellings`` (``-o X``, ``-oX``, ``--output=X``,
-    ``--output X``)."""
+    ``--output X``); with ``clustered``, also a short one after others in a cluster, as getopt
+    reads it: the rest of the word, or the next word (``-so X``, ``-sSLoX``). Which letters
+    before it take an argument is not known, so a letter inside another option's argument
+    (``-Hfoo``) is read as the option too: more is taken for written, never less."""
     out: list[Word] = []
     for index, word in enumerate(args):
         value = word.value
+        following = args[index + 1 : index + 2]
         for option in spellings:
-            if value == option and index + 1 < len(args):
-                out.append(args[index + 1])
+            if value == option:
+                out.extend(following)
             elif option.startswith("--") and value.startswith(option + "="):
                 out.append(Word(value[len(option) + 1 :], word.raw, word.dynamic))
             elif len(option) == 2 and value.startswith(option) and len(value) > 2:
                 out.append(Word(value[2:], word.raw, word.dynamic))
+            elif (
+                clustered
+                and len(option) == 2
+                and value[:1] == "-"
+                and value[1:2] not in ("-", "")
+                and option[1] in value[2:]
+            ):
+                rest = value[1:].partition(option[1])[2]
+                out.extend([Word(rest, word.raw, word.dynamic)] if rest else following)
     return out
 
 
