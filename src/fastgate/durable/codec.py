@@ -4,6 +4,7 @@ depth); and how a session's rows become ``StoredCall`` s in model order."""
 
 from __future__ import annotations
 
+import secrets
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -182,14 +183,16 @@ def decode_result(blob: bytes) -> DurableResult:
     return result
 
 
+def new_writer() -> int:
+    """A store's writer number, noted with each tool-use it writes (see ``recovered_order``)."""
+    return secrets.randbits(63)
+
+
 def calls_from_rows(rows: Iterable[Sequence[Any]], path: str) -> list[StoredCall]:
-    """``StoredCall`` s of (execution_id, call_id, turn_id, epoch, seq, tool_name, args, result)
-    rows in write order, sorted by turn (where its first record was written), epoch, position."""
-    calls: list[tuple[tuple[int, int, int, int], StoredCall]] = []
-    turn_order: dict[str | None, int] = {}
-    for index, (execution_id, call_id, turn_id, epoch, seq, tool_name, args, result) in enumerate(
-        rows
-    ):
+    """``StoredCall`` s of (execution_id, call_id, turn_id, epoch, seq, tool_name, args, result,
+    writer) rows in write order, in recovered order (see ``recovered_order``)."""
+    calls: list[tuple[StoredCall, Any]] = []
+    for execution_id, call_id, turn_id, epoch, seq, tool_name, args, result, writer in rows:
         try:
             decoded_args = _decoder.decode(args)
             durable = None if result is None else decode_result(result)
@@ -208,7 +211,43 @@ def calls_from_rows(rows: Iterable[Sequence[Any]], path: str) -> list[StoredCall
             epoch,
             seq,
         )
-        turn = turn_order.setdefault(turn_id, len(turn_order))
-        calls.append(((turn, epoch, seq, index), call))
-    calls.sort(key=lambda pair: pair[0])
-    return [call for _, call in calls]
+        calls.append((call, writer))
+    return recovered_order(calls)
+
+
+def recovered_order(calls: Sequence[tuple[StoredCall, Any]]) -> list[StoredCall]:
+    """A session's calls, given in write order with the store that wrote each, in the order
+    they were made: by turn (where its first record was written), epoch, then position.
+
+    A position (``seq``) is the recording process's own: it orders that writer's records (a
+    stream's calls in model order, whatever order their records committed in), but two hosts'
+    clocks, and so their positions, cannot be compared. Across writers the write order decides:
+    each writer's records keep their own order, and each counts as written when the first of it
+    and its successors (by position) was, so that a record written after another writer's was
+    acknowledged comes after it. Rows without a writer (written before stores noted theirs) are
+    one writer, ordered by position as they always were. ``seq`` comes back raised where needed
+    so that positions are distinct and increase in this order."""
+    turn_rank: dict[str | None, int] = {}
+    groups: dict[tuple[int, int], dict[Any, list[tuple[int, int, StoredCall]]]] = {}
+    for index, (call, writer) in enumerate(calls):
+        turn = turn_rank.setdefault(call.turn_id, len(turn_rank))
+        group = groups.setdefault((turn, call.epoch), {})
+        group.setdefault(writer, []).append((call.seq, index, call))
+    ordered: list[StoredCall] = []
+    for place in sorted(groups):
+        merged: list[tuple[int, int, int, StoredCall]] = []
+        for records in groups[place].values():
+            records.sort(key=lambda record: (record[0], record[1]))
+            written = len(calls)
+            for seq, index, call in reversed(records):
+                written = min(written, index)
+                merged.append((written, seq, index, call))
+        merged.sort(key=lambda record: record[:3])
+        last: int | None = None
+        for _, seq, _, call in merged:
+            position = seq if last is None else max(seq, last + 1)
+            if position != call.seq:
+                call = msgspec.structs.replace(call, seq=position)
+            ordered.append(call)
+            last = position
+    return ordered

@@ -33,7 +33,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final
 
-from fastgate.durable.codec import calls_from_rows, decode_result, encode
+from fastgate.durable.codec import calls_from_rows, decode_result, encode, new_writer
 from fastgate.durable.sqlite import MAX_BATCH, StoreStatistics
 from fastgate.durable.store import (
     ABORTED,
@@ -77,7 +77,8 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             call_id text,
             tool_name text NOT NULL,
             args bytea NOT NULL,
-            recorded_at timestamptz NOT NULL DEFAULT now()
+            recorded_at timestamptz NOT NULL DEFAULT now(),
+            writer bigint
         )""",
         "CREATE INDEX tool_use_by_session ON {ns}.tool_use (session_id, id)",
         """CREATE TABLE {ns}.tool_result (
@@ -99,13 +100,23 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 )
 
 
+# The store that wrote each tool-use (a random number per store). Positions come from each
+# writer's own clock, so only one writer's positions may be compared; across writers the
+# identity ``id`` decides. It is taken from a sequence as the row is inserted, so a record
+# inserted after another was committed always has the larger one (two records written at the
+# same moment, neither acknowledged before the other began, are concurrent: either order is
+# true). Rows without a writer (written by a fastgate that predates it) keep their order by
+# position.
+_WRITER: Final = "ALTER TABLE {ns}.tool_use ADD COLUMN writer bigint"
+
+
 class _Sql:
     """The statements, with the namespace's schema written in (checked to be an identifier)."""
 
     def __init__(self, ns: str) -> None:
         self.insert_use = (
             f"INSERT INTO {ns}.tool_use (execution_id, session_id, turn_id, epoch, seq, call_id, "
-            "tool_name, args) VALUES (%s, %s, %s, %s, %s, %s, %s, %s) "
+            "tool_name, args, writer) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
             "ON CONFLICT (execution_id) DO NOTHING RETURNING id"
         )
         self.insert_result = (
@@ -116,7 +127,7 @@ class _Sql:
         self.has_use = f"SELECT 1 FROM {ns}.tool_use WHERE execution_id = %s"
         self.select_session = (
             "SELECT u.execution_id, u.call_id, u.turn_id, u.epoch, u.seq, u.tool_name, u.args, "
-            f"r.result FROM {ns}.tool_use AS u LEFT JOIN {ns}.tool_result AS r "
+            f"r.result, u.writer FROM {ns}.tool_use AS u LEFT JOIN {ns}.tool_result AS r "
             "ON r.use_id = u.id WHERE u.session_id IS NOT DISTINCT FROM %s ORDER BY u.id"
         )
         self.insert_entry = (
@@ -244,6 +255,7 @@ class PostgresToolUseStore:
         self._timeout = float(timeout)
         self._group_commit = group_commit
         self._owner = new_owner()
+        self._writer_id = new_writer()  # orders this store's records among other writers'
         self._waiters = ResultWaiters()
         self._sql = _Sql(f'"{namespace}"')
         self._errors: tuple[type[BaseException], ...] = (psycopg.Error, psycopg_pool.PoolTimeout)
@@ -309,7 +321,8 @@ class PostgresToolUseStore:
         self._waiters.wake(execution_id)
 
     async def load(self, session_id: str | None) -> list[StoredCall]:
-        """Every call of the session, ordered by turn, epoch and position (``seq``)."""
+        """Every call of the session, ordered by turn, epoch and position (``seq``): one
+        writer's positions, and across writers the order written (``recovered_order``)."""
         _text(session_id, "the session id", self.path)
         await self._open()
         try:
@@ -546,6 +559,7 @@ class PostgresToolUseStore:
                     f"up to {SCHEMA_VERSION}); left untouched: upgrade fastgate to use it",
                 )
             if version == SCHEMA_VERSION:
+                await self._add_writer_column(conn, ns)
                 return
             await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ns}")
             await conn.execute(
@@ -558,6 +572,19 @@ class PostgresToolUseStore:
             await conn.execute(
                 f"INSERT INTO {ns}.schema_version (version) VALUES (%s)", (SCHEMA_VERSION,)
             )
+
+    async def _add_writer_column(self, conn: AsyncConnection[Any], ns: str) -> None:
+        """Give a namespace made before stores noted their writer the column (see ``_WRITER``),
+        once; its version stays, so that a fastgate that predates it still uses the namespace."""
+        row = await (
+            await conn.execute(
+                "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+                "AND attname = 'writer' AND NOT attisdropped",
+                (f"{ns}.tool_use",),
+            )
+        ).fetchone()
+        if row is not None and row[0] == 0:
+            await conn.execute(_WRITER.format(ns=ns))
 
     # -- group commit -----------------------------------------------------------------------------
 
@@ -575,6 +602,7 @@ class PostgresToolUseStore:
             record.call_id,
             record.tool_name,
             args,
+            self._writer_id,
         )
 
     async def _submit(self, kind: int, params: Any) -> None:

@@ -42,7 +42,7 @@ from typing import Any, Final, Self
 
 import msgspec
 
-from fastgate.durable.codec import calls_from_rows, decode_result, encode
+from fastgate.durable.codec import calls_from_rows, decode_result, encode, new_writer
 from fastgate.durable.store import (
     ABORTED,
     JournalEntry,
@@ -86,7 +86,8 @@ _SCHEMA = (
         call_id TEXT,
         tool_name TEXT NOT NULL,
         args BLOB NOT NULL,
-        recorded_at REAL NOT NULL
+        recorded_at REAL NOT NULL,
+        writer INTEGER
     )""",
     "CREATE INDEX IF NOT EXISTS tool_use_by_session ON tool_use (session_id)",
     """CREATE TABLE IF NOT EXISTS tool_result (
@@ -110,9 +111,15 @@ _JOURNAL_SCHEMA = (
         PRIMARY KEY (session_key, key)
     ) WITHOUT ROWID""",
 )
+# The store that wrote each tool-use (a random number per store). Positions come from each
+# writer's own clock, so only one writer's positions may be compared; across writers the row id,
+# the write order (the file's write lock makes it the commit order), decides. Added to a file
+# of version 2 as it is opened, without changing its version: a fastgate that predates it still
+# reads and writes the file, and its rows (writer NULL) keep their order by position.
+_WRITER_COLUMN: Final = "ALTER TABLE tool_use ADD COLUMN writer INTEGER"
 _INSERT_TOOL_USE = (
     "INSERT INTO tool_use (execution_id, session_id, turn_id, epoch, seq, call_id, tool_name, "
-    "args, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "args, recorded_at, writer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 # A result is accepted only for a recorded tool-use: an orphan result could never be loaded.
 _INSERT_RESULT = (
@@ -143,8 +150,8 @@ _SELECT_OUTCOME = (
     "LEFT JOIN journal AS j ON j.execution_id = u.execution_id WHERE u.execution_id = ?"
 )
 _SELECT_SESSION = (
-    "SELECT u.execution_id, u.call_id, u.turn_id, u.epoch, u.seq, u.tool_name, u.args, r.result "
-    "FROM tool_use AS u LEFT JOIN tool_result AS r ON r.use_id = u.id "
+    "SELECT u.execution_id, u.call_id, u.turn_id, u.epoch, u.seq, u.tool_name, u.args, r.result, "
+    "u.writer FROM tool_use AS u LEFT JOIN tool_result AS r ON r.use_id = u.id "
     "WHERE u.session_id IS ? ORDER BY u.id"
 )
 
@@ -228,28 +235,34 @@ def _switch_to_wal(conn: sqlite3.Connection, busy_timeout: float) -> object:
 
 
 def _check_or_create(conn: sqlite3.Connection, path: str) -> None:
-    """Make a new (empty) file a store, or a version 1 store one of version 2, or check that the
-    file is a store this version reads. Nothing is written until the file is known to be empty or
-    one of ours: the header and tables are read first, in one read transaction (one consistent
-    view, even while another process creates the file), and read again under the write lock
-    before anything is created or migrated, since another process opening the same file at the
-    same moment may have done it in between."""
+    """Make a new (empty) file a store, bring a version 1 store to version 2 or a version 2 store
+    without the writer column up to date, or check that the file is a store this version reads.
+    Nothing is written until the file is known to be empty or one of ours: the header and tables
+    are read first, in one read transaction (one consistent view, even while another process
+    creates the file), and read again under the write lock before anything is created or
+    migrated, since another process opening the same file at the same moment may have done it
+    in between."""
     state = _read_state(conn)
     if _needs_writing(state):
         conn.execute("BEGIN IMMEDIATE")
         try:
             state = _read_state(conn)
-            if state == (0, 0, frozenset()):  # still empty: ours to create
+            if state == _EMPTY:  # still empty: ours to create
                 for statement in (*_SCHEMA, *_JOURNAL_SCHEMA):
                     conn.execute(statement)
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                state = (APPLICATION_ID, SCHEMA_VERSION, frozenset({"journal", *_V1_TABLES}))
-            elif _needs_writing(state) and _V1_TABLES <= state[2]:  # version 1: add the journal
-                for statement in _JOURNAL_SCHEMA:
-                    conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                state = (APPLICATION_ID, SCHEMA_VERSION, state[2] | {"journal"})
+                state = (APPLICATION_ID, SCHEMA_VERSION, frozenset({"journal", *_V1_TABLES}), True)
+            elif _needs_writing(state) and _V1_TABLES <= state[2]:
+                app_id, version, tables, writer = state
+                if version == 1:  # add the journal
+                    for statement in _JOURNAL_SCHEMA:
+                        conn.execute(statement)
+                    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                    tables |= {"journal"}
+                if not writer:
+                    conn.execute(_WRITER_COLUMN)
+                state = (app_id, SCHEMA_VERSION, tables, True)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
@@ -259,12 +272,14 @@ def _check_or_create(conn: sqlite3.Connection, path: str) -> None:
 
 
 _V1_TABLES: Final = frozenset({"tool_use", "tool_result"})
-_State = tuple[int, int, frozenset[str]]  # application id, user version, table names
+# Application id, user version, table names, whether ``tool_use`` has the writer column.
+_State = tuple[int, int, frozenset[str], bool]
+_EMPTY: Final[_State] = (0, 0, frozenset(), False)
 
 
 def _read_state(conn: sqlite3.Connection) -> _State:
-    """The header's ids and the table names, read in one transaction (one view of the file);
-    inside a transaction the caller opened, in that one."""
+    """The header's ids, the table names and the writer column, read in one transaction (one
+    view of the file); inside a transaction the caller opened, in that one."""
     own = not conn.in_transaction
     if own:
         conn.execute("BEGIN")
@@ -273,6 +288,9 @@ def _read_state(conn: sqlite3.Connection) -> _State:
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         rows = conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
         tables = frozenset(row[0] for row in rows)
+        writer = conn.execute(
+            "SELECT count(*) FROM pragma_table_info('tool_use') WHERE name = 'writer'"
+        ).fetchone()[0]
     except BaseException:
         if own and conn.in_transaction:
             try:
@@ -282,17 +300,21 @@ def _read_state(conn: sqlite3.Connection) -> _State:
         raise
     if own:
         conn.execute("COMMIT")  # (a read: nothing is written)
-    return int(app_id), int(version), tables
+    return int(app_id), int(version), tables, bool(writer)
 
 
 def _needs_writing(state: _State) -> bool:
-    """Empty (to be created) or one of ours of version 1 (to be migrated)."""
-    app_id, version, _ = state
-    return state == (0, 0, frozenset()) or (app_id == APPLICATION_ID and version == 1)
+    """Empty (to be created), or one of ours of version 1 or lacking the writer column (to be
+    migrated)."""
+    app_id, version, tables, writer = state
+    return state == _EMPTY or (
+        app_id == APPLICATION_ID
+        and (version == 1 or (version == SCHEMA_VERSION and not writer and "tool_use" in tables))
+    )
 
 
 def _check_state(state: _State, path: str) -> None:
-    app_id, version, tables = state
+    app_id, version, tables, _ = state
     if app_id != APPLICATION_ID:
         raise StoreError(
             path, "the file is a SQLite database of another application; left untouched"
@@ -821,6 +843,7 @@ class SqliteToolUseStore:
             raise ValueError(f"busy_timeout: expected seconds >= 0, got {busy_timeout!r}")
         self._lease_ttl = check_lease_ttl(lease_ttl)
         self._owner = new_owner()
+        self._writer_id = new_writer()  # orders this store's records among other writers'
         self._waiters = ResultWaiters()
         self._writer = _Writer(_connect(self.path, busy_timeout), self.path, group_commit)
         try:
@@ -882,7 +905,8 @@ class SqliteToolUseStore:
             record.call_id,
             record.tool_name,
             args,
-            time.time(),
+            time.time(),  # information only: hosts' clocks disagree, and order nothing
+            self._writer_id,
         )
 
     async def record_result(self, execution_id: str, result: DurableResult) -> None:
@@ -939,7 +963,8 @@ class SqliteToolUseStore:
         self._waiters.wake(execution_id)
 
     async def load(self, session_id: str | None) -> list[StoredCall]:
-        """Every call of the session, ordered by turn, epoch and position (``seq``)."""
+        """Every call of the session, ordered by turn, epoch and position (``seq``): one
+        writer's positions, and across writers the order written (``recovered_order``)."""
         calls: list[StoredCall] = await self._submit(_LOAD, session_id)
         return calls
 
