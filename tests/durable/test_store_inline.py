@@ -70,6 +70,34 @@ async def test_with_other_calls_under_way_records_go_to_the_writer_together(
         assert store.statistics().transactions == before + 1  # one group for the eight
 
 
+async def test_calls_of_several_tasks_in_one_turn_go_to_the_writer_together(
+    tmp_path: Path,
+) -> None:
+    """A read whose body never waits goes from tool-use record to result within one turn of
+    the loop, so the calls of a busy server's requests do not overlap: the second task's call
+    in the same turn is the sign of load, and its records are grouped by the writer."""
+    started = asyncio.Event()
+
+    async def whole_call(store: SqliteToolUseStore, n: int) -> None:
+        await started.wait()  # every task resumes in the same turn
+        await store.record_tool_use(use(f"r{n}", n, read_only=True))
+        await store.record_result(f"r{n}", done(f"r{n}").durable())
+
+    async with await SqliteToolUseStore.open(tmp_path / "calls.db") as store:
+        tasks = [asyncio.ensure_future(whole_call(store, n)) for n in range(8)]
+        await asyncio.sleep(0)  # all eight now wait for the event
+        started.set()
+        await asyncio.gather(*tasks)
+        assert on_callers_thread(store) == 2  # the first task's call, whole
+        assert through_writer(store) == 14
+        assert store.statistics().transactions <= 2 + 4  # grouped, not one per record
+        # Later turns: one task's calls one after the other stay on the caller's thread.
+        for n in range(8, 11):
+            await store.record_tool_use(use(f"r{n}", n, read_only=True))
+            await store.record_result(f"r{n}", done(f"r{n}").durable())
+        assert on_callers_thread(store) == 8
+
+
 async def test_a_lock_held_elsewhere_sends_the_record_to_the_writer_and_never_blocks_the_loop(
     tmp_path: Path,
 ) -> None:

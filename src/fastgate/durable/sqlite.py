@@ -10,7 +10,8 @@ result: a power cut can lose the read with them, and a read made again changes n
 per tool-use, one per result; arguments and results are msgpack (msgspec). A dedicated writer
 thread owns the connection and does every blocking call (syncs, checkpoints, waiting for a lock);
 the event loop encodes and awaits, and commits only a record that needs no sync of a call that
-is the only one under way, when the write lock is free at once (``_Inline``).
+is the only one under way (and the only task's in its turn of the loop), when the write lock is
+free at once (``_Inline``).
 
 Group commit: the writer takes every request queued while it was busy into one transaction, and
 releases each caller only after the transaction holding its record committed. A loop's requests
@@ -346,6 +347,8 @@ _WRITES: Final = frozenset(
 # to a power cut with its result, the read may be made again, which changes nothing). Their
 # commits are synced later; see ``_Writer.commit``.
 _UNSYNCED: Final = frozenset({_RESULT, _RENEW_LEASE, _READ_USE, _READ_CLAIM})
+
+
 # Requests the loop sends the writer without waiting: sync the WAL soon (a commit made on the
 # loop's connection left it unsynced); checkpoint it (the loop's connection never does).
 _SYNC, _CHECKPOINT = 9, 10
@@ -854,6 +857,8 @@ class SqliteToolUseStore:
         # Calls of this process with a tool-use record and no result yet (what tells a caller
         # alone from a busy server; bounded: a result never recorded must not grow it forever).
         self._open_calls: set[str] = set()
+        # The task whose records were committed on the loop's thread in this turn of the loop.
+        self._turn_task: asyncio.Task[Any] | None = None
         self._closing = False
         self._lock = threading.Lock()  # makes "not closing, then enqueue" atomic across threads
         # The requests one loop makes in one iteration, handed to the writer together at its end:
@@ -1047,12 +1052,27 @@ class SqliteToolUseStore:
             mine = params[2] if kind == _RESULT or kind == _RENEW_LEASE else None
             if len(open_calls) > 1 or mine not in open_calls:
                 return False, None
+        # One task per turn of the loop. A body that never waits takes its call from tool-use
+        # record to result within one turn (its task starts eagerly), so a busy server's calls
+        # no longer overlap in ``open_calls``: another task's record in the same turn (another
+        # request's) is the sign of load, and goes to the writer, grouped, as it did. One
+        # task's calls one after the other stay here.
+        task = asyncio.current_task()
+        turn_task = self._turn_task
+        if turn_task is not None and turn_task is not task:
+            return False, None
         committed, value = inline.try_commit(kind, params)
         if committed:
+            if turn_task is None and task is not None:
+                self._turn_task = task
+                task.get_loop().call_soon(self._end_turn)
             writer.sync_soon()
             if inline.checkpoint_due():
                 writer.jobs.put((_CHECKPOINT, inline, None, None))
         return committed, value
+
+    def _end_turn(self) -> None:
+        self._turn_task = None
 
     def _opened(self, execution_id: str) -> None:
         if len(self._open_calls) >= _OPEN_CALLS_KEPT:
