@@ -5,8 +5,9 @@ also runs uncompiled), plus C type declarations in ``_<name>_c.pxd``. At build t
 copied next to its ``.pxd`` under ``build/cysrc`` as ``_<name>_c.py`` and compiled by Cython into
 the extension ``fastgate._core._<name>_c``. Pure and compiled therefore cannot drift apart.
 The exceptions are ``_core/_openat2.pyx``, a system call Python has no binding for (the pure
-build takes another route to the same answers), and ``_core/_construct.pyx``, which lets the
-compiled ``ExecutionContext`` be called as fast as a compiled function. The pipeline's modules
+build takes another route to the same answers), ``_core/_construct.pyx``, which lets the
+compiled ``ExecutionContext`` be called as fast as a compiled function, and ``_core/_links.pyx``,
+a file's link count without a ``stat_result``. The pipeline's modules
 are compiled by mypyc as they are (``fastgate._core.PIPELINE_MODULES``).
 
 Environment switches (the same names are read again at import time):
@@ -73,15 +74,15 @@ def _extensions() -> list[object]:
         Extension(f"fastgate._core.{Path(src).stem}", [src], extra_compile_args=["-O2"])
         for src in _stage_sources()
     ]
-    # The openat2 probe and the class-call router have no pure twin (the pure build has no use
-    # for them): each its own .pyx, its generated C kept out of the source tree.
+    # The openat2 probe, the class-call router and the link count have no pure twin (the pure
+    # build has no use for them): each its own .pyx, its generated C kept out of the source tree.
     own = [
         Extension(
             f"fastgate._core.{name}",
             [str((CORE / f"{name}.pyx").relative_to(ROOT))],
             extra_compile_args=["-O2"],
         )
-        for name in ("_openat2", "_construct")
+        for name in ("_openat2", "_construct", "_links")
     ]
     return (
         _pipeline_extensions()

@@ -13,8 +13,9 @@ Cases: ``direct`` (the bench's reference, ``await create_task(tool(...))``), ``n
 new ``ExecutionContext`` per call), ``usual`` (the no-op spelled as the README teaches it: a raw
 JSON Schema tool, a context naming session and workspace per call), ``write`` and ``write-new`` (the
 bench's own ``execute()`` cases), and ``floor``: a sketch doing only what
-no pipeline can skip (an id, a frozen copy, lookup, validation, gate, slot, the body's own task, a
-``RunContext``, the result structs, history), to show how much of the cost is the stages' own.
+no pipeline can skip (an id, a frozen copy, lookup, validation, gate, slot, the body's own task
+started eagerly, a ``RunContext``, the result structs, history), to show how much of the cost is
+the stages' own.
 
 Valgrind 3.19 answers ``openat2`` with ``ENOSYS``: under it, path resolution takes the /proc route
 (the compiled build's openat2 probe drops itself), so the WRITE cases count that route.
@@ -33,7 +34,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastgate import ExecutionContext, ToolConcurrencyGate, ToolExecutor
-from fastgate._core import READY
+from fastgate._core import READY, start_body
 from fastgate.cli.bench import pipeline
 from fastgate.model.freeze import FrozenDict
 from fastgate.model.results import ResultMeta, ToolResult
@@ -63,7 +64,8 @@ def floor_case(executor: ToolExecutor) -> Callable[[int], Awaitable[Any]]:
         slot = executor.scheduler.slot(ctx.session_id, tool.kind, executor)
         assert slot.__aenter__() is READY
         body = RunContext(execution_id=execution_id, tool_name=tool.name, context=ctx)
-        value = await asyncio.get_running_loop().create_task(tool.execute(frozen, body))
+        task = start_body(tool.execute(frozen, body), asyncio.get_running_loop(), "floor")
+        value = await task
         outcome = Outcome("value", 1, value=value)
         slot.__aexit__(None, None, None)
         passage.__aexit__(None, None, None)

@@ -18,6 +18,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
+import stat
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from importlib.machinery import EXTENSION_SUFFIXES
@@ -145,6 +146,20 @@ route_construction = cast(
     _load_own("_construct", "route_construction"),
 )
 
+
+def _regular_file_links(path: str) -> int:
+    """The pure build's ``regular_file_links`` (see _links.pyx)."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return 0
+    return info.st_nlink if stat.S_ISREG(info.st_mode) else 0
+
+
+_compiled_links = cast("Callable[[str], int] | None", _load_own("_links", "regular_file_links"))
+#: ``regular_file_links(path) -> int``: the link count of the regular file ``path`` names, or 0.
+regular_file_links: Callable[[str], int] = _compiled_links or _regular_file_links
+
 #: module name -> "compiled" | "pure": what `fastgate info` reports.
 IMPLEMENTATION = {name: ("compiled" if c else "pure") for name, (_, c) in _loaded.items()}
 IMPLEMENTATION.update(
@@ -152,6 +167,7 @@ IMPLEMENTATION.update(
 )
 IMPLEMENTATION["_openat2"] = "compiled" if open_no_symlinks is not None else "pure"
 IMPLEMENTATION["_construct"] = "compiled" if route_construction is not None else "pure"
+IMPLEMENTATION["_links"] = "compiled" if _compiled_links is not None else "pure"
 COMPILED = all(compiled == "compiled" for compiled in IMPLEMENTATION.values())
 
 if TYPE_CHECKING:
@@ -187,6 +203,7 @@ __all__ = (
     "gate",
     "locks",
     "open_no_symlinks",
+    "regular_file_links",
     "route_construction",
     "sched",
     "start_body",

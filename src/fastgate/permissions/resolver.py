@@ -26,6 +26,7 @@ from typing import Any, Final, final
 import msgspec
 import xxhash
 
+from fastgate._core import regular_file_links
 from fastgate.model.context import ExecutionContext
 from fastgate.model.decision import Decision, DecisionSource, PermissionMode
 from fastgate.model.kinds import ToolKind
@@ -842,11 +843,7 @@ def _hard_linked_write(tool: ToolDefinition, subject: Subject) -> bool:
     if tool.kind is not ToolKind.WRITE:
         return False
     for path in subject.paths:
-        try:
-            info = os.stat(path.canonical)
-        except (OSError, ValueError):
-            continue
-        if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+        if regular_file_links(path.canonical) > 1:
             return True
     return False
 
