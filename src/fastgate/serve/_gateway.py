@@ -519,7 +519,7 @@ class Gateway:
         )
         if self._hidden_from(caller, executor, name):
             return self._unknown(executor, name, context, scope, modern, execution_id)
-        progress = self._progress_route(ctx, executor, execution_id, meta)
+        progress = await self._progress_route(ctx, executor, execution_id, meta)
         try:
             result = await executor.execute(name, arguments, context, execution_id=execution_id)
         except asyncio.CancelledError:  # the client cancelled, or went away
@@ -952,7 +952,7 @@ class Gateway:
 
         return forward
 
-    def _progress_route(
+    async def _progress_route(
         self,
         ctx: ServerRequestContext[Any, Any],
         executor: ToolExecutor,
@@ -966,6 +966,9 @@ class Gateway:
             routes = self._progress[id(executor)] = _ProgressRoutes()
         if routes.task is None or routes.task.done():
             routes.task = asyncio.get_running_loop().create_task(_route_progress(executor, routes))
+            # Let it subscribe before the call starts: the body's first step runs inside
+            # execute(), and what it reports before anyone listens to every call is not kept.
+            await asyncio.sleep(0)
         answer = current_answer()
         report: _Report = ctx.session.report_progress
         if answer is not None:  # a 2026-era call on the quick path: its own stream
