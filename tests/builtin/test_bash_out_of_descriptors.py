@@ -9,10 +9,8 @@ then taken up to a few: the test process's own limit is never touched.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import resource
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,8 +21,8 @@ from fastgate import PermissionMode
 from fastgate.builtin import LocalShell
 from fastgate.sandbox import SandboxedShell, sandbox_support
 from tests.builtin_kit import builtin_executor, call
+from tests.child_kit import report, run_scenario
 
-ROOT = Path(__file__).resolve().parents[2]
 LIMIT = 96
 
 pytestmark = pytest.mark.skipif(
@@ -63,25 +61,13 @@ async def _scenario(shell_name: str, workspace: str, free: int) -> dict[str, Any
 
 
 def _run(shell_name: str, workspace: Path, free: int) -> dict[str, Any]:
-    child = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.builtin.test_bash_out_of_descriptors",
-            shell_name,
-            str(workspace),
-            str(free),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+    return run_scenario(
+        "tests.builtin.test_bash_out_of_descriptors",
+        shell_name,
+        str(workspace),
+        str(free),
         timeout=120,
-        env=dict(os.environ),
     )
-    lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
-    assert child.returncode == 0 and lines, child.stderr[-4000:]
-    report: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
-    return report
 
 
 @pytest.mark.parametrize("shell_name", ["local", "sandboxed"])
@@ -109,4 +95,4 @@ if __name__ == "__main__":
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (LIMIT, hard))
     shell_arg, workspace_arg, free_arg = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    print("RESULT " + json.dumps(asyncio.run(_scenario(shell_arg, workspace_arg, free_arg))))
+    report(asyncio.run(_scenario(shell_arg, workspace_arg, free_arg)))

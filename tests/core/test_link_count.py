@@ -60,7 +60,6 @@ def test_link_counts_of_every_kind_of_path(
     assert links(str(tree / "alone.txt") + "\x00/twice.txt") == 0  # names nothing
     assert links(str(tree / "alone.txt") + "/below") == 0  # ENOTDIR
     assert links("") == 0
-    assert links(str(tree / "twice.txt").encode("utf-8", "surrogateescape").decode()) == 2
     surrogate = str(tree / "caf\udce9.txt")  # a name that is not UTF-8, as os.fsdecode gives it
     with open(os.fsencode(surrogate), "w"):
         pass

@@ -9,10 +9,7 @@ would otherwise fail every command with EINVAL.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import resource
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -21,8 +18,7 @@ import pytest
 
 from fastgate.builtin import LocalShell
 from fastgate.sandbox import SandboxedShell, SandboxPolicy, sandbox_support
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.child_kit import report, run_scenario
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="the launcher is Linux only"
@@ -47,24 +43,9 @@ async def _scenario(workspace: str) -> dict[str, Any]:
 
 
 def _run_with_limit(limit: int, workspace: Path) -> dict[str, Any]:
-    child = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.processes.test_low_descriptor_limit",
-            str(limit),
-            str(workspace),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ),
+    return run_scenario(
+        "tests.processes.test_low_descriptor_limit", str(limit), str(workspace), timeout=120
     )
-    lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
-    assert child.returncode == 0 and lines, child.stderr[-4000:]
-    report: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
-    return report
 
 
 @pytest.mark.parametrize("limit", [64, 128, 256])
@@ -79,4 +60,4 @@ def test_commands_start_under_a_low_soft_limit_on_open_files(limit: int, tmp_pat
 if __name__ == "__main__":
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (int(sys.argv[1]), hard))
-    print("RESULT " + json.dumps(asyncio.run(_scenario(sys.argv[2]))), flush=True)
+    report(asyncio.run(_scenario(sys.argv[2])))

@@ -20,7 +20,6 @@ import os
 import resource
 import select
 import socket
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,10 +28,11 @@ from typing import Any
 import pytest
 
 from fastgate.sandbox import _kernel, sandbox_support
+from tests.child_kit import report as report_to_parent
+from tests.child_kit import run_scenario
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 
 if not sys.platform.startswith("linux") or not sandbox_support().available:
@@ -44,21 +44,7 @@ if not sys.platform.startswith("linux") or not sandbox_support().available:
 
 def run_child(*argv: str) -> dict[str, Any]:
     """What the scenario ``argv`` reported from a child interpreter (killed after 180 s)."""
-    try:
-        child = subprocess.run(
-            [PYTHON, "-m", "tests.sandbox.test_proxy_descriptor_budget", *argv],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            env=dict(os.environ),
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the scenario {argv} stalled (killed after 180 s)")
-    lines = [line for line in child.stdout.splitlines() if line.startswith("RESULT ")]
-    assert child.returncode == 0 and lines, child.stderr[-4000:]
-    report: dict[str, Any] = json.loads(lines[-1][len("RESULT ") :])
-    return report
+    return run_scenario("tests.sandbox.test_proxy_descriptor_budget", *argv, timeout=180)
 
 
 def skip_without(mechanism: str) -> None:
@@ -646,7 +632,7 @@ def _main(scenario: str, limit: int, *rest: str) -> None:
         "spawn": lambda: _spawn(limit),
     }
     report = asyncio.run(scenarios[scenario]())
-    print("RESULT " + json.dumps(report), flush=True)
+    report_to_parent(report)
 
 
 if __name__ == "__main__":

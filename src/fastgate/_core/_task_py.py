@@ -120,7 +120,9 @@ class BodyTask(asyncio.Future):  # type: ignore[type-arg]
     # -- stepping -------------------------------------------------------------------------------
 
     def _step(self, thrown: BaseException | None = None) -> None:
-        """Run the coroutine up to its next wait (or its end), as the loop's current task."""
+        """Run the coroutine up to its next wait (or its end), as the loop's current task. The
+        steps after the first (``start_body`` runs that one) are the loop's callbacks, which run
+        outside any task."""
         if self.done():
             return  # a late wake-up of a task that was already settled
         if self._must_cancel:
@@ -130,17 +132,12 @@ class BodyTask(asyncio.Future):  # type: ignore[type-arg]
             self._must_cancel = False
         self._fut_waiter = None
         loop = self.get_loop()
-        caller = _current_task(loop)  # set only for the first step, run inside its maker
-        if caller is not None:
-            _leave_task(loop, caller)
         _enter_task(loop, self)
         try:
             self._advance(thrown)
         finally:
             thrown = None  # as in _advance
             _leave_task(loop, self)
-            if caller is not None:
-                _enter_task(loop, caller)
 
     def _advance(self, thrown: BaseException | None) -> None:
         coro = self._coro
@@ -239,7 +236,7 @@ def start_body(
     task._num_cancels_requested = 0
     task._registered = False
     # The first step, as ``_step`` runs later ones, less what a new task cannot need (a done
-    # check, a cancel not yet asked for): the maker's task steps aside meanwhile.
+    # check, a cancel not yet asked for); it runs inside the maker's task, which steps aside.
     caller = _current_task(loop)
     if caller is not None:
         _leave_task(loop, caller)
