@@ -663,7 +663,7 @@ def _programs_made_here(out: list[CommandFacts], searches: bool) -> list[Command
         return out
     result: list[CommandFacts] = []
     pending = list(out)
-    judged: set[tuple[str, tuple[Word, ...]]] = set()
+    judged: set[tuple[Word, ...]] = set()
     while pending:
         facts = pending.pop(0)
         why = ""
@@ -671,38 +671,25 @@ def _programs_made_here(out: list[CommandFacts], searches: bool) -> list[Command
             program = form[0] if form else None
             if program is None or program.dynamic:
                 continue
-            for sources in made.get(_file_name(program.value), ()):
-                if not sources or any(s.dynamic for s in sources):
-                    why = why or (
-                        f"runs `{program.raw}`, a file this command line writes (what it holds "
-                        "is known only when it runs)"
-                    )
-                    continue
-                for source in sources:
-                    key = (source.value, form[1:])
-                    if key in judged:
-                        continue
-                    judged.add(key)
-                    if len(judged) > _MAX_ALIASES:
-                        why = why or "runs programs made under other names too many times over"
-                        break
-                    pending += _judged_as(facts, (source, *form[1:]), searches)
-            for index, script in _script_words(form):
-                for sources in made.get(_file_name(script.value), ()):
+            # The program itself (at 0), then each script an interpreter among its words runs
+            # (at -1: a file named after a word, as ``python -m mod`` reads ``mod.py``, which
+            # cannot be put in the word's place).
+            for index, word in ((0, program), *_script_words(form)):
+                for sources in made.get(_file_name(word.value), ()):
                     if not sources or any(s.dynamic for s in sources) or index < 0:
+                        runs = "runs" if index == 0 else f"{program_name(program)} runs"
                         why = why or (
-                            f"{program_name(program)} runs `{script.raw}`, a file this command "
-                            "line writes (what it holds is known only when it runs)"
+                            f"{runs} `{word.raw}`, a file this command line writes (what it "
+                            "holds is known only when it runs)"
                         )
                         continue
                     for source in sources:  # a copy or a link: judged as what it copies
                         replaced = (*form[:index], source, *form[index + 1 :])
-                        key = ("", replaced)
-                        if key in judged:
+                        if replaced in judged:
                             continue
-                        judged.add(key)
+                        judged.add(replaced)
                         if len(judged) > _MAX_ALIASES:
-                            why = why or "runs scripts made under other names too many times over"
+                            why = why or "runs files made under other names too many times over"
                             break
                         pending += _judged_as(facts, replaced, searches)
         if why and not facts.unknown:
