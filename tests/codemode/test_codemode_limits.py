@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import threading
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,8 @@ from fastgate import (
     Hooks,
     PermissionConfig,
     PreToolUseEvent,
+    RunContext,
+    ToolDefinition,
     ToolKind,
     ToolResult,
     define_tool,
@@ -278,6 +281,15 @@ except ToolCallError as e:
     assert gone(pid_of(result))
 
 
+def _yielding_tool() -> ToolDefinition:
+    async def execute(args: Any, ctx: RunContext) -> None:
+        await asyncio.sleep(0)
+
+    return define_tool(
+        "yielding", "Waits one turn.", schema.Object({}), execute, kind=ToolKind.READ_ONLY
+    )
+
+
 @pytest.mark.parametrize(
     ("what", "payload", "reason"),
     [
@@ -292,9 +304,12 @@ async def test_a_program_that_floods_its_channel_is_stopped(
     env: Env, monkeypatch: pytest.MonkeyPatch, what: str, payload: str | None, reason: str
 ) -> None:
     monkeypatch.setattr(_run, "MAX_MESSAGE_BYTES", 1 << 20)
-    executor = env.make(noop_tool())
+    executor = env.make(noop_tool(), _yielding_tool())
     if payload is None:
-        call = b'{"t":"call","id":7,"name":"noop","args":{}}\n'
+        # The first call waits a turn of the loop, so its id is still in flight when the same
+        # id comes in the same read (an answered call's id is free again, and a call that
+        # never waits is answered at once).
+        call = b'{"t":"call","id":7,"name":"yielding","args":{}}\n'
         payload = repr(call * 2)
     code = (
         PRINT_PID

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from fastgate._core import start_body
 from fastgate.codemode._pool import MAX_MESSAGE_BYTES, MAX_SCRATCH_BYTES, Worker
 from fastgate.codemode._sandbox import MAX_THREADS
 from fastgate.model import CancelToken, ErrorCode, ExecutionContext, Failure, ToolResult
@@ -63,6 +64,9 @@ _NAME_SHOWN = 60
 # Bytes asked of one recv: a large request (1 MiB) makes each read allocate, and shrink, that
 # much, which doubled a call's round trip.
 _CHUNK = 64 * 1024
+# Bytes of replies held back to leave in one write: enough that a flood of calls costs few
+# writes, few enough that the program reads the first replies while the rest are worked on.
+_REPLY_BATCH = 8 * 1024
 # The seccomp user notifications of a new thread (linux/seccomp.h): struct seccomp_notif (80
 # bytes: id, pid, flags, seccomp_data) and struct seccomp_notif_resp (24: id, val, error,
 # flags), read and answered by ioctl.
@@ -177,6 +181,7 @@ class Run:
         self._lines: collections.deque[bytearray] = collections.deque()  # read, not yet handled
         self._in_flight_bytes = 0  # the size of the calls in flight, as sent
         self._paused = False  # not reading the channel until calls in flight settle
+        self._processing = False  # handling the lines read: replies wait for its end
         self._stopped = False
         self._outbox = bytearray()
         self._loop = asyncio.get_running_loop()
@@ -432,6 +437,15 @@ class Run:
         self._violate(f"it sent a message larger than {limit} MiB on the tool channel")
 
     def _process(self) -> None:
+        self._processing = True
+        try:
+            self._process_lines()
+        finally:
+            self._processing = False
+        if self._outbox and not self._writing:
+            self._flush_replies()
+
+    def _process_lines(self) -> None:
         while self._lines and not self._paused:
             line = self._lines.popleft()
             try:
@@ -521,9 +535,15 @@ class Run:
             return
         self._ids.add(call_id)
         self._in_flight_bytes += size
-        task = self._loop.create_task(self._nested(call_id, name, args, entry, size))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        # Started at once: a call that never waits (a refusal, or a body that finishes at once)
+        # is answered within this read, without a task's trip through the loop; its reply
+        # leaves with the others this read answers.
+        task = start_body(
+            self._nested(call_id, name, args, entry, size), self._loop, "fastgate:nested-call"
+        )
+        if not task.done():
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _nested(
         self, call_id: int, name: str, args: Any, entry: dict[str, Any], size: int
@@ -590,17 +610,23 @@ class Run:
         return False
 
     def _send(self, message: dict[str, Any]) -> None:
-        data = _encode(message) + b"\n"  # raises before anything is queued
-        if self.violation is not None or self.worker.process.returncode is not None:
+        data = _encode(message)  # raises before anything is queued
+        if self.violation is not None:
             return
-        if self._ids and not self._writing and len(self._outbox) < _CHUNK:
-            # Other calls in flight: the replies ready in this turn of the loop go together at
-            # its end, one write and one wake-up of the worker for all of them.
-            if not self._outbox:
+        outbox = self._outbox
+        if (self._ids or self._processing) and not self._writing and len(outbox) < _REPLY_BATCH:
+            # Other calls in flight, or more lines to handle: the replies ready in this turn of
+            # the loop go together at its end, one write and one wake-up of the worker for all
+            # of them (_flush_replies drops them if the worker is gone by then).
+            if not outbox and not self._processing:
                 self._loop.call_soon(self._flush_replies)
-            self._outbox += data
+            outbox += data
+            outbox += b"\n"
             return
-        if not self._outbox:  # the usual case: all of it goes at once, nothing is queued
+        if self.worker.process.returncode is not None:
+            return
+        data += b"\n"
+        if not outbox:  # the usual case: all of it goes at once, nothing is queued
             try:
                 sent = self.worker.channel.send(data)
             except BlockingIOError:
@@ -610,7 +636,7 @@ class Run:
             if sent == len(data):
                 return
             data = data[sent:]
-        self._outbox += data
+        outbox += data
         self._flush()
 
     def _flush_replies(self) -> None:

@@ -107,7 +107,15 @@ async def _measure(config: BenchConfig, workspace: str) -> list[Measurement]:
     try:
         warm_ms, cold_ms = await _starts(config, warm, warm_mode, cold)
         calls = await _calls(config, coded, direct)
-        nested_us, direct_us, gathered_us, direct_gathered_us, floor_us, raw_us = calls
+        (
+            nested_us,
+            direct_us,
+            gathered_us,
+            direct_gathered_us,
+            floor_us,
+            floor_at_once_us,
+            raw_us,
+        ) = calls
         placed = await _placed_calls(config, coded, direct)
     finally:
         for executor in (warm, cold, coded, direct):
@@ -117,6 +125,7 @@ async def _measure(config: BenchConfig, workspace: str) -> list[Measurement]:
     added_us = [n - d for n, d in zip(nested_us, direct_us, strict=True)]
     added = [a / r for a, r in zip(added_us, raw_us, strict=True)]
     at_once = [g / d for g, d in zip(gathered_us, direct_us, strict=True)]
+    at_once_floor = [f / d for f, d in zip(floor_at_once_us, direct_us, strict=True)]
     floors = [f / r for f, r in zip(floor_us, raw_us, strict=True)]
     by_placement = [
         Measurement(
@@ -190,6 +199,15 @@ async def _measure(config: BenchConfig, workspace: str) -> list[Measurement]:
             f"{statistics.median(direct_us):.1f} us; the same calls gathered through execute(): "
             f"{statistics.median(direct_gathered_us):.1f} us per call",
         ),
+        Measurement(
+            "code",
+            f"{NESTED_CALLS} calls at once over the bare channel, per call / one direct execute()",
+            statistics.median(at_once_floor),
+            reference="one call through execute()",
+            detail=f"{statistics.median(floor_at_once_us):.1f} us per call: the program's side of "
+            "calls made at once (the worker's channel and its event loop), answered at once by a "
+            "parent doing nothing else",
+        ),
     ]
 
 
@@ -250,11 +268,11 @@ print((time.perf_counter() - start) / {n} * 1e6)
 
 async def _calls(
     config: BenchConfig, coded: ToolExecutor, direct: ToolExecutor
-) -> tuple[list[float], list[float], list[float], list[float], list[float], list[float]]:
+) -> tuple[list[float], ...]:
     n = NESTED_CALLS
     ctx = ExecutionContext(session_id="bench")
     args = {"a": "hello", "b": "world"}
-    nested, plain, gathered, plain_gathered, floor, raw = [], [], [], [], [], []
+    nested, plain, gathered, plain_gathered, floor, floor_at_once, raw = [], [], [], [], [], [], []
     await _program_us(coded, _SERIAL.format(n=n // 5, pin=""))  # warm up both
     for _ in range(n // 5):
         await direct.execute("concat", args, ctx)
@@ -265,12 +283,13 @@ async def _calls(
             await direct.execute("concat", args, ctx)
         plain.append((time.perf_counter() - start) / n * 1e6)
         floor.append(await _floor_us(n))
+        floor_at_once.append(await _floor_us(n, at_once=True))
         raw.append(_raw_us(n))
         gathered.append(await _program_us(coded, _GATHERED.format(n=n, pin="")))
         start = time.perf_counter()
         await asyncio.gather(*(direct.execute("concat", args, ctx) for _ in range(n)))
         plain_gathered.append((time.perf_counter() - start) / n * 1e6)
-    return nested, plain, gathered, plain_gathered, floor, raw
+    return nested, plain, gathered, plain_gathered, floor, floor_at_once, raw
 
 
 async def _placed_calls(
@@ -316,35 +335,42 @@ async def _placed_calls(
 # once (no pipeline, no task): what any call from a program pays for crossing processes.
 _FLOOR_CHILD = """
 import asyncio, socket, sys, time
-from fastgate.codemode._worker import Channel
+from fastgate.codemode._worker import Channel, Tools
 channel = Channel(socket.socket(fileno=int(sys.argv[1])))
-async def main(n):
-    for _ in range(n // 5):
-        await channel.call("concat", {"a": "hello", "b": "world"})
+tools = Tools(channel, [{"name": "concat", "attr": "concat"}])
+async def calls(n, at_once):
+    if at_once:
+        await asyncio.gather(*(tools.concat(a="hello", b="world") for _ in range(n)))
+    else:
+        for _ in range(n):
+            await tools.concat(a="hello", b="world")
+async def main(n, at_once):
+    await calls(n // 5, at_once)
     start = time.perf_counter()
-    for _ in range(n):
-        await channel.call("concat", {"a": "hello", "b": "world"})
+    await calls(n, at_once)
     print((time.perf_counter() - start) / n * 1e6, flush=True)
-asyncio.run(main(int(sys.argv[2])))
+asyncio.run(main(int(sys.argv[2]), sys.argv[3] == "at-once"))
 """
 
 
-def _floor_child(channel: socket.socket, n: int) -> subprocess.Popen[bytes]:
+def _floor_child(channel: socket.socket, n: int, at_once: bool) -> subprocess.Popen[bytes]:
+    how = "at-once" if at_once else "serial"
     return subprocess.Popen(
-        [sys.executable, "-c", _FLOOR_CHILD, str(channel.fileno()), str(n)],
+        [sys.executable, "-c", _FLOOR_CHILD, str(channel.fileno()), str(n), how],
         pass_fds=(channel.fileno(),),
         stdout=subprocess.PIPE,
     )
 
 
-async def _floor_us(n: int) -> float:
+async def _floor_us(n: int, at_once: bool = False) -> float:
     loop = asyncio.get_running_loop()
     ours, theirs = socket.socketpair()
     ours.setblocking(False)
-    child = _floor_child(theirs, n)
+    child = _floor_child(theirs, n, at_once)
     theirs.close()
     decode, encode = msgspec.json.Decoder().decode, msgspec.json.Encoder().encode
-    inbox = bytearray()
+    inbox, outbox = bytearray(), bytearray()
+    writing = False
     ended: asyncio.Future[None] = loop.create_future()
 
     def answer() -> None:
@@ -358,7 +384,22 @@ async def _floor_us(n: int) -> float:
         inbox[:] = rest
         for line in lines:
             call = decode(line)
-            ours.send(encode({"t": "result", "id": call["id"], "ok": True, "value": None}) + b"\n")
+            outbox.extend(encode({"t": "result", "id": call["id"], "ok": True, "value": None}))
+            outbox.extend(b"\n")
+        send()
+
+    def send() -> None:  # what the socket takes now; the rest when it has room
+        nonlocal writing
+        while outbox:
+            try:
+                del outbox[: ours.send(outbox)]
+            except BlockingIOError:
+                break
+        if outbox and not writing:
+            loop.add_writer(ours.fileno(), send)
+        elif writing and not outbox:
+            loop.remove_writer(ours.fileno())
+        writing = bool(outbox)
 
     loop.add_reader(ours.fileno(), answer)
     try:
