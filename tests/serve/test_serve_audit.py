@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from mcp_types import ElicitResult
 
 from fastgate import PermissionConfig, ToolRegistry
@@ -204,6 +208,55 @@ def test_a_reason_is_written_without_argument_text() -> None:
     assert bare == f"touches sensitive file {WITHHELD} ({WITHHELD})"
     assert withhold_arguments("the command cannot be parsed", arguments) == (
         "the command cannot be parsed"  # a key of the arguments is the schema's, not theirs
+    )
+
+
+def _withheld_as_specified(reason: str, arguments: Any) -> str:
+    """The rule written out plainly: the quoted span, then each word of the reason (its edge
+    punctuation aside, 3 characters or more) found inside any string of the arguments."""
+    first = reason.find("`")
+    if first >= 0:
+        last = reason.rfind("`")
+        reason = reason[:first] + WITHHELD + (reason[last + 1 :] if last > first else "")
+    strings: list[str] = []
+    pending = [arguments]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str):
+            strings.append(item)
+        elif isinstance(item, Mapping):
+            pending.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+
+    def one(word: str) -> str:
+        core = word.strip("()[]{}<>,;:.!?'\"`")
+        if len(core) < 3 or core == WITHHELD or not any(core in s for s in strings):
+            return word
+        return word.replace(core, WITHHELD)
+
+    return re.sub(r"\S+", lambda m: one(m.group()), reason) if strings else reason
+
+
+_TEXT = st.text(alphabet=st.sampled_from("ab/.-_`( )\x00\u00a0\n\u2003éx"), max_size=30)
+_JSON = st.recursive(
+    st.none() | st.integers() | st.booleans() | _TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(reason=_TEXT, arguments=_JSON, pieces=st.lists(_TEXT, max_size=3))
+@example(reason="x", arguments=["ab", "ba"], pieces=["a\x00a", "b\x00b"])  # across two strings
+def test_withholding_matches_the_rule_written_out(
+    reason: str, arguments: Any, pieces: list[str]
+) -> None:
+    # Words of the reason taken from the arguments, NUL bytes and Unicode spaces among them.
+    reason = " ".join([reason, *pieces])
+    assert withhold_arguments(reason, arguments) == _withheld_as_specified(reason, arguments)
+    assert withhold_arguments(reason, [arguments, *pieces]) == _withheld_as_specified(
+        reason, [arguments, *pieces]
     )
 
 

@@ -35,6 +35,9 @@ WITHHELD = "[…]"  # in place of what a reason quoted of the arguments
 _MAX_LEAVES = 10_000  # of the arguments' strings looked through for a reason's words
 _WORD_EDGES = "()[]{}<>,;:.!?'\"`"
 _SHORTEST_WORD = 3  # a shorter word of a reason is kept, found in the arguments or not
+_WORD = re.compile(r"\S+")
+_SEPARATOR = "\x00"  # between the arguments' strings when they are searched as one
+_SCALARS = frozenset({int, float, bool, type(None)})  # JSON's leaves that are not text
 
 
 def withhold_arguments(reason: str, arguments: Any = None) -> str:
@@ -49,14 +52,27 @@ def withhold_arguments(reason: str, arguments: Any = None) -> str:
     strings = _strings_in(arguments)
     if not strings:
         return reason
-    return re.sub(r"\S+", lambda word: _withheld_word(word.group(), strings), reason)
+    # One search of all the strings at once per word; most reasons name none of them, and are
+    # then returned as they are, without a replacement per word.
+    haystack = _SEPARATOR.join(strings)
+    if not any(_found(word, strings, haystack) for word in _WORD.findall(reason)):
+        return reason
+    return _WORD.sub(lambda word: _withheld_word(word.group(), strings, haystack), reason)
 
 
-def _withheld_word(word: str, strings: list[str]) -> str:
+def _found(word: str, strings: list[str], haystack: str) -> bool:
     core = word.strip(_WORD_EDGES)
     if len(core) < _SHORTEST_WORD or core == WITHHELD:
+        return False
+    if _SEPARATOR in core:  # it could span two strings of the haystack: each on its own
+        return any(core in s for s in strings)
+    return core in haystack
+
+
+def _withheld_word(word: str, strings: list[str], haystack: str) -> str:
+    if not _found(word, strings, haystack):
         return word
-    return word.replace(core, WITHHELD) if any(core in s for s in strings) else word
+    return word.replace(word.strip(_WORD_EDGES), WITHHELD)
 
 
 def _strings_in(value: Any) -> list[str]:
@@ -66,12 +82,15 @@ def _strings_in(value: Any) -> list[str]:
     pending = [value]
     while pending and len(found) < _MAX_LEAVES:
         item = pending.pop()
-        if isinstance(item, str):
+        kind = type(item)
+        if kind is str or isinstance(item, str):
             found.append(item)
-        elif isinstance(item, Mapping):
+        elif kind is dict:  # the usual JSON object, without the Mapping check
             pending.extend(item.values())
         elif isinstance(item, (list, tuple)):
             pending.extend(item)
+        elif kind not in _SCALARS and isinstance(item, Mapping):
+            pending.extend(item.values())
     return found
 
 
