@@ -173,7 +173,9 @@ async def test_a_record_that_cannot_be_written_fails_alone_in_a_group(
             assert len(failed) == len(bad_now), outcomes
             assert all(isinstance(o, StoreError) for o in failed), failed
             assert all(o is None for o in outcomes[:3] + outcomes[6:]), outcomes
-        assert store.statistics().largest_batch >= 10  # they did share a transaction
+        # The tool-use records, good and bad, did share a transaction (SQLite commits the
+        # results, which need no sync, apart from them: on the loop's thread, together).
+        assert store.statistics().largest_batch >= len(good) + len(bad)
         calls = {c.execution_id: c.status for c in await store.load("s")}
     expected = {f"r{n}-{i}": "completed" for n in range(2) for i in range(4)}
     expected |= {f"g{n}-{i}": "interrupted" for n in range(2) for i in range(6)}

@@ -1,10 +1,11 @@
-"""SqliteToolUseStore: a call alone commits its unsynced records on the caller's thread.
+"""SqliteToolUseStore: records that need no sync are committed on the caller's thread.
 
 A record that needs no sync (a read's tool-use or claim, a result, a lease renewal) of a call
 that is the only one under way is committed on a connection of the caller's own, without a
-round trip to the writer thread; anything else, or that connection finding the write lock
-taken, goes to the writer as before, so a busy server keeps its group commit and the loop never
-waits for a lock.
+round trip to the writer thread; under load, such records made in one turn of the loop are
+committed there together, in one transaction at the turn's end. Anything else, or that
+connection finding the write lock taken, goes to the writer, so the loop never waits for a
+lock.
 """
 
 from __future__ import annotations
@@ -54,28 +55,45 @@ async def test_a_call_alone_commits_its_unsynced_records_without_the_writer(tmp_
     ]
 
 
-async def test_with_other_calls_under_way_records_go_to_the_writer_together(
+def records_on_callers_thread(store: SqliteToolUseStore) -> int:
+    assert store._inline is not None
+    return store._inline.records
+
+
+def committed_rows(db: Path, table: str) -> int:
+    with sqlite3.connect(db) as other:  # another connection sees only what was committed
+        count: int = other.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    return count
+
+
+async def test_with_other_calls_under_way_records_are_committed_together(
     tmp_path: Path,
 ) -> None:
-    async with await SqliteToolUseStore.open(tmp_path / "calls.db") as store:
+    db = tmp_path / "calls.db"
+    async with await SqliteToolUseStore.open(db) as store:
         await asyncio.gather(
             *(store.record_tool_use(use(f"r{i}", i, read_only=True)) for i in range(8))
         )
-        assert on_callers_thread(store) == 1  # the first: no other call was under way yet
+        # The first alone (no other call was under way yet), the other seven in one
+        # transaction at the end of the turn, both on the caller's thread.
+        assert (on_callers_thread(store), records_on_callers_thread(store)) == (2, 8)
         before = store.statistics().transactions
         await asyncio.gather(
             *(store.record_result(f"r{i}", done(f"r{i}").durable()) for i in range(8))
         )
-        assert on_callers_thread(store) == 1
         assert store.statistics().transactions == before + 1  # one group for the eight
+        assert (records_on_callers_thread(store), through_writer(store)) == (16, 0)
+        assert store.statistics().largest_batch == 8
+        assert committed_rows(db, "tool_result") == 8
 
 
-async def test_calls_of_several_tasks_in_one_turn_go_to_the_writer_together(
+async def test_calls_of_several_tasks_in_one_turn_are_committed_together(
     tmp_path: Path,
 ) -> None:
     """A read whose body never waits goes from tool-use record to result within one turn of
     the loop, so the calls of a busy server's requests do not overlap: the second task's call
-    in the same turn is the sign of load, and its records are grouped by the writer."""
+    in the same turn is the sign of load, and the turn's records are committed in one
+    transaction at its end."""
     started = asyncio.Event()
 
     async def whole_call(store: SqliteToolUseStore, n: int) -> None:
@@ -83,19 +101,79 @@ async def test_calls_of_several_tasks_in_one_turn_go_to_the_writer_together(
         await store.record_tool_use(use(f"r{n}", n, read_only=True))
         await store.record_result(f"r{n}", done(f"r{n}").durable())
 
-    async with await SqliteToolUseStore.open(tmp_path / "calls.db") as store:
+    db = tmp_path / "calls.db"
+    async with await SqliteToolUseStore.open(db) as store:
         tasks = [asyncio.ensure_future(whole_call(store, n)) for n in range(8)]
         await asyncio.sleep(0)  # all eight now wait for the event
         started.set()
         await asyncio.gather(*tasks)
-        assert on_callers_thread(store) == 2  # the first task's call, whole
-        assert through_writer(store) == 14
-        assert store.statistics().transactions <= 2 + 4  # grouped, not one per record
+        # The first task's call, whole, one record at a time; the others' tool-use records in
+        # one transaction, then their results in another.
+        assert (on_callers_thread(store), records_on_callers_thread(store)) == (4, 16)
+        assert through_writer(store) == 0
+        assert committed_rows(db, "tool_result") == 8
         # Later turns: one task's calls one after the other stay on the caller's thread.
         for n in range(8, 11):
             await store.record_tool_use(use(f"r{n}", n, read_only=True))
             await store.record_result(f"r{n}", done(f"r{n}").durable())
-        assert on_callers_thread(store) == 8
+        assert on_callers_thread(store) == 10
+
+
+async def test_a_turn_s_records_go_to_the_writer_when_the_lock_is_held_elsewhere(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "calls.db"
+    async with await SqliteToolUseStore.open(db) as store:
+        await store.record_tool_use(use("r0", read_only=True))  # (the writer is warm)
+        other = sqlite3.connect(db, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # another process's write transaction
+            recording = asyncio.gather(
+                *(store.record_tool_use(use(f"r{i}", i, read_only=True)) for i in range(1, 6))
+            )
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            for _ in range(20):  # the loop keeps turning while the records wait for the lock
+                await asyncio.sleep(0)
+            assert loop.time() - started < 2.0  # not the store's busy_timeout (5 s)
+            assert not recording.done()
+            other.execute("ROLLBACK")
+            await recording
+        finally:
+            other.close()
+        assert (through_writer(store), records_on_callers_thread(store)) == (5, 1)
+        assert committed_rows(db, "tool_use") == 6
+
+
+@pytest.mark.parametrize("spelling", ["read twice", "result twice", "result of nobody"])
+async def test_a_record_that_fails_in_a_turn_s_group_fails_alone(
+    tmp_path: Path, spelling: str
+) -> None:
+    """The group is written again by the writer, which leaves that record out: the others of
+    the turn are committed, and only its caller gets the error."""
+    db = tmp_path / "calls.db"
+    async with await SqliteToolUseStore.open(db) as store:
+        for i in range(4):
+            await store.record_tool_use(use(f"r{i}", i, read_only=True))
+        await store.record_result("r0", done("r0").durable())
+        if spelling == "read twice":
+            bad = store.record_tool_use(use("r0", 9, read_only=True))
+        elif spelling == "result twice":
+            bad = store.record_result("r0", done("r0").durable())
+        else:
+            bad = store.record_result("nobody", done("nobody").durable())
+        outcomes = await asyncio.gather(
+            store.record_result("r1", done("r1").durable()),
+            store.record_result("r2", done("r2").durable()),
+            bad,
+            store.record_result("r3", done("r3").durable()),
+            return_exceptions=True,
+        )
+        assert outcomes[:2] == [None, None] and outcomes[3] is None, outcomes
+        assert isinstance(outcomes[2], StoreError), outcomes
+        assert committed_rows(db, "tool_result") == 4
+        calls = await store.load("s1")
+    assert [(c.execution_id, c.status) for c in calls] == [(f"r{i}", "completed") for i in range(4)]
 
 
 async def test_a_lock_held_elsewhere_sends_the_record_to_the_writer_and_never_blocks_the_loop(

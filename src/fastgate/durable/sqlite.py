@@ -745,6 +745,8 @@ class _Inline(_Statements):
         self.lock = threading.Lock()
         self.open = True
         self.transactions = 0
+        self.records = 0
+        self.largest_batch = 0
         self.since_checkpoint = 0
         self.checkpointing = False  # the writer has been asked to checkpoint and has not yet
 
@@ -792,8 +794,42 @@ class _Inline(_Statements):
                     return False, None
                 raise
             self.transactions += 1
+            self.records += 1
+            self.largest_batch = max(self.largest_batch, 1)
             self.since_checkpoint += 1
             return True, value
+        finally:
+            self.lock.release()
+
+    def try_commit_all(self, jobs: list[_Job]) -> list[Any] | None:
+        """Each job's answer once all of them are committed in one transaction here; None
+        when they must go to the writer instead: the lock is taken, or anything went wrong,
+        a record that fails on its own included (nothing was written, and the writer then
+        commits the others and fails that one alone, as in its own groups)."""
+        if not self.lock.acquire(blocking=False):
+            return None
+        try:
+            if not self.open:
+                return None
+            conn = self.conn
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error:
+                return None
+            try:
+                now = time.time()
+                values = [self.write(kind, params, now) for kind, params, _, _ in jobs]
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                self.roll_back()  # the write lock is given back, as in try_commit
+                if isinstance(exc, Exception):
+                    return None
+                raise
+            self.transactions += 1
+            self.records += len(jobs)
+            self.largest_batch = max(self.largest_batch, len(jobs))
+            self.since_checkpoint += 1
+            return values
         finally:
             self.lock.release()
 
@@ -859,6 +895,10 @@ class SqliteToolUseStore:
         self._open_calls: set[str] = set()
         # The task whose records were committed on the loop's thread in this turn of the loop.
         self._turn_task: asyncio.Task[Any] | None = None
+        # Under load, the records needing no sync that one loop makes in one turn, committed
+        # together on its thread at the turn's end (``_commit_batch``).
+        self._batch: list[_Job] = []
+        self._batch_loop: asyncio.AbstractEventLoop | None = None
         self._closing = False
         self._lock = threading.Lock()  # makes "not closing, then enqueue" atomic across threads
         # The requests one loop makes in one iteration, handed to the writer together at its end:
@@ -983,6 +1023,9 @@ class SqliteToolUseStore:
                 self._closed = asyncio.get_running_loop().create_future()
                 self._finalizer.detach()
                 self._hand_over_held()
+                batch, self._batch, self._batch_loop = self._batch, [], None
+                for job in batch:
+                    self._writer.jobs.put(job)
                 self._writer.jobs.put((_STOP, None, self._closed, self._closed.get_loop()))
             closed = self._closed
         if closed.get_loop() is asyncio.get_running_loop():
@@ -995,12 +1038,13 @@ class SqliteToolUseStore:
         return self._closing
 
     def statistics(self) -> StoreStatistics:
-        writer = self._writer
-        inline = 0 if self._inline is None else self._inline.transactions
+        writer, inline = self._writer, self._inline
+        if inline is None:
+            return StoreStatistics(writer.transactions, writer.records, writer.largest_batch)
         return StoreStatistics(
-            writer.transactions + inline,
-            writer.records + inline,
-            max(writer.largest_batch, 1 if inline else 0),
+            writer.transactions + inline.transactions,
+            writer.records + inline.records,
+            max(writer.largest_batch, inline.largest_batch),
         )
 
     async def __aenter__(self) -> SqliteToolUseStore:
@@ -1015,27 +1059,71 @@ class SqliteToolUseStore:
 
     async def _submit(self, kind: int, params: Any) -> Any:
         loop = asyncio.get_running_loop()
-        if kind in _UNSYNCED and self._inline is not None:
-            committed, value = self._commit_inline(self._inline, kind, params)
+        inline = self._inline
+        batched = False
+        if kind in _UNSYNCED and inline is not None:
+            committed, value = self._commit_inline(inline, kind, params)
             if committed:
                 return value
+            batched = self._writer.wal_fd != -1 and not inline.checkpointing
         future = loop.create_future()
         with self._lock:
             if self._closing:
                 raise StoreError(self.path, "the store is closed")
-            if self._held_by is None:
-                self._held_by = loop
-                loop.call_soon(self._hand_over)
-            if self._held_by is loop:
-                self._held.append((kind, params, future, loop))
-            else:  # another loop's requests are held: this one goes at once
-                self._writer.jobs.put((kind, params, future, loop))
+            if batched and (self._batch_loop is None or self._batch_loop is loop):
+                if self._batch_loop is None:
+                    self._batch_loop = loop
+                    loop.call_soon(self._commit_batch)
+                self._batch.append((kind, params, future, loop))
+            else:
+                if self._held_by is None:
+                    self._held_by = loop
+                    loop.call_soon(self._hand_over)
+                if self._held_by is loop:
+                    self._held.append((kind, params, future, loop))
+                else:  # another loop's requests are held: this one goes at once
+                    self._writer.jobs.put((kind, params, future, loop))
             self._waiting += 1
         try:
             return await future
         finally:
             with self._lock:
                 self._waiting -= 1
+
+    def _commit_batch(self) -> None:
+        """Commit the records that need no sync made in this turn of the loop, together, on
+        the loop's own connection: under load a busy server's reads and results then cost one
+        commit per turn and no hand-off to the writer's thread (two wake-ups across threads,
+        and the interpreter's lock passed back and forth for each statement). They go to the
+        writer when that cannot be (see ``_Inline.try_commit_all``)."""
+        with self._lock:
+            batch, self._batch, self._batch_loop = self._batch, [], None
+        if not batch:  # close() handed them to the writer
+            return
+        inline = self._inline
+        assert inline is not None
+        values = inline.try_commit_all(batch)
+        if values is None:
+            self._to_writer(batch)
+            return
+        for (_, _, future, _), value in zip(batch, values, strict=True):
+            if future is not None and not future.done():
+                future.set_result(value)
+        self._writer.sync_soon()
+        if inline.checkpoint_due():
+            self._writer.jobs.put((_CHECKPOINT, inline, None, None))
+
+    def _to_writer(self, jobs: list[_Job]) -> None:
+        with self._lock:
+            if self._closed is None:
+                put = self._writer.jobs.put
+                for job in jobs:
+                    put(job)
+                return
+        # Closed from another thread meanwhile: the writer has stopped taking records.
+        for _, _, future, _ in jobs:
+            if future is not None and not future.done():
+                future.set_exception(StoreError(self.path, "the store is closed"))
 
     def _commit_inline(self, inline: _Inline, kind: int, params: Any) -> tuple[bool, Any]:
         """Commit a record that needs no sync here and now (``_Inline``) when its call is the
