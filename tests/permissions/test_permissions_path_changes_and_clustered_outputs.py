@@ -1,9 +1,9 @@
 """Found from outside: a line that points ``PATH`` at a relative, empty, workspace or run-time
-directory and then runs a bare name (which is then not the program the name finds on the
-server's ``PATH``), and an output option inside a cluster of short options (``curl -so g``)
-that the write analysis did not read, so a file written then run, or a protected file
-written, went unseen. Each spelling failed before its fix unless marked as a control; the
-plain lines at the end must stay as they were."""
+directory (or any the server's own commands could write) and then runs a bare name (which is
+then not the program the name finds on the server's ``PATH``), and an output option inside a
+cluster of short options (``curl -so g``) that the write analysis did not read, so a file
+written then run, or a protected file written, went unseen. Each spelling failed before its
+fix unless marked as a control; the plain lines at the end must stay as they were."""
 
 from __future__ import annotations
 
@@ -125,6 +125,33 @@ def test_a_bare_name_after_an_untrusted_path_is_unknown(command: str, tmp_path: 
     _unknown_everywhere(command.format(ws=tmp_path), tmp_path)
 
 
+WRITABLE_PLACES = [
+    "PATH={out}/bin:$PATH git status",  # a directory of this server's user, outside it
+    "PATH={out}/not-yet:$PATH git status",  # made by the line, in such a directory
+    "export PATH={out}/bin:$PATH; ls",
+    "env PATH={link}:/usr/bin git status",  # a link to /usr/bin that a command may re-point
+    "PATH=/tmp/fastgate-not-there:$PATH git status",  # anyone may make it
+    "PATH=/var/tmp/x:/dev/shm/y git status",
+    "export PATH=$HOME/fastgate-tools:$PATH; git status",  # the home of the server's user
+    "PATH=~/fastgate-tools/bin:$PATH git status",
+]
+
+
+@pytest.mark.parametrize("command", WRITABLE_PLACES)
+def test_a_path_entry_a_command_could_have_written_is_untrusted(
+    command: str, tmp_path: Path
+) -> None:
+    """Outside the workspace is not enough: a directory this server's own commands may write
+    into (or replace) may hold a program one of them put there, which a deny rule on the
+    name it takes would never see."""
+    workspace, outside = tmp_path / "ws", tmp_path / "outside"
+    (outside / "bin").mkdir(parents=True)
+    workspace.mkdir()
+    link = outside / "usr-bin"
+    os.symlink("/usr/bin", link)
+    _unknown_everywhere(command.format(out=outside, link=link), workspace)
+
+
 def test_a_workspace_reached_through_a_link_is_the_workspace(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     (workspace / "bin").mkdir(parents=True)
@@ -152,7 +179,7 @@ def test_other_ways_of_renaming_a_program_stay_unknown(command: str, tmp_path: P
     [
         "PATH=/usr/bin:/bin ls",
         "PATH=/usr/local/bin:$PATH git status",
-        "PATH=${PATH}:/opt/tools/bin git status",
+        "PATH=${PATH}:/usr/sbin git status",
         "export PATH=/usr/bin:$PATH; git status",
         "env -i PATH=/usr/bin:/bin git status",
         "export PATH=.; command -p git status",  # ``command -p`` uses the system's directories

@@ -876,7 +876,59 @@ def _untrusted_path(value: Word, root: str) -> str:
             return f"whose entry `{entry}` is relative to the directory it runs in"
         if root and _inside_workspace(entry, root):
             return f"whose entry `{entry}` is inside the workspace"
+        if _writable_place(entry):
+            return f"whose entry `{entry}` is a directory a command could have put a program in"
     return ""
+
+
+def _writable_place(directory: str) -> bool:
+    """Whether a program found in ``directory`` may be one a command of this server wrote
+    there (``/tmp/x``, a home's ``bin``, an additional directory): the directory, or the
+    nearest part of it that exists, or any directory above it, is writable by this process
+    or owned by its user (who can make it writable, or move it and put another in its
+    place), as written or with its links followed. A directory the server itself searches
+    (its own ``PATH``, the system's program directories) finds what a bare name finds
+    anyway, and is not counted."""
+    searched = _searched_directories()
+    lexical = os.path.normpath(directory)
+    try:
+        real = os.path.realpath(lexical)
+    except (OSError, ValueError):
+        return True
+    return any(path not in searched and _changeable(path) for path in (lexical, real))
+
+
+def _searched_directories() -> set[str]:
+    own = [*os.environ.get("PATH", "").split(os.pathsep), *_SEARCHED]
+    found: set[str] = set()
+    for directory in own:
+        if directory.startswith("/"):
+            found.add(os.path.normpath(directory))
+            try:
+                found.add(os.path.realpath(directory))
+            except (OSError, ValueError):
+                pass
+    return found
+
+
+def _changeable(path: str) -> bool:
+    """Whether ``path`` or a directory above it may be changed by this process's user."""
+    user = os.geteuid()
+    while True:
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            info = None  # not there yet: whoever may create it is asked about above
+        except (OSError, ValueError):
+            return True
+        if info is not None and (
+            info.st_uid == user or (stat.S_ISDIR(info.st_mode) and os.access(path, os.W_OK))
+        ):
+            return True
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
 
 
 def _inside_workspace(directory: str, root: str) -> bool:
