@@ -255,3 +255,28 @@ async def test_switched_off_every_record_goes_to_the_writer(
         await store.record_tool_use(use("r1", read_only=True))
         await store.record_result("r1", done("r1").durable())
         assert through_writer(store) == 2
+
+
+async def test_a_busy_loop_s_groups_are_checkpointed_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The groups committed on the loop's connection count toward its checkpoints as single
+    records do: the writer checkpoints the WAL every ``CHECKPOINT_EVERY`` commits, so under load
+    it stays bounded as well."""
+    monkeypatch.setattr(sqlite_store._Inline, "CHECKPOINT_EVERY", 4)
+    db = tmp_path / "calls.db"
+    async with await SqliteToolUseStore.open(db) as store:
+        for turn in range(200):
+            ids = [f"r{turn}-{i}" for i in range(16)]
+            await asyncio.gather(
+                *(
+                    store.record_tool_use(use(e, turn * 16 + i, read_only=True))
+                    for i, e in enumerate(ids)
+                )
+            )
+            await asyncio.gather(*(store.record_result(e, done(e).durable()) for e in ids))
+        assert records_on_callers_thread(store) > 3200  # (others met a checkpoint: the writer)
+        assert committed_rows(db, "tool_result") == 3200
+        wal = os.stat(f"{db}-wal").st_size
+    # Unchecked, 400 group commits of a dozen pages or more each would leave about 20 MB.
+    assert wal < 4_000_000, wal

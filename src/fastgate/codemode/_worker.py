@@ -25,9 +25,9 @@ at once (``asyncio.gather``) are answered in any order::
 A call made while nothing else of the program can run (the usual ``await tools.x()`` one after
 another) waits for its reply inside the calling task rather than on the event loop, which
 would cost two loop iterations and a future per call; anything else the program waits for
-ends that wait (``Channel._wait_here``). Calls made at once are queued and leave together, in
-one write at the end of the loop's turn (``Channel.flush``); the parent likewise answers those
-that end in one turn of its loop with one write.
+ends that wait (``Channel._wait_here``). Calls made at once are queued and leave together, 64
+to a write and the rest at the end of the loop's turn (``Channel.flush``); the parent likewise
+answers the calls of one read together, up to 8 KiB to a write.
 """
 
 from __future__ import annotations
@@ -216,7 +216,7 @@ class Channel:
         if reply is None:  # calls at once, or something else of the program became due
             future = loop.create_future()
             self.pending[call_id] = future
-            if not alone:  # sent with the others made in this turn of the loop, at its end
+            if not alone:  # sent with the others made in this turn of the loop (see flush)
                 outbox = self.outbox
                 if not outbox:
                     loop.call_soon(self.flush)

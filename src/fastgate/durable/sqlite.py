@@ -1102,7 +1102,14 @@ class SqliteToolUseStore:
             return
         inline = self._inline
         assert inline is not None
-        values = inline.try_commit_all(batch)
+        if inline.checkpointing:  # the writer checkpoints: its records go there until it is done
+            self._to_writer(batch)
+            return
+        try:
+            values = inline.try_commit_all(batch)
+        except BaseException:  # (KeyboardInterrupt, say): nothing was written, nor lost
+            self._to_writer(batch)
+            raise
         if values is None:
             self._to_writer(batch)
             return

@@ -10,7 +10,8 @@
 - The crossing with fastgate's channel code, for context: the worker's channel answered at once
   by a parent doing nothing else.
 - The same calls made at once (``asyncio.gather``; the round trips then overlap): per call, at
-  most twice one direct ``execute()``.
+  most twice one direct ``execute()``; for context, the same calls over the bare channel (the
+  program's own side of them).
 
 The targets hold for the compiled build; the pure build's figures are reported beside them.
 """
