@@ -1135,10 +1135,9 @@ class SqliteToolUseStore:
     def _commit_inline(self, inline: _Inline, kind: int, params: Any) -> tuple[bool, Any]:
         """Commit a record that needs no sync here and now (``_Inline``) when its call is the
         only one under way: no other call of this process between its tool-use record and its
-        result, and no caller waiting for the writer. Calls made one at a time then never wait
-        for the writer's thread, while a busy server's records still go to it together, one
-        transaction in its thread, off the loop. (And only where the writer can sync the WAL
-        later.)"""
+        result, and no caller waiting for the store. Calls made one at a time then never wait
+        for the writer's thread; under load a record joins its turn's group instead
+        (``_commit_batch``). (And only where the writer can sync the WAL later.)"""
         writer = self._writer
         if self._waiting or writer.wal_fd == -1 or self._closing or inline.checkpointing:
             return False, None

@@ -899,16 +899,21 @@ def _writable_place(directory: str) -> bool:
 
 
 def _searched_directories() -> set[str]:
-    own = [*os.environ.get("PATH", "").split(os.pathsep), *_SEARCHED]
     found: set[str] = set()
-    for directory in own:
-        if directory.startswith("/"):
-            found.add(os.path.normpath(directory))
-            try:
-                found.add(os.path.realpath(directory))
-            except (OSError, ValueError):
-                pass
+    for directory in _search_path():
+        found.add(os.path.normpath(directory))
+        try:
+            found.add(os.path.realpath(directory))
+        except (OSError, ValueError):
+            pass
     return found
+
+
+def _search_path() -> list[str]:
+    """The directories the server finds programs in: its own ``PATH`` (the absolute entries),
+    then the system's program directories, each once."""
+    directories = [*os.environ.get("PATH", "").split(os.pathsep), *_SEARCHED]
+    return list(dict.fromkeys(d for d in directories if d.startswith("/")))
 
 
 def _changeable(path: str) -> bool:
@@ -1125,8 +1130,7 @@ def _other_names(info: os.stat_result) -> list[str]:
     """Programs on the search path (and the usual program directories) that are the file
     ``info`` describes under another name."""
     names: list[str] = []
-    directories = [*os.environ.get("PATH", "").split(os.pathsep), *_SEARCHED]
-    for directory in dict.fromkeys(d for d in directories if d.startswith("/")):
+    for directory in _search_path():
         try:
             with os.scandir(directory) as entries:
                 for count, entry in enumerate(entries):

@@ -83,7 +83,7 @@ def _strings_in(value: Any) -> list[str]:
     while pending and len(found) < _MAX_LEAVES:
         item = pending.pop()
         kind = type(item)
-        if kind is str or isinstance(item, str):
+        if isinstance(item, str):
             found.append(item)
         elif kind is dict:  # the usual JSON object, without the Mapping check
             pending.extend(item.values())
