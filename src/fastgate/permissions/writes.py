@@ -16,8 +16,9 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from typing import NamedTuple
 
+from fastgate.permissions.arguments import git_call, operand_words, option_values
+from fastgate.permissions.revisions import restored_trees, rewritten_words
 from fastgate.permissions.shell import Word
 
 # Every operand is a file the program writes, creates, removes or changes.
@@ -146,9 +147,6 @@ _GIT_WRITES = frozenset(
         "--edit",
     }
 )
-_GIT_OPTIONS_WITH_ARGUMENT = frozenset(
-    {"-C", "-c", "--git-dir", "--work-tree", "--namespace", "--exec-path", "--config-env"}
-)
 
 
 # Programs that change a whole tree when asked to (or always, for ``mv``): what is below the
@@ -186,7 +184,7 @@ def written_words(form: tuple[Word, ...]) -> list[Word]:
     words = _written_words(name, args)
     if name in _INTO_DIRECTORY:
         words += _placed_into_destination(name, args)
-    return words + _copied_trees(name, args) + _extracted(name, args)
+    return words + _copied_trees(name, args) + _extracted(name, args) + rewritten_words(name, args)
 
 
 # Archive extractors: the files they write are the archive's entries, named by its contents,
@@ -226,15 +224,15 @@ def _extraction_directory(name: str, args: tuple[Word, ...]) -> Word | None:
         )
         if not extracting or to_stdout:
             return None
-        found = _option_values(args, ("-C", "--directory"))
+        found = option_values(args, ("-C", "--directory"))
         return found[-1] if found else here
     if name == "unzip":
         if any(v in _UNZIP_WRITES_NOTHING for v in values):
             return None
-        found = _option_values(args, ("-d",))
+        found = option_values(args, ("-d",))
         return found[-1] if found else here
     if name in _SEVEN_ZIPS:
-        operands = _operands(args)
+        operands = operand_words(args)
         if not operands or operands[0].value not in ("x", "e"):
             return None
         out = [Word(w.value[2:], w.raw, w.dynamic) for w in args if w.value.startswith("-o")]
@@ -246,7 +244,7 @@ def _extraction_directory(name: str, args: tuple[Word, ...]) -> Word | None:
         )
         if not extracting:
             return None
-        found = _option_values(args, ("-D", "--directory"))
+        found = option_values(args, ("-D", "--directory"))
         return found[-1] if found else here
     if name in ("jar", "ar"):
         first = values[0] if values else ""
@@ -257,7 +255,7 @@ def _extraction_directory(name: str, args: tuple[Word, ...]) -> Word | None:
                 rest = args[index + 2 :]
                 if not rest or rest[0].value not in ("-e", "--extract"):
                     return None
-                operands = _operands(rest[1:])
+                operands = operand_words(rest[1:])
                 return operands[1] if len(operands) > 1 else here
     return None
 
@@ -270,12 +268,12 @@ def tree_words(form: tuple[Word, ...]) -> list[Word]:
     name = os.path.basename(form[0].value)
     args = form[1:]
     if name == "mv":
-        return _operands(args)
+        return operand_words(args)
     if name == "find":
         return _find_writes(args) if any(w.value == "-delete" for w in args) else []
     if name in _RECURSIVE and any(_recursive(w) for w in args):
-        return _operands(args)
-    return _copied_trees(name, args)
+        return operand_words(args)
+    return _copied_trees(name, args) + restored_trees(name, args)
 
 
 # Copies whose recursive form lands a source directory's entries in the destination (``cp -r
@@ -297,7 +295,7 @@ def _copied_trees(name: str, args: tuple[Word, ...]) -> list[Word]:
     )
     if not recursive:
         return []
-    operands = _operands(args)
+    operands = operand_words(args)
     if _target_directories(name, args):
         return operands  # every operand is a source
     return operands[:-1]
@@ -312,13 +310,13 @@ def _recursive(word: Word) -> bool:
 
 def _target_directories(name: str, args: tuple[Word, ...]) -> list[Word]:
     """The ``-t DIR`` (``--target-directory``) of a copy, in the spellings ``name`` reads."""
-    return _option_values(args, ("-t", "--target-directory"), clustered=name in _GNU_TARGET)
+    return option_values(args, ("-t", "--target-directory"), clustered=name in _GNU_TARGET)
 
 
 def _placed_into_destination(name: str, args: tuple[Word, ...]) -> list[Word]:
     """``cp SRC... DIR`` writes ``DIR/basename(SRC)``: the names the sources bring along
     (``cp /tmp/.mcp.json .``), whether the destination is a directory or not."""
-    operands = _operands(args)
+    operands = operand_words(args)
     targets = _target_directories(name, args)
     if targets:
         destination, sources = targets[-1], operands
@@ -372,9 +370,9 @@ def made_files(form: tuple[Word, ...]) -> list[tuple[Word, tuple[Word, ...]]]:
     if name in _NO_CONTENT:
         return []
     if name not in _COPIES:
-        built = _option_values(args, ("-o",), clustered=True) if name in _BUILDERS else []
+        built = option_values(args, ("-o",), clustered=True) if name in _BUILDERS else []
         return [(word, ()) for word in written_words(form) + built]
-    operands = _operands(args)
+    operands = operand_words(args)
     targets = _target_directories(name, args)
     if targets:  # every operand lands in the directory under its own name
         return [(_joined(targets[-1], source), (source,)) for source in operands]
@@ -396,23 +394,23 @@ def _joined(directory: Word, source: Word) -> Word:
 
 def _written_words(name: str, args: tuple[Word, ...]) -> list[Word]:
     if name in _EVERY_OPERAND:
-        return _operands(args)
+        return operand_words(args)
     if name in _DESTINATION:
-        operands = _operands(args)
+        operands = operand_words(args)
         if any(w.value in _LINKING for w in args):
             return operands
         return operands[-1:] + _target_directories(name, args)
     if name in _IN_PLACE:
-        return _operands(args) if any(_edits_in_place(w) for w in args) else []
+        return operand_words(args) if any(_edits_in_place(w) for w in args) else []
     if name in ("awk", "gawk"):
         in_place = any(
             a.value == "-i" and b.value == "inplace" for a, b in itertools.pairwise(args)
         )
-        return _operands(args) if in_place else []
+        return operand_words(args) if in_place else []
     if name == "dd":
         return [Word(w.value[3:], w.raw, w.dynamic) for w in args if w.value.startswith("of=")]
     if name in _OUTPUT_OPTIONS:
-        return _option_values(args, _OUTPUT_OPTIONS[name], clustered=True)
+        return option_values(args, _OUTPUT_OPTIONS[name], clustered=True)
     if name == "find":
         return _find_writes(args)
     if name == "git":
@@ -431,7 +429,7 @@ def guessed_words(form: tuple[Word, ...]) -> list[Word]:
     name = os.path.basename(form[0].value)
     args = form[1:]
     if name == "git":
-        found = _git_call(args)
+        found = git_call(args)
         if found is None or found.command in _GIT_READ_ONLY:
             return []
         return _every_named(found.rest)
@@ -476,40 +474,10 @@ def _cluster_arguments(value: str) -> list[str]:
     return [value[k:] for k in starts if value[k:]]
 
 
-class _GitCall(NamedTuple):
-    command: str
-    rest: tuple[Word, ...]  # the command's own words
-    config: str  # the repository's configuration file: ``--git-dir``'s, else ``-C``'s
-
-
-def _git_call(args: tuple[Word, ...]) -> _GitCall | None:
-    """The git command of ``args`` (git's own options read past), or None when there is none
-    known before it runs (the analysis calls such a command unknown anyway)."""
-    directory = ""
-    git_dir = ""
-    i = 0
-    while i < len(args) and args[i].value.startswith("-"):
-        value = args[i].value
-        if value in _GIT_OPTIONS_WITH_ARGUMENT and i + 1 < len(args):
-            if value == "-C":
-                directory = os.path.join(directory, args[i + 1].value)
-            elif value == "--git-dir":
-                git_dir = args[i + 1].value
-            i += 2
-            continue
-        if value.startswith("--git-dir="):
-            git_dir = value.split("=", 1)[1]
-        i += 1
-    if i >= len(args) or args[i].dynamic:
-        return None
-    config = os.path.join(git_dir, "config") if git_dir else os.path.join(directory, ".git/config")
-    return _GitCall(args[i].value, args[i + 1 :], config)
-
-
 def _git_writes(args: tuple[Word, ...]) -> list[Word]:
     """What a git command writes for sure: ``.git/config`` for the commands and options that
     set an upstream, a remote, a submodule or a worktree, and an ``--output`` file."""
-    found = _git_call(args)
+    found = git_call(args)
     if found is None:
         return []
     out: list[Word] = []
@@ -518,49 +486,7 @@ def _git_writes(args: tuple[Word, ...]) -> list[Word]:
         for w in found.rest
     ):
         out.append(Word(found.config, found.config))
-    return out + _option_values(found.rest, ("--output", "--output-directory"))
-
-
-def _operands(args: tuple[Word, ...]) -> list[Word]:
-    """Words that are not options (everything after ``--``)."""
-    out: list[Word] = []
-    for index, word in enumerate(args):
-        if word.value == "--" and not word.dynamic:
-            return out + list(args[index + 1 :])
-        if not word.value.startswith("-") or word.value == "-" or word.dynamic:
-            out.append(word)
-    return out
-
-
-def _option_values(
-    args: tuple[Word, ...], spellings: tuple[str, ...], clustered: bool = False
-) -> list[Word]:
-    """The arguments of the options ``spellings`` (``-o X``, ``-oX``, ``--output=X``,
-    ``--output X``); with ``clustered``, also a short one after others in a cluster, as getopt
-    reads it: the rest of the word, or the next word (``-so X``, ``-sSLoX``). Which letters
-    before it take an argument is not known, so a letter inside another option's argument
-    (``-Hfoo``) is read as the option too: more is taken for written, never less."""
-    out: list[Word] = []
-    for index, word in enumerate(args):
-        value = word.value
-        following = args[index + 1 : index + 2]
-        for option in spellings:
-            if value == option:
-                out.extend(following)
-            elif option.startswith("--") and value.startswith(option + "="):
-                out.append(Word(value[len(option) + 1 :], word.raw, word.dynamic))
-            elif len(option) == 2 and value.startswith(option) and len(value) > 2:
-                out.append(Word(value[2:], word.raw, word.dynamic))
-            elif (
-                clustered
-                and len(option) == 2
-                and value[:1] == "-"
-                and value[1:2] not in ("-", "")
-                and option[1] in value[2:]
-            ):
-                rest = value[1:].partition(option[1])[2]
-                out.extend([Word(rest, word.raw, word.dynamic)] if rest else following)
-    return out
+    return out + option_values(found.rest, ("--output", "--output-directory"))
 
 
 def _edits_in_place(word: Word) -> bool:
@@ -631,12 +557,12 @@ def _git_config_writes(args: tuple[Word, ...]) -> list[Word]:
     """``git config`` that sets or removes a value writes the repository's ``.git/config``, the
     ``--file`` it names, or the user's (``--global``) or the system's (``--system``)
     configuration, whatever ``HOME`` says when it runs."""
-    found = _git_call(args)
+    found = git_call(args)
     if found is None or found.command != "config":
         return []
     rest = found.rest
     values = [w.value for w in rest]
-    scoped = _option_values(rest, ("-f",))
+    scoped = option_values(rest, ("-f",))
     scopes: set[str] = set()
     for index, word in enumerate(rest):
         scope, joined = _git_config_scope(word)
