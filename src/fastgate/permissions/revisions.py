@@ -124,7 +124,7 @@ def _git_rewritten(args: tuple[Word, ...]) -> list[Word]:
     if found is None:
         return []  # no command known before it runs: the analysis calls it unknown
     command, rest = found.command, found.rest
-    values = {w.value for w in rest if not w.dynamic}
+    values = _options(rest)
     work_tree = _git_work_tree(args)
     if command in _GIT_KEEPS_WORK_TREE or values & _GIT_ONLY_REPORTS:
         return []
@@ -163,7 +163,7 @@ def _git_rewrites(command: str, rest: tuple[Word, ...], values: set[str]) -> boo
             return False  # the index only
         return not (values & _GIT_APPLY_REPORTS) or "--apply" in values
     if command == "read-tree":
-        return "-u" in values
+        return any(_short_option(v, "u") for v in values)
     if command == "clean":  # deletes untracked files, unless only listing them
         return not any(_short_option(v, "n") or v == "--dry-run" for v in values)
     return True
@@ -207,15 +207,25 @@ def _clone_destination(rest: tuple[Word, ...]) -> Word:
     return Word("$(derived)", "$(derived)", dynamic=True)
 
 
+# ``git switch``'s options that rewrite the files even with no branch named: ``--orphan``
+# empties the tree, the others put HEAD's back.
+_GIT_SWITCH_REWRITES = frozenset(
+    {"--orphan", "-f", "--force", "--discard-changes", "-m", "--merge", "--recurse-submodules"}
+)
+
+
 def _switches(rest: tuple[Word, ...]) -> bool:
-    """``git switch``: a branch or a start point given, ``-`` or ``--orphan`` (which empties
-    the tree); ``switch -c NAME`` alone keeps the files."""
+    """``git switch``: a branch or a start point given, ``-``, ``--orphan`` (which empties
+    the tree) or an option putting HEAD's files back; ``switch -c NAME`` alone keeps them."""
     positional, i = 0, 0
     while i < len(rest):
         word = rest[i]
         if word.dynamic:
             return True
-        if word.value == "--orphan" or word.value.startswith("--orphan="):
+        value = word.value
+        if value in _GIT_SWITCH_REWRITES or value.startswith("--orphan="):
+            return True
+        if _short_option(value, "f") or _short_option(value, "m"):
             return True
         if word.value in _GIT_CHECKOUT_ARGUMENT:
             i += 2
@@ -230,29 +240,52 @@ def _restored_paths(command: str, rest: tuple[Word, ...]) -> list[Word] | None:
     """The paths a ``checkout``/``restore`` writes from the index or a commit: ``[]`` when it
     writes none (``checkout -b x``, ``restore --staged``), None when it may write the whole
     tree (a branch checked out, ``--pathspec-from-file``, a word only run time knows)."""
-    values = [w.value for w in rest]
+    values = _options(rest)
     if any(v.startswith("--pathspec-from-file") for v in values):
         return None
-    if command == "restore":
-        staged = any(v in ("--staged", "-S") for v in values)
-        if staged and not any(v in ("--worktree", "-W") for v in values):
-            return []  # the index only
-        before, after, _ = _positionals(rest)
-        return before + after
     before, after, dashed = _positionals(rest)
+    if command == "restore":
+        staged = bool(values & {"--staged", "-S"})
+        if staged and not values & {"--worktree", "-W"}:
+            return []  # the index only
+        return (before + after) or None  # none named: ``restore -p`` offers every file
     if any(w.dynamic for w in rest):
         return None
     if dashed:
-        return after  # ``checkout [COMMIT] -- PATH...``: the paths, from the commit or index
+        return after or None  # ``checkout [COMMIT] -- PATH...``: the paths, from it or the index
     if len(before) == 1:
         # ``checkout X``: a branch or commit (the whole tree), or a path git finds as one.
         return None
     if len(before) > 1:
         return before  # ``checkout COMMIT PATH...`` (the first a commit or a path too)
-    # No operand: ``checkout -b NAME`` and ``--orphan NAME`` keep the files; ``-f`` and ``-m``
-    # put the index's back.
-    forced = any(v in ("--force", "--merge") or _short_option(v, "f") for v in values)
-    return None if forced or any(v == "-m" for v in values) else []
+    # No operand: ``checkout -b NAME``, ``--orphan NAME``, ``--detach`` keep the files; any
+    # other option may put the index's back (``-f``, ``-m``, ``-p``, submodules).
+    keeps = all(v in _GIT_CHECKOUT_KEEPS or v.startswith("--track=") for v in values)
+    return [] if keeps else None
+
+
+# ``git checkout``'s options that, with no operand, leave the files as they are.
+_GIT_CHECKOUT_KEEPS = frozenset(
+    {
+        "-b", "-B", "--orphan", "--detach", "-q", "--quiet", "-t", "--track", "--no-track",
+        "-l", "--progress", "--no-progress", "--guess", "--no-guess", "--no-recurse-submodules",
+        "--ignore-other-worktrees", "--overwrite-ignore", "--no-overwrite-ignore",
+    }
+)  # fmt: skip
+
+
+def _options(rest: tuple[Word, ...]) -> set[str]:
+    """The options of a git command's words: those before ``--`` (after it, a word is a path
+    even when it starts with ``-``), known before it runs."""
+    found: set[str] = set()
+    for word in rest:
+        if word.dynamic:
+            continue
+        if word.value == "--":
+            break
+        if word.value.startswith("-"):
+            found.add(word.value)
+    return found
 
 
 def _positionals(rest: tuple[Word, ...]) -> tuple[list[Word], list[Word], bool]:
