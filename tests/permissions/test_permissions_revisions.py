@@ -221,3 +221,22 @@ def test_an_old_commit_brings_back_looser_settings(workspace: Path) -> None:
     assert asks_as_guarded(ruling(command, workspace, mode=YOLO, deny=DENY_OTHER))
     _git(workspace, *command.split()[1:])  # what it would have done
     assert "Bash(*)" in settings.read_text()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "git init --separate-git-dir=/tmp/elsewhere",
+        "git init --separate-git-dir /tmp/elsewhere sub",
+        "git -C sub init --separate-git-dir=../../elsewhere",
+        "git clone --separate-git-dir=/tmp/elsewhere https://example.com/r.git dst",
+    ],
+)
+def test_a_git_directory_moved_elsewhere_is_a_protected_write(
+    command: str, workspace: Path
+) -> None:
+    """``.git`` becomes a file naming a directory whose ``config`` no rule protects by name,
+    so a later write there would set what git runs: at least ASK."""
+    decided = ruling(command, workspace, mode=YOLO, deny=DENY_OTHER)
+    assert asks_as_guarded(decided), decided
+    assert ".git" in decided.reason, decided.reason

@@ -126,6 +126,8 @@ def _git_rewritten(args: tuple[Word, ...]) -> list[Word]:
     command, rest = found.command, found.rest
     values = _options(rest)
     work_tree = _git_work_tree(args)
+    if command in ("init", "clone") and any(v.startswith("--separate-git-dir") for v in values):
+        return [_git_file(command, rest, work_tree)]
     if command in _GIT_KEEPS_WORK_TREE or values & _GIT_ONLY_REPORTS:
         return []
     if command == "clone":
@@ -212,6 +214,31 @@ def _clone_destination(rest: tuple[Word, ...]) -> Word:
 _GIT_SWITCH_REWRITES = frozenset(
     {"--orphan", "-f", "--force", "--discard-changes", "-m", "--merge", "--recurse-submodules"}
 )
+
+
+_GIT_INIT_ARGUMENT = frozenset({"--separate-git-dir", "-b", "--initial-branch", "--object-format"})
+
+
+def _git_file(command: str, rest: tuple[Word, ...], work_tree: Word) -> Word:
+    """``--separate-git-dir`` makes the repository's ``.git`` a file naming a directory
+    elsewhere, whose ``config`` and ``hooks`` no rule protects by name (an existing
+    repository's is moved there): the ``.git`` it writes, a protected indirection."""
+    if command == "clone":
+        place = _clone_destination(rest)
+    else:
+        found: list[Word] = []
+        i = 0
+        while i < len(rest):
+            word = rest[i]
+            if not word.dynamic and word.value in _GIT_INIT_ARGUMENT:
+                i += 2
+                continue
+            if word.dynamic or not word.value.startswith("-"):
+                found.append(word)
+            i += 1
+        place = found[0] if found else work_tree
+    value = os.path.join(place.value, ".git")
+    return Word(value, value, place.dynamic)
 
 
 def _switches(rest: tuple[Word, ...]) -> bool:
