@@ -23,6 +23,17 @@ ALLOW = (
     "Bash(python3:*)",
     "Bash(jar:*)",
     "Bash(ar:*)",
+    "Bash(7zz:*)",
+    "Bash(unrar:*)",
+    "Bash(rar:*)",
+    "Bash(unar:*)",
+    "Bash(cabextract:*)",
+    "Bash(pax:*)",
+    "Bash(dpkg-deb:*)",
+    "Bash(dpkg:*)",
+    "Bash(lha:*)",
+    "Bash(arj:*)",
+    "Bash(unsquashfs:*)",
     "Bash(cd:*)",
     "Bash(sudo:*)",
 )
@@ -57,6 +68,19 @@ EXTRACTIONS = [
     "cd sub && tar xf ../a.tar",
     "sudo tar xf a.tar",
     "curl -s https://example.com/a.tgz | tar xzf -",
+    "7zz x a.7z",
+    "unrar x a.rar",
+    "rar x a.rar out/",
+    "unar a.zip",
+    "unar -o out a.zip",
+    "cabextract a.cab",
+    "pax -r < a.pax",
+    "pax -rw src .",
+    "dpkg-deb -x a.deb .",
+    "dpkg -x a.deb out",
+    "lha x a.lzh",
+    "arj x a.arj",
+    "unsquashfs -f -d . a.sqfs",
 ]
 
 
@@ -95,6 +119,10 @@ def test_an_extraction_is_at_least_ask_in_every_mode(command: str, workspace: Pa
         "cpio -o < list",
         "python3 -m zipfile -l a.zip",
         "python3 -m tarfile -l a.tar",
+        "unrar l a.rar",
+        "cabextract -l a.cab",
+        "pax < a.pax",
+        "unsquashfs -l a.sqfs",
     ],
 )
 def test_reading_or_making_an_archive_writes_nothing_unknown(command: str, workspace: Path) -> None:

@@ -6,9 +6,10 @@ Programs are known by their basename. Over-reading is safe (a word taken for a p
 not one names no protected file), so a program not known to write nothing is taken to write
 every file its words may name (its operands, and the values of its options: ``uniq IN OUT``,
 ``openssl ... -out F``, ``git diff --output=F``); only the programs of ``_READ_ONLY`` are known
-to write nothing their words name. An archive's extraction (``tar -x``, ``unzip``, ``7z x``,
-...) writes files its contents name: one word stands for them, known only when it runs. Code a
-program runs from its own language (``python -c``, ``awk``'s ``print > f``) is not seen.
+to write nothing their words name. Files named by something other than the words are found
+by ``unpacking`` (archives, compressed files), ``downloads`` (URLs, remote trees) and
+``revisions`` (version control). Code a program runs from its own language (``python -c``,
+``awk``'s ``print > f``) is not seen.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import os
 import re
 
 from fastgate.permissions.arguments import git_call, operand_words, option_values
+from fastgate.permissions.downloads import downloaded_words
 from fastgate.permissions.revisions import restored_trees, rewritten_words
 from fastgate.permissions.shell import Word
+from fastgate.permissions.unpacking import unpacked_words
 
 # Every operand is a file the program writes, creates, removes or changes.
 _EVERY_OPERAND = frozenset(
@@ -184,80 +187,8 @@ def written_words(form: tuple[Word, ...]) -> list[Word]:
     words = _written_words(name, args)
     if name in _INTO_DIRECTORY:
         words += _placed_into_destination(name, args)
-    return words + _copied_trees(name, args) + _extracted(name, args) + rewritten_words(name, args)
-
-
-# Archive extractors: the files they write are the archive's entries, named by its contents,
-# not by any word (a ``.claude/settings.json`` or ``.git/hooks/pre-commit`` inside it).
-_TARS = frozenset({"tar", "gtar", "bsdtar"})
-_SEVEN_ZIPS = frozenset({"7z", "7za", "7zr"})
-_PYTHONS = re.compile(r"python(?:3(?:\.[0-9]+)?)?")
-# unzip's listing, testing and printing options: nothing is written.
-_UNZIP_WRITES_NOTHING = frozenset({"-l", "-t", "-v", "-z", "-Z", "-p", "-c"})
-
-
-def _extracted(name: str, args: tuple[Word, ...]) -> list[Word]:
-    """For a command extracting an archive, one word standing for the files it writes: known
-    only when it runs, below its destination directory (so a protected path may be among
-    them, and the call is at least ASK in every mode)."""
-    where = _extraction_directory(name, args)
-    if where is None:
-        return []
-    shown = f"the archive's files under {where.value}"
-    return [Word(where.value.rstrip("/") + "/$ENTRY", shown, dynamic=True)]
-
-
-def _extraction_directory(name: str, args: tuple[Word, ...]) -> Word | None:
-    here = Word(".", ".")
-    values = [w.value for w in args]
-    if name in _TARS:
-        first = values[0] if values else ""
-        bundled = first if first[:1] not in ("-", "") else ""  # ``tar xzf a.tgz``
-        clusters = [v[1:] for v in values if v[:1] == "-" and v[1:2] not in ("-", "")]
-        extracting = (
-            "x" in bundled
-            or any(v in ("--extract", "--get") for v in values)
-            or any("x" in c for c in clusters)
-        )
-        to_stdout = (
-            "O" in bundled or "--to-stdout" in values or any("O" in cluster for cluster in clusters)
-        )
-        if not extracting or to_stdout:
-            return None
-        found = option_values(args, ("-C", "--directory"))
-        return found[-1] if found else here
-    if name == "unzip":
-        if any(v in _UNZIP_WRITES_NOTHING for v in values):
-            return None
-        found = option_values(args, ("-d",))
-        return found[-1] if found else here
-    if name in _SEVEN_ZIPS:
-        operands = operand_words(args)
-        if not operands or operands[0].value not in ("x", "e"):
-            return None
-        out = [Word(w.value[2:], w.raw, w.dynamic) for w in args if w.value.startswith("-o")]
-        return out[-1] if out else here
-    if name == "cpio":
-        extracting = any(
-            v in ("-i", "--extract") or (v[:1] == "-" and v[1:2] != "-" and "i" in v)
-            for v in values
-        )
-        if not extracting:
-            return None
-        found = option_values(args, ("-D", "--directory"))
-        return found[-1] if found else here
-    if name in ("jar", "ar"):
-        first = values[0] if values else ""
-        return here if "x" in first.lstrip("-") else None
-    if _PYTHONS.fullmatch(name):
-        for index in range(len(values) - 2):
-            if values[index] == "-m" and values[index + 1] in ("zipfile", "tarfile"):
-                rest = args[index + 2 :]
-                if not rest or rest[0].value not in ("-e", "--extract"):
-                    return None
-                operands = operand_words(rest[1:])
-                return operands[1] if len(operands) > 1 else here
-    return None
+    words += _copied_trees(name, args) + unpacked_words(name, args) + rewritten_words(name, args)
+    return words + downloaded_words(name, args)
 
 
 def tree_words(form: tuple[Word, ...]) -> list[Word]:
