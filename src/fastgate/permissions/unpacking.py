@@ -77,6 +77,12 @@ def _extraction_directory(name: str, args: tuple[Word, ...]) -> Word | None:
             v in ("-i", "--extract") or (v[:1] == "-" and v[1:2] != "-" and "i" in v)
             for v in values
         )
+        passing = any(  # ``find . | cpio -pdm DIR``: the names come from its input
+            v == "--pass-through" or (v[:1] == "-" and v[1:2] != "-" and "p" in v) for v in values
+        )
+        if passing:
+            operands = operand_words(args)
+            return operands[-1] if operands else here
         if not extracting:
             return None
         found = option_values(args, ("-D", "--directory"))

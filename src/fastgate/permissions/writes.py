@@ -258,13 +258,37 @@ def _placed_into_destination(name: str, args: tuple[Word, ...]) -> list[Word]:
     else:
         return []
     out: list[Word] = []
+    keeping = _keeps_source_paths(name, args)
     for source in sources:
         base = os.path.basename(source.value.rstrip("/"))
-        if not base or base in (".", ".."):
-            continue
-        value = os.path.join(destination.value, base)
-        out.append(Word(value, value, destination.dynamic or source.dynamic))
+        names = [base] if base and base not in (".", "..") else []
+        if keeping:
+            names.append(_kept_path(name, source.value))
+        for kept in names:
+            value = os.path.join(destination.value, kept)
+            out.append(Word(value, value, destination.dynamic or source.dynamic))
     return out
+
+
+def _keeps_source_paths(name: str, args: tuple[Word, ...]) -> bool:
+    """``cp --parents`` and ``rsync -R``/``--relative`` put each source under the destination
+    by its whole name (``cp --parents a/.claude/x d`` writes ``d/a/.claude/x``)."""
+    values = [w.value for w in args if not w.dynamic]
+    if name == "cp":
+        return "--parents" in values
+    if name == "rsync":
+        return "--relative" in values or any(
+            v[:1] == "-" and v[1:2] not in ("-", "") and "R" in v for v in values
+        )
+    return False
+
+
+def _kept_path(name: str, source: str) -> str:
+    """The part of ``source`` kept under the destination: for rsync what follows a ``/./``
+    (the whole name without one), for cp the whole name; never absolute."""
+    if name == "rsync" and "/./" in source:
+        source = source.split("/./", 1)[1]
+    return source.lstrip("/")
 
 
 # Programs that change a file's name, mode, size or existence but put no program in it.
