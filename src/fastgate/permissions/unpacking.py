@@ -19,7 +19,15 @@ from fastgate.permissions.shell import Word
 
 def unpacked_words(name: str, args: tuple[Word, ...]) -> list[Word]:
     """The files an extraction or a decompression by ``name`` (a basename) writes."""
-    return _extracted(name, args) + _decompressed(name, args)
+    return _extracted(name, args) + _decompressed(name, args) + _decoded(name, args)
+
+
+def _decoded(name: str, args: tuple[Word, ...]) -> list[Word]:
+    """``uudecode`` writes the file its input's ``begin`` line names, unless ``-o`` names it."""
+    if name != "uudecode" or option_values(args, ("-o", "--output-file")):
+        return []
+    shown = "the file uudecode's input names"
+    return [Word("./$ENTRY", shown, dynamic=True)]
 
 
 # Archive extractors: the files they write are the archive's entries, named by its contents,

@@ -188,7 +188,26 @@ def written_words(form: tuple[Word, ...]) -> list[Word]:
     if name in _INTO_DIRECTORY:
         words += _placed_into_destination(name, args)
     words += _copied_trees(name, args) + unpacked_words(name, args) + rewritten_words(name, args)
-    return words + downloaded_words(name, args)
+    return words + downloaded_words(name, args) + _renamed_by_expression(name, args)
+
+
+# Renamers whose new names come from an expression or an editor, not from a word.
+_EXPRESSION_RENAMERS = frozenset({"rename", "prename", "perl-rename", "file-rename"})
+_EDITOR_RENAMERS = frozenset({"mmv", "vidir", "qmv", "massren", "imv"})
+
+
+def _renamed_by_expression(name: str, args: tuple[Word, ...]) -> list[Word]:
+    """``rename 's/x/y/' FILES`` names its files by running the expression, ``vidir`` and
+    ``mmv`` by an editor or a pattern: the new names are known only when it runs, in the
+    directories of the files it renames (where it runs, for the editors)."""
+    if name in _EXPRESSION_RENAMERS:
+        places = {os.path.dirname(w.value) or "." for w in operand_words(args)[1:]} or {"."}
+    elif name in _EDITOR_RENAMERS:
+        places = {"."}
+    else:
+        return []
+    shown = f"the names {name} gives"
+    return [Word(place.rstrip("/") + "/$NAME", f"{shown} in {place}", True) for place in places]
 
 
 def tree_words(form: tuple[Word, ...]) -> list[Word]:
