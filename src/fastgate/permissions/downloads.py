@@ -47,6 +47,8 @@ def downloaded_words(name: str, args: tuple[Word, ...]) -> list[Word]:
 def _curl(args: tuple[Word, ...]) -> list[Word]:
     values = [w.value for w in args if not w.dynamic]
     clusters = [v[1:] for v in values if v[:1] == "-" and v[1:2] not in ("-", "")]
+    if option_values(args, ("-K", "--config"), clustered=True):
+        return _under(_HERE, "curl -K")  # a config file may name outputs and directories
     remote_name = (
         "--remote-name" in values
         or "--remote-name-all" in values
@@ -59,7 +61,8 @@ def _curl(args: tuple[Word, ...]) -> list[Word]:
     if "--remote-header-name" in values or any("J" in c for c in clusters):
         return _under(where, "curl -J")  # the server's Content-Disposition names it
     globbing = not ("--globoff" in values or "-g" in values)
-    return _named_by_urls(operand_words(args), where, globbing, "curl", "")
+    urls = operand_words(args) + option_values(args, ("--url",))
+    return _named_by_urls(urls, where, globbing, "curl", "")
 
 
 def _wget(args: tuple[Word, ...]) -> list[Word]:
@@ -78,6 +81,7 @@ def _wget(args: tuple[Word, ...]) -> list[Word]:
         "--force-directories",
         "--execute",  # a wgetrc command: ``content_disposition = on``, ``output_document``
         "--config",
+        "--default-page",
     )
     blind = any(v.split("=", 1)[0] in long_blind for v in values) or any(
         v[:1] == "-" and v[1:2] not in ("-", "") and any(c in v[1:] for c in "rmpixe")

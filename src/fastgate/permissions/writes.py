@@ -70,9 +70,17 @@ _LINKING = frozenset({"-s", "-l", "--link", "--symbolic-link", "--remove-source-
 # ``-i inplace``.
 _IN_PLACE = frozenset({"sed", "gsed", "perl", "ruby"})
 # Options whose argument is a file written: program -> spellings (short ones may be joined).
+_CURL_OUTPUTS = (
+    "-o", "--output", "--output-dir", "-D", "--dump-header", "-c", "--cookie-jar", "--trace",
+    "--trace-ascii", "--stderr", "--etag-save", "--hsts", "--alt-svc", "--libcurl",
+)  # fmt: skip
+_WGET_OUTPUTS = (
+    "-O", "--output-document", "-P", "--directory-prefix", "-o", "--output-file", "-a",
+    "--append-output", "--save-cookies", "--rejected-log",
+)  # fmt: skip
 _OUTPUT_OPTIONS: dict[str, tuple[str, ...]] = {
-    "curl": ("-o", "--output"),
-    "wget": ("-O", "--output-document", "-P", "--directory-prefix"),
+    "curl": _CURL_OUTPUTS,
+    "wget": _WGET_OUTPUTS,
     "sort": ("-o", "--output"),
 }
 _FIND_OUTPUTS = frozenset({"-fprint", "-fprint0", "-fprintf", "-fls"})
