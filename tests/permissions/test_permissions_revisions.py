@@ -69,6 +69,7 @@ REWRITES = [
     "git clone https://example.com/r.git .",
     "git clone -q --depth 1 https://example.com/r.git ../..",
     "git clone https://example.com/r.git sub/..",
+    "git -C .. clone https://example.com/r.git ws",
     "git subtree pull --prefix=lib origin main",
     "git co main",  # an alias, or a ``git-co`` program: may rewrite the tree
     "git -C sub checkout main",
@@ -133,6 +134,7 @@ KEEPS = [
     "git init",
     "git clone https://example.com/r.git",
     "git clone -b main https://example.com/r.git dst",
+    "git -C sub clone https://example.com/r.git dst",
     "git daemon --export-all",
     "patch --dry-run -p1 < fix.diff",
     "patch src/app.py fix.diff",

@@ -130,8 +130,10 @@ def _git_rewritten(args: tuple[Word, ...]) -> list[Word]:
         return [_git_file(command, rest, work_tree)]
     if command in _GIT_KEEPS_WORK_TREE or values & _GIT_ONLY_REPORTS:
         return []
-    if command == "clone":
-        destination = _clone_destination(rest)
+    if command == "clone":  # below ``-C``'s directory: ``git -C .. clone URL ws`` is above
+        named = _clone_destination(rest)
+        value = os.path.join(work_tree.value, named.value)
+        destination = Word(value, value, named.dynamic)
         return _under(destination, "git clone") if _beyond_a_literal_path(destination) else []
     if command in ("checkout", "restore"):
         paths = _restored_paths(command, rest)
