@@ -3,6 +3,7 @@ built-in ``bash`` tool (and the other built-ins), under the rules a test names."
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +56,14 @@ def asks_as_guarded(decided: RuleDecision) -> bool:
         and decided.source is DecisionSource.SENSITIVE
         and decided.sensitive
     )
+
+
+def project(root: Path) -> Path:
+    """A project as an agent finds it: a git repository with settings of its own
+    (``.claude/settings.json``) and two plain directories, ``sub`` and ``src``."""
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    (root / ".claude").mkdir()
+    (root / ".claude" / "settings.json").write_text("{}")
+    (root / "sub").mkdir()
+    (root / "src").mkdir()
+    return root

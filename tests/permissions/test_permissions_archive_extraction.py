@@ -6,13 +6,12 @@ allow rule covers it. Each spelling failed before the fix; the controls write no
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from fastgate import Decision
-from tests.permissions_round3_kit import YOLO, asks_as_guarded, ruling
+from tests.permissions_round3_kit import YOLO, asks_as_guarded, project, ruling
 
 ALLOW = (
     "Bash(tar:*)",
@@ -86,12 +85,7 @@ EXTRACTIONS = [
 
 @pytest.fixture(name="workspace")
 def workspace_fixture(tmp_path: Path) -> Path:
-    """A project as an agent finds it: a repository with settings of its own."""
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    (tmp_path / ".claude").mkdir()
-    (tmp_path / ".claude" / "settings.json").write_text("{}")
-    (tmp_path / "sub").mkdir()
-    return tmp_path
+    return project(tmp_path)
 
 
 @pytest.mark.parametrize("command", EXTRACTIONS)

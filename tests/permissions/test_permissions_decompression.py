@@ -7,13 +7,12 @@ fix; the controls write to standard output, test, list or compress."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from fastgate import Decision
-from tests.permissions_round3_kit import YOLO, asks_as_guarded, ruling
+from tests.permissions_round3_kit import YOLO, asks_as_guarded, project, ruling
 
 PROGRAMS = (
     "gzip", "gunzip", "pigz", "unpigz", "bzip2", "bunzip2", "xz", "unxz", "unlzma", "zstd",
@@ -68,12 +67,7 @@ CONTROLS = [
 
 @pytest.fixture(name="workspace")
 def workspace_fixture(tmp_path: Path) -> Path:
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    (tmp_path / ".claude").mkdir()
-    (tmp_path / ".claude" / "settings.json").write_text("{}")
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "src").mkdir()
-    return tmp_path
+    return project(tmp_path)
 
 
 @pytest.mark.parametrize("command", NAMED)

@@ -10,13 +10,12 @@ them. Each spelling failed before the fix; the controls are judged as before."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from fastgate import Decision
-from tests.permissions_round3_kit import YOLO, asks_as_guarded, ruling
+from tests.permissions_round3_kit import YOLO, asks_as_guarded, project, ruling
 
 PROGRAMS = ("curl", "wget", "aria2c", "scp", "rsync", "sftp", "docker", "kubectl", "aws")
 ALLOW = tuple(f"Bash({p}:*)" for p in (*PROGRAMS, "gsutil", "rclone", "azcopy", "cd", "sudo"))
@@ -106,11 +105,7 @@ CONTROLS = [
 
 @pytest.fixture(name="workspace")
 def workspace_fixture(tmp_path: Path) -> Path:
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    (tmp_path / ".claude").mkdir()
-    (tmp_path / ".claude" / "settings.json").write_text("{}")
-    (tmp_path / "sub").mkdir()
-    return tmp_path
+    return project(tmp_path)
 
 
 @pytest.mark.parametrize("command", NAMED_BY_THE_URL)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from fastgate import Decision
-from tests.permissions_round3_kit import YOLO, asks_as_guarded, ruling
+from tests.permissions_round3_kit import YOLO, asks_as_guarded, project, ruling
 
 ALLOW = ("Bash(git:*)", "Bash(patch:*)", "Bash(hg:*)", "Bash(sl:*)", "Bash(svn:*)", "Bash(jj:*)")
 ALLOW_AROUND = ("Bash(cd:*)", "Bash(sudo:*)", "Bash(/usr/bin/git:*)")
@@ -153,13 +153,7 @@ KEEPS = [
 
 @pytest.fixture(name="workspace")
 def workspace_fixture(tmp_path: Path) -> Path:
-    """A project as an agent finds it: a repository with settings of its own."""
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    (tmp_path / ".claude").mkdir()
-    (tmp_path / ".claude" / "settings.json").write_text("{}")
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "src").mkdir()
-    return tmp_path
+    return project(tmp_path)
 
 
 @pytest.mark.parametrize("command", REWRITES)

@@ -189,21 +189,28 @@ _GIT_CLONE_ARGUMENT = frozenset(
 )  # fmt: skip
 
 
-def _clone_destination(rest: tuple[Word, ...]) -> Word:
-    """Where ``git clone`` puts the new tree. Named or derived from the source (``r`` for
-    ``…/r.git``), it is a new directory below where git runs, whose files nothing here reads;
-    into ``.`` (an empty work tree), above it, or a place known only at run time, the
-    repository's files land where they may be read."""
+def _positional(rest: tuple[Word, ...], with_argument: frozenset[str]) -> list[Word]:
+    """The words of ``rest`` that are neither options nor the separate argument of one of
+    ``with_argument`` (a word known only at run time counts as one)."""
     found: list[Word] = []
     i = 0
     while i < len(rest):
         word = rest[i]
-        if not word.dynamic and word.value in _GIT_CLONE_ARGUMENT:
+        if not word.dynamic and word.value in with_argument:
             i += 2
             continue
         if word.dynamic or not word.value.startswith("-"):
             found.append(word)
         i += 1
+    return found
+
+
+def _clone_destination(rest: tuple[Word, ...]) -> Word:
+    """Where ``git clone`` puts the new tree. Named or derived from the source (``r`` for
+    ``…/r.git``), it is a new directory below where git runs, whose files nothing here reads;
+    into ``.`` (an empty work tree), above it, or a place known only at run time, the
+    repository's files land where they may be read."""
+    found = _positional(rest, _GIT_CLONE_ARGUMENT)
     if len(found) >= 2:
         return found[1]
     if found and not found[0].dynamic:
@@ -228,16 +235,7 @@ def _git_file(command: str, rest: tuple[Word, ...], work_tree: Word) -> Word:
     if command == "clone":
         place = _clone_destination(rest)
     else:
-        found: list[Word] = []
-        i = 0
-        while i < len(rest):
-            word = rest[i]
-            if not word.dynamic and word.value in _GIT_INIT_ARGUMENT:
-                i += 2
-                continue
-            if word.dynamic or not word.value.startswith("-"):
-                found.append(word)
-            i += 1
+        found = _positional(rest, _GIT_INIT_ARGUMENT)
         place = found[0] if found else work_tree
     value = os.path.join(place.value, ".git")
     return Word(value, value, place.dynamic)
