@@ -1,4 +1,5 @@
-"""How programs' arguments are read: operands, option values and git's own command line."""
+"""How programs' arguments are read: operands, option values, short-option clusters and git's
+own command line; and the word standing for files whose names only the run knows."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ class GitCall(NamedTuple):
     command: str
     rest: tuple[Word, ...]  # the command's own words
     config: str  # the repository's configuration file: ``--git-dir``'s, else ``-C``'s
+    work_tree: Word  # ``--work-tree``, else ``-C``'s directory, else where git runs (``.``)
 
 
 def git_call(args: tuple[Word, ...]) -> GitCall | None:
@@ -23,6 +25,7 @@ def git_call(args: tuple[Word, ...]) -> GitCall | None:
     known before it runs (the analysis calls such a command unknown anyway)."""
     directory = ""
     git_dir = ""
+    work_tree: Word | None = None
     i = 0
     while i < len(args) and args[i].value.startswith("-"):
         value = args[i].value
@@ -31,15 +34,33 @@ def git_call(args: tuple[Word, ...]) -> GitCall | None:
                 directory = os.path.join(directory, args[i + 1].value)
             elif value == "--git-dir":
                 git_dir = args[i + 1].value
+            elif value == "--work-tree":
+                work_tree = args[i + 1]
             i += 2
             continue
         if value.startswith("--git-dir="):
             git_dir = value.split("=", 1)[1]
+        elif value.startswith("--work-tree="):
+            work_tree = Word(value.split("=", 1)[1], args[i].raw, args[i].dynamic)
         i += 1
     if i >= len(args) or args[i].dynamic:
         return None
     config = os.path.join(git_dir, "config") if git_dir else os.path.join(directory, ".git/config")
-    return GitCall(args[i].value, args[i + 1 :], config)
+    here = Word(directory or ".", directory or ".")
+    return GitCall(args[i].value, args[i + 1 :], config, work_tree or here)
+
+
+def short_letters(value: str) -> str:
+    """The letters of a cluster of short options (``-xzf`` is ``xzf``, an argument joined to
+    it included); empty for a long option, ``-``, ``--`` or an operand."""
+    return value[1:] if value[:1] == "-" and value[1:2] not in ("-", "") else ""
+
+
+def unknown_below(where: str, shown: str) -> Word:
+    """A file written below the directory ``where`` under a name only the run knows (an
+    archive's entry, a commit's file, a server's name): a written word known only at run
+    time, at least ASK in every mode. ``shown`` is what a refusal calls it."""
+    return Word(where.rstrip("/") + "/$NAME", shown, dynamic=True)
 
 
 def operand_words(args: tuple[Word, ...]) -> list[Word]:

@@ -16,7 +16,12 @@ import os
 import re
 from urllib.parse import unquote, urlsplit
 
-from fastgate.permissions.arguments import operand_words, option_values
+from fastgate.permissions.arguments import (
+    operand_words,
+    option_values,
+    short_letters,
+    unknown_below,
+)
 from fastgate.permissions.shell import Word
 
 _HERE = Word(".", ".")
@@ -46,7 +51,7 @@ def downloaded_words(name: str, args: tuple[Word, ...]) -> list[Word]:
 
 def _curl(args: tuple[Word, ...]) -> list[Word]:
     values = [w.value for w in args if not w.dynamic]
-    clusters = [v[1:] for v in values if v[:1] == "-" and v[1:2] not in ("-", "")]
+    clusters = [short_letters(v) for v in values]
     if option_values(args, ("-K", "--config"), clustered=True):
         return _under(_HERE, "curl -K")  # a config file may name outputs and directories
     remote_name = (
@@ -84,8 +89,7 @@ def _wget(args: tuple[Word, ...]) -> list[Word]:
         "--default-page",
     )
     blind = any(v.split("=", 1)[0] in long_blind for v in values) or any(
-        v[:1] == "-" and v[1:2] not in ("-", "") and any(c in v[1:] for c in "rmpixe")
-        for v in values
+        c in short_letters(v) for v in values for c in "rmpixe"
     )
     if blind:
         return _under(where, "wget")  # the server's links, names or redirects name them
@@ -128,8 +132,7 @@ def _remote_copy(name: str, args: tuple[Word, ...]) -> list[Word]:
     values = [w.value for w in args if not w.dynamic]
     letters = _RECURSIVE_LETTERS[name]
     recursive = any(v.split("=", 1)[0] in _RSYNC_RECURSIVE for v in values) or any(
-        v[:1] == "-" and v[1:2] not in ("-", "") and any(c in v[1:] for c in letters)
-        for v in values
+        c in short_letters(v) for v in values for c in letters
     )
     out: list[Word] = []
     for word in remote:
@@ -215,4 +218,4 @@ def _is_cloud(program: str, value: str) -> bool:
 
 def _under(where: Word, what: str) -> list[Word]:
     shown = f"the files {what} writes under {where.value}, named by the remote side"
-    return [Word(where.value.rstrip("/") + "/$REMOTE", shown, dynamic=True)]
+    return [unknown_below(where.value, shown)]

@@ -17,10 +17,11 @@ from __future__ import annotations
 import os
 
 from fastgate.permissions.arguments import (
-    GIT_OPTIONS_WITH_ARGUMENT,
     git_call,
     operand_words,
     option_values,
+    short_letters,
+    unknown_below,
 )
 from fastgate.permissions.shell import Word
 
@@ -125,7 +126,7 @@ def _git_rewritten(args: tuple[Word, ...]) -> list[Word]:
         return []  # no command known before it runs: the analysis calls it unknown
     command, rest = found.command, found.rest
     values = _options(rest)
-    work_tree = _git_work_tree(args)
+    work_tree = found.work_tree
     if command in ("init", "clone") and any(v.startswith("--separate-git-dir") for v in values):
         return [_git_file(command, rest, work_tree)]
     if command in _GIT_KEEPS_WORK_TREE or values & _GIT_ONLY_REPORTS:
@@ -167,15 +168,10 @@ def _git_rewrites(command: str, rest: tuple[Word, ...], values: set[str]) -> boo
             return False  # the index only
         return not (values & _GIT_APPLY_REPORTS) or "--apply" in values
     if command == "read-tree":
-        return any(_short_option(v, "u") for v in values)
+        return any("u" in short_letters(v) for v in values)
     if command == "clean":  # deletes untracked files, unless only listing them
-        return not any(_short_option(v, "n") or v == "--dry-run" for v in values)
+        return not any("n" in short_letters(v) or v == "--dry-run" for v in values)
     return True
-
-
-def _short_option(value: str, letter: str) -> bool:
-    """Whether ``value`` is a cluster of short options holding ``letter`` (``-n``, ``-dn``)."""
-    return value[:1] == "-" and value[1:2] not in ("-", "") and letter in value[1:]
 
 
 # ``git clone``'s options taking a separate argument.
@@ -191,11 +187,13 @@ _GIT_CLONE_ARGUMENT = frozenset(
 
 def _positional(rest: tuple[Word, ...], with_argument: frozenset[str]) -> list[Word]:
     """The words of ``rest`` that are neither options nor the separate argument of one of
-    ``with_argument`` (a word known only at run time counts as one)."""
+    ``with_argument`` (a word known only at run time counts as one; after ``--``, all do)."""
     found: list[Word] = []
     i = 0
     while i < len(rest):
         word = rest[i]
+        if word.value == "--" and not word.dynamic:
+            return found + list(rest[i + 1 :])
         if not word.dynamic and word.value in with_argument:
             i += 2
             continue
@@ -252,7 +250,7 @@ def _switches(rest: tuple[Word, ...]) -> bool:
         value = word.value
         if value in _GIT_SWITCH_REWRITES or value.startswith("--orphan="):
             return True
-        if _short_option(value, "f") or _short_option(value, "m"):
+        if "f" in short_letters(value) or "m" in short_letters(value):
             return True
         if word.value in _GIT_CHECKOUT_ARGUMENT:
             i += 2
@@ -270,7 +268,7 @@ def _restored_paths(command: str, rest: tuple[Word, ...]) -> list[Word] | None:
     values = _options(rest)
     if any(v.startswith("--pathspec-from-file") for v in values):
         return None
-    before, after, dashed = _positionals(rest)
+    before, after, dashed = _checkout_operands(rest)
     if command == "restore":
         staged = bool(values & {"--staged", "-S"})
         if staged and not values & {"--worktree", "-W"}:
@@ -315,7 +313,7 @@ def _options(rest: tuple[Word, ...]) -> set[str]:
     return found
 
 
-def _positionals(rest: tuple[Word, ...]) -> tuple[list[Word], list[Word], bool]:
+def _checkout_operands(rest: tuple[Word, ...]) -> tuple[list[Word], list[Word], bool]:
     """The operands of ``checkout``/``restore`` before ``--`` and after it, and whether there
     is one (an option's separate argument, as ``-b NAME``, is not an operand)."""
     before: list[Word] = []
@@ -349,26 +347,6 @@ def _beyond_a_literal_path(word: Word) -> bool:
     return normal == "." or normal == ".." or normal.startswith("../")
 
 
-def _git_work_tree(args: tuple[Word, ...]) -> Word:
-    """Where git's work tree is, as far as the words say: ``--work-tree``, else ``-C``'s
-    directory, else where git runs."""
-    found = option_values(args[: _git_own_options_end(args)], ("--work-tree",))
-    if found:
-        return found[-1]
-    directory = ""
-    for index, word in enumerate(args[: _git_own_options_end(args)]):
-        if word.value == "-C" and index + 1 < len(args):
-            directory = os.path.join(directory, args[index + 1].value)
-    return Word(directory or ".", directory or ".")
-
-
-def _git_own_options_end(args: tuple[Word, ...]) -> int:
-    i = 0
-    while i < len(args) and args[i].value.startswith("-"):
-        i += 2 if args[i].value in GIT_OPTIONS_WITH_ARGUMENT else 1
-    return i
-
-
 def _patched(args: tuple[Word, ...]) -> list[Word]:
     """``patch`` writes the files its patch names, unless told the one file (an operand, or
     ``-o``) or only to try (``--dry-run``)."""
@@ -378,7 +356,7 @@ def _patched(args: tuple[Word, ...]) -> list[Word]:
     # ``-p1``, ``-i FILE``, ``-d DIR`` and the like take their argument in the same word or
     # the next one; an operand is the file to patch, then the patch file.
     directory = option_values(args, ("-d", "--directory"))
-    if _patch_operands(args):
+    if _positional(args, _PATCH_ARGUMENT):
         return []
     return _under(directory[-1] if directory else Word(".", "."), "patch")
 
@@ -388,22 +366,6 @@ _PATCH_ARGUMENT = frozenset(
 )
 
 
-def _patch_operands(args: tuple[Word, ...]) -> list[Word]:
-    out: list[Word] = []
-    i = 0
-    while i < len(args):
-        value = args[i].value
-        if value in _PATCH_ARGUMENT:
-            i += 2
-            continue
-        if value == "--":
-            return out + list(args[i + 1 :])
-        if not value.startswith("-") or args[i].dynamic:
-            out.append(args[i])
-        i += 1
-    return out
-
-
 def _under(where: Word, what: str) -> list[Word]:
     shown = f"the files {what} writes from other revisions or a patch under {where.value}"
-    return [Word(where.value.rstrip("/") + "/$REVISION", shown, dynamic=True)]
+    return [unknown_below(where.value, shown)]

@@ -13,7 +13,12 @@ from __future__ import annotations
 import os
 import re
 
-from fastgate.permissions.arguments import operand_words, option_values
+from fastgate.permissions.arguments import (
+    operand_words,
+    option_values,
+    short_letters,
+    unknown_below,
+)
 from fastgate.permissions.shell import Word
 
 
@@ -27,7 +32,7 @@ def _decoded(name: str, args: tuple[Word, ...]) -> list[Word]:
     if name != "uudecode" or option_values(args, ("-o", "--output-file")):
         return []
     shown = "the file uudecode's input names"
-    return [Word("./$ENTRY", shown, dynamic=True)]
+    return [unknown_below(".", shown)]
 
 
 # Archive extractors: the files they write are the archive's entries, named by its contents,
@@ -47,7 +52,7 @@ def _extracted(name: str, args: tuple[Word, ...]) -> list[Word]:
     if where is None:
         return []
     shown = f"the archive's files under {where.value}"
-    return [Word(where.value.rstrip("/") + "/$ENTRY", shown, dynamic=True)]
+    return [unknown_below(where.value, shown)]
 
 
 def _extraction_directory(name: str, args: tuple[Word, ...]) -> Word | None:
@@ -56,7 +61,7 @@ def _extraction_directory(name: str, args: tuple[Word, ...]) -> Word | None:
     if name in _TARS:
         first = values[0] if values else ""
         bundled = first if first[:1] not in ("-", "") else ""  # ``tar xzf a.tgz``
-        clusters = [v[1:] for v in values if v[:1] == "-" and v[1:2] not in ("-", "")]
+        clusters = [short_letters(v) for v in values]
         extracting = (
             "x" in bundled
             or any(v in ("--extract", "--get") for v in values)
@@ -81,12 +86,9 @@ def _extraction_directory(name: str, args: tuple[Word, ...]) -> Word | None:
         out = [Word(w.value[2:], w.raw, w.dynamic) for w in args if w.value.startswith("-o")]
         return out[-1] if out else here
     if name == "cpio":
-        extracting = any(
-            v in ("-i", "--extract") or (v[:1] == "-" and v[1:2] != "-" and "i" in v)
-            for v in values
-        )
+        extracting = any(v in ("-i", "--extract") or "i" in short_letters(v) for v in values)
         passing = any(  # ``find . | cpio -pdm DIR``: the names come from its input
-            v == "--pass-through" or (v[:1] == "-" and v[1:2] != "-" and "p" in v) for v in values
+            v == "--pass-through" or "p" in short_letters(v) for v in values
         )
         if passing:
             operands = operand_words(args)
@@ -136,10 +138,10 @@ def _other_extraction(name: str, args: tuple[Word, ...]) -> Word | None:
         found = option_values(args, ("-d", "--directory"))
         return found[-1] if found else here
     if name == "pax":  # ``-r`` reads an archive into place; ``-rw`` copies trees
-        reading = any(v[:1] == "-" and v[1:2] != "-" and "r" in v for v in values)
+        reading = any("r" in short_letters(v) for v in values)
         if not reading:
             return None
-        copying = any(v[:1] == "-" and v[1:2] != "-" and "w" in v for v in values)
+        copying = any("w" in short_letters(v) for v in values)
         return operands[-1] if copying and operands else here
     if name in ("dpkg-deb", "dpkg"):  # ``dpkg-deb -x PKG DIR``
         if not any(v in _DEB_EXTRACTS for v in values):
@@ -197,7 +199,7 @@ def _decompressed(name: str, args: tuple[Word, ...]) -> list[Word]:
     if suffixes is None:
         return []
     values = [w.value for w in args if not w.dynamic]
-    clusters = [v[1:] for v in values if v[:1] == "-" and v[1:2] not in ("-", "")]
+    clusters = [short_letters(v) for v in values]
     decompressing = (
         name in _UNPACKERS
         or any(v in ("--decompress", "--uncompress") for v in values)
@@ -220,7 +222,7 @@ def _decompressed(name: str, args: tuple[Word, ...]) -> list[Word]:
         if word.dynamic or stored or recursive:
             where = word.value if recursive else os.path.dirname(word.value) or "."
             shown = f"the files {name} restores under {where}, named by their contents"
-            return [Word(where.rstrip("/") + "/$ENTRY", shown, dynamic=True)]
+            return [unknown_below(where, shown)]
         for ending, replacement in endings:  # compared as gzip may: without case
             if word.value.lower().endswith(ending.lower()) and len(word.value) > len(ending):
                 value = word.value[: -len(ending)] + replacement

@@ -18,7 +18,13 @@ import itertools
 import os
 import re
 
-from fastgate.permissions.arguments import git_call, operand_words, option_values
+from fastgate.permissions.arguments import (
+    git_call,
+    operand_words,
+    option_values,
+    short_letters,
+    unknown_below,
+)
 from fastgate.permissions.downloads import downloaded_words
 from fastgate.permissions.revisions import restored_trees, rewritten_words
 from fastgate.permissions.shell import Word
@@ -215,7 +221,7 @@ def _renamed_by_expression(name: str, args: tuple[Word, ...]) -> list[Word]:
     else:
         return []
     shown = f"the names {name} gives"
-    return [Word(place.rstrip("/") + "/$NAME", f"{shown} in {place}", True) for place in places]
+    return [unknown_below(place, f"{shown} in {place}") for place in places]
 
 
 def tree_words(form: tuple[Word, ...]) -> list[Word]:
@@ -248,7 +254,7 @@ def _copied_trees(name: str, args: tuple[Word, ...]) -> list[Word]:
     recursive = any(
         w.dynamic
         or w.value in _COPY_RECURSIVE_LONG
-        or (w.value[:1] == "-" and w.value[1:2] != "-" and any(c in w.value for c in "rRa"))
+        or any(c in short_letters(w.value) for c in "rRa")
         for w in args
     )
     if not recursive:
@@ -304,9 +310,7 @@ def _keeps_source_paths(name: str, args: tuple[Word, ...]) -> bool:
     if name == "cp":
         return "--parents" in values
     if name == "rsync":
-        return "--relative" in values or any(
-            v[:1] == "-" and v[1:2] not in ("-", "") and "R" in v for v in values
-        )
+        return "--relative" in values or any("R" in short_letters(v) for v in values)
     return False
 
 
