@@ -76,6 +76,11 @@ def test_default_protected_is_exported() -> None:
         "**/.git/worktrees/*/config",
         "**/.git/worktrees/*/config.worktree",
         "**/.git/worktrees/*/hooks/**",
+        "**/.hg/hgrc",
+        "**/.hg/hgrc-not-shared",
+        "**/.hg/sharedpath",
+        "**/.jj/repo/config.toml",
+        *fastgate.permissions.CLIENT_SETTINGS,
     }
     assert PermissionConfig().protected == DEFAULT_PROTECTED
     assert PermissionConfig.load().protected == DEFAULT_PROTECTED

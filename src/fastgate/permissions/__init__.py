@@ -20,17 +20,21 @@ from fastgate.permissions.resolver import MODE_DEFAULTS as MODE_DEFAULTS
 from fastgate.permissions.resolver import PermissionResolver as PermissionResolver
 from fastgate.permissions.resolver import RuleDecision as RuleDecision
 from fastgate.permissions.resolver import permission_signature as permission_signature
+from fastgate.permissions.rules import CLIENT_SETTINGS as CLIENT_SETTINGS
 from fastgate.permissions.rules import DEFAULT_PROTECTED as DEFAULT_PROTECTED
 from fastgate.permissions.rules import DEFAULT_SENSITIVE as DEFAULT_SENSITIVE
 from fastgate.permissions.rules import GIT_INDIRECTIONS as GIT_INDIRECTIONS
+from fastgate.permissions.rules import OTHER_VCS_CONFIGS as OTHER_VCS_CONFIGS
 from fastgate.permissions.settings import settings_path as settings_path
 from fastgate.permissions.terminal_approver import TerminalApprover as TerminalApprover
 
 __all__ = (
+    "CLIENT_SETTINGS",
     "DEFAULT_PROTECTED",
     "DEFAULT_SENSITIVE",
     "GIT_INDIRECTIONS",
     "MODE_DEFAULTS",
+    "OTHER_VCS_CONFIGS",
     "ApprovalRequest",
     "ApprovalResponse",
     "ApprovalStore",

@@ -53,6 +53,7 @@ from fastgate.permissions.rules import (
     ToolRules,
     git_user_configs,
     parse_patterns,
+    user_startup_files,
 )
 from fastgate.permissions.settings import SettingsCache, append_rules
 from fastgate.permissions.subjects import (
@@ -210,10 +211,10 @@ class PermissionResolver:
         self._signing: dict[ToolDefinition, frozenset[str]] = {}
         self._sensitive = _Guard(config.sensitive_patterns)
         # What a model could change to widen its own permissions or run code later; git's
-        # user and system configuration always (every git the server runs reads them).
-        self._protected = _Guard(
-            config.protected_patterns + parse_patterns(git_user_configs(), "protected")
-        )
+        # user and system configuration, and what the user's later programs start with (shells'
+        # startup files, tools' user settings, /etc), always.
+        outside = (*git_user_configs(), *user_startup_files())
+        self._protected = _Guard(config.protected_patterns + parse_patterns(outside, "protected"))
 
     # -- the decision --------------------------------------------------------------------------
 

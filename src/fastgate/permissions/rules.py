@@ -65,10 +65,37 @@ GIT_INDIRECTIONS: tuple[str, ...] = (
     "**/.git/worktrees/*/config.worktree",
     "**/.git/worktrees/*/hooks/**",
 )
+# Other version-control systems' repository configuration, which runs code as git's does
+# (Mercurial's ``[hooks]``, either's aliases, pager and editor): Mercurial's ``hgrc``, the one a
+# shared repository keeps for itself, and ``sharedpath`` (a shared repository's pointer to the
+# store whose ``hgrc`` it reads); Jujutsu's repository ``config.toml``.
+OTHER_VCS_CONFIGS: tuple[str, ...] = (
+    "**/.hg/hgrc",
+    "**/.hg/hgrc-not-shared",
+    "**/.hg/sharedpath",
+    "**/.jj/repo/config.toml",
+)
+# Other agents' and editors' project settings, which run code later as ``.claude``'s do: MCP
+# server lists (``.vscode/mcp.json`` and ``.cursor/mcp.json``, which ``load_mcp_config`` reads
+# too), tasks and launch configurations, settings that name programs to start or approve an
+# agent's tools on its own (``chat.tools.autoApprove``), rules read into every later prompt.
+CLIENT_SETTINGS: tuple[str, ...] = (
+    "**/.vscode/**",
+    "**/.cursor/**",
+    "**/.windsurf/**",
+    "**/.gemini/**",
+    "**/.codex/**",
+    "**/.amazonq/**",
+    "**/.continue/**",
+    "**/.roo/**",
+    "**/.zed/**",
+    "**/.idea/**",
+)
 # Files whose change alters what runs later or what policy says: settings of fastgate and of
 # Claude Code (which fastgate loads), MCP server lists, git hooks and git's own configuration
-# (``core.hooksPath``, ``core.fsmonitor``, aliases) and what points git at another one. Writing
-# one is at least ASK in every mode.
+# (``core.hooksPath``, ``core.fsmonitor``, aliases) and what points git at another one, the
+# same files of Mercurial and Jujutsu, and other clients' project settings. Writing one is at
+# least ASK in every mode.
 DEFAULT_PROTECTED: tuple[str, ...] = (
     "**/.fastgate/**",
     "**/.claude/**",
@@ -76,6 +103,8 @@ DEFAULT_PROTECTED: tuple[str, ...] = (
     "**/.git/hooks/**",
     "**/.git/config",
     *GIT_INDIRECTIONS,
+    *OTHER_VCS_CONFIGS,
+    *CLIENT_SETTINGS,
 )
 
 
@@ -85,11 +114,76 @@ def git_user_configs() -> tuple[str, ...]:
     one) and the system's (``--system``). Writing one changes what later git commands run
     (``core.fsmonitor``, ``core.hooksPath``, aliases, ``core.sshCommand``)."""
     found = ["~/.gitconfig", "~/.config/git/config", "//etc/gitconfig"]
-    xdg = os.environ.get("XDG_CONFIG_HOME", "")
-    if xdg.startswith("/") and "\x00" not in xdg and xdg.strip("/"):
-        literal = re.sub(r"([*?\[\]\\])", r"\\\1", xdg.strip("/"))  # a path, not a glob
-        found.append("//" + literal + "/git/config")
+    found += _under_xdg_config(("git/config",))
     return tuple(dict.fromkeys(found))
+
+
+# Files in the home directory that the user's later programs run or take commands from: the
+# shells' startup files (every terminal the user opens runs them), curl's and wget's (options
+# such as ``--output`` or ``-K`` in every later download), Mercurial's and Jujutsu's user
+# configuration (hooks, aliases, the pager and editor they start), the desktop's autostart and
+# the user's systemd units, and Python's user site (a ``.pth`` line that starts with ``import``
+# runs in every later interpreter).
+HOME_STARTUP_FILES: tuple[str, ...] = (
+    "~/.profile",
+    "~/.bashrc",
+    "~/.bash_profile",
+    "~/.bash_login",
+    "~/.bash_logout",
+    "~/.bash_aliases",
+    "~/.zshenv",
+    "~/.zshrc",
+    "~/.zprofile",
+    "~/.zlogin",
+    "~/.zlogout",
+    "~/.kshrc",
+    "~/.mkshrc",
+    "~/.cshrc",
+    "~/.tcshrc",
+    "~/.login",
+    "~/.xprofile",
+    "~/.xsessionrc",
+    "~/.pam_environment",
+    "~/.curlrc",
+    "~/.wgetrc",
+    "~/.hgrc",
+    "~/.jjconfig.toml",
+    "~/.local/lib/python*/site-packages/*.pth",
+    "~/.local/lib/python*/site-packages/usercustomize.py",
+)
+# The same, under the configuration directory (``~/.config``, or ``$XDG_CONFIG_HOME`` where the
+# server has one).
+_CONFIG_STARTUP_FILES: tuple[str, ...] = (
+    "fish/**",
+    ".curlrc",
+    "wgetrc",
+    "hg/**",
+    "jj/**",
+    "autostart/**",
+    "systemd/user/**",
+    "environment.d/**",
+)
+
+
+def user_startup_files() -> tuple[str, ...]:
+    """What later programs of the user, and of the machine, run or take commands from, outside
+    any project: ``HOME_STARTUP_FILES``, the same under the configuration directory, the
+    system's configuration (``/etc``: its shells' startup files, ``ld.so.preload``, cron,
+    sudoers, systemd, every tool's system-wide settings) and the jobs cron and at keep.
+    Writing one is writing what runs later, outside the call and its sandbox."""
+    found = [*HOME_STARTUP_FILES, *("~/.config/" + name for name in _CONFIG_STARTUP_FILES)]
+    found += _under_xdg_config(_CONFIG_STARTUP_FILES)
+    found += ["//etc/**", "//var/spool/cron/**"]
+    return tuple(dict.fromkeys(found))
+
+
+def _under_xdg_config(names: Iterable[str]) -> list[str]:
+    """``names`` under ``$XDG_CONFIG_HOME`` when the server has one (an absolute path)."""
+    xdg = os.environ.get("XDG_CONFIG_HOME", "")
+    if not (xdg.startswith("/") and "\x00" not in xdg and xdg.strip("/")):
+        return []
+    literal = re.sub(r"([*?\[\]\\])", r"\\\1", xdg.strip("/"))  # a path, not a glob
+    return ["//" + literal + "/" + name for name in names]
 
 
 _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")

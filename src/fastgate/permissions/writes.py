@@ -27,6 +27,7 @@ from fastgate.permissions.arguments import (
 )
 from fastgate.permissions.downloads import downloaded_words
 from fastgate.permissions.revisions import restored_trees, rewritten_words
+from fastgate.permissions.scheduling import scheduled_words
 from fastgate.permissions.shell import Word
 from fastgate.permissions.unpacking import unpacked_words
 
@@ -202,7 +203,8 @@ def written_words(form: tuple[Word, ...]) -> list[Word]:
     if name in _INTO_DIRECTORY:
         words += _placed_into_destination(name, args)
     words += _copied_trees(name, args) + unpacked_words(name, args) + rewritten_words(name, args)
-    return words + downloaded_words(name, args) + _renamed_by_expression(name, args)
+    words += downloaded_words(name, args) + _renamed_by_expression(name, args)
+    return words + scheduled_words(name, args)
 
 
 # Renamers whose new names come from an expression or an editor, not from a word.

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from fastgate import ErrorCode, ToolFault
 from fastgate.paths import Glob, PathPattern
-from fastgate.permissions import GIT_INDIRECTIONS
+from fastgate.permissions import CLIENT_SETTINGS, GIT_INDIRECTIONS, OTHER_VCS_CONFIGS
 from fastgate.processes import (
     BIND_DEVICES,
     BIND_OPTIONAL,
@@ -250,8 +250,14 @@ def _layout(
         for directory, state in found.directories.items():
             watched.setdefault(directory, state)
         for pattern, text in zip(policy.protected_patterns, policy.protected, strict=True):
-            if text in GIT_INDIRECTIONS:
-                continue  # placed below, for each git directory found, as git reads them
+            if text in GIT_INDIRECTIONS or text in OTHER_VCS_CONFIGS:
+                continue  # placed below, in each repository found, as its tool reads them
+            if text in CLIENT_SETTINGS:
+                # Read-only where the search found them, not covered where absent: a placeholder
+                # ``.vscode`` or ``.idea`` made for each call would be read, and found
+                # unreadable, by the editor the user has open on the workspace. The rules still
+                # ask for every write that names one.
+                continue
             for top in (root, *tops):
                 if any(_within(top, ro) for ro in read_only):
                     continue  # read-only as a whole
@@ -276,6 +282,9 @@ def _layout(
                 _watch_along(watched, home, path)
         for work_tree, git_dir in _checkouts(found):
             _protect_submodules(work_tree, git_dir, writable, protected, placeholders, watched)
+        wanted = frozenset(policy.protected) & frozenset(OTHER_VCS_CONFIGS)
+        if wanted:
+            _protect_other_repositories(root, found, wanted, protected, placeholders, watched)
     for root in _outermost(r for r in asked if os.path.isdir(r) and r not in writable):
         if any(_within(root, w) for w in writable):
             continue  # searched with its writable root
@@ -502,6 +511,49 @@ def _make_empty_config(path: str) -> None:
         os.chmod(path, _EMPTY_CONFIG_MODE, follow_symlinks=False)  # whatever the umask
     except OSError:
         pass  # not ours to write: then no command of this user can write it either
+
+
+# Mercurial's and Jujutsu's repositories (the directory the search walked, and where in it the
+# repository lies) and the configuration files each reads there (``OTHER_VCS_CONFIGS``).
+# Covered only where a repository exists (a placeholder ``.hg`` would make every workspace a
+# repository to Mercurial); an absent one is made empty and kept, which each tool reads as no
+# configuration, as git's ``config.worktree``.
+_OTHER_REPOSITORIES: dict[str, tuple[str, tuple[str, ...]]] = {
+    ".hg": ("", ("hgrc", "hgrc-not-shared", "sharedpath")),
+    ".jj": ("repo", ("config.toml",)),
+}
+
+
+def _protect_other_repositories(
+    root: str,
+    found: _Walked,
+    wanted: frozenset[str],
+    protected: set[str],
+    placeholders: dict[str, tuple[str, str, str]],
+    watched: Watched,
+) -> None:
+    """The configuration files (of the patterns ``wanted``) of every Mercurial and Jujutsu
+    repository the search walked in ``root``; a Jujutsu workspace's ``.jj/repo`` that is a
+    file (naming the repository it shares) is protected as a ``.git`` file is."""
+    for directory in found.directories:
+        control = os.path.basename(directory)
+        known = _OTHER_REPOSITORIES.get(control)
+        if known is None:
+            continue
+        inner, all_names = known
+        within = f"{control}/{inner}/" if inner else f"{control}/"
+        names = [name for name in all_names if f"**/{within}{name}" in wanted]
+        repository = os.path.join(directory, inner) if inner else directory
+        if not names or os.path.islink(repository) or not os.path.lexists(repository):
+            continue
+        if not os.path.isdir(repository):
+            protected.add(_canonical(repository))
+            continue
+        for name in names:
+            path = os.path.join(repository, name)
+            _make_empty_config(path)
+            _protect(path, False, root, protected, placeholders)
+            _watch_along(watched, root, path)
 
 
 def _checkouts(found: _Walked) -> list[tuple[str, str]]:

@@ -1,0 +1,51 @@
+"""Commands that leave code to run later, outside the call: cron's and at's jobs, systemd's
+units. What they run starts after the call has ended, beyond its supervisor (which ends every
+process of the call) and its sandbox, so each is a write of what later runs: the job's file
+where the system keeps it (protected, as ``/etc`` is), or a word only the run knows."""
+
+from __future__ import annotations
+
+from fastgate.permissions.arguments import operand_words, short_letters, unknown_below
+from fastgate.permissions.shell import Word
+
+#: Where cron and at keep the jobs they will run (Debian's layout; others keep them below it).
+CRON_SPOOL = "/var/spool/cron"
+
+# crontab's and at's options that only read or remove jobs; anything else installs one.
+_CRONTAB_READS = frozenset("lr")
+_AT_READS = frozenset("lcrd")
+# systemctl's commands that make a unit start later (at boot, at login, on a timer), or change
+# what one runs.
+_SYSTEMCTL_INSTALLS = frozenset(
+    {"enable", "reenable", "link", "edit", "preset", "preset-all", "add-wants", "add-requires",
+     "set-property", "revert", "import-environment", "set-environment"}
+)  # fmt: skip
+
+
+def scheduled_words(name: str, args: tuple[Word, ...]) -> list[Word]:
+    """The files a command changes to have code run later: ``crontab FILE`` (or stdin) and
+    ``at``/``batch`` write the spool; ``systemctl enable`` and kin write units (the user's
+    under ``~/.config/systemd/user``, the system's under ``/etc/systemd``); ``systemd-run``
+    starts a unit of its own, named only when it runs."""
+    if name == "crontab":
+        if any(set(short_letters(w.value)) & _CRONTAB_READS for w in args):
+            return []
+        return [Word(f"{CRON_SPOOL}/crontabs/user", "the user's crontab")]
+    if name in ("at", "batch"):
+        if any(set(short_letters(w.value)) & _AT_READS for w in args):
+            return []
+        return [Word(f"{CRON_SPOOL}/atjobs/job", f"a job {name} will run")]
+    if name == "systemd-run":
+        return [unknown_below("/run/systemd/transient", "the unit systemd-run starts")]
+    if name == "systemctl":
+        operands = operand_words(args)
+        if not operands or operands[0].value not in _SYSTEMCTL_INSTALLS:
+            return [] if operands and not operands[0].dynamic else _unit(args, "$NAME")
+        return _unit(args, operands[0].value)
+    return []
+
+
+def _unit(args: tuple[Word, ...], command: str) -> list[Word]:
+    if any(w.value == "--user" for w in args):
+        return [Word("~/.config/systemd/user/unit", f"a user unit (systemctl {command})")]
+    return [Word("/etc/systemd/system/unit", f"a system unit (systemctl {command})")]
