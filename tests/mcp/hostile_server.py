@@ -24,6 +24,8 @@ Run as ``python hostile_server.py MODE``:
   reply only after the next ``mangled`` reply) and ``ask`` (puts an ``elicitation/create``
   request that is not UTF-8 to the client, and returns what the client answered).
 - ``unreadable-list``: its ``tools/list`` reply is not valid UTF-8.
+- ``late``: well behaved, after sleeping ``HOSTILE_START_DELAY`` seconds (default 2) before it
+  reads anything: a server slow to start.
 - ``odd-replies``: one more tool, ``deep``, whose input schema is nested 300 levels (past what
   the SDK's model of a message takes), and ``echo`` answers the texts ``null``, ``list`` and
   ``nested`` with a result that is ``null``, an array, or nested 600 levels.
@@ -37,6 +39,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from typing import Any
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "plain"
@@ -280,6 +283,8 @@ def handle(message: dict[str, Any]) -> None:
 
 
 def main() -> None:
+    if MODE == "late":
+        time.sleep(float(os.environ.get("HOSTILE_START_DELAY", "2")))
     if MODE == "banner":
         raw(b"hostile server 0.1 starting up")
         raw(b"")

@@ -180,6 +180,8 @@ def test_writing_a_mercurial_or_jujutsu_repositorys_configuration_asks(
         "systemctl status x",
         "systemctl --user start x",
         "systemctl --user daemon-reload",
+        "systemctl",
+        "systemctl --user",
     ],
 )
 def test_reading_them_or_writing_elsewhere_stays_allowed(

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -17,7 +18,7 @@ import pytest
 
 from fastgate.cli.serve import listening_socket
 from mcp import Client, StdioServerParameters
-from tests.mcp.servers import FIXTURE, alive
+from tests.mcp.servers import FIXTURE, HOSTILE, alive
 from tests.processes_kit import until_dead
 from tests.serve.kit import (
     ERAS,
@@ -130,6 +131,44 @@ async def test_shutdown_leaves_no_process(workspace: Path, home: Path) -> None:
     assert not any(alive(pid) for pid in pids)
 
 
+def processes_naming(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if marker.encode() in cmdline and alive(int(entry.name)):
+                found.append(int(entry.name))
+    return found
+
+
+async def test_an_upstream_that_hangs_at_start_delays_serving_by_the_wait_alone(
+    workspace: Path, home: Path
+) -> None:
+    """A server that never answers its handshake (its startup_timeout is 30 s) next to one that
+    does: the gateway serves within --upstream-wait, the good server's tools listed; on
+    shutdown the hung one is gone too."""
+    marker = f"hung-{os.getpid()}-{id(workspace)}"
+    hung = {"command": sys.executable, "args": [str(HOSTILE), "garbage", marker]}
+    fx = {"command": sys.executable, "args": [str(FIXTURE), "stdio"]}
+    write(workspace / ".mcp.json", {"mcpServers": {"fx": fx, "hung": hung}})
+    began = time.monotonic()
+    with gateway_process(
+        "--builtin", "none", "--upstream-wait", "3", cwd=workspace, env={"HOME": str(home)}
+    ) as gw:
+        took = time.monotonic() - began
+        assert took < 20.0, took
+        async with client(gw.url, LEGACY) as mcp:
+            names = {t.name for t in (await mcp.list_tools()).tools}
+        assert processes_naming(marker)  # still trying, in the background
+        assert gw.stop(signal.SIGTERM) == 0, gw.stderr()
+    assert "mcp__fx__echo" in names and not any(n.startswith("mcp__hung__") for n in names)
+    await until_dead(processes_naming(marker))
+    assert not processes_naming(marker)
+
+
 @pytest.mark.parametrize("era", ERAS)
 async def test_stdio_serves_one_client_as_local(workspace: Path, home: Path, era: str) -> None:
     parameters = StdioServerParameters(
@@ -173,6 +212,8 @@ async def test_stdio_serves_one_client_as_local(workspace: Path, home: Path, era
         (["--rate-limit", "nan"], "--rate-limit"),
         (["--read-timeout", "0"], "--read-timeout"),
         (["--read-timeout", "-1"], "--read-timeout"),
+        (["--upstream-wait", "-1"], "--upstream-wait"),
+        (["--upstream-wait", "nan"], "--upstream-wait"),
         (["--read-timeout", "nan"], "--read-timeout"),
         (["--redis", "notaurl"], "--redis"),
         (["--redis", "http://localhost:6379"], "--redis"),

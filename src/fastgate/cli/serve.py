@@ -23,6 +23,9 @@ from typing import Any
 
 USAGE = 2
 DEFAULT_LISTEN = "127.0.0.1:8765"
+# Seconds serving waits for upstream servers that are not required: a server that hangs while
+# starting delays nobody longer than this; its tools join when it is ready (clients are told).
+UPSTREAM_WAIT = 5.0
 STORE_FILE = "serve.db"  # under <workspace>/.fastgate/
 
 
@@ -43,6 +46,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--mcp-config",
         metavar="FILE",
         help="upstream MCP servers ({mcpServers}; default: the workspace's .mcp.json)",
+    )
+    parser.add_argument(
+        "--upstream-wait",
+        type=float,
+        default=UPSTREAM_WAIT,
+        metavar="SECONDS",
+        help="how long serving waits for upstream servers not marked required; one still "
+        f"starting then joins when ready (default {UPSTREAM_WAIT:g})",
     )
     parser.add_argument(
         "--builtin",
@@ -253,6 +264,8 @@ class _Setup:
         self.state_keys = _state_keys(args.state_key_file)
         if not args.lease_ttl > 0:
             raise UsageError("--lease-ttl: expected seconds > 0")
+        if not args.upstream_wait >= 0:
+            raise UsageError("--upstream-wait: expected seconds >= 0")
         if not args.read_timeout > 0:  # (nan is not)
             raise UsageError("--read-timeout: expected seconds > 0")
         if not args.rate_limit >= 0:
@@ -375,7 +388,7 @@ class _Setup:
         servers = [server for server in configured if server.name not in self.disabled_servers]
         bridge = MCPBridge(registry, servers)
         try:
-            await bridge.start()
+            await bridge.start(wait=self.args.upstream_wait)
         except MCPStartupError as exc:
             await bridge.aclose()
             raise UsageError(str(exc)) from None

@@ -67,10 +67,15 @@ class MCPBridge:
     ) -> None:
         await self.aclose()
 
-    async def start(self) -> None:
+    async def start(self, *, wait: float | None = None) -> None:
         """Connect to every server and register its tools. Returns once each server is ready
         or has failed its first attempt (a failed one keeps retrying in the background);
-        ``MCPStartupError`` if a ``required`` server failed."""
+        ``MCPStartupError`` if a ``required`` server failed. ``wait``: at most how many seconds
+        to wait for the servers that are not ``required`` (``None``: until each has made its
+        first attempt, up to its ``startup_timeout``); one still connecting then goes on in
+        the background, and its tools are registered (a new generation) once it is ready."""
+        if wait is not None and not wait >= 0:
+            raise ValueError(f"wait: expected seconds >= 0 or None, got {wait!r}")
         if self._started:
             raise RuntimeError("this MCPBridge was already started")
         if self._closed:
@@ -84,7 +89,7 @@ class MCPBridge:
         for link in self._links.values():
             link.start()
         try:
-            await asyncio.gather(*(link.first_attempt.wait() for link in self._links.values()))
+            await self._first_attempts(wait)
         except BaseException:
             await self.aclose()
             raise
@@ -93,6 +98,25 @@ class MCPBridge:
                 reason = link.last_error or "unknown"
                 await self.aclose()
                 raise MCPStartupError(link.config.name, reason)
+
+    async def _first_attempts(self, wait: float | None) -> None:
+        """Every required server's first attempt, and the others' within ``wait`` seconds of
+        the start."""
+        links = self._links.values()
+        required = [link.first_attempt.wait() for link in links if link.config.required]
+        others = [link.first_attempt.wait() for link in links if not link.config.required]
+        if wait is None:
+            await asyncio.gather(*required, *others)
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        optional = asyncio.ensure_future(asyncio.gather(*others))
+        try:
+            await asyncio.gather(*required)
+            await asyncio.wait((optional,), timeout=max(0.0, deadline - loop.time()))
+        finally:
+            optional.cancel()  # only the waiting: each server's own task goes on
+            await asyncio.gather(optional, return_exceptions=True)
 
     async def aclose(self) -> None:
         """Unregister every tool of the bridge and stop every server (its whole process group)."""

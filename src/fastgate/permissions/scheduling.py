@@ -39,9 +39,12 @@ def scheduled_words(name: str, args: tuple[Word, ...]) -> list[Word]:
         return [unknown_below("/run/systemd/transient", "the unit systemd-run starts")]
     if name == "systemctl":
         operands = operand_words(args)
-        if not operands or operands[0].value not in _SYSTEMCTL_INSTALLS:
-            return [] if operands and not operands[0].dynamic else _unit(args, "$NAME")
-        return _unit(args, operands[0].value)
+        if not operands:
+            return []  # it lists the units
+        verb = operands[0]
+        if verb.dynamic:  # a command only the run knows
+            return _unit(args, verb.raw)
+        return _unit(args, verb.value) if verb.value in _SYSTEMCTL_INSTALLS else []
     return []
 
 
