@@ -17,7 +17,7 @@ import pytest
 from fastgate import Decision
 from tests.permissions_round3_kit import YOLO, asks_as_guarded, project, ruling
 
-PROGRAMS = ("curl", "wget", "aria2c", "scp", "rsync", "sftp", "docker", "kubectl", "aws")
+PROGRAMS = ("curl", "wget", "aria2c", "scp", "rsync", "sftp", "docker", "kubectl", "aws", "gh")
 ALLOW = tuple(f"Bash({p}:*)" for p in (*PROGRAMS, "gsutil", "rclone", "azcopy", "cd", "sudo"))
 DENY_OTHER = ("Bash(rm:*)",)  # names nothing these lines run
 
@@ -82,6 +82,11 @@ NAMED_BY_THE_REMOTE = [
     "gsutil -m cp -r gs://bucket/d .",
     "rclone copy remote:d .",
     "azcopy copy https://acct.blob.core.windows.net/c/d . --recursive",
+    "gh release download v1",
+    "gh release download -p '*.json'",
+    "gh -R owner/repo release download v1 -D sub",
+    "gh run download 123",
+    "gh run download -n artifact --dir .",
 ]
 
 CONTROLS = [
@@ -100,6 +105,10 @@ CONTROLS = [
     "docker cp box:/srv/x -",
     "aws s3 cp x.txt s3://bucket/",
     "aws s3 ls s3://bucket",
+    "gh release download v1 -O out.zip",
+    "gh release download v1 --output=-",
+    "gh release list",
+    "gh run view 123",
 ]
 
 

@@ -3,7 +3,7 @@ side rather than from a word naming a local file: ``curl -O URL`` and ``wget URL
 URL's last segment (``https://host/.mcp.json`` is ``./.mcp.json``); ``curl -J``, ``wget
 --content-disposition`` take the server's name; ``wget -r``, ``scp -r host:dir .``, ``rsync -a
 host:dir/ .``, ``kubectl cp``, ``docker cp`` and cloud copies (``aws s3 sync``, ``gsutil``,
-``rclone``, ``azcopy``) write whatever the remote tree holds.
+``rclone``, ``azcopy``) and ``gh release download`` write whatever the remote side holds.
 
 A name the words determine becomes a written word like any other (checked against the
 protected paths); names only the remote side knows become one word known only when the
@@ -46,7 +46,28 @@ def downloaded_words(name: str, args: tuple[Word, ...]) -> list[Word]:
         return _remote_copy(name, args)
     if name == "sftp":
         return _under(_HERE, "sftp")  # a batch or its input says what it gets, and where
+    if name == "gh":
+        return _github_downloads(args)
     return _copied_out_of(name, args)
+
+
+# GitHub's CLI: a release's assets and a workflow run's artifacts keep the names they were
+# uploaded with (an asset may be called ``.mcp.json``); ``-O FILE`` names the one file instead.
+_GH_DOWNLOADS = ("release", "run")
+
+
+def _github_downloads(args: tuple[Word, ...]) -> list[Word]:
+    operands = operand_words(args)
+    for group in _GH_DOWNLOADS:
+        rest = _after(operands, group)
+        if not rest or rest[0].dynamic or rest[0].value != "download":
+            continue
+        named = option_values(args, ("-O", "--output"))
+        if named:
+            return [word for word in named if word.value != "-"]
+        directory = option_values(args, ("-D", "--dir"))
+        return _under(directory[-1] if directory else _HERE, f"gh {group} download")
+    return []
 
 
 def _curl(args: tuple[Word, ...]) -> list[Word]:
