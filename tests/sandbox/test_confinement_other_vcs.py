@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fastgate.permissions import OTHER_VCS_CONFIGS
-from fastgate.sandbox import SandboxPolicy
+from fastgate.sandbox import SandboxPolicy, _planner
 from tests.sandbox.confinement_kit import (
     bash,
     names,
@@ -148,3 +148,25 @@ async def test_a_workspace_without_them_gets_none(tmp_path: Path) -> None:
     assert names(workspace) == [".hg", "f"]
     assert (workspace / ".hg").is_file()  # the command's own file, no repository
     assert not (workspace / ".jj").exists()
+
+
+@pytest.mark.parametrize("store", [".hg/store/data", ".jj/repo/store/extra"])
+def test_a_large_store_does_not_spend_the_search(tmp_path: Path, store: str) -> None:
+    """The search looks into a Mercurial or Jujutsu directory only as deep as its configuration
+    lies: a store with more files than the search's budget leaves it complete, the secret beside
+    it hidden and the configuration protected."""
+    workspace = tmp_path / "ws"
+    (workspace / store).mkdir(parents=True)
+    if store.startswith(".jj"):
+        (workspace / ".jj" / "working_copy").mkdir()
+    for n in range(_planner.WALK_BUDGET + 1000):
+        (workspace / store / f"f{n}.i").touch()
+    (workspace / "src").mkdir()
+    (workspace / "src" / ".env").write_text("SECRET=1")
+    policy = SandboxPolicy()
+    found = _planner._search(str(workspace), policy)
+    assert found.complete
+    where = _planner.layout(policy, [str(workspace)], str(workspace))
+    assert str(workspace / "src" / ".env") in where.hidden
+    config = ".hg/hgrc" if store.startswith(".hg") else ".jj/repo/config.toml"
+    assert str(workspace / config) in where.read_only

@@ -725,6 +725,12 @@ _LAST_FOUND: dict[str, _Walked] = {}
 _CUT_SHORT_TOLD: set[str] = set()
 
 
+# Mercurial's and Jujutsu's directories are searched only as deep as their configuration lies
+# (``.hg/hgrc``; ``.jj/repo/config.toml``), as a ``.git`` is: their stores hold a file or more
+# per tracked file.
+_REPOSITORY_LEVELS = {".hg": 1, ".jj": 2}
+
+
 def _search(root: str, policy: SandboxPolicy, tops: tuple[str, ...] = ()) -> _Walked:
     """The existing paths inside ``root`` that match ``policy``'s hidden and protected
     patterns (relative ones at ``root`` and at each root asked inside it, ``tops``), its git
@@ -793,7 +799,12 @@ def _search(root: str, policy: SandboxPolicy, tops: tuple[str, ...] = ()) -> _Wa
             if entry.name == ".git":
                 git_dirs.append(path)
                 todo.append((path, -1))  # one level: its config and hooks
+            elif entry.name in _REPOSITORY_LEVELS and depth >= 0:
+                # Only as deep as the configuration lies: a large store would spend the budget.
+                todo.append((path, -_REPOSITORY_LEVELS[entry.name]))
             elif depth >= 0:
+                todo.append((path, depth + 1))
+            elif depth < -1:  # inside a repository's directory, one level nearer its bottom
                 todo.append((path, depth + 1))
     hidden += _hard_links(root, hidden, met)
     repositories: list[str] = []
