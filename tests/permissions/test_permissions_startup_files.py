@@ -211,3 +211,8 @@ def test_a_startup_file_write_is_refused_end_to_end(home: Path, tmp_path: Path) 
     assert not result.ok
     assert result.error is not None and result.error.code is ErrorCode.USER_REJECTED
     assert (home / ".bashrc").read_text() == "# the user's\n"
+
+
+def test_a_crontab_write_names_whose_crontab(home: Path, tmp_path: Path) -> None:
+    decided = ruling("crontab -u bob /tmp/jobs", project(tmp_path / "ws"), mode=YOLO)
+    assert asks_as_guarded(decided) and "/var/spool/cron/crontabs/bob" in decided.reason

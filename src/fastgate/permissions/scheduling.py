@@ -5,7 +5,14 @@ where the system keeps it (protected, as ``/etc`` is), or a word only the run kn
 
 from __future__ import annotations
 
-from fastgate.permissions.arguments import operand_words, short_letters, unknown_below
+import os
+
+from fastgate.permissions.arguments import (
+    operand_words,
+    option_values,
+    short_letters,
+    unknown_below,
+)
 from fastgate.permissions.shell import Word
 
 #: Where cron and at keep the jobs they will run (Debian's layout; others keep them below it).
@@ -30,7 +37,9 @@ def scheduled_words(name: str, args: tuple[Word, ...]) -> list[Word]:
     if name == "crontab":
         if any(set(short_letters(w.value)) & _CRONTAB_READS for w in args):
             return []
-        return [Word(f"{CRON_SPOOL}/crontabs/user", "the user's crontab")]
+        named = option_values(args, ("-u",))
+        user = named[-1].value if named and not named[-1].dynamic else _user()
+        return [Word(f"{CRON_SPOOL}/crontabs/{os.path.basename(user) or 'user'}", "a crontab")]
     if name in ("at", "batch"):
         if any(set(short_letters(w.value)) & _AT_READS for w in args):
             return []
@@ -46,6 +55,16 @@ def scheduled_words(name: str, args: tuple[Word, ...]) -> list[Word]:
             return _unit(args, verb.raw)
         return _unit(args, verb.value) if verb.value in _SYSTEMCTL_INSTALLS else []
     return []
+
+
+def _user() -> str:
+    """The name of the user the server runs as, whose crontab a plain ``crontab`` writes."""
+    try:
+        import pwd  # POSIX only, as cron is
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):  # no user database, or a uid without a name
+        return "user"
 
 
 def _unit(args: tuple[Word, ...], command: str) -> list[Word]:
