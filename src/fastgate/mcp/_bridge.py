@@ -105,15 +105,13 @@ class MCPBridge:
         links = self._links.values()
         required = [link.first_attempt.wait() for link in links if link.config.required]
         others = [link.first_attempt.wait() for link in links if not link.config.required]
-        if wait is None:
-            await asyncio.gather(*required, *others)
-            return
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait
+        deadline = None if wait is None else loop.time() + wait
         optional = asyncio.ensure_future(asyncio.gather(*others))
         try:
             await asyncio.gather(*required)
-            await asyncio.wait((optional,), timeout=max(0.0, deadline - loop.time()))
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            await asyncio.wait((optional,), timeout=left)
         finally:
             optional.cancel()  # only the waiting: each server's own task goes on
             await asyncio.gather(optional, return_exceptions=True)

@@ -282,7 +282,7 @@ def _layout(
                 _watch_along(watched, home, path)
         for work_tree, git_dir in _checkouts(found):
             _protect_submodules(work_tree, git_dir, writable, protected, placeholders, watched)
-        wanted = frozenset(policy.protected) & frozenset(OTHER_VCS_CONFIGS)
+        wanted = [text for text in policy.protected if text in OTHER_VCS_CONFIGS]
         if wanted:
             _protect_other_repositories(root, found, wanted, protected, placeholders, watched)
     for root in _outermost(r for r in asked if os.path.isdir(r) and r not in writable):
@@ -513,38 +513,40 @@ def _make_empty_config(path: str) -> None:
         pass  # not ours to write: then no command of this user can write it either
 
 
-# Mercurial's and Jujutsu's repositories (the directory the search walked, and where in it the
-# repository lies) and the configuration files each reads there (``OTHER_VCS_CONFIGS``).
-# Covered only where a repository exists (a placeholder ``.hg`` would make every workspace a
-# repository to Mercurial); an absent one is made empty and kept, which each tool reads as no
-# configuration, as git's ``config.worktree``.
-_OTHER_REPOSITORIES: dict[str, tuple[str, tuple[str, ...]]] = {
-    ".hg": ("", ("hgrc", "hgrc-not-shared", "sharedpath")),
-    ".jj": ("repo", ("config.toml",)),
-}
+def _repository_files(patterns: Iterable[str]) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Per repository directory the search may walk (``.hg``, ``.jj``): where in it the
+    repository lies and the files of ``patterns`` (of ``OTHER_VCS_CONFIGS``, spelled
+    ``**/<directory>/[<inner>/]<file>``) it reads there."""
+    found: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for text in patterns:
+        control, *inner, name = text.removeprefix("**/").split("/")
+        _, names = found.get(control, ("", ()))
+        found[control] = ("/".join(inner), (*names, name))
+    return found
 
 
 def _protect_other_repositories(
     root: str,
     found: _Walked,
-    wanted: frozenset[str],
+    wanted: Iterable[str],
     protected: set[str],
     placeholders: dict[str, tuple[str, str, str]],
     watched: Watched,
 ) -> None:
     """The configuration files (of the patterns ``wanted``) of every Mercurial and Jujutsu
-    repository the search walked in ``root``; a Jujutsu workspace's ``.jj/repo`` that is a
-    file (naming the repository it shares) is protected as a ``.git`` file is."""
+    repository the search walked in ``root``, covered only where a repository exists (a
+    placeholder ``.hg`` would make every workspace a repository to Mercurial): an absent one
+    is made empty and kept, which each tool reads as no configuration, as git's
+    ``config.worktree``. A Jujutsu workspace's ``.jj/repo`` that is a file (naming the
+    repository it shares) is protected as a ``.git`` file is."""
+    repositories = _repository_files(wanted)
     for directory in found.directories:
-        control = os.path.basename(directory)
-        known = _OTHER_REPOSITORIES.get(control)
+        known = repositories.get(os.path.basename(directory))
         if known is None:
             continue
-        inner, all_names = known
-        within = f"{control}/{inner}/" if inner else f"{control}/"
-        names = [name for name in all_names if f"**/{within}{name}" in wanted]
+        inner, names = known
         repository = os.path.join(directory, inner) if inner else directory
-        if not names or os.path.islink(repository) or not os.path.lexists(repository):
+        if os.path.islink(repository) or not os.path.lexists(repository):
             continue
         if not os.path.isdir(repository):
             protected.add(_canonical(repository))
@@ -726,9 +728,12 @@ _CUT_SHORT_TOLD: set[str] = set()
 
 
 # Mercurial's and Jujutsu's directories are searched only as deep as their configuration lies
-# (``.hg/hgrc``; ``.jj/repo/config.toml``), as a ``.git`` is: their stores hold a file or more
-# per tracked file.
-_REPOSITORY_LEVELS = {".hg": 1, ".jj": 2}
+# (``.hg/hgrc``: one level; ``.jj/repo/config.toml``: two), as a ``.git`` is: their stores hold
+# a file or more per tracked file.
+_REPOSITORY_LEVELS = {
+    control: 1 + (inner.count("/") + 1 if inner else 0)
+    for control, (inner, _) in _repository_files(OTHER_VCS_CONFIGS).items()
+}
 
 
 def _search(root: str, policy: SandboxPolicy, tops: tuple[str, ...] = ()) -> _Walked:
