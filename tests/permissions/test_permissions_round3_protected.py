@@ -81,6 +81,7 @@ def test_default_protected_is_exported() -> None:
         "**/.hg/sharedpath",
         "**/.jj/repo/config.toml",
         *fastgate.permissions.CLIENT_SETTINGS,
+        *fastgate.permissions.HOOK_MANAGERS,
     }
     assert PermissionConfig().protected == DEFAULT_PROTECTED
     assert PermissionConfig.load().protected == DEFAULT_PROTECTED

@@ -104,6 +104,10 @@ SCHEDULED = [
     "sudo systemctl link /tmp/x.service",
     "systemctl --user edit x",
     "systemctl $VERB x",
+    "systemctl -M user@ enable x",
+    "systemctl --root /tmp/r enable x",
+    "systemctl -p Restart enable x",
+    "systemctl --user -H host link /tmp/x.service",
 ]
 
 
@@ -179,6 +183,8 @@ def test_writing_a_mercurial_or_jujutsu_repositorys_configuration_asks(
         "at -c 3",
         "systemctl status x",
         "systemctl --user start x",
+        "systemctl -p ActiveState show enable",
+        "systemctl -H host status x",
         "systemctl --user daemon-reload",
         "systemctl",
         "systemctl --user",

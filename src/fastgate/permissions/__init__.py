@@ -16,6 +16,8 @@ from fastgate.permissions.audit import NetworkAuditEvent as NetworkAuditEvent
 from fastgate.permissions.audit import NetworkAuditSink as NetworkAuditSink
 from fastgate.permissions.audit_jsonl import JsonlAuditSink as JsonlAuditSink
 from fastgate.permissions.config import PermissionConfig as PermissionConfig
+from fastgate.permissions.repository_config import GitReads as GitReads
+from fastgate.permissions.repository_config import git_reads as git_reads
 from fastgate.permissions.resolver import MODE_DEFAULTS as MODE_DEFAULTS
 from fastgate.permissions.resolver import PermissionResolver as PermissionResolver
 from fastgate.permissions.resolver import RuleDecision as RuleDecision
@@ -24,6 +26,7 @@ from fastgate.permissions.rules import CLIENT_SETTINGS as CLIENT_SETTINGS
 from fastgate.permissions.rules import DEFAULT_PROTECTED as DEFAULT_PROTECTED
 from fastgate.permissions.rules import DEFAULT_SENSITIVE as DEFAULT_SENSITIVE
 from fastgate.permissions.rules import GIT_INDIRECTIONS as GIT_INDIRECTIONS
+from fastgate.permissions.rules import HOOK_MANAGERS as HOOK_MANAGERS
 from fastgate.permissions.rules import OTHER_VCS_CONFIGS as OTHER_VCS_CONFIGS
 from fastgate.permissions.settings import settings_path as settings_path
 from fastgate.permissions.terminal_approver import TerminalApprover as TerminalApprover
@@ -33,6 +36,7 @@ __all__ = (
     "DEFAULT_PROTECTED",
     "DEFAULT_SENSITIVE",
     "GIT_INDIRECTIONS",
+    "HOOK_MANAGERS",
     "MODE_DEFAULTS",
     "OTHER_VCS_CONFIGS",
     "ApprovalRequest",
@@ -42,6 +46,7 @@ __all__ = (
     "AuditSink",
     "Decision",
     "DecisionSource",
+    "GitReads",
     "JsonlAuditSink",
     "NetworkAuditEvent",
     "NetworkAuditSink",
@@ -51,6 +56,7 @@ __all__ = (
     "Refusal",
     "RuleDecision",
     "TerminalApprover",
+    "git_reads",
     "permission_signature",
     "settings_path",
     "withdraw_approvals",

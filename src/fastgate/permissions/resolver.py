@@ -47,6 +47,7 @@ from fastgate.permissions.matching import (
     key_matches,
 )
 from fastgate.permissions.project_rules import exact_rules_for
+from fastgate.permissions.repository_config import NOTHING, GitReads, GitReadsCache
 from fastgate.permissions.rules import (
     NO_RULES,
     Rule,
@@ -164,7 +165,9 @@ class PermissionResolver:
 
     __slots__ = (
         "_analyses",
+        "_git_reads",
         "_has_command",
+        "_home",
         "_merged_names",
         "_merged_rules",
         "_mode_allows",
@@ -215,6 +218,9 @@ class PermissionResolver:
         # startup files, tools' user settings, /etc), always.
         outside = (*git_user_configs(), *user_startup_files())
         self._protected = _Guard(config.protected_patterns + parse_patterns(outside, "protected"))
+        # and what git's configuration points it at: included files, the hooks directory
+        self._git_reads = GitReadsCache()
+        self._home = os.path.expanduser("~")  # as the patterns above were read
 
     # -- the decision --------------------------------------------------------------------------
 
@@ -249,7 +255,9 @@ class PermissionResolver:
             # The paths were just resolved (a symlink swapped in since is seen). What the rules
             # and the sensitive list say about those resolved paths is text matching, the same
             # every time: remembered per (rules, tool, root, resolved paths).
-            key = (id(rules), tool.name, tool.kind, root, subject.paths)
+            # (with what git reads now: a write into a hooks directory named since is seen)
+            reads = self._git_reads_of(subject.paths) if tool.kind is ToolKind.WRITE else ()
+            key = (id(rules), tool.name, tool.kind, root, subject.paths, reads)
             known = self._path_decisions.get(key)
             if known is None or known[0] is not rules:  # rules kept alive, so ids are not reused
                 if len(self._path_decisions) >= _CACHE_LIMIT:
@@ -675,12 +683,34 @@ class PermissionResolver:
         if found is None and subject.trees:
             found = self._protected.held_by(subject.trees, roots)
         if found is None:
+            found = _read_by_git(written, self._git_reads_of(written))
+        if found is None:
             return None
         return (
             f"writes protected path {found} (a change there alters what runs later or what "
             "policy allows)",
             found,
         )
+
+    def _git_reads_of(self, paths: tuple[ResolvedPath, ...]) -> tuple[GitReads, ...]:
+        """What git reads for the repository each of ``paths`` lies in (the workspace's, or
+        one nested in it with a configuration of its own)."""
+        return tuple(self._git_reads.get(os.path.dirname(p.canonical), self._home) for p in paths)
+
+
+def _read_by_git(written: tuple[ResolvedPath, ...], reads: tuple[GitReads, ...]) -> str | None:
+    """The first written path that its repository's configuration includes or that lies in the
+    hooks directory it names (with why), or None."""
+    for path, read in zip(written, reads, strict=True):
+        if read is NOTHING:
+            continue
+        for form in (path.canonical, path.lexical):
+            if form in read.included:
+                return f"{form} (a file git's configuration includes)"
+            for directory in read.hook_directories:
+                if form == directory or form.startswith(directory.rstrip("/") + "/"):
+                    return f"{form} (in git's hooks directory, core.hooksPath)"
+    return None
 
 
 class _Guard:

@@ -78,7 +78,9 @@ OTHER_VCS_CONFIGS: tuple[str, ...] = (
 # Other agents' and editors' project settings, which run code later as ``.claude``'s do: MCP
 # server lists (``.vscode/mcp.json`` and ``.cursor/mcp.json``, which ``load_mcp_config`` reads
 # too), tasks and launch configurations, settings that name programs to start or approve an
-# agent's tools on its own (``chat.tools.autoApprove``), rules read into every later prompt.
+# agent's tools on its own (``chat.tools.autoApprove``), commands run on an event (Kiro's hooks,
+# aider's ``test-cmd``, a dev container's ``initializeCommand``, which runs on the host), rules
+# read into every later prompt.
 CLIENT_SETTINGS: tuple[str, ...] = (
     "**/.vscode/**",
     "**/.cursor/**",
@@ -90,12 +92,39 @@ CLIENT_SETTINGS: tuple[str, ...] = (
     "**/.roo/**",
     "**/.zed/**",
     "**/.idea/**",
+    "**/.junie/**",
+    "**/.kiro/**",
+    "**/.trae/**",
+    "**/.clinerules",
+    "**/.clinerules/**",
+    "**/.cursorrules",
+    "**/.windsurfrules",
+    "**/.aider.conf.yml",
+    "**/.devcontainer.json",
+    "**/.devcontainer/**",
+)
+# Git hook managers' files, which the hooks they install run on the user's next commit: husky's
+# hook scripts, the pre-commit framework's, lefthook's and overcommit's configuration, and
+# simple-git-hooks' own file. A hooks directory named by ``core.hooksPath`` is protected too,
+# whatever its name, when the configuration names it (``git_reads``).
+HOOK_MANAGERS: tuple[str, ...] = (
+    "**/.husky/**",
+    "**/.pre-commit-config.yaml",
+    "**/.pre-commit-config.yml",
+    "**/lefthook.*",
+    "**/.lefthook.*",
+    "**/lefthook-local.*",
+    "**/.lefthook-local.*",
+    "**/.lefthook/**",
+    "**/.lefthook-local/**",
+    "**/.overcommit.yml",
+    "**/.simple-git-hooks.*",
 )
 # Files whose change alters what runs later or what policy says: settings of fastgate and of
 # Claude Code (which fastgate loads), MCP server lists, git hooks and git's own configuration
 # (``core.hooksPath``, ``core.fsmonitor``, aliases) and what points git at another one, the
-# same files of Mercurial and Jujutsu, and other clients' project settings. Writing one is at
-# least ASK in every mode.
+# same files of Mercurial and Jujutsu, other clients' project settings and git hook managers'
+# files. Writing one is at least ASK in every mode.
 DEFAULT_PROTECTED: tuple[str, ...] = (
     "**/.fastgate/**",
     "**/.claude/**",
@@ -105,6 +134,7 @@ DEFAULT_PROTECTED: tuple[str, ...] = (
     *GIT_INDIRECTIONS,
     *OTHER_VCS_CONFIGS,
     *CLIENT_SETTINGS,
+    *HOOK_MANAGERS,
 )
 
 

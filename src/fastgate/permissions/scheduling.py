@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 
 from fastgate.permissions.arguments import (
-    operand_words,
     option_values,
     short_letters,
     unknown_below,
@@ -26,6 +25,15 @@ _AT_READS = frozenset("lcrd")
 _SYSTEMCTL_INSTALLS = frozenset(
     {"enable", "reenable", "link", "edit", "preset", "preset-all", "add-wants", "add-requires",
      "set-property", "revert", "import-environment", "set-environment"}
+)  # fmt: skip
+# systemctl's options that take the next word as their value (``-H HOST``, ``--root DIR``): that
+# word is not the command.
+_SYSTEMCTL_VALUED = frozenset(
+    {"-H", "--host", "-M", "--machine", "-t", "--type", "--state", "-p", "--property", "-P",
+     "-n", "--lines", "-o", "--output", "--root", "--image", "--image-policy", "--kill-whom",
+     "--kill-value", "-s", "--signal", "--job-mode", "--preset-mode", "--what", "--when",
+     "--timestamp", "--message", "--reboot-argument", "--boot-loader-menu",
+     "--boot-loader-entry", "--check-inhibitors", "--drop-in", "--marked"}
 )  # fmt: skip
 
 
@@ -47,14 +55,29 @@ def scheduled_words(name: str, args: tuple[Word, ...]) -> list[Word]:
     if name == "systemd-run":
         return [unknown_below("/run/systemd/transient", "the unit systemd-run starts")]
     if name == "systemctl":
-        operands = operand_words(args)
-        if not operands:
+        verb = _systemctl_verb(args)
+        if verb is None:
             return []  # it lists the units
-        verb = operands[0]
         if verb.dynamic:  # a command only the run knows
             return _unit(args, verb.raw)
         return _unit(args, verb.value) if verb.value in _SYSTEMCTL_INSTALLS else []
     return []
+
+
+def _systemctl_verb(args: tuple[Word, ...]) -> Word | None:
+    """systemctl's command: its first operand that is not an option's value (``-H host``,
+    ``--root DIR``, ``-p Name``); an option known only at run time may take the next word."""
+    skip = False
+    for index, word in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if word.value == "--" and not word.dynamic:
+            return args[index + 1] if index + 1 < len(args) else None
+        if word.dynamic or not word.value.startswith("-") or word.value == "-":
+            return word
+        skip = word.value in _SYSTEMCTL_VALUED
+    return None
 
 
 def _user() -> str:

@@ -31,7 +31,13 @@ from dataclasses import dataclass
 
 from fastgate import ErrorCode, ToolFault
 from fastgate.paths import Glob, PathPattern
-from fastgate.permissions import CLIENT_SETTINGS, GIT_INDIRECTIONS, OTHER_VCS_CONFIGS
+from fastgate.permissions import (
+    CLIENT_SETTINGS,
+    GIT_INDIRECTIONS,
+    HOOK_MANAGERS,
+    OTHER_VCS_CONFIGS,
+    git_reads,
+)
 from fastgate.processes import (
     BIND_DEVICES,
     BIND_OPTIONAL,
@@ -252,11 +258,11 @@ def _layout(
         for pattern, text in zip(policy.protected_patterns, policy.protected, strict=True):
             if text in GIT_INDIRECTIONS or text in OTHER_VCS_CONFIGS:
                 continue  # placed below, in each repository found, as its tool reads them
-            if text in CLIENT_SETTINGS:
+            if text in CLIENT_SETTINGS or text in HOOK_MANAGERS:
                 # Read-only where the search found them, not covered where absent: a placeholder
-                # ``.vscode`` or ``.idea`` made for each call would be read, and found
-                # unreadable, by the editor the user has open on the workspace. The rules still
-                # ask for every write that names one.
+                # ``.vscode`` or ``.husky`` made for each call would be read, and found
+                # unreadable, by the editor the user has open on the workspace or by the hook
+                # manager. The rules still ask for every write that names one.
                 continue
             for top in (root, *tops):
                 if any(_within(top, ro) for ro in read_only):
@@ -282,6 +288,7 @@ def _layout(
                 _watch_along(watched, home, path)
         for work_tree, git_dir in _checkouts(found):
             _protect_submodules(work_tree, git_dir, writable, protected, placeholders, watched)
+            _protect_git_reads(work_tree, git_dir, writable, protected, placeholders, watched)
         wanted = [text for text in policy.protected if text in OTHER_VCS_CONFIGS]
         if wanted:
             _protect_other_repositories(root, found, wanted, protected, placeholders, watched)
@@ -595,6 +602,30 @@ def _protect_submodules(
         if home is not None:
             _protect_module(module, home, protected, placeholders)
             _watch_along(watched, home, module)
+
+
+def _protect_git_reads(
+    work_tree: str,
+    git_dir: str,
+    writable: Sequence[str],
+    protected: set[str],
+    placeholders: dict[str, tuple[str, str, str]],
+    watched: Watched,
+) -> None:
+    """The hooks directory ``core.hooksPath`` names (a placeholder where absent: git then finds
+    no hook in it) and the files the configuration includes (where they exist: git stops on an
+    include it cannot read, so an absent one gets no placeholder), inside a writable root."""
+    reads = git_reads(work_tree, git_dir, os.path.expanduser("~"))
+    for path, is_dir in [
+        *((d, True) for d in reads.hook_directories),
+        *((f, False) for f in reads.included),
+    ]:
+        home = _home(path, writable)
+        if home is None:
+            continue
+        if is_dir or os.path.lexists(path):
+            _protect(path, is_dir, home, protected, placeholders)
+        _watch_along(watched, home, path)
 
 
 def _home(path: str, writable: Sequence[str]) -> str | None:
