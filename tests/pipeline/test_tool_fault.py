@@ -79,6 +79,18 @@ async def test_an_ordinary_exception_is_still_a_tool_error_and_not_retryable() -
     assert result.error.retryable is False and result.error.details == {"type": "RuntimeError"}
 
 
-def test_a_tool_fault_cannot_claim_a_policy_code() -> None:
-    with pytest.raises(ValueError, match="TOOL_ERROR or TIMEOUT"):
-        ToolFault("sneaky", code=ErrorCode.PERMISSION_DENIED)
+@pytest.mark.parametrize(
+    "code",
+    [
+        ErrorCode.PERMISSION_DENIED,
+        ErrorCode.USER_REJECTED,
+        ErrorCode.INVALID_ARGS,
+        ErrorCode.ABORTED_BEFORE_DISPATCH,
+        ErrorCode.DISPOSED,
+    ],
+)
+def test_a_tool_fault_cannot_claim_a_policy_code(code: ErrorCode) -> None:
+    """Nor one that says nothing ran before the body did (which would free a keyed call's
+    key): ``RESOURCE_EXHAUSTED`` is the one such code a body may give, for a remote refusal."""
+    with pytest.raises(ValueError, match="TOOL_ERROR, TIMEOUT or RESOURCE_EXHAUSTED"):
+        ToolFault("sneaky", code=code)

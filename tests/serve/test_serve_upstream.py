@@ -8,20 +8,29 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from mcp.shared.dispatcher import ProgressFnT
+from mcp.types import RequestParamsMeta
 
 from fastgate import PermissionConfig
-from fastgate.mcp import MCPBridge
+from fastgate.mcp import MCPBridge, MCPServerConfig
 from fastgate.serve import Gateway
-from tests.mcp.servers import all_pids, assert_gone, cancellations, fixture, records
+from tests.mcp.servers import (
+    all_pids,
+    assert_gone,
+    cancellations,
+    fixture,
+    http_script_server,
+    records,
+)
 from tests.serve.kit import ERAS, LEGACY, MODERN, client, executor, fastgate_meta, serving, text_of
 
 # Faults of real processes, the same under both builds and both loops: run once, in the
 # compiled build, on uvloop.
 pytestmark = pytest.mark.slow
+RATE_LIMITED = Path(__file__).parents[1] / "mcp" / "rate_limited_http_server.py"
 
 
 @contextlib.asynccontextmanager
@@ -245,3 +254,33 @@ async def test_an_upstream_question_reaches_the_older_era_client(tmp_path: Path)
     assert not booked.is_error, text_of(booked)
     assert text_of(booked) == "booked T1 for Ada: 2 guests, vegetarian=False"
     assert asked == ["Book a table: under which name, for how many?"]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_an_upstream_rate_limit_reaches_the_client_with_its_wait(
+    tmp_path: Path, era: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upstream's 429 is an ``isError`` result saying ``RESOURCE_EXHAUSTED`` and the wait;
+    the client's retry with the same key runs the tool (the refused call never ran)."""
+    monkeypatch.setenv("RATE_LIMITED_CALLS", "1")
+    monkeypatch.setenv("RATE_LIMIT_RETRY_AFTER", "5")
+    with http_script_server(RATE_LIMITED) as (upstream_url, _pid):
+        served = executor(permissions=PermissionConfig(allow=["mcp__web"]))
+        bridge = MCPBridge(served.registry, [MCPServerConfig("web", url=upstream_url)])
+        await bridge.start()
+        try:
+            gateway = Gateway(served, bridge=bridge)
+            async with serving(gateway) as url, client(url, era) as mcp:
+                key = cast(RequestParamsMeta, {"fastgate/idempotency-key": "k-429"})
+                refused = await mcp.call_tool("mcp__web__runs", {}, meta=key)
+                assert refused.is_error
+                meta = fastgate_meta(refused)
+                assert meta["code"] == "RESOURCE_EXHAUSTED", text_of(refused)
+                assert (meta["reason"], meta["retry_after"]) == ("upstream_rate_limited", 5.0)
+                assert "429" in text_of(refused)
+                retried = await mcp.call_tool("mcp__web__runs", {}, meta=key)
+                assert not retried.is_error and text_of(retried) == "1"
+                assert not fastgate_meta(retried)["replayed"]
+        finally:
+            await bridge.aclose()
+            served.dispose()

@@ -22,6 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import datetime
+import email.utils
 import hashlib
 import inspect
 import json
@@ -68,6 +70,8 @@ MIN_SECRET = 6  # shorter values are not taken out of messages (they would mangl
 REFRESH_MARGIN = 60.0  # seconds before expiry a token is renewed (at most half its lifetime)
 MAX_REDIRECTS = 10  # hops the headless sign-in follows before the redirect back
 UNAUTHORIZED_KEY: Final = "fastgate_unauthorized"  # in the JSON-RPC error's data: the nonce
+RATE_LIMITED_KEY: Final = "fastgate_rate_limited"  # the same, for a 429
+_RETRY_AFTER_LIMIT = 86400.0  # seconds: a longer Retry-After is read as this
 _MARK: Final = "fastgate_unauthorized"  # request extension: answer without the network
 _MCP_REQUEST: Final = "fastgate_mcp_request"  # request extension: a request of the MCP transport
 _LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
@@ -895,7 +899,9 @@ class UnauthorizedAnswers(httpx2.AsyncBaseTransport):
     """Below the auth flow: a 401 or 403 of the MCP server keeps its status and headers (the
     sign-in reads ``WWW-Authenticate``) and gets a JSON-RPC error body carrying this
     connection's nonce, which the bridge reads as ``unauthorized``. A request the flow marked
-    failed is answered the same way without being sent."""
+    failed is answered the same way without being sent. A 429 (too many requests) gets such a
+    body too, with its ``Retry-After`` in seconds, which the bridge reads as rate limited: the
+    SDK would otherwise turn it into an internal error without either."""
 
     def __init__(self, inner: httpx2.AsyncBaseTransport, nonce: str, auth: ConnectionAuth):
         self._inner = inner
@@ -907,7 +913,7 @@ class UnauthorizedAnswers(httpx2.AsyncBaseTransport):
         if failure is not None:
             return self._answer(request, 401, {}, f"the authorization failed: {failure}")
         response = await self._inner.handle_async_request(request)
-        if response.status_code not in (401, 403) or not request.extensions.get(_MCP_REQUEST):
+        if response.status_code not in (401, 403, 429) or not request.extensions.get(_MCP_REQUEST):
             return response
         try:
             # (only its status and headers are read)
@@ -915,8 +921,28 @@ class UnauthorizedAnswers(httpx2.AsyncBaseTransport):
                 await response.aread()
         finally:
             await response.aclose()
+        if response.status_code == 429:
+            return self._rate_limited(request, response.headers)
         return self._answer(
             request, response.status_code, response.headers, _refusal(response, self._auth)
+        )
+
+    def _rate_limited(self, request: httpx2.Request, headers: Mapping[str, str]) -> httpx2.Response:
+        wait = retry_after_seconds(headers.get("retry-after", ""))
+        body = {
+            "jsonrpc": "2.0",
+            "id": None,
+            "error": {
+                "code": -32000,
+                "message": "the server answered HTTP 429 (too many requests)",
+                "data": {RATE_LIMITED_KEY: self._nonce, "status": 429, "retry_after": wait},
+            },
+        }
+        return httpx2.Response(
+            429,
+            headers={"content-type": "application/json"},
+            content=json.dumps(body).encode(),
+            request=request,
         )
 
     def _answer(
@@ -963,6 +989,31 @@ def _refusal(response: httpx2.Response, auth: ConnectionAuth) -> str:
     if auth._provider is None:
         text += "; the server needs authorization: give MCPServerConfig(auth=OAuthClient(...))"
     return auth.redact(text)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RateLimited:
+    """A server's 429: ``retry_after`` in seconds (None: it gave no readable ``Retry-After``)."""
+
+    retry_after: float | None
+
+
+def retry_after_seconds(value: str) -> float | None:
+    """A ``Retry-After`` header in seconds from now (it gives seconds or an HTTP date), at most
+    a day; None when absent or unreadable."""
+    value = value.strip()
+    if not value:
+        return None
+    if value.isdigit():
+        return min(float(value), _RETRY_AFTER_LIMIT)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        return None
+    seconds = (when - datetime.datetime.now(datetime.UTC)).total_seconds()
+    return min(max(seconds, 0.0), _RETRY_AFTER_LIMIT)
 
 
 def is_mcp_request(request: httpx2.Request) -> bool:
@@ -1012,6 +1063,18 @@ class HttpAuth:
                 self.auth,
             ),
         }
+
+    def rate_limited(self, exc: BaseException) -> RateLimited | None:
+        """This connection's answer to a 429, if ``exc`` is one."""
+        from mcp.shared.exceptions import MCPError
+
+        if not isinstance(exc, MCPError):
+            return None
+        data = exc.error.data
+        if not (isinstance(data, dict) and data.get(RATE_LIMITED_KEY) == self.nonce):
+            return None
+        wait = data.get("retry_after")
+        return RateLimited(float(wait) if isinstance(wait, (int, float)) else None)
 
     def reason(self, exc: BaseException) -> str | None:
         """The unauthorized answer ``exc`` carries (inside the groups the SDK may wrap it in),

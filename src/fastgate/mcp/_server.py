@@ -574,6 +574,9 @@ class ServerLink:
                     f"unauthorized ({unauthorized})",
                     details={"reason": "unauthorized", "server": self.config.name},
                 ) from None
+            limited = self._http_auth.rate_limited(exc) if self._http_auth else None
+            if limited is not None:
+                raise self._rate_limited(remote, limited.retry_after) from None
             raise ToolFault(
                 f"MCP server {self.config.name} refused the call of {remote}: {exc.error.message} "
                 f"(JSON-RPC error {exc.code})",
@@ -626,6 +629,19 @@ class ServerLink:
                 "state": self.current_state(),
                 "sent": sent,
             },
+        )
+
+    def _rate_limited(self, remote: str, retry_after: float | None) -> ToolFault:
+        """The server answered the call with HTTP 429: it did not run it, and says when to try
+        again (``Retry-After``), which the result carries."""
+        when = f" It asks to wait {retry_after:g}s." if retry_after is not None else ""
+        return ToolFault(
+            f"MCP server {self.config.name} is rate limiting calls and did not run {remote} "
+            f"(HTTP 429).{when} Try again later.",
+            code=ErrorCode.RESOURCE_EXHAUSTED,
+            retryable=True,
+            retry_after=retry_after,
+            details={"reason": "upstream_rate_limited", "server": self.config.name},
         )
 
     def _timeout(self, remote: str, which: str) -> ToolFault:

@@ -112,10 +112,12 @@ class Failure(msgspec.Struct, frozen=True):
 
 class ToolFault(Exception):
     """Raised by a tool body whose failure is not the tool's own exception: a bridge that lost
-    its server, a remote call that timed out. The result gets ``code`` (``TOOL_ERROR`` or
-    ``TIMEOUT``), the message as written (for the model), ``details`` and ``retryable``."""
+    its server, a remote call that timed out, a remote service that is rate limiting. The
+    result gets ``code`` (``TOOL_ERROR``, ``TIMEOUT`` or ``RESOURCE_EXHAUSTED``), the message
+    as written (for the model), ``details``, ``retryable`` and ``retry_after`` (seconds, or
+    words such as "retry next turn": when trying again may succeed)."""
 
-    CODES = frozenset({ErrorCode.TOOL_ERROR, ErrorCode.TIMEOUT})
+    CODES = frozenset({ErrorCode.TOOL_ERROR, ErrorCode.TIMEOUT, ErrorCode.RESOURCE_EXHAUSTED})
 
     def __init__(
         self,
@@ -124,11 +126,22 @@ class ToolFault(Exception):
         code: ErrorCode = ErrorCode.TOOL_ERROR,
         retryable: bool = False,
         details: dict[str, Any] | None = None,
+        retry_after: str | float | None = None,
     ) -> None:
         if code not in self.CODES:
-            raise ValueError(f"ToolFault code must be TOOL_ERROR or TIMEOUT, got {code!r}")
+            raise ValueError(
+                f"ToolFault code must be TOOL_ERROR, TIMEOUT or RESOURCE_EXHAUSTED, got {code!r}"
+            )
+        if retry_after is not None and (
+            isinstance(retry_after, bool) or not isinstance(retry_after, (str, int, float))
+        ):
+            raise TypeError(
+                "ToolFault(retry_after=): expected seconds, words or None, "
+                f"got {type(retry_after).__name__}"
+            )
         super().__init__(message)
         self.message = message
         self.code = ErrorCode(code)
         self.retryable = retryable
+        self.retry_after = float(retry_after) if isinstance(retry_after, int) else retry_after
         self.details = dict(details or {})

@@ -1077,19 +1077,27 @@ class ToolExecutor:
                 details["code"] = failure.code
             return self._finalize(call, ErrorCode.TOOL_FAILURE, failure.message, details=details)
         if outcome.kind in (ERROR, TIMEOUT, ABORTED):
-            code, message, details, retryable = failure_of(tool, outcome)
-            error = ToolError(code, message, retryable=retryable, details=details)
+            code, message, details, retryable, retry_after = failure_of(tool, outcome)
+            error = ToolError(code, message, retryable, retry_after, details)
             if plan.has_post_failure(self.hooks):
                 if trace is not None:
                     trace.enter("post_hooks")
                 # The result as it stands (the hooks' context is added to the final one).
                 failed = self._result(
-                    call, call.elapsed_ms(), code, message, retryable=retryable, details=details
+                    call,
+                    call.elapsed_ms(),
+                    code,
+                    message,
+                    retryable=retryable,
+                    retry_after=retry_after,
+                    details=details,
                 )
                 event = PostToolUseFailureEvent(tool.name, args, ctx, error, tool, failed)
                 extra = await run_post_tool_use_failure(self.hooks, event)
                 call.additional_context += tuple(extra)
-            return self._finalize(call, code, message, retryable=retryable, details=details)
+            return self._finalize(
+                call, code, message, retryable=retryable, retry_after=retry_after, details=details
+            )
         # 13. the value checked against the output schema and rendered; then the PostToolUse
         #     hooks: accept, replace the value (checked and rendered again), replace the content,
         #     or block.

@@ -96,8 +96,8 @@ def _ends(path: Any) -> list[Any]:
 
 def failure_of(
     tool: ToolDefinition, outcome: Outcome
-) -> tuple[ErrorCode, str, dict[str, Any], bool]:
-    """(code, message, details, retryable) of a body that did not return."""
+) -> tuple[ErrorCode, str, dict[str, Any], bool, str | float | None]:
+    """(code, message, details, retryable, retry_after) of a body that did not return."""
     details: dict[str, Any] = {}
     if outcome.runaway is not None:
         details["still_running"] = True
@@ -108,6 +108,7 @@ def failure_of(
             f"{tool.name} did not finish within {tool.timeout:g}s and was stopped.",
             details,
             False,
+            None,
         )
     if outcome.kind == ABORTED:
         return (
@@ -115,12 +116,13 @@ def failure_of(
             "The call was cancelled while running; it may have had side effects.",
             details,
             False,
+            None,
         )
     exc = outcome.error
     assert exc is not None
     if isinstance(exc, ToolFault):  # the body chose its code and words
         details.update(exc.details)
-        return exc.code, exc.message, details, exc.retryable
+        return exc.code, exc.message, details, exc.retryable, exc.retry_after
     details["type"] = type(exc).__name__
     message = f"{tool.name} raised {exception_line(exc)}"
-    return ErrorCode.TOOL_ERROR, message, details, False
+    return ErrorCode.TOOL_ERROR, message, details, False, None

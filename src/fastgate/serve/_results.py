@@ -30,13 +30,16 @@ MAX_STRUCTURED_CHARS: Final = DEFAULT_MAX_CONTENT_CHARS  # of a structured value
 def fastgate_meta(result: ToolResult) -> dict[str, Any]:
     error = result.error
     reason = error.details.get("reason") if error is not None else None
-    return {
+    meta: dict[str, Any] = {
         "execution_id": result.meta.execution_id,
         "decision_source": result.meta.decision_source,
         "code": str(error.code) if error is not None else None,
         "reason": reason if isinstance(reason, str) else None,
         "replayed": bool(getattr(result.meta, "replayed", False)),
     }
+    if error is not None and error.retry_after is not None:
+        meta["retry_after"] = error.retry_after  # seconds, or words ("retry next turn")
+    return meta
 
 
 def call_result(
