@@ -8,6 +8,7 @@ says, and a configuration changed after a decision is seen by the next one."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -130,6 +131,54 @@ def test_a_nested_repository_is_judged_by_its_own_configuration(tmp_path: Path) 
     assert control.decision is Decision.ALLOW, control.reason
 
 
+def test_hooks_turned_off_with_dev_null_leave_dev_null_writable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``core.hooksPath = /dev/null`` (and an include of it) names a device, which holds no hook
+    and no configuration: output thrown away there stays as the mode says."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    (home / ".gitconfig").write_text(
+        "[core]\n\thooksPath = /dev/null\n[include]\n\tpath = /dev/null\n"
+    )
+    root = with_config_text(project(tmp_path / "ws"), "[core]\n\thooksPath = /dev/null\n")
+    for command in ("ls 2>/dev/null", "echo x > /dev/null", "cp a /dev/null"):
+        decided = ruling(command, root, mode=YOLO, allow=ALLOW_ALL)
+        assert decided.decision is Decision.ALLOW, (command, decided.reason)
+
+
+def test_a_hooks_directory_outside_the_repository(tmp_path: Path) -> None:
+    """Named by the repository's configuration, outside its work tree (hooks shared by several
+    checkouts): written from the workspace, it asks as one inside does."""
+    root = project(tmp_path / "ws")
+    git_config(root, "core.hooksPath", "../shared-hooks")
+    for command in (
+        "echo x > ../shared-hooks/pre-commit",
+        f"cp /tmp/x {tmp_path}/shared-hooks/post-merge",
+        "mkdir -p ../shared-hooks",
+    ):
+        assert asks_as_guarded(ruling(command, root, mode=YOLO, allow=ALLOW_ALL)), command
+
+
+@pytest.mark.parametrize("hooks_path", [".", "..", "~", "/"])
+def test_a_hooks_directory_holding_the_project_is_narrowed_to_the_hooks(
+    hooks_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``core.hooksPath = .`` (or the home directory, or ``/``): git runs the files named as
+    hooks there; every other file of the project stays as the mode says."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    root = project(tmp_path / "ws")
+    git_config(root, "core.hooksPath", hooks_path)
+    hooks = {".": root, "..": tmp_path, "~": tmp_path, "/": Path("/")}[hooks_path]
+    for name in ("pre-commit", "post-checkout", "reference-transaction"):
+        decided = ruling(f"echo x > {hooks / name}", root, mode=YOLO, allow=ALLOW_ALL)
+        assert asks_as_guarded(decided), (name, decided.reason)
+    for command in ("echo x > src/main.py", "echo x > README.md", "mkdir -p build"):
+        decided = ruling(command, root, mode=YOLO, allow=ALLOW_ALL)
+        assert decided.decision is Decision.ALLOW, (command, decided.reason)
+
+
 INCLUDE_SPELLINGS = [
     # (what the configuration says, the included file relative to the workspace)
     ("[include]\n\tpath = ../.gitconfig.project\n", ".gitconfig.project"),
@@ -163,6 +212,16 @@ def test_an_include_inside_an_include_and_the_hooks_path_it_sets(tmp_path: Path)
     (root / "two.inc").write_text("[core]\n\thooksPath = deep-hooks\n")
     for command in ("echo x > two.inc", "echo x > deep-hooks/pre-commit"):
         assert asks_as_guarded(ruling(command, root, mode=YOLO, allow=ALLOW_ALL)), command
+
+
+@pytest.mark.timeout(20)
+def test_a_fifo_named_as_configuration_is_not_waited_on(tmp_path: Path) -> None:
+    """An include naming a FIFO (nobody writes to it): the decision does not block on it, and
+    the included path is still protected by name."""
+    root = with_config_text(project(tmp_path / "ws"), "[include]\n\tpath = ../pipe.inc\n")
+    os.mkfifo(root / "pipe.inc")
+    decided = ruling("echo x > pipe.inc", root, mode=YOLO, allow=ALLOW_ALL)
+    assert asks_as_guarded(decided), decided.reason
 
 
 HOOK_MANAGER_WRITES = [

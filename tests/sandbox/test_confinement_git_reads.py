@@ -108,3 +108,18 @@ async def test_the_control_plants_them(tmp_path: Path) -> None:
     assert (workspace / ".husky" / "pre-commit").read_text() == "x"
     git(workspace, "config", "--unset", "include.path")  # its fsmonitor would fail the commit
     assert users_next_commit_ran_the_hook(workspace, log)
+
+
+async def test_hooks_in_a_hooks_directory_that_is_the_project(tmp_path: Path) -> None:
+    """``core.hooksPath = .``: the project's files named as hooks are read-only (the sandbox
+    cannot cover the project itself), the rest is written as usual."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    assert git(workspace, "init", "-q").returncode == 0
+    git(workspace, "config", "core.hooksPath", ".")
+    (workspace / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    command = "printf x > pre-commit; printf y > notes.txt; echo done"
+    result = await bash(sandboxed(workspace), command)
+    assert "done" in output(result), output(result)
+    assert (workspace / "pre-commit").read_text() == "#!/bin/sh\nexit 0\n"
+    assert (workspace / "notes.txt").read_text() == "y"

@@ -26,13 +26,28 @@ _SECTION = re.compile(r'\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"((?:[^"\\]|\\.)*)")?\s*\]
 _KEY = re.compile(r"\s*([A-Za-z][A-Za-z0-9-]*)\s*(=?)")
 
 
+# git's hooks (githooks(5)), by name: what a hooks directory that holds much else is narrowed to.
+HOOK_NAMES: tuple[str, ...] = (
+    "applypatch-msg", "pre-applypatch", "post-applypatch", "pre-commit", "pre-merge-commit",
+    "prepare-commit-msg", "commit-msg", "post-commit", "pre-rebase", "post-checkout",
+    "post-merge", "pre-push", "pre-receive", "update", "proc-receive", "post-receive",
+    "post-update", "reference-transaction", "push-to-checkout", "pre-auto-gc", "post-rewrite",
+    "sendemail-validate", "fsmonitor-watchman", "p4-changelist", "p4-prepare-changelist",
+    "p4-post-changelist", "p4-pre-submit", "post-index-change",
+)  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class GitReads:
     """``included``: configuration files an include names (absolute; they may not exist).
-    ``hook_directories``: what ``core.hooksPath`` names (absolute)."""
+    ``hook_directories``: what ``core.hooksPath`` names (absolute), all of it protected (a hook
+    may source its neighbours, as husky's do). ``hook_files``: the hooks, by name, of a hooks
+    directory that holds the work tree or the home directory (``core.hooksPath = .``), where
+    protecting all of it would protect every file of the project."""
 
     included: tuple[str, ...] = ()
     hook_directories: tuple[str, ...] = ()
+    hook_files: tuple[str, ...] = ()
 
 
 NOTHING = GitReads()
@@ -76,9 +91,35 @@ def git_reads(work_tree: str | None, git_dir: str | None, home: str) -> GitReads
     # compared with written paths' canonical forms: a link on the way is followed
     hooks += [os.path.realpath(h) for h in hooks]
     included += [os.path.realpath(i) for i in included]
-    if not included and not hooks:
+    # A device named there (``core.hooksPath = /dev/null``, the usual way to turn hooks off)
+    # holds no hook and no configuration: writing it (``2>/dev/null``) changes nothing git runs.
+    hooks = [h for h in hooks if not _is_device(h)]
+    included = [i for i in included if not _is_device(i)]
+    holders = [p for p in (work_tree, git_dir, home) if p is not None]
+    broad = [h for h in hooks if any(_holds(h, p) for p in holders)]
+    files = [os.path.join(h, name) for h in broad for name in HOOK_NAMES]
+    hooks = [h for h in hooks if h not in broad]
+    if not included and not hooks and not files:
         return NOTHING
-    return GitReads(tuple(dict.fromkeys(included)), tuple(dict.fromkeys(hooks)))
+    return GitReads(
+        tuple(dict.fromkeys(included)), tuple(dict.fromkeys(hooks)), tuple(dict.fromkeys(files))
+    )
+
+
+def _holds(directory: str, path: str) -> bool:
+    """Whether ``path`` is ``directory`` or lies inside it."""
+    for form in {path, os.path.realpath(path)}:
+        if form == directory or form.startswith(directory.rstrip("/") + "/"):
+            return True
+    return False
+
+
+def _is_device(path: str) -> bool:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
 
 
 def _user_configs(home: str, relative_to: str = "") -> list[tuple[str, str]]:
@@ -194,9 +235,12 @@ def _value(text: str, started: bool = False) -> tuple[str, bool]:
 
 
 def _read_regular(path: str, limit: int) -> bytes | None:
-    """Up to ``limit`` bytes of a regular file (links followed, as git does); never blocks on a
-    FIFO planted there."""
+    """Up to ``limit`` bytes of a regular file (links followed, as git does). Anything else
+    planted under the name is not opened (a device may act on an open), and a FIFO swapped in
+    since is not waited on."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None

@@ -256,7 +256,7 @@ class PermissionResolver:
             # and the sensitive list say about those resolved paths is text matching, the same
             # every time: remembered per (rules, tool, root, resolved paths).
             # (with what git reads now: a write into a hooks directory named since is seen)
-            reads = self._git_reads_of(subject.paths) if tool.kind is ToolKind.WRITE else ()
+            reads = self._git_reads_of(root, subject.paths) if tool.kind is ToolKind.WRITE else ()
             key = (id(rules), tool.name, tool.kind, root, subject.paths, reads)
             known = self._path_decisions.get(key)
             if known is None or known[0] is not rules:  # rules kept alive, so ids are not reused
@@ -683,7 +683,7 @@ class PermissionResolver:
         if found is None and subject.trees:
             found = self._protected.held_by(subject.trees, roots)
         if found is None:
-            found = _read_by_git(written, self._git_reads_of(written))
+            found = _read_by_git(written, self._git_reads_of(roots.get_root(True)[0], written))
         if found is None:
             return None
         return (
@@ -692,24 +692,38 @@ class PermissionResolver:
             found,
         )
 
-    def _git_reads_of(self, paths: tuple[ResolvedPath, ...]) -> tuple[GitReads, ...]:
-        """What git reads for the repository each of ``paths`` lies in (the workspace's, or
-        one nested in it with a configuration of its own)."""
-        return tuple(self._git_reads.get(os.path.dirname(p.canonical), self._home) for p in paths)
+    def _git_reads_of(self, root: str, paths: tuple[ResolvedPath, ...]) -> tuple[GitReads, ...]:
+        """What git reads for the workspace's repository, then for the repository each of
+        ``paths`` lies in (the same, or one nested in it with a configuration of its own). A
+        hooks directory or an included file may lie anywhere, outside the repository too."""
+        get = self._git_reads.get
+        home = self._home
+        return (get(root, home), *(get(os.path.dirname(p.canonical), home) for p in paths))
 
 
 def _read_by_git(written: tuple[ResolvedPath, ...], reads: tuple[GitReads, ...]) -> str | None:
-    """The first written path that its repository's configuration includes or that lies in the
-    hooks directory it names (with why), or None."""
-    for path, read in zip(written, reads, strict=True):
-        if read is NOTHING:
-            continue
-        for form in (path.canonical, path.lexical):
-            if form in read.included:
-                return f"{form} (a file git's configuration includes)"
-            for directory in read.hook_directories:
-                if form == directory or form.startswith(directory.rstrip("/") + "/"):
-                    return f"{form} (in git's hooks directory, core.hooksPath)"
+    """The first written path that the configuration of the workspace's repository, or of its
+    own, includes or names as a hook or hooks directory (with why), or None."""
+    workspace = reads[0]
+    for path, own in zip(written, reads[1:], strict=True):
+        for read in (workspace, own) if own is not workspace else (workspace,):
+            if read is NOTHING:
+                continue
+            for form in (path.canonical, path.lexical):
+                why = _read_as(form, read)
+                if why is not None:
+                    return f"{form} ({why})"
+    return None
+
+
+def _read_as(form: str, read: GitReads) -> str | None:
+    if form in read.included:
+        return "a file git's configuration includes"
+    if form in read.hook_files:
+        return "a hook in git's hooks directory, core.hooksPath"
+    for directory in read.hook_directories:
+        if form == directory or form.startswith(directory.rstrip("/") + "/"):
+            return "in git's hooks directory, core.hooksPath"
     return None
 
 

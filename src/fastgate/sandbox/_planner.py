@@ -613,12 +613,14 @@ def _protect_git_reads(
     watched: Watched,
 ) -> None:
     """The hooks directory ``core.hooksPath`` names (a placeholder where absent: git then finds
-    no hook in it) and the files the configuration includes (where they exist: git stops on an
-    include it cannot read, so an absent one gets no placeholder), inside a writable root."""
+    no hook in it), the hooks by name of one that holds the work tree, and the files the
+    configuration includes (these two where they exist: git stops on an include it cannot read,
+    and placeholders for each hook name would fill the project's top), inside a writable
+    root."""
     reads = git_reads(work_tree, git_dir, os.path.expanduser("~"))
     for path, is_dir in [
         *((d, True) for d in reads.hook_directories),
-        *((f, False) for f in reads.included),
+        *((f, False) for f in (*reads.hook_files, *reads.included)),
     ]:
         home = _home(path, writable)
         if home is None:
