@@ -37,7 +37,7 @@ HOOK_NAMES: tuple[str, ...] = (
 )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # compared by identity: a cheap memo key
 class GitReads:
     """``included``: configuration files an include names (absolute; they may not exist).
     ``hook_directories``: what ``core.hooksPath`` names (absolute), all of it protected (a hook

@@ -698,7 +698,16 @@ class PermissionResolver:
         hooks directory or an included file may lie anywhere, outside the repository too."""
         get = self._git_reads.get
         home = self._home
-        return (get(root, home), *(get(os.path.dirname(p.canonical), home) for p in paths))
+        workspace = get(root, home)
+        if len(paths) == 1:  # the usual write: no generator (this runs on every write decision)
+            return (workspace, get(_parent(paths[0].canonical), home))
+        return (workspace, *[get(_parent(p.canonical), home) for p in paths])
+
+
+def _parent(canonical: str) -> str:
+    """The directory of an absolute, normalized path (``os.path.dirname`` at a fifth of the
+    cost)."""
+    return canonical.rpartition("/")[0] or "/"
 
 
 def _read_by_git(written: tuple[ResolvedPath, ...], reads: tuple[GitReads, ...]) -> str | None:
