@@ -11,7 +11,6 @@ import datetime
 import email.utils
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,13 +20,11 @@ from fastgate import (
     PermissionMode,
     SqliteToolUseStore,
     ToolExecutor,
-    ToolFault,
     ToolRegistry,
 )
 from fastgate.mcp import MCPServerConfig
 from fastgate.mcp._auth import retry_after_seconds
 from tests.mcp.servers import http_script_server, running
-from tests.pipeline_kit import executor, tool
 
 SERVER = Path(__file__).with_name("rate_limited_http_server.py")
 CTX = ExecutionContext(session_id="s")
@@ -120,34 +117,3 @@ async def test_a_keyed_call_refused_so_leaves_its_key_free(
 )
 def test_retry_after_spellings(header: str, seconds: float | None) -> None:
     assert retry_after_seconds(header) == seconds
-
-
-def test_a_tool_fault_carries_resource_exhausted_and_a_wait() -> None:
-    fault = ToolFault("busy", code=ErrorCode.RESOURCE_EXHAUSTED, retryable=True, retry_after=3)
-    assert fault.code is ErrorCode.RESOURCE_EXHAUSTED and fault.retry_after == 3.0
-    assert ToolFault("x", retry_after="retry next turn").retry_after == "retry next turn"
-    with pytest.raises(TypeError):
-        ToolFault("x", retry_after=True)
-    with pytest.raises(TypeError):
-        ToolFault("x", retry_after=[1])  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="RESOURCE_EXHAUSTED"):
-        ToolFault("x", code=ErrorCode.INVALID_ARGS)
-
-
-async def test_the_result_carries_a_faults_wait() -> None:
-    """Any body's ``ToolFault`` (not only the bridge's): code, retryable and wait as raised."""
-
-    def busy(args: Any, ctx: Any) -> None:
-        raise ToolFault(
-            "the service is busy",
-            code=ErrorCode.RESOURCE_EXHAUSTED,
-            retryable=True,
-            retry_after=2.5,
-            details={"reason": "quota"},
-        )
-
-    result = await executor(tool("busy", busy)).execute("busy", {"text": "x"})
-    error = result.error
-    assert error is not None and error.code is ErrorCode.RESOURCE_EXHAUSTED
-    assert (error.retryable, error.retry_after, error.message) == (True, 2.5, "the service is busy")
-    assert error.details["reason"] == "quota"

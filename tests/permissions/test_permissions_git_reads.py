@@ -326,8 +326,8 @@ def test_a_configuration_changed_after_a_decision_is_seen(
 def test_what_git_reads_is_read_as_git_reads_it(tmp_path: Path) -> None:
     """The reader against git itself, on the spellings above: the hooks directory git names
     (``git rev-parse --git-path hooks``) is the one found."""
-    for text, hooks in HOOKS_PATH_SPELLINGS:
-        root = tmp_path / f"r{HOOKS_PATH_SPELLINGS.index((text, hooks))}"
+    for number, (text, _) in enumerate(HOOKS_PATH_SPELLINGS):
+        root = tmp_path / f"r{number}"
         with_config_text(project(root), text)
         named = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "--git-path", "hooks"],

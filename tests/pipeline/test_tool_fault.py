@@ -94,3 +94,37 @@ def test_a_tool_fault_cannot_claim_a_policy_code(code: ErrorCode) -> None:
     key): ``RESOURCE_EXHAUSTED`` is the one such code a body may give, for a remote refusal."""
     with pytest.raises(ValueError, match="TOOL_ERROR, TIMEOUT or RESOURCE_EXHAUSTED"):
         ToolFault("sneaky", code=code)
+
+
+async def test_a_tool_fault_can_say_the_remote_side_is_busy_and_when_to_try_again() -> None:
+    """``RESOURCE_EXHAUSTED`` with ``retry_after`` (a remote service rate limiting): the result
+    and the failure hooks carry the code, retryability and wait as raised."""
+    seen: list[Any] = []
+    hooks = Hooks()
+    hooks.add_post_tool_use_failure(lambda event: seen.append(event.error))
+
+    def busy(args: Any, ctx: Any) -> None:
+        raise ToolFault(
+            "the service is busy",
+            code=ErrorCode.RESOURCE_EXHAUSTED,
+            retryable=True,
+            retry_after=2.5,
+            details={"reason": "quota"},
+        )
+
+    result = await executor(tool("busy", busy), hooks=hooks).execute("busy", {"text": "x"})
+    error = result.error
+    assert error is not None and error.code is ErrorCode.RESOURCE_EXHAUSTED
+    assert (error.retryable, error.retry_after, error.message) == (True, 2.5, "the service is busy")
+    assert error.details["reason"] == "quota"
+    assert [(e.code, e.retry_after) for e in seen] == [(ErrorCode.RESOURCE_EXHAUSTED, 2.5)]
+
+
+def test_a_wait_is_seconds_or_words() -> None:
+    fault = ToolFault("busy", code=ErrorCode.RESOURCE_EXHAUSTED, retryable=True, retry_after=3)
+    assert fault.code is ErrorCode.RESOURCE_EXHAUSTED and fault.retry_after == 3.0
+    assert ToolFault("x", retry_after="retry next turn").retry_after == "retry next turn"
+    with pytest.raises(TypeError):
+        ToolFault("x", retry_after=True)
+    with pytest.raises(TypeError):
+        ToolFault("x", retry_after=[1])  # type: ignore[arg-type]

@@ -836,7 +836,7 @@ def _authorization_code(
 
 class ConnectionAuth(httpx2.Auth):
     """The ``auth`` of one connection's HTTP client. It marks the MCP transport's own requests
-    (so ``UnauthorizedAnswers`` knows them from the sign-in's requests) and runs the provider's
+    (so ``RefusalAnswers`` knows them from the sign-in's requests) and runs the provider's
     flow, if there is one. A flow that fails is remembered for this connection: its request,
     and every later one, is answered 401 without the network, with the reason."""
 
@@ -895,7 +895,7 @@ def _flow_failure(exc: BaseException) -> str:
     return text[:500]
 
 
-class UnauthorizedAnswers(httpx2.AsyncBaseTransport):
+class RefusalAnswers(httpx2.AsyncBaseTransport):
     """Below the auth flow: a 401 or 403 of the MCP server keeps its status and headers (the
     sign-in reads ``WWW-Authenticate``) and gets a JSON-RPC error body carrying this
     connection's nonce, which the bridge reads as ``unauthorized``. A request the flow marked
@@ -1057,7 +1057,7 @@ class HttpAuth:
             "auth": self.auth,
             # Every body the server (or its authorization server) sends is bounded as it is
             # read, the unauthorized answers' included.
-            "transport": UnauthorizedAnswers(
+            "transport": RefusalAnswers(
                 bounded,
                 self.nonce,
                 self.auth,

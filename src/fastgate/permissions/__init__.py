@@ -18,6 +18,8 @@ from fastgate.permissions.audit_jsonl import JsonlAuditSink as JsonlAuditSink
 from fastgate.permissions.config import PermissionConfig as PermissionConfig
 from fastgate.permissions.repository_config import GitReads as GitReads
 from fastgate.permissions.repository_config import git_reads as git_reads
+from fastgate.permissions.repository_config import gitfile_target as gitfile_target
+from fastgate.permissions.repository_config import read_pointer as read_pointer
 from fastgate.permissions.resolver import MODE_DEFAULTS as MODE_DEFAULTS
 from fastgate.permissions.resolver import PermissionResolver as PermissionResolver
 from fastgate.permissions.resolver import RuleDecision as RuleDecision
@@ -57,7 +59,9 @@ __all__ = (
     "RuleDecision",
     "TerminalApprover",
     "git_reads",
+    "gitfile_target",
     "permission_signature",
+    "read_pointer",
     "settings_path",
     "withdraw_approvals",
 )

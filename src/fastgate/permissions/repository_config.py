@@ -62,7 +62,7 @@ def repository_git_dir(start: str) -> tuple[str, str] | None:
         if os.path.isdir(candidate):
             return current, candidate
         if os.path.isfile(candidate):
-            target = _gitfile_target(candidate)
+            target = gitfile_target(candidate)
             return (current, target) if target is not None else None
         parent = os.path.dirname(current)
         if parent == current:
@@ -76,7 +76,7 @@ def git_reads(work_tree: str | None, git_dir: str | None, home: str) -> GitReads
     sources: list[tuple[str, str]] = []  # (configuration file, what a relative hooksPath is of)
     if git_dir is not None:
         where = work_tree or git_dir
-        common = _read_pointer(os.path.join(git_dir, "commondir"))
+        common = read_pointer(os.path.join(git_dir, "commondir"))
         shared = os.path.normpath(os.path.join(git_dir, common)) if common else git_dir
         sources += [(os.path.join(shared, "config"), where)]
         sources += [(os.path.join(git_dir, "config.worktree"), where)]
@@ -254,15 +254,19 @@ def _read_regular(path: str, limit: int) -> bytes | None:
         os.close(fd)
 
 
-def _read_pointer(path: str) -> str | None:
+def read_pointer(path: str) -> str | None:
+    """The first line of a small regular file git reads as a pointer (a ``.git`` file,
+    ``commondir``), or None (absent, empty, or not a regular file: nothing blocks on it)."""
     data = _read_regular(path, 4096)
     if data is None:
         return None
     return data.decode("utf-8", "replace").split("\n", 1)[0].strip() or None
 
 
-def _gitfile_target(path: str) -> str | None:
-    first = _read_pointer(path)
+def gitfile_target(path: str) -> str | None:
+    """The git directory a ``.git`` file names (``gitdir: <path>``, relative to the file),
+    normalized but with its links not followed; None when it names none."""
+    first = read_pointer(path)
     if first is None or not first.startswith("gitdir:"):
         return None
     target = first[len("gitdir:") :].strip()

@@ -37,6 +37,8 @@ from fastgate.permissions import (
     HOOK_MANAGERS,
     OTHER_VCS_CONFIGS,
     git_reads,
+    gitfile_target,
+    read_pointer,
 )
 from fastgate.processes import (
     BIND_DEVICES,
@@ -478,7 +480,7 @@ def _is_placeholder(path: str) -> bool:
     except OSError:
         return False
     if os.path.basename(path) == "commondir" and stat.S_IMODE(st.st_mode) == _COMMONDIR_MODE:
-        return stat.S_ISREG(st.st_mode) and st.st_size == 2 and _read_pointer(path) == "."
+        return stat.S_ISREG(st.st_mode) and st.st_size == 2 and read_pointer(path) == "."
     if stat.S_IMODE(st.st_mode) != 0:
         return False
     if stat.S_ISREG(st.st_mode):
@@ -675,33 +677,10 @@ _COMMONDIR_MODE = 0o444  # the launcher's commondir placeholder (it holds ".\n")
 _GIT_NESTED_LIMIT = 256  # submodule and worktree git directories looked at per repository
 
 
-def _read_pointer(path: str) -> str | None:
-    """The first line of a small regular file (a ``.git`` file, ``commondir``), or None. Never
-    blocks: a FIFO or a device planted under that name is not opened for a blocking read."""
-    try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = os.read(fd, 4096)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return data.decode("utf-8", "replace").split("\n", 1)[0].strip()
-
-
 def _gitfile_target(path: str) -> str | None:
-    """The git directory a ``.git`` file names (``gitdir: <path>``)."""
-    first = _read_pointer(path)
-    if first is None or not first.startswith("gitdir:"):
-        return None
-    target = first[len("gitdir:") :].strip()
-    return _canonical(os.path.join(os.path.dirname(path), target)) if target else None
+    """The git directory a ``.git`` file names, its links followed."""
+    target = gitfile_target(path)
+    return _canonical(target) if target is not None else None
 
 
 def _repository_dirs(git_dir: str, found: list[str]) -> None:
@@ -713,7 +692,7 @@ def _repository_dirs(git_dir: str, found: list[str]) -> None:
         if current in found or not os.path.isdir(current):
             continue
         found.append(current)
-        common = _read_pointer(os.path.join(current, "commondir"))
+        common = read_pointer(os.path.join(current, "commondir"))
         if common:
             pending.append(_canonical(os.path.join(current, common)))
         for nested in ("modules", "worktrees"):
